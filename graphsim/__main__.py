@@ -1,0 +1,5 @@
+import sys
+
+from graphsim.cli.app import main
+
+sys.exit(main())

@@ -1,0 +1,140 @@
+"""Offline model catalog and `<hf-model>` resolution, without torch.
+
+A model argument resolves, in order, to:
+1. a bundled catalog name (`llama-3.1-8b`, case-insensitive) or a catalog HF id
+   (`meta-llama/Llama-3.1-8B`);
+2. a path: a `config.json` file or a directory holding one;
+3. an HF id found in the local Hugging Face hub cache (never the network).
+Anything else is an `UnknownModelError` that suggests close catalog names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from graphsim.errors import ConfigError, UnknownModelError
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    hf_id: str
+    file: str
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model argument resolved to its config dict and where it came from."""
+
+    name: str
+    config: dict[str, Any]
+    source: str  # "catalog", "path" or "hf-cache"
+    location: str  # file the config was read from
+
+    @property
+    def architecture(self) -> str:
+        archs = self.config.get("architectures") or []
+        return archs[0] if archs else ""
+
+
+def _catalog_dir():
+    return resources.files("graphsim.catalog")
+
+
+@lru_cache(maxsize=1)
+def catalog() -> tuple[CatalogEntry, ...]:
+    raw = json.loads((_catalog_dir() / "index.json").read_text())
+    return tuple(
+        CatalogEntry(e["name"], e["hf_id"], e["file"], tuple(e.get("aliases", ()))) for e in raw
+    )
+
+
+def catalog_config(entry: CatalogEntry) -> dict[str, Any]:
+    return json.loads((_catalog_dir() / "configs" / entry.file).read_text())
+
+
+def _find_entry(arg: str) -> CatalogEntry | None:
+    key = arg.strip().lower()
+    for e in catalog():
+        if key in (e.name, e.hf_id.lower(), *(a.lower() for a in e.aliases)):
+            return e
+    return None
+
+
+def hf_cache_dirs() -> list[Path]:
+    """Where transformers keeps downloaded models on this machine (read only, never fetched)."""
+    dirs = []
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):
+        if os.environ.get(var):
+            dirs.append(Path(os.environ[var]))
+    hf_home = os.environ.get("HF_HOME")
+    dirs.append(Path(hf_home) / "hub" if hf_home else Path.home() / ".cache" / "huggingface" / "hub")
+    return dirs
+
+
+def _find_in_hf_cache(hf_id: str) -> Path | None:
+    if hf_id.count("/") != 1:
+        return None
+    folder = "models--" + hf_id.replace("/", "--")
+    for base in hf_cache_dirs():
+        snaps = base / folder / "snapshots"
+        if snaps.is_dir():
+            for snap in sorted(snaps.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
+                if (snap / "config.json").is_file():
+                    return snap / "config.json"
+    return None
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}; pass a readable config.json") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"malformed config {path}: {e.msg} at line {e.lineno} column {e.colno}; fix the JSON"
+        ) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"malformed config {path}: top level is not a JSON object")
+    return cfg
+
+
+def resolve_model(arg: str) -> ResolvedModel:
+    """Resolve a model argument (catalog name, HF id, config path, model dir) to its config."""
+    entry = _find_entry(arg)
+    if entry is not None:
+        location = str(_catalog_dir() / "configs" / entry.file)
+        return ResolvedModel(entry.name, catalog_config(entry), "catalog", location)
+    path = Path(arg).expanduser()
+    if path.is_dir():
+        cfg_path = path / "config.json"
+        if not cfg_path.is_file():
+            raise ConfigError(f"directory {path} has no config.json; pass a model directory or a config file")
+        return ResolvedModel(path.resolve().name, load_config_file(cfg_path), "path", str(cfg_path))
+    if path.is_file():
+        name = path.resolve().parent.name if path.name == "config.json" else path.stem
+        return ResolvedModel(name, load_config_file(path), "path", str(path))
+    cached = _find_in_hf_cache(arg.strip())
+    if cached is not None:
+        return ResolvedModel(arg.strip(), load_config_file(cached), "hf-cache", str(cached))
+    raise UnknownModelError(_unknown_message(arg))
+
+
+def _unknown_message(arg: str) -> str:
+    names = [e.name for e in catalog()] + [e.hf_id for e in catalog()]
+    close = difflib.get_close_matches(arg.lower(), [n.lower() for n in names], n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else "; run `graphsim models` for the catalog"
+    return (
+        f"unknown model '{arg}': not a catalog name, not a config.json or model directory, "
+        f"and not in the local Hugging Face cache (graphsim never downloads){hint}"
+    )
