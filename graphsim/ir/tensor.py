@@ -1,0 +1,159 @@
+"""Tensor types: dtypes with (possibly fractional) bytes per element, symbolic dims, TensorSpec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from functools import reduce
+from operator import mul
+from typing import Union
+
+import sympy
+
+# Workload symbols. T = tokens in the step (Σ q_len over the batch).
+T = sympy.Symbol("T", positive=True, integer=True)
+WORKLOAD_SYMBOLS: dict[str, sympy.Symbol] = {"T": T}
+
+Dim = Union[int, sympy.Expr]
+
+
+class DType(str, Enum):
+    FLOAT32 = "f32"
+    FLOAT16 = "f16"
+    BFLOAT16 = "bf16"
+    FLOAT8_E4M3 = "f8e4m3"
+    FLOAT8_E5M2 = "f8e5m2"
+    FLOAT4 = "f4"  # mxfp4 / nvfp4 payload
+    FLOAT64 = "f64"
+    INT64 = "i64"
+    INT32 = "i32"
+    INT16 = "i16"
+    INT8 = "i8"
+    UINT8 = "u8"
+    INT4 = "i4"
+    BOOL = "bool"
+    COMPLEX64 = "c64"
+
+    @property
+    def bytes(self) -> float:
+        return _DTYPE_BYTES[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in _FLOATS
+
+
+_DTYPE_BYTES = {
+    DType.FLOAT32: 4, DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.FLOAT8_E4M3: 1,
+    DType.FLOAT8_E5M2: 1, DType.FLOAT4: 0.5, DType.FLOAT64: 8, DType.INT64: 8, DType.INT32: 4,
+    DType.INT16: 2, DType.INT8: 1, DType.UINT8: 1, DType.INT4: 0.5, DType.BOOL: 1,
+    DType.COMPLEX64: 8,
+}
+_FLOATS = {DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.FLOAT8_E4M3, DType.FLOAT8_E5M2,
+           DType.FLOAT4, DType.FLOAT64}
+
+# Config / torch spellings → DType
+DTYPE_ALIASES: dict[str, DType] = {
+    "float32": DType.FLOAT32, "float": DType.FLOAT32, "fp32": DType.FLOAT32,
+    "float16": DType.FLOAT16, "half": DType.FLOAT16, "fp16": DType.FLOAT16,
+    "bfloat16": DType.BFLOAT16, "bf16": DType.BFLOAT16,
+    "float8_e4m3fn": DType.FLOAT8_E4M3, "fp8": DType.FLOAT8_E4M3, "float8": DType.FLOAT8_E4M3,
+    "float8_e5m2": DType.FLOAT8_E5M2,
+    "float64": DType.FLOAT64, "double": DType.FLOAT64,
+    "int64": DType.INT64, "long": DType.INT64, "int32": DType.INT32, "int": DType.INT32,
+    "int16": DType.INT16, "int8": DType.INT8, "uint8": DType.UINT8, "bool": DType.BOOL,
+    "complex64": DType.COMPLEX64, "fp4": DType.FLOAT4, "int4": DType.INT4,
+}
+
+
+def parse_dtype(name: str) -> DType:
+    key = name.lower().removeprefix("torch.")
+    if key in DTYPE_ALIASES:
+        return DTYPE_ALIASES[key]
+    try:
+        return DType(key)
+    except ValueError:
+        raise ValueError(f"unknown dtype '{name}'") from None
+
+
+def dim_to_str(d: Dim) -> str:
+    return str(d)
+
+
+def parse_dim(s: str | int) -> Dim:
+    if isinstance(s, int):
+        return s
+    expr = sympy.sympify(s, locals=WORKLOAD_SYMBOLS)
+    if expr.is_Integer:
+        return int(expr)
+    return expr
+
+
+def normalize_dim(d: Dim) -> Dim:
+    if isinstance(d, sympy.Expr) and d.is_Integer:
+        return int(d)
+    return d
+
+
+def evaluate_dim(d: Dim, values: dict[str, int]) -> int:
+    if isinstance(d, int):
+        return d
+    return int(d.subs({WORKLOAD_SYMBOLS[k]: v for k, v in values.items() if k in WORKLOAD_SYMBOLS}))
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape + dtype of one value. Dims are ints or sympy expressions over workload symbols."""
+
+    shape: tuple[Dim, ...]
+    dtype: DType
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(normalize_dim(d) for d in self.shape))
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> Dim:
+        return normalize_dim(reduce(mul, self.shape, 1))
+
+    @property
+    def nbytes(self) -> Dim:
+        return normalize_dim(self.numel * sympy.nsimplify(self.dtype.bytes))
+
+    @property
+    def is_symbolic(self) -> bool:
+        return any(not isinstance(d, int) for d in self.shape)
+
+    def evaluate(self, values: dict[str, int]) -> tuple[int, ...]:
+        return tuple(evaluate_dim(d, values) for d in self.shape)
+
+    def to_str(self) -> str:
+        return f"{self.dtype.value}[{','.join(dim_to_str(d) for d in self.shape)}]"
+
+    @classmethod
+    def from_str(cls, s: str) -> "TensorSpec":
+        dtype, rest = s.split("[", 1)
+        body = rest.rstrip("]")
+        dims = tuple(parse_dim(p) for p in _split_dims(body)) if body else ()
+        return cls(dims, DType(dtype))
+
+    def __str__(self) -> str:
+        return self.to_str()
+
+
+def _split_dims(body: str) -> list[str]:
+    """Split on commas at parenthesis depth 0 (dims may be expressions like Max(1, T))."""
+    parts, depth, cur = [], 0, []
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
