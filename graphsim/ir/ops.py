@@ -61,6 +61,7 @@ class Op(str, Enum):
     COMPARE = "compare"
     LOGICAL = "logical"
     CAST = "cast"
+    POLAR = "polar"  # complex from magnitude and angle (complex-valued RoPE)
     # reductions and selection
     MEAN = "mean"
     SUM = "sum"
@@ -114,7 +115,7 @@ _GROUP_MEMBERS: dict[OpGroup, tuple[Op, ...]] = {
     OpGroup.ELEMENTWISE: (
         Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.POW, Op.SQRT, Op.RSQRT, Op.EXP, Op.LOG,
         Op.ABS, Op.SILU, Op.GELU, Op.RELU, Op.SIGMOID, Op.TANH, Op.SOFTPLUS, Op.SIN, Op.COS,
-        Op.WHERE, Op.CLAMP, Op.COMPARE, Op.LOGICAL, Op.CAST,
+        Op.WHERE, Op.CLAMP, Op.COMPARE, Op.LOGICAL, Op.CAST, Op.POLAR,
     ),
     OpGroup.REDUCTION: (Op.MEAN, Op.SUM, Op.MAX, Op.SOFTMAX, Op.TOPK, Op.SORT, Op.CUMSUM, Op.HISTC),
     OpGroup.DATA_MOVEMENT: (

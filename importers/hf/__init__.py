@@ -1,0 +1,124 @@
+"""Hugging Face importer: `<hf-model>` → graphsim Graph, traced on the meta device.
+
+    graph, report = import_hf("llama-3.1-8b")
+
+The model is built at full depth on the meta device (no weights), its decoder layers are
+classified by structure, one layer per distinct type is kept, and the result is exported with
+torch.export (non-strict) with a dynamic token dimension T. The Graph records the full layer
+schedule, the real depth and the full parameter count.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphsim.catalog import ResolvedModel, resolve_model
+from graphsim.ir import Graph, LayerSchedule
+
+
+@dataclass
+class ImportReport:
+    model: str
+    architecture: str
+    source: str
+    num_layers: int
+    traced_layers: list[int]
+    param_count: int
+    nodes: int
+    opaque_ops: dict[str, int]
+    dynamic_tokens: bool
+    semantic_kernels: list[str]
+    timings_s: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_depth: bool = False) -> tuple[Graph, ImportReport]:
+    """Import a causal LM. `full_depth=True` traces every layer (slow; for comparison only)."""
+    from graphsim.importers.hf.build import build_on_meta
+    from graphsim.importers.hf.convert import ConvertContext, convert_graph
+    from graphsim.importers.hf.custom_ops import semantic_kernels
+    from graphsim.importers.hf.layers import keep_representatives, plan_layers
+    from graphsim.importers.hf.trace import STATIC_PROBE_TOKENS, trace
+
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
+    built = build_on_meta(resolved.config, dtype)
+    timings["build_s"] = time.perf_counter() - t0
+
+    m = built.model
+    param_count = sum(p.numel() for p in m.parameters())
+    plan = plan_layers(m)
+    if full_depth:
+        kept = list(range(len(plan.tags)))
+        representative = {t: i for i, t in reversed(list(enumerate(plan.tags)))}
+    else:
+        kept = keep_representatives(m, plan, built.config)
+        representative = dict(plan.representative)
+
+    t1 = time.perf_counter()
+    with semantic_kernels(m) as swapped:
+        traced = trace(m)
+    timings["trace_s"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    sig = traced.program.graph_signature
+    placeholders: dict[str, tuple[str, str]] = {}
+    for spec in sig.input_specs:
+        kind = spec.kind.name.lower()
+        target = spec.target or spec.arg.name
+        placeholders[spec.arg.name] = (
+            "param" if kind == "parameter" else "buffer" if kind in ("buffer", "constant_tensor") else "input",
+            target if kind != "user_input" else "input_ids",
+        )
+    token_symbols = traced.token_symbols
+    ctx = ConvertContext(token_symbols=token_symbols, layer_map=dict(enumerate(kept)), stack_path=plan.stack_path,
+                        root_prefix="model.")
+    graph = convert_graph(traced.program.graph, resolved.name, placeholders, ctx)
+    if not traced.dynamic:
+        _symbolise_static(graph, STATIC_PROBE_TOKENS[0])
+    graph.schedule = LayerSchedule(plan.tags, representative)
+    if full_depth:  # every layer traced: the schedule's representatives are the first of each tag
+        graph.meta["full_depth"] = True
+    graph.meta.update({
+        "source_format": "hf",
+        "model": resolved.name,
+        "architecture": built.architecture,
+        "config_source": resolved.source,
+        "config_location": resolved.location,
+        "dtype": str(built.dtype).removeprefix("torch."),
+        "num_layers": len(plan.tags),
+        "traced_layers": kept,
+        "param_count": int(param_count),
+        "params_per_layer": list(plan.params_per_layer),
+        "quantization_config": built.quantization,
+        "opaque_ops": sorted(set(ctx.opaque)),
+        "dynamic_tokens": traced.dynamic,
+    })
+    timings["convert_s"] = time.perf_counter() - t2
+    if not full_depth:
+        graph.verify("import.hf")
+    opaque: dict[str, int] = {}
+    for t in ctx.opaque:
+        opaque[t] = opaque.get(t, 0) + 1
+    report = ImportReport(
+        model=resolved.name, architecture=built.architecture, source=resolved.source,
+        num_layers=len(plan.tags), traced_layers=kept, param_count=int(param_count), nodes=len(graph.nodes),
+        opaque_ops=opaque, dynamic_tokens=traced.dynamic, semantic_kernels=swapped, timings_s=timings,
+    )
+    return graph, report
+
+
+def _symbolise_static(graph: Graph, probe: int) -> None:
+    """A static trace at `probe` tokens: read dims equal to `probe` as T."""
+    from graphsim.ir import T, TensorSpec
+
+    def fix(s: TensorSpec) -> TensorSpec:
+        return TensorSpec(tuple(T if d == probe else d for d in s.shape), s.dtype)
+
+    graph.inputs = {k: fix(s) for k, s in graph.inputs.items()}
+    graph.nodes = [n.with_(outputs=tuple(fix(s) for s in n.outputs)) for n in graph.nodes]

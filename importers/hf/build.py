@@ -1,0 +1,113 @@
+"""Build a Hugging Face causal LM on the meta device (no weights) from a config dict."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from graphsim.errors import ConfigError, UnsupportedArchitectureError
+from graphsim.importers.hf import custom_ops
+
+_TORCH_DTYPES = {
+    "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+    "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16,
+}
+
+REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "vocab_size")
+
+
+@dataclass
+class BuiltModel:
+    model: torch.nn.Module
+    config: Any  # transformers PretrainedConfig
+    dtype: torch.dtype
+    architecture: str
+    quantization: dict[str, Any] | None
+
+
+def config_dtype(cfg: dict[str, Any], override: str | None = None) -> torch.dtype:
+    name = override or cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"
+    if isinstance(name, str) and name.removeprefix("torch.") in _TORCH_DTYPES:
+        return _TORCH_DTYPES[name.removeprefix("torch.")]
+    raise ConfigError(f"unsupported dtype '{name}'; use one of bfloat16, float16, float32")
+
+
+def check_config(cfg: dict[str, Any]) -> str:
+    archs = cfg.get("architectures")
+    if not archs or not isinstance(archs, list) or not isinstance(archs[0], str):
+        raise ConfigError("config has no 'architectures' list; add e.g. \"architectures\": [\"LlamaForCausalLM\"]")
+    if "model_type" not in cfg:
+        raise ConfigError("config has no 'model_type'; add the model_type of the architecture (e.g. \"llama\")")
+    text_cfg = cfg.get("text_config", cfg)
+    missing = [f for f in REQUIRED_FIELDS if f not in text_cfg]
+    if missing:
+        raise ConfigError(f"config is missing required field(s) {', '.join(missing)}; add them to config.json")
+    return archs[0]
+
+
+def make_hf_config(cfg: dict[str, Any]):
+    import transformers
+    from transformers import AutoConfig
+
+    arch = check_config(cfg)
+    raw = copy.deepcopy(cfg)
+    raw.pop("quantization_config", None)  # weights are never loaded; quantisation is priced later
+    model_type = raw.pop("model_type")
+    try:
+        hf_cfg = AutoConfig.for_model(model_type, **raw)
+    except ValueError as e:
+        if "Unrecognized model" in str(e) or "model_type" in str(e):
+            raise UnsupportedArchitectureError(
+                f"architecture {arch} (model_type '{model_type}') is not known to transformers "
+                f"{transformers.__version__}; upgrade transformers or use a supported model"
+            ) from None
+        raise ConfigError(f"malformed config for {arch}: {e}") from None
+    except (TypeError, KeyError) as e:
+        raise ConfigError(f"malformed config for {arch}: {type(e).__name__}: {e}") from None
+    return hf_cfg
+
+
+def model_class(arch: str):
+    import transformers
+
+    cls = getattr(transformers, arch, None)
+    if cls is None or not isinstance(cls, type):
+        raise UnsupportedArchitectureError(
+            f"architecture '{arch}' is not known to transformers {transformers.__version__}; "
+            "check config.json's 'architectures' or upgrade transformers"
+        )
+    return cls
+
+
+def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
+    """Construct the model on the meta device with graphsim's semantic attention and experts."""
+    custom_ops.register()
+    arch = check_config(cfg)
+    hf_cfg = make_hf_config(cfg)
+    cls = model_class(arch)
+    torch_dtype = config_dtype(cfg, dtype)
+    kwargs: dict[str, Any] = {
+        "attn_implementation": custom_ops.IMPL_NAME,
+        "experts_implementation": custom_ops.IMPL_NAME,
+        "dtype": torch_dtype,
+    }
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            try:
+                model = cls._from_config(hf_cfg, **kwargs)
+            except (ValueError, TypeError) as e:
+                if "experts_implementation" not in str(e):
+                    raise ConfigError(f"cannot build {arch} from this config: {e}") from None
+                kwargs.pop("experts_implementation")
+                model = cls._from_config(hf_cfg, **kwargs)
+    except (AttributeError, IndexError, KeyError, AssertionError, RuntimeError) as e:
+        raise ConfigError(f"cannot build {arch} from this config ({type(e).__name__}: {e}); check config.json") from None
+    model.eval()
+    return BuiltModel(model, hf_cfg, torch_dtype, arch, cfg.get("quantization_config"))

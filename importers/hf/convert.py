@@ -1,0 +1,242 @@
+"""Map an exported FX graph (aten level) onto graphsim's IR.
+
+Every call_function node becomes an IR node with its output TensorSpecs (shapes symbolic in the
+token dimension T), its module scope and class, its decoder-layer index, and typed attributes
+for the ops that need them. Unknown aten targets become OPAQUE nodes and are reported.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from graphsim.importers.aten_map import ALIASES, ATEN_OPS, DROPPED, packet_name, qualified_name
+from graphsim.ir import (
+    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, LinearAttentionAttrs,
+    LinearAttrs, MoEAttrs, NoAttrs, Node, NormAttrs, OpaqueAttrs, ReduceAttrs, T, TensorSpec,
+    value_name,
+)
+from graphsim.ir.ops import Op
+
+_TORCH_TO_DTYPE = {
+    torch.float32: DType.FLOAT32, torch.float16: DType.FLOAT16, torch.bfloat16: DType.BFLOAT16,
+    torch.float64: DType.FLOAT64, torch.int64: DType.INT64, torch.int32: DType.INT32,
+    torch.int16: DType.INT16, torch.int8: DType.INT8, torch.uint8: DType.UINT8, torch.bool: DType.BOOL,
+    torch.float8_e4m3fn: DType.FLOAT8_E4M3, torch.float8_e5m2: DType.FLOAT8_E5M2,
+    torch.complex64: DType.COMPLEX64,
+}
+
+
+def to_dtype(dt: torch.dtype) -> DType:
+    return _TORCH_TO_DTYPE[dt]
+
+
+@dataclass
+class ConvertContext:
+    token_symbols: dict[sympy.Symbol, sympy.Expr]  # shape-env symbol → T
+    layer_map: dict[int, int]  # traced ModuleList position → original layer index
+    stack_path: str  # e.g. "model.layers"
+    root_prefix: str = ""  # prefix the tracing wrapper adds to every module path
+    opaque: list[str] = field(default_factory=list)
+
+
+def _dim(d: Any, ctx: ConvertContext):
+    if isinstance(d, int):
+        return d
+    if isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        if isinstance(expr, (int, sympy.Integer)):
+            return int(expr)
+        return sympy.simplify(expr.xreplace(ctx.token_symbols))
+    return int(d)
+
+
+def _spec(val: Any, ctx: ConvertContext) -> TensorSpec | None:
+    if isinstance(val, torch.Tensor):
+        return TensorSpec(tuple(_dim(d, ctx) for d in val.shape), to_dtype(val.dtype))
+    return None
+
+
+def remap_scope(path: str, ctx: ConvertContext) -> tuple[str, int | None]:
+    """Map `model.layers.1.mlp` of the reduced stack back to the original layer index."""
+    path = path.removeprefix(ctx.root_prefix)
+    prefix = ctx.stack_path + "."
+    if not path.startswith(prefix):
+        return path, None
+    rest = path[len(prefix):]
+    m = re.match(r"(\d+)(.*)", rest)
+    if not m:
+        return path, None
+    orig = ctx.layer_map.get(int(m.group(1)), int(m.group(1)))
+    return f"{prefix}{orig}{m.group(2)}", orig
+
+
+def _scope_of(n: torch.fx.Node, ctx: ConvertContext) -> tuple[str, str, int | None]:
+    stack = n.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", "", None
+    path, cls = list(stack.values())[-1]
+    if path.startswith("L['self']") or path.startswith("_empty"):
+        return "", "", None
+    cls_name = cls.rsplit(".", 1)[-1] if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
+    scope, layer = remap_scope(path, ctx)
+    return scope, cls_name, layer
+
+
+def _arg(n: torch.fx.Node, i: int, name: str, default=None):
+    if len(n.args) > i:
+        return n.args[i]
+    return n.kwargs.get(name, default)
+
+
+def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: TensorSpec | None):
+    """Typed attributes for the ops that carry them."""
+    if op is Op.LINEAR:
+        w = in_specs[1]
+        has_bias = len(n.args) > 2 and n.args[2] is not None
+        return LinearAttrs(int(w.shape[1]), int(w.shape[0]), has_bias)
+    if op is Op.EMBEDDING:
+        w = in_specs[0]
+        return EmbeddingAttrs(int(w.shape[0]), int(w.shape[1]))
+    if op in (Op.MEAN, Op.SUM, Op.MAX, Op.SOFTMAX):
+        dims = _arg(n, 1, "dim", ())
+        if isinstance(dims, int):
+            dims = (dims,)
+        dims = tuple(int(d) for d in (dims or ()) if isinstance(d, int))
+        if op is Op.SOFTMAX:
+            return ReduceAttrs(dims, True)
+        return ReduceAttrs(dims, bool(_arg(n, 2, "keepdim", False)))
+    if op is Op.CAST:
+        return CastAttrs(out.dtype.value if out is not None else "")
+    if op in (Op.RMS_NORM, Op.LAYER_NORM):
+        eps = n.kwargs.get("eps")
+        return NormAttrs(float(eps) if isinstance(eps, (int, float)) else None, None)
+    if op is Op.CONV1D:
+        w = in_specs[1]
+        groups = int(_arg(n, 8, "groups", 1) if packet_name(n.target) == "convolution" else _arg(n, 6, "groups", 1))
+        return ConvAttrs(int(w.shape[0]), int(w.shape[-1]), groups)
+    if op is Op.ATTENTION:
+        q, k, v = in_specs[0], in_specs[1], in_specs[2]
+        sinks, scale, causal, window, softcap, lora, rope = (n.args + (None,) * 10)[3:10]
+        return AttentionAttrs(
+            num_heads=int(q.shape[1]), num_kv_heads=int(k.shape[1]), head_dim=int(q.shape[-1]),
+            v_head_dim=int(v.shape[-1]), causal=bool(causal), sliding_window=int(window) or None,
+            has_sinks=sinks is not None, softcap=float(softcap) or None, scale=float(scale),
+            kv_lora_rank=int(lora) or None, qk_rope_head_dim=int(rope) or None,
+        )
+    if op is Op.MOE_EXPERTS:
+        hidden, idx, _, w_up, w_down = in_specs[:5]
+        num_experts, gated, transposed, _, activation = n.args[7:12]
+        inter = int(w_down.shape[2] if transposed is False else w_down.shape[1])
+        return MoEAttrs(
+            num_experts=int(num_experts), top_k=int(idx.shape[-1]), hidden_size=int(hidden.shape[-1]),
+            intermediate_size=inter, gated=bool(gated), has_bias=n.args[5] is not None, activation=str(activation),
+        )
+    if op is Op.LINEAR_ATTENTION:
+        q, k, v = in_specs[0], in_specs[1], in_specs[2]
+        return LinearAttentionAttrs(
+            kind="gated_delta_rule", num_k_heads=int(k.shape[2]), num_v_heads=int(v.shape[2]),
+            k_head_dim=int(k.shape[3]), v_head_dim=int(v.shape[3]), chunked=bool(n.args[7]),
+        )
+    if op is Op.OPAQUE:
+        return OpaqueAttrs(qualified_name(n.target))
+    return NoAttrs()
+
+
+def _flatten_tensors(val: Any) -> list[Any]:
+    if isinstance(val, (list, tuple)):
+        return list(val)
+    return [val]
+
+
+def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, tuple[str, str]],
+                  ctx: ConvertContext) -> Graph:
+    """placeholders: fx placeholder name → (kind, IR name) with kind in param/buffer/input."""
+    g = Graph(name=name)
+    env: dict[str, str | list[str | None]] = {}  # fx node name → IR value name(s)
+    specs: dict[str, TensorSpec] = {}
+    used_names: set[str] = set()
+
+    def ref(a: Any) -> list[str]:
+        if isinstance(a, torch.fx.Node):
+            v = env.get(a.name)
+            if v is None:
+                return []
+            return [x for x in v if x is not None] if isinstance(v, list) else [v]
+        if isinstance(a, (list, tuple)):
+            return [r for x in a for r in ref(x)]
+        return []
+
+    for n in gm_graph.nodes:
+        if n.op == "placeholder":
+            kind, ir_name = placeholders.get(n.name, ("input", n.name))
+            spec = _spec(n.meta.get("val"), ctx)
+            if spec is None:
+                continue
+            scope, layer = remap_scope(ir_name, ctx)
+            (g.params if kind == "param" else g.inputs)[scope] = spec
+            env[n.name] = scope
+            specs[scope] = spec
+            if kind == "buffer":
+                g.meta.setdefault("buffers", []).append(scope)
+        elif n.op == "call_function":
+            if n.target is operator.getitem:
+                src = env.get(n.args[0].name)
+                env[n.name] = src[n.args[1]] if isinstance(src, list) else src
+                continue
+            pname = packet_name(n.target)
+            if pname in DROPPED:
+                continue
+            val = n.meta.get("val")
+            inputs = [r for a in list(n.args) + list(n.kwargs.values()) for r in ref(a)]
+            if pname in ALIASES and inputs:
+                env[n.name] = inputs[0]
+                continue
+            if pname == "to" and inputs:  # .to(device) / same-dtype .to are no-ops
+                out = _spec(val, ctx)
+                if out is not None and specs.get(inputs[0]) is not None and specs[inputs[0]].dtype == out.dtype:
+                    env[n.name] = inputs[0]
+                    continue
+            op = ATEN_OPS.get(pname, Op.OPAQUE)
+            vals = _flatten_tensors(val)
+            outs: list[TensorSpec] = []
+            names: list[str | None] = []
+            base = n.name
+            while base in used_names:
+                base += "_"
+            used_names.add(base)
+            for v in vals:
+                s = _spec(v, ctx)
+                if s is None:
+                    names.append(None)
+                    continue
+                names.append(value_name(base, len(outs)))
+                outs.append(s)
+            if not outs:
+                continue
+            if op is Op.OPAQUE:
+                ctx.opaque.append(qualified_name(n.target))
+            in_specs = [specs.get(i) for i in inputs]
+            # keep positional tensor args addressable for attrs (None args stay None)
+            pos_specs = [specs.get(ref(a)[0]) if ref(a) else None for a in n.args]
+            attrs = _attrs(op, n, pos_specs if op in (Op.ATTENTION, Op.MOE_EXPERTS, Op.LINEAR_ATTENTION,
+                                                       Op.LINEAR, Op.EMBEDDING, Op.CONV1D) else in_specs, outs[0])
+            scope, cls, layer = _scope_of(n, ctx)
+            g.nodes.append(Node(
+                name=base, op=op, inputs=tuple(inputs), outputs=tuple(outs), attrs=attrs, scope=scope,
+                module_type=cls, layer=layer, target=qualified_name(n.target), provenance="import.hf",
+            ))
+            for nm, s in zip(names, [(_spec(v, ctx)) for v in vals]):
+                if nm is not None:
+                    specs[nm] = s
+            env[n.name] = names if isinstance(val, (list, tuple)) else names[0]
+        elif n.op == "output":
+            outs = ref(n.args[0])
+            g.outputs = [o for o in outs if o in specs]
+    return g

@@ -1,0 +1,252 @@
+"""Semantic custom ops that keep attention, MoE experts and linear attention whole in a trace.
+
+transformers dispatches attention through `AttentionInterface` and routed experts through
+`ExpertsInterface`; registering a `graphsim` implementation of each, backed by a
+`torch.library` custom op with a fake (shape-only) kernel, turns every attention call into one
+`graphsim::attention` node and every MoE block's experts into one `graphsim::moe_experts` node
+that carries the 3-D expert weights as inputs. Python-loop kernels (the gated delta rule's
+chunked fallback) are swapped for `graphsim::gated_delta_rule` while tracing.
+
+The real (CPU) kernels are reference implementations, so a tiny random model traced through
+these ops still computes the same numbers as transformers' own paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Iterator
+
+import torch
+import torch.nn.functional as F
+
+IMPL_NAME = "graphsim"
+
+
+# --- attention -----------------------------------------------------------------------------
+@torch.library.custom_op("graphsim::attention", mutates_args=())
+def attention_op(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    sinks: torch.Tensor | None,
+    scale: float,
+    causal: bool,
+    sliding_window: int,
+    softcap: float,
+    kv_lora_rank: int,
+    qk_rope_head_dim: int,
+) -> torch.Tensor:
+    """q [B,H,S,D], k [B,KVH,S,D], v [B,KVH,S,Dv] → [B,S,H,Dv]. 0 means 'not set' for ints/floats."""
+    b, h, s, _ = q.shape
+    kvh = k.shape[1]
+    k = k.repeat_interleave(h // kvh, dim=1)
+    v = v.repeat_interleave(h // kvh, dim=1)
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    i = torch.arange(s, device=q.device)[:, None]
+    j = torch.arange(k.shape[2], device=q.device)[None, :]
+    allowed = torch.ones(s, k.shape[2], dtype=torch.bool, device=q.device)
+    if causal:
+        allowed &= j <= i
+    if sliding_window:
+        allowed &= (i - j) < sliding_window
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    if sinks is not None:
+        sink = sinks.float().reshape(1, h, 1, 1).expand(b, h, s, 1)
+        probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, v.float()).to(q.dtype)
+    return out.transpose(1, 2).contiguous()
+
+
+@attention_op.register_fake
+def _attention_fake(q, k, v, sinks, scale, causal, sliding_window, softcap, kv_lora_rank, qk_rope_head_dim):
+    b, h, s, _ = q.shape
+    return q.new_empty((b, s, h, v.shape[-1]))
+
+
+def graphsim_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                               sliding_window=None, softcap=None, s_aux=None, **kwargs):
+    """An `AttentionInterface` entry: one semantic node, no materialised mask."""
+    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    causal = bool(getattr(module, "is_causal", True))
+    out = torch.ops.graphsim.attention(
+        query, key, value, s_aux, scale, causal, int(sliding_window or 0), float(softcap or 0.0),
+        int(getattr(module, "kv_lora_rank", 0) or 0), int(getattr(module, "qk_rope_head_dim", 0) or 0),
+    )
+    return out, None
+
+
+# --- MoE experts -----------------------------------------------------------------------------
+@torch.library.custom_op("graphsim::moe_experts", mutates_args=())
+def moe_experts_op(
+    hidden: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    w_up: torch.Tensor,
+    w_down: torch.Tensor,
+    b_up: torch.Tensor | None,
+    b_down: torch.Tensor | None,
+    num_experts: int,
+    gated: bool,
+    transposed: bool,
+    concatenated: bool,
+    activation: str,
+) -> torch.Tensor:
+    """Reference routed-experts kernel: Σ_k w_k · down_e(act(gate_e(x)) · up_e(x))."""
+    act = {"silu": F.silu, "gelu": F.gelu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+           "relu": F.relu}.get(activation)
+    if act is None:
+        raise NotImplementedError(f"graphsim::moe_experts has no reference kernel for activation '{activation}'")
+    out = torch.zeros_like(hidden, dtype=torch.float32)
+    for t in range(hidden.shape[0]):
+        for slot in range(top_k_index.shape[-1]):
+            e = int(top_k_index[t, slot])
+            if e >= num_experts:
+                continue
+            wu = w_up[e] if transposed else w_up[e].t()
+            h = hidden[t].float() @ wu.float()
+            if b_up is not None:
+                h = h + b_up[e].float()
+            if gated:
+                if concatenated:
+                    g, u = h.chunk(2, dim=-1)
+                else:
+                    g, u = h[..., ::2], h[..., 1::2]
+                h = act(g) * u
+            else:
+                h = act(h)
+            wd = w_down[e] if transposed else w_down[e].t()
+            y = h @ wd.float()
+            if b_down is not None:
+                y = y + b_down[e].float()
+            out[t] += top_k_weights[t, slot].float() * y
+    return out.to(hidden.dtype)
+
+
+@moe_experts_op.register_fake
+def _moe_experts_fake(hidden, top_k_index, top_k_weights, w_up, w_down, b_up, b_down, num_experts, gated,
+                      transposed, concatenated, activation):
+    return torch.empty_like(hidden)
+
+
+def _activation_name(module) -> str:
+    cfg = getattr(module, "config", None)
+    for key in ("hidden_act", "hidden_activation"):
+        if cfg is not None and isinstance(getattr(cfg, key, None), str):
+            return getattr(cfg, key)
+    return "silu"
+
+
+def graphsim_experts_forward(self, hidden_states, top_k_index, top_k_weights):
+    """An `ExpertsInterface` entry: one node per MoE layer with the expert weights as inputs."""
+    gated = bool(getattr(self, "has_gate", True))
+    w_up = self.gate_up_proj if gated else self.up_proj
+    has_bias = bool(getattr(self, "has_bias", False))
+    b_up = (self.gate_up_proj_bias if gated else self.up_proj_bias) if has_bias else None
+    b_down = self.down_proj_bias if has_bias else None
+    # A class that defines its own gate (e.g. a clamped SwiGLU) is named as such; the reference
+    # kernel only implements the standard activations.
+    custom_gate = type(self)._apply_gate.__qualname__.split(".")[0] == type(self).__name__
+    activation = f"custom_gate:{type(self).__name__}" if custom_gate else _activation_name(self)
+    return torch.ops.graphsim.moe_experts(
+        hidden_states, top_k_index, top_k_weights, w_up, self.down_proj, b_up, b_down,
+        int(self.num_experts), gated, bool(getattr(self, "is_transposed", False)),
+        bool(getattr(self, "is_concatenated", True)), activation,
+    )
+
+
+# --- linear attention (gated delta rule) ------------------------------------------------------
+@torch.library.custom_op("graphsim::gated_delta_rule", mutates_args=())
+def gated_delta_rule_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+    initial_state: torch.Tensor | None, l2norm_qk: bool, chunked: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """q,k [B,S,Hk,Dk], v [B,S,Hv,Dv], g,beta [B,S,Hv] → (out [B,S,Hv,Dv], state [B,Hv,Dk,Dv]).
+
+    Reference recurrence: S_t = exp(g_t)·S_{t-1} + β_t·k_t ⊗ (v_t − (exp(g_t)·S_{t-1})ᵀk_t); o_t = S_tᵀ q_t.
+    """
+    b, s, hk, dk = k.shape
+    hv, dv = v.shape[-2:]
+    if hk != hv:
+        q = q.repeat_interleave(hv // hk, dim=2)
+        k = k.repeat_interleave(hv // hk, dim=2)
+    q, k, v, g, beta = (x.float() for x in (q, k, v, g, beta))
+    if l2norm_qk:
+        q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    q = q * dk ** -0.5
+    state = torch.zeros(b, hv, dk, dv) if initial_state is None else initial_state.float().clone()
+    out = torch.empty(b, s, hv, dv)
+    for t in range(s):
+        state = state * g[:, t].exp()[..., None, None]
+        kv_mem = (state * k[:, t, :, :, None]).sum(-2)
+        delta = (v[:, t] - kv_mem) * beta[:, t, :, None]
+        state = state + k[:, t, :, :, None] * delta[:, :, None, :]
+        out[:, t] = (state * q[:, t, :, :, None]).sum(-2)
+    return out.to(v.dtype), state
+
+
+@gated_delta_rule_op.register_fake
+def _gated_delta_rule_fake(q, k, v, g, beta, initial_state, l2norm_qk, chunked):
+    b, s, hk, dk = k.shape
+    hv, dv = v.shape[-2:]
+    return v.new_empty((b, s, hv, dv)), v.new_empty((b, hv, dk, dv), dtype=torch.float32)
+
+
+def _make_delta_rule(chunked: bool):
+    def delta_rule(query, key, value, g, beta, chunk_size=64, initial_state=None, output_final_state=False,
+                   use_qk_l2norm_in_kernel=False, **kwargs):
+        out, state = torch.ops.graphsim.gated_delta_rule(
+            query, key, value, g, beta, initial_state, bool(use_qk_l2norm_in_kernel), chunked
+        )
+        return out, (state if output_final_state else None)
+
+    return delta_rule
+
+
+# Python-loop kernels that transformers' modelling files call by module-global name, and the
+# semantic op that replaces each while tracing (keyed by the kernel's role, not by model).
+LOOP_KERNELS = {
+    "torch_chunk_gated_delta_rule": _make_delta_rule(chunked=True),
+    "torch_recurrent_gated_delta_rule": _make_delta_rule(chunked=False),
+}
+
+
+@contextlib.contextmanager
+def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
+    """Swap Python-loop kernels in the model's modelling modules for semantic ops; restore after."""
+    patched: list[tuple[object, str, object]] = []
+    modules = {type(m).__module__ for m in model.modules()}
+    for mod_name in sorted(modules):
+        mod = sys.modules.get(mod_name)
+        if mod is None:
+            continue
+        for fn_name, repl in LOOP_KERNELS.items():
+            if hasattr(mod, fn_name):
+                patched.append((mod, fn_name, getattr(mod, fn_name)))
+                setattr(mod, fn_name, repl)
+    try:
+        yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched]
+    finally:
+        for mod, name, orig in patched:
+            setattr(mod, name, orig)
+
+
+_REGISTERED = False
+
+
+def register() -> None:
+    """Register the graphsim attention and experts implementations with transformers (idempotent)."""
+    global _REGISTERED
+    if _REGISTERED:
+        return
+    from transformers import AttentionInterface
+    from transformers.integrations.moe import ExpertsInterface
+
+    AttentionInterface.register(IMPL_NAME, graphsim_attention_forward)
+    ExpertsInterface.register(IMPL_NAME, graphsim_experts_forward)
+    _REGISTERED = True
