@@ -1,0 +1,92 @@
+"""Kernel dtypes: the numeric mode a kernel runs in (a quantisation scheme, not just an element type).
+
+A profile.db row is keyed on these. `fp8_block` (block-scaled FP8) and `int4_wo` (4-bit weights,
+16-bit activations) time differently from plain `fp8` / `int8`, so they are separate members.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class PeakClass(str, Enum):
+    """Which tensor-core peak a dtype runs at; keys of `HardwareSpec.peak_flops_per_s`."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    FP4 = "fp4"
+
+
+class KernelDtype(str, Enum):
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"  # e4m3, per-tensor or per-channel scales
+    FP8_BLOCK = "fp8_block"  # e4m3 with block scales (DeepSeek-style 128x128)
+    INT8 = "int8"
+    INT8_SQ = "int8_sq"  # SmoothQuant W8A8
+    INT8_WO = "int8_wo"  # 8-bit weights, 16-bit activations
+    INT4_WO = "int4_wo"  # 4-bit weights, 16-bit activations
+    NVFP4 = "nvfp4"
+    MXFP4 = "mxfp4"
+    W4A16_MXFP4 = "w4a16_mxfp4"
+    W4A8_MXFP4_MXFP8 = "w4a8_mxfp4_mxfp8"
+    W4AFP8 = "w4afp8"
+
+    @property
+    def element_bytes(self) -> float:
+        """Bytes per stored element of the weights / payload (scales not counted)."""
+        return _ELEMENT_BYTES[self]
+
+    @property
+    def activation_bytes(self) -> float:
+        """Bytes per activation element the kernel reads and writes."""
+        return _ACTIVATION_BYTES.get(self, self.element_bytes)
+
+    @property
+    def peak_class(self) -> PeakClass:
+        return _PEAK[self]
+
+
+_ELEMENT_BYTES: dict[KernelDtype, float] = {
+    KernelDtype.FP32: 4, KernelDtype.BF16: 2, KernelDtype.FP16: 2, KernelDtype.FP8: 1,
+    KernelDtype.FP8_BLOCK: 1, KernelDtype.INT8: 1, KernelDtype.INT8_SQ: 1, KernelDtype.INT8_WO: 1,
+    KernelDtype.INT4_WO: 0.5, KernelDtype.NVFP4: 0.5, KernelDtype.MXFP4: 0.5,
+    KernelDtype.W4A16_MXFP4: 0.5, KernelDtype.W4A8_MXFP4_MXFP8: 0.5, KernelDtype.W4AFP8: 0.5,
+}
+_ACTIVATION_BYTES: dict[KernelDtype, float] = {
+    KernelDtype.INT8_WO: 2, KernelDtype.INT4_WO: 2, KernelDtype.W4A16_MXFP4: 2,
+    KernelDtype.W4A8_MXFP4_MXFP8: 1, KernelDtype.W4AFP8: 1,
+}
+_PEAK: dict[KernelDtype, PeakClass] = {
+    KernelDtype.FP32: PeakClass.FP32, KernelDtype.BF16: PeakClass.BF16, KernelDtype.FP16: PeakClass.FP16,
+    KernelDtype.FP8: PeakClass.FP8, KernelDtype.FP8_BLOCK: PeakClass.FP8, KernelDtype.INT8: PeakClass.INT8,
+    KernelDtype.INT8_SQ: PeakClass.INT8, KernelDtype.INT8_WO: PeakClass.BF16,
+    KernelDtype.INT4_WO: PeakClass.BF16, KernelDtype.NVFP4: PeakClass.FP4, KernelDtype.MXFP4: PeakClass.FP4,
+    KernelDtype.W4A16_MXFP4: PeakClass.BF16, KernelDtype.W4A8_MXFP4_MXFP8: PeakClass.FP8,
+    KernelDtype.W4AFP8: PeakClass.FP8,
+}
+
+# Other spellings (torch, HF configs, aiconfigurator tables) → KernelDtype.
+_ALIASES: dict[str, KernelDtype] = {
+    "float32": KernelDtype.FP32, "float": KernelDtype.FP32, "f32": KernelDtype.FP32,
+    "bfloat16": KernelDtype.BF16, "float16": KernelDtype.FP16, "half": KernelDtype.FP16,
+    "f16": KernelDtype.FP16, "float8_e4m3fn": KernelDtype.FP8, "f8e4m3": KernelDtype.FP8,
+    "sq": KernelDtype.INT8_SQ, "i8": KernelDtype.INT8, "fp4": KernelDtype.NVFP4,
+}
+
+
+def parse_kernel_dtype(name: str) -> KernelDtype:
+    """`bfloat16`, `torch.bfloat16`, `bf16`, `half`, `fp8_block`, ... → KernelDtype (ValueError if unknown)."""
+    key = name.strip().lower().removeprefix("torch.")
+    if key in _ALIASES:
+        return _ALIASES[key]
+    try:
+        return KernelDtype(key)
+    except ValueError:
+        known = ", ".join(d.value for d in KernelDtype)
+        raise ValueError(f"unknown kernel dtype '{name}' (known: {known})") from None

@@ -1,0 +1,209 @@
+"""Hardware specs: datasheet peaks for GPUs (profiles/hardware/*.json) and a measured local CPU.
+
+A spec feeds the roofline fallback: max(flops / peak, bytes / bandwidth), plus interconnect
+bandwidth and latency for collectives. GPU numbers are vendor datasheet figures (each JSON names its
+source); peaks are *dense* (datasheet sparsity figures halved). The local CPU is measured with numpy
+(`measure_cpu_spec`), not guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from graphsim.costing.dtypes import KernelDtype, PeakClass
+from graphsim.costing.errors import HardwareSpecError
+
+
+class DeviceKind(str, Enum):
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    id: str  # file stem, e.g. "h200_sxm"
+    name: str  # e.g. "NVIDIA H200 SXM 141GB"
+    kind: DeviceKind
+    memory_bytes: int
+    memory_bandwidth_bytes_per_s: float
+    peak_flops_per_s: dict[PeakClass, float]  # dense peaks; absent = no such hardware path
+    interconnect: str = ""  # e.g. "NVLink 4", "PCIe Gen4 x16"
+    interconnect_bandwidth_bytes_per_s: float = 0.0  # per device, one direction
+    interconnect_latency_us: float = 0.0
+    devices_per_node: int = 1
+    source: str = ""  # where the numbers come from (datasheet URL, or how they were measured)
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
+
+    def peak_flops(self, what: KernelDtype | PeakClass) -> float | None:
+        """Dense peak FLOP/s for a dtype, or None where the hardware has no such path.
+
+        BF16 and FP16 stand in for each other; a CPU spec uses its FP32 peak for any dtype it
+        did not measure (CPU kernels of 16-bit types do not run faster than FP32 in eager torch)."""
+        cls = what.peak_class if isinstance(what, KernelDtype) else what
+        if cls in self.peak_flops_per_s:
+            return self.peak_flops_per_s[cls]
+        twin = {PeakClass.BF16: PeakClass.FP16, PeakClass.FP16: PeakClass.BF16}.get(cls)
+        if twin in self.peak_flops_per_s:
+            return self.peak_flops_per_s[twin]
+        if self.kind is DeviceKind.CPU:
+            return self.peak_flops_per_s.get(PeakClass.FP32)
+        return None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "kind": self.kind.value,
+            "memory_bytes": self.memory_bytes,
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "peak_dense_flops_per_s": {k.value: v for k, v in self.peak_flops_per_s.items()},
+            "interconnect": self.interconnect,
+            "interconnect_bandwidth_bytes_per_s": self.interconnect_bandwidth_bytes_per_s,
+            "interconnect_latency_us": self.interconnect_latency_us,
+            "devices_per_node": self.devices_per_node,
+            "source": self.source,
+            "notes": self.notes,
+            "aliases": list(self.aliases),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, object], origin: str = "") -> "HardwareSpec":
+        try:
+            return cls(
+                id=str(data["id"]),
+                name=str(data["name"]),
+                kind=DeviceKind(data["kind"]),
+                memory_bytes=int(data["memory_bytes"]),  # type: ignore[arg-type]
+                memory_bandwidth_bytes_per_s=float(data["memory_bandwidth_bytes_per_s"]),  # type: ignore[arg-type]
+                peak_flops_per_s={PeakClass(k): float(v) for k, v in dict(data["peak_dense_flops_per_s"]).items()},  # type: ignore[call-overload]
+                interconnect=str(data.get("interconnect", "")),
+                interconnect_bandwidth_bytes_per_s=float(data.get("interconnect_bandwidth_bytes_per_s", 0.0)),  # type: ignore[arg-type]
+                interconnect_latency_us=float(data.get("interconnect_latency_us", 0.0)),  # type: ignore[arg-type]
+                devices_per_node=int(data.get("devices_per_node", 1)),  # type: ignore[call-overload]
+                source=str(data.get("source", "")),
+                notes=str(data.get("notes", "")),
+                aliases=tuple(str(a) for a in data.get("aliases", ())),  # type: ignore[union-attr]
+            )
+        except (KeyError, ValueError, TypeError) as e:
+            raise HardwareSpecError(f"malformed hardware spec {origin or data.get('id', '?')}: {e!r}; "
+                                    "see profiles/hardware/*.json for the format") from e
+
+
+def _hardware_dir():
+    return resources.files("graphsim.profiles") / "hardware"
+
+
+def list_hardware() -> list[HardwareSpec]:
+    """The shipped specs (profiles/hardware/*.json), sorted by id."""
+    out = []
+    for entry in _hardware_dir().iterdir():
+        if entry.name.endswith(".json"):
+            out.append(HardwareSpec.from_json(json.loads(entry.read_text()), entry.name))
+    return sorted(out, key=lambda s: s.id)
+
+
+def load_hardware(name: str) -> HardwareSpec:
+    """A spec by id (`h200_sxm`), alias (`h200`, case-insensitive) or path to a JSON file."""
+    if name.endswith(".json") or os.sep in name:
+        p = Path(name)
+        if not p.is_file():
+            raise HardwareSpecError(f"no hardware spec file '{name}'")
+        return HardwareSpec.from_json(json.loads(p.read_text()), str(p))
+    want = name.strip().lower().replace("-", "_")
+    specs = list_hardware()
+    for spec in specs:
+        if want == spec.id or want in (a.lower().replace("-", "_") for a in spec.aliases):
+            return spec
+    known = ", ".join(s.id for s in specs)
+    raise HardwareSpecError(f"unknown hardware '{name}'; known: {known} (or pass a spec .json path)")
+
+
+def save_hardware(spec: HardwareSpec, path: str | os.PathLike[str]) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+    return p
+
+
+# ---- the local CPU, measured ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuMeasureSettings:
+    matmul_n: int = 2048  # square fp32 matmul size
+    copy_bytes: int = 256 * 2**20  # size of each array in the copy test
+    repeats: int = 5  # best of
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _best_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_cpu_spec(settings: CpuMeasureSettings = CpuMeasureSettings(), spec_id: str = "local_cpu") -> HardwareSpec:
+    """Measure this machine's peak FP32 GEMM FLOP/s and memory copy bandwidth with numpy.
+
+    Both are best-of-`repeats` achieved figures (what numpy's BLAS and a large copy reach), which
+    is the ceiling the CPU profiler's eager kernels can approach."""
+    n = settings.matmul_n
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), dtype=np.float32)
+    gemm_s = _best_seconds(lambda: np.matmul(a, b, out=c), settings.repeats)
+    fp32_flops = 2.0 * n**3 / gemm_s
+
+    elems = settings.copy_bytes // 8
+    src = np.ones(elems, dtype=np.float64)
+    dst = np.empty_like(src)
+    copy_s = _best_seconds(lambda: np.copyto(dst, src), settings.repeats)
+    bandwidth = 2.0 * src.nbytes / copy_s  # read + write
+
+    stamp = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    source = (f"measured with numpy {np.__version__} on {socket.gethostname()} at {stamp}: "
+              f"fp32 matmul {n}x{n}x{n} best of {settings.repeats}; "
+              f"copy of {settings.copy_bytes // 2**20} MiB best of {settings.repeats} (read+write bytes)")
+    return HardwareSpec(
+        id=spec_id,
+        name=f"{_cpu_name()} ({os.cpu_count()} logical cpus)",
+        kind=DeviceKind.CPU,
+        memory_bytes=_memory_bytes(),
+        memory_bandwidth_bytes_per_s=bandwidth,
+        peak_flops_per_s={PeakClass.FP32: fp32_flops},
+        source=source,
+        notes="achieved, not theoretical; other dtypes fall back to the fp32 peak",
+    )

@@ -1,0 +1,191 @@
+"""Kernel time lookup: exact row → interpolation → roofline → missing (DESIGN §1, issue 5 §4).
+
+`Curve` interpolates the rows of one geometry key over their batch-dependent coordinates
+(`m` for GEMMs; batch, q_len, kv_len for attention; tokens; message bytes) in log-log space:
+linear in log(time) against log(coordinate), one coordinate after another (bilinear where there
+are two, on ragged grids too: each slice interpolates over its own points). Inside the measured
+range the result lies between the neighbouring rows and is monotone where they are; outside it
+the edge segment's slope (clamped at >= 0, so a time never falls as work grows) extends it and
+the result is marked `extrapolated`. A coordinate measured at one value only is matched exactly
+or not at all.
+
+`KernelPricer` runs the chain for one profile.db and hardware spec, scalar (`time`) or vectorised
+over many points (`times`), and records every result's `TimeSource`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphsim.costing.hardware import HardwareSpec, load_hardware
+from graphsim.costing.kernels import KernelKey, Point, check_point, point_coords
+from graphsim.costing.profile_db import KernelRows, ProfileDB
+from graphsim.costing.roofline import roofline_us
+from graphsim.costing.timing import Timing, TimeSource
+
+# Source codes used in vectorised results: index into SOURCES.
+SOURCES: tuple[TimeSource, ...] = tuple(TimeSource)
+MEASURED, INTERPOLATED, EXTRAPOLATED, ROOFLINE, MISSING = (SOURCES.index(s) for s in SOURCES)
+
+
+class _Level:
+    """One coordinate of a grid: sorted distinct values, and per value either a time (last
+    coordinate) or the sub-grid over the remaining coordinates."""
+
+    __slots__ = ("x", "logx", "times", "children")
+
+    def __init__(self, coords: np.ndarray, times: np.ndarray) -> None:
+        order = np.lexsort(coords.T[::-1])
+        coords, times = coords[order], times[order]
+        self.x, starts = np.unique(coords[:, 0], return_index=True)
+        self.logx = np.log(self.x.astype(np.float64))
+        if coords.shape[1] == 1:
+            self.times = times[starts].astype(np.float64)
+            self.children: list[_Level] | None = None
+        else:
+            self.times = None
+            bounds = list(starts) + [len(coords)]
+            self.children = [_Level(coords[a:b, 1:], times[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def _at(self, index: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Values of entries `index` (one per query) at the remaining coordinates `q[:, 1:]`."""
+        if self.children is None:
+            return self.times[index], np.full(len(index), MEASURED, dtype=np.int8)
+        t = np.empty(len(index))
+        s = np.empty(len(index), dtype=np.int8)
+        for i in np.unique(index):
+            sel = index == i
+            t[sel], s[sel] = self.children[i].evaluate(q[sel, 1:])
+        return t, s
+
+    def evaluate(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """q: (N, d) float coordinates (>= 1). Returns times (NaN where unavailable) and source codes."""
+        n = len(q)
+        t = np.full(n, np.nan)
+        s = np.full(n, MISSING, dtype=np.int8)
+        if n == 0:
+            return t, s
+        qx = q[:, 0]
+        idx = np.searchsorted(self.x, qx)
+        exact = (idx < len(self.x)) & (self.x[np.minimum(idx, len(self.x) - 1)] == qx)
+        if exact.any():
+            t[exact], s[exact] = self._at(idx[exact], q[exact])
+        rest = ~exact
+        if len(self.x) < 2 or not rest.any():
+            return t, s
+        qr = q[rest]
+        lo = np.clip(idx[rest] - 1, 0, len(self.x) - 2)
+        hi = lo + 1
+        t_lo, s_lo = self._at(lo, qr)
+        t_hi, s_hi = self._at(hi, qr)
+        lq = np.log(qr[:, 0])
+        x_lo, x_hi = self.logx[lo], self.logx[hi]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y_lo, y_hi = np.log(t_lo), np.log(t_hi)
+            slope = (y_hi - y_lo) / (x_hi - x_lo)
+        below, above = lq < self.logx[0], lq > self.logx[-1]
+        inside = ~(below | above)
+        y = y_lo + slope * (lq - x_lo)
+        flat = np.maximum(slope, 0.0)
+        y = np.where(below, y_lo + flat * (lq - x_lo), y)
+        y = np.where(above, y_hi + flat * (lq - x_hi), y)
+        out = np.exp(y)
+        # inside: stay within the neighbours (guards rounding in exp(log(.)))
+        out = np.where(inside, np.clip(out, np.minimum(t_lo, t_hi), np.maximum(t_lo, t_hi)), out)
+        src = np.maximum(np.maximum(s_lo, s_hi), np.where(inside, INTERPOLATED, EXTRAPOLATED).astype(np.int8))
+        bad = (s_lo == MISSING) | (s_hi == MISSING) | ~np.isfinite(out)
+        out[bad] = np.nan
+        src[bad] = MISSING
+        t[rest], s[rest] = out, src
+        return t, s
+
+
+class Curve:
+    """Interpolator over all rows of one geometry key."""
+
+    def __init__(self, rows: KernelRows) -> None:
+        if len(rows) == 0:
+            raise ValueError(f"no rows for {rows.key}")
+        self.key = rows.key
+        self.num_rows = len(rows)
+        self.dims = rows.coords.shape[1]
+        self._grid = _Level(rows.coords.astype(np.int64), rows.times_us.astype(np.float64))
+
+    def evaluate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """coords (N, d) in point order → (times_us with NaN where unavailable, source codes int8:
+        MEASURED / INTERPOLATED / EXTRAPOLATED / MISSING)."""
+        q = np.asarray(coords, dtype=np.float64).reshape(-1, self.dims)
+        if np.any(q < 1):
+            raise ValueError("coordinates must be >= 1")
+        return self._grid.evaluate(q)
+
+    def at(self, point: Point) -> Timing:
+        check_point(self.key, point)
+        t, s = self.evaluate(np.asarray([point_coords(point)]))
+        src = SOURCES[int(s[0])]
+        if src is TimeSource.MISSING:
+            return Timing.missing(f"{self.num_rows} rows do not cover {point}")
+        return Timing(float(t[0]), src, f"{self.num_rows} rows")
+
+
+@dataclass
+class KernelPricer:
+    """The lookup chain for one profile.db (optional) and hardware spec (optional).
+
+    With no explicit `hardware`, the spec named in the db's meta (`hardware`) is used if any."""
+
+    db: ProfileDB | None = None
+    hardware: HardwareSpec | None = None
+
+    def __post_init__(self) -> None:
+        self._curves: dict[KernelKey, Curve | None] = {}
+        if self.hardware is None and self.db is not None and self.db.meta.hardware:
+            self.hardware = load_hardware(self.db.meta.hardware)
+
+    def curve(self, key: KernelKey) -> Curve | None:
+        if key not in self._curves:
+            rows = self.db.rows(key) if self.db is not None else None
+            self._curves[key] = Curve(rows) if rows is not None and len(rows) else None
+        return self._curves[key]
+
+    def time(self, key: KernelKey, point: Point) -> Timing:
+        check_point(key, point)
+        curve = self.curve(key)
+        if curve is not None:
+            timing = curve.at(point)
+            if not timing.is_missing:
+                return timing
+        if self.hardware is not None:
+            rt = roofline_us(self.hardware, key, np.asarray([point_coords(point)]))
+            if rt is not None:
+                return Timing(float(rt[0]), TimeSource.ROOFLINE, f"{self.hardware.id} spec")
+        return Timing.missing(self._why_missing(key, curve))
+
+    def times(self, key: KernelKey, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised chain: coords (N, d) → (times_us, NaN where missing; source codes, see SOURCES)."""
+        q = np.asarray(coords, dtype=np.float64).reshape(-1, len(key.POINT.__dataclass_fields__))
+        curve = self.curve(key)
+        if curve is not None:
+            t, s = curve.evaluate(q)
+        else:
+            t, s = np.full(len(q), np.nan), np.full(len(q), MISSING, dtype=np.int8)
+        need = s == MISSING
+        if need.any() and self.hardware is not None:
+            rt = roofline_us(self.hardware, key, q[need])
+            if rt is not None:
+                t[need] = rt
+                s[need] = ROOFLINE
+        return t, s
+
+    def _why_missing(self, key: KernelKey, curve: Curve | None) -> str:
+        data = "no profile rows" if curve is None else "profile rows do not cover the point"
+        if self.hardware is None:
+            return f"{data} for {key} and no hardware spec"
+        return f"{data} for {key}, and {self.hardware.id} has no roofline for it"
+
+
+def lookup(db: ProfileDB | None, key: KernelKey, point: Point, hardware: HardwareSpec | None = None) -> Timing:
+    """One-off lookup through the chain (build a `KernelPricer` to price many kernels)."""
+    return KernelPricer(db, hardware).time(key, point)

@@ -1,0 +1,245 @@
+"""Kernel table identities: the kinds of kernel profile.db holds, their geometry keys and points.
+
+A *key* names one kernel geometry (model dimensions + dtypes only, DESIGN §5.4); a *point* gives
+the batch-dependent coordinates (`m`, tokens, context, ...) that vary at evaluation. Every key
+class says its table (`KIND`); every point class lists its coordinates in interpolation order
+(outermost first). profile.db columns are these field names, so renaming a field is a schema change.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import astuple, dataclass, fields
+from enum import Enum
+from typing import ClassVar, Union
+
+from graphsim.costing.dtypes import KernelDtype
+
+
+class KernelKind(str, Enum):
+    """One profile.db table per kind."""
+
+    GEMM = "gemm"
+    ATTENTION_PREFILL = "attention_prefill"
+    ATTENTION_DECODE = "attention_decode"
+    MLA_PREFILL = "mla_prefill"  # the MLA attention kernel alone
+    MLA_DECODE = "mla_decode"
+    MLA_MODULE_PREFILL = "mla_module_prefill"  # the engine's whole MLA module (projections included)
+    MLA_MODULE_DECODE = "mla_module_decode"
+    MOE = "moe"
+    COLLECTIVE = "collective"
+    ELEMENTWISE = "elementwise"  # norms, rotary, activations, adds: memory-bound per-token work
+
+
+class CollectiveOp(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_TO_ALL = "all_to_all"
+
+
+class MoeRouting(str, Enum):
+    """How tokens were spread over experts when the MoE kernel was timed."""
+
+    BALANCED = "balanced"
+    RANDOM = "random"
+    POWER_LAW_1_01 = "power_law_1.01"
+    POWER_LAW_1_2 = "power_law_1.2"
+
+
+# ---- points (batch-dependent coordinates; all >= 1) -------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmPoint:
+    m: int  # rows = tokens in the step
+
+
+@dataclass(frozen=True)
+class AttentionPrefillPoint:
+    """`batch` sequences, each with `q_len` new tokens attending to `kv_len` keys (kv_len >= q_len;
+    kv_len = cached prefix + q_len)."""
+
+    batch: int
+    q_len: int
+    kv_len: int
+
+
+@dataclass(frozen=True)
+class AttentionDecodePoint:
+    """`batch` sequences, each with one new token attending to `kv_len` keys (cached + 1)."""
+
+    batch: int
+    kv_len: int
+
+
+@dataclass(frozen=True)
+class TokensPoint:
+    tokens: int  # tokens in the step (MoE: before routing, i.e. not multiplied by topk)
+
+
+@dataclass(frozen=True)
+class MessagePoint:
+    message_bytes: int  # bytes of the tensor each rank contributes (all-reduce: the full tensor)
+
+
+Point = Union[GemmPoint, AttentionPrefillPoint, AttentionDecodePoint, TokensPoint, MessagePoint]
+
+
+# ---- keys (model geometry + dtypes) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmKey:
+    KIND: ClassVar[KernelKind] = KernelKind.GEMM
+    POINT: ClassVar[type] = GemmPoint
+    n: int  # output features
+    k: int  # input features
+    dtype: KernelDtype
+
+
+@dataclass(frozen=True)
+class _AttentionGeometry:
+    num_heads: int  # query heads on this rank
+    num_kv_heads: int  # KV heads on this rank
+    head_dim: int
+    dtype: KernelDtype
+    kv_dtype: KernelDtype
+    window: int = 0  # sliding window in tokens; 0 = full attention
+
+
+@dataclass(frozen=True)
+class AttentionPrefillKey(_AttentionGeometry):
+    KIND: ClassVar[KernelKind] = KernelKind.ATTENTION_PREFILL
+    POINT: ClassVar[type] = AttentionPrefillPoint
+
+
+@dataclass(frozen=True)
+class AttentionDecodeKey(_AttentionGeometry):
+    KIND: ClassVar[KernelKind] = KernelKind.ATTENTION_DECODE
+    POINT: ClassVar[type] = AttentionDecodePoint
+
+
+@dataclass(frozen=True)
+class _MlaGeometry:
+    num_heads: int  # query heads on this rank
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    dtype: KernelDtype
+    kv_dtype: KernelDtype
+
+
+@dataclass(frozen=True)
+class MlaPrefillKey(_MlaGeometry):
+    KIND: ClassVar[KernelKind] = KernelKind.MLA_PREFILL
+    POINT: ClassVar[type] = AttentionPrefillPoint
+
+
+@dataclass(frozen=True)
+class MlaDecodeKey(_MlaGeometry):
+    KIND: ClassVar[KernelKind] = KernelKind.MLA_DECODE
+    POINT: ClassVar[type] = AttentionDecodePoint
+
+
+@dataclass(frozen=True)
+class _MlaModuleGeometry(_MlaGeometry):
+    hidden_size: int
+    q_lora_rank: int  # 0: no low-rank query projection
+    gemm_dtype: KernelDtype  # dtype of the module's projections
+
+
+@dataclass(frozen=True)
+class MlaModulePrefillKey(_MlaModuleGeometry):
+    KIND: ClassVar[KernelKind] = KernelKind.MLA_MODULE_PREFILL
+    POINT: ClassVar[type] = AttentionPrefillPoint
+
+
+@dataclass(frozen=True)
+class MlaModuleDecodeKey(_MlaModuleGeometry):
+    KIND: ClassVar[KernelKind] = KernelKind.MLA_MODULE_DECODE
+    POINT: ClassVar[type] = AttentionDecodePoint
+
+
+@dataclass(frozen=True)
+class MoeKey:
+    KIND: ClassVar[KernelKind] = KernelKind.MOE
+    POINT: ClassVar[type] = TokensPoint
+    hidden_size: int
+    inter_size: int  # per-expert intermediate size before MoE TP sharding
+    topk: int
+    num_experts: int  # routed experts in the whole model
+    tp: int  # MoE tensor-parallel size
+    ep: int  # expert-parallel size
+    dtype: KernelDtype
+    routing: MoeRouting = MoeRouting.BALANCED
+
+
+@dataclass(frozen=True)
+class CollectiveKey:
+    KIND: ClassVar[KernelKind] = KernelKind.COLLECTIVE
+    POINT: ClassVar[type] = MessagePoint
+    op: CollectiveOp
+    num_gpus: int
+    dtype: KernelDtype
+    implementation: str = "nccl"  # e.g. nccl, vllm_custom_graph, vllm_custom_eager
+
+
+@dataclass(frozen=True)
+class ElementwiseKey:
+    """Per-token memory-bound work: `op` names it (rms_norm, rotary, silu_and_mul, add, ...),
+    `width` is the per-token feature count it reads (e.g. hidden size)."""
+
+    KIND: ClassVar[KernelKind] = KernelKind.ELEMENTWISE
+    POINT: ClassVar[type] = TokensPoint
+    op: str
+    width: int
+    dtype: KernelDtype
+
+
+KernelKey = Union[
+    GemmKey, AttentionPrefillKey, AttentionDecodeKey, MlaPrefillKey, MlaDecodeKey,
+    MlaModulePrefillKey, MlaModuleDecodeKey, MoeKey, CollectiveKey, ElementwiseKey,
+]
+
+KEY_CLASSES: dict[KernelKind, type] = {
+    cls.KIND: cls
+    for cls in (GemmKey, AttentionPrefillKey, AttentionDecodeKey, MlaPrefillKey, MlaDecodeKey,
+                MlaModulePrefillKey, MlaModuleDecodeKey, MoeKey, CollectiveKey, ElementwiseKey)
+}
+
+
+def point_coords(point: Point) -> tuple[int, ...]:
+    """A point's coordinates in interpolation order."""
+    return astuple(point)
+
+
+def coord_names(point_cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(point_cls))
+
+
+def check_point(key: KernelKey, point: Point) -> None:
+    """Raise ValueError unless `point` is the point type of `key`'s table with all coordinates >= 1."""
+    if type(point) is not key.POINT:
+        raise ValueError(f"{key.KIND.value} takes a {key.POINT.__name__}, got {type(point).__name__}")
+    for name, value in zip(coord_names(type(point)), point_coords(point)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{key.KIND.value} coordinate {name} must be an int >= 1, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timed row: the representative time (median when we measured it; the collector's mean for
+    imported data: see `ProfileMeta.time_statistic`) with spread and sample count where known."""
+
+    time_us: float
+    p10_us: float | None = None
+    p90_us: float | None = None
+    std_us: float | None = None
+    samples: int | None = None
+    kernel: str = ""  # implementation that ran (e.g. a cutlass or triton kernel label); not a key
+
+    def __post_init__(self) -> None:
+        if not (self.time_us > 0 and self.time_us < float("inf")):
+            raise ValueError(f"time_us must be a finite positive number, got {self.time_us!r}")

@@ -1,0 +1,340 @@
+"""profile.db: SQLite storage of measured kernel times (DESIGN §4, issue 5 §1).
+
+- `ProfileDB.open(path)` opens read-only for lookups and checks the file: not SQLite, no `meta`
+  table or another schema version → a `ProfileDBError` subclass whose message names the fix.
+- `ProfileDB.create(path, meta)` opens for writing in WAL mode. An existing file made for the same
+  device and engine is *resumed*: its rows stay, `has_row` / `missing` tell a profiler which points
+  are still to measure. Writes go in transactions (`put_many`, or `with db.transaction():`), so an
+  interrupted run loses at most the transaction in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from graphsim.costing.errors import (
+    ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError,
+)
+from graphsim.costing.kernels import (
+    KernelKey, KernelKind, Measurement, Point, check_point, point_coords,
+)
+from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
+
+REBUILD_HINT = "rebuild it with `graphsim profile ... -o DB` or `graphsim profiles import-aiconfigurator ... -o DB`"
+
+
+class TimeStatistic(str, Enum):
+    """What `time_us` holds in a profile.db."""
+
+    MEDIAN = "median"  # graphsim's profiler: median of the timed repeats
+    MEAN = "mean"  # e.g. aiconfigurator's collector: mean of CUDA-graph replays
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass(frozen=True)
+class ProfileMeta:
+    """The `meta` table: one row per field; `provenance` is stored as JSON."""
+
+    device: str  # what ran the kernels, e.g. "NVIDIA H200" or "cpu: AMD EPYC 9654"
+    hardware: str = ""  # hardware spec id (profiles/hardware/<id>.json) for the roofline fallback
+    engine: str = ""  # vllm / sglang / trtllm / torch-eager
+    engine_version: str = ""
+    torch_version: str = ""
+    time_statistic: TimeStatistic = TimeStatistic.MEDIAN
+    created_utc: str = field(default_factory=_utc_now)
+    provenance: dict[str, str] = field(default_factory=dict)  # free-form origin facts
+    schema_version: int = SCHEMA_VERSION
+
+    def to_rows(self) -> list[tuple[str, str]]:
+        out = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "provenance":
+                out.append((f.name, json.dumps(v, sort_keys=True)))
+            else:
+                out.append((f.name, v.value if isinstance(v, Enum) else str(v)))
+        return out
+
+    @classmethod
+    def from_rows(cls, rows: dict[str, str]) -> "ProfileMeta":
+        return cls(
+            device=rows.get("device", ""),
+            hardware=rows.get("hardware", ""),
+            engine=rows.get("engine", ""),
+            engine_version=rows.get("engine_version", ""),
+            torch_version=rows.get("torch_version", ""),
+            time_statistic=TimeStatistic(rows.get("time_statistic", TimeStatistic.MEDIAN.value)),
+            created_utc=rows.get("created_utc", ""),
+            provenance={str(k): str(v) for k, v in json.loads(rows.get("provenance", "{}")).items()},
+            schema_version=int(rows.get("schema_version", "0")),
+        )
+
+
+@dataclass(frozen=True)
+class KernelRows:
+    """All rows of one kernel geometry: coordinates (n, d) in point order, sorted; times (n,)."""
+
+    key: KernelKey
+    coords: np.ndarray  # int64, shape (n, d)
+    times_us: np.ndarray  # float64, shape (n,)
+
+    def __len__(self) -> int:
+        return len(self.times_us)
+
+
+class ProfileDB:
+    """A profile.db connection. Use `open` (read-only) or `create` (write / resume)."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, meta: ProfileMeta, readonly: bool) -> None:
+        self._conn = conn
+        self.path = path
+        self.meta = meta
+        self.readonly = readonly
+        self._tx_depth = 0
+        self._rows_cache: dict[KernelKey, KernelRows] = {}
+
+    # ---- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> "ProfileDB":
+        """Open an existing profile.db read-only (for lookups)."""
+        p = Path(path)
+        if not p.is_file():
+            raise ProfileDBError(f"no profile.db at '{p}'; build one with `graphsim profile ... -o {p}` "
+                                 f"or `graphsim profiles import-aiconfigurator ... -o {p}`")
+        conn = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None,
+                               check_same_thread=False)
+        meta = _validate(conn, p)
+        return cls(conn, p, meta, readonly=True)
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], meta: ProfileMeta, *, overwrite: bool = False) -> "ProfileDB":
+        """Open `path` for writing. A new file gets the schema and `meta`; an existing one is
+        resumed if it was made for the same device and engine (else `ProfileDBMismatchError`),
+        or replaced when `overwrite`."""
+        p = Path(path)
+        if overwrite:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(str(p) + suffix).unlink(missing_ok=True)
+        existed = p.is_file() and p.stat().st_size > 0
+        p.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)
+        if existed:
+            old = _validate(conn, p)
+            for attr in ("device", "engine", "engine_version"):
+                if getattr(old, attr) != getattr(meta, attr):
+                    conn.close()
+                    raise ProfileDBMismatchError(
+                        f"'{p}' holds data for {attr} '{getattr(old, attr)}', not '{getattr(meta, attr)}'; "
+                        "write to another file or pass --overwrite")
+            meta = replace(meta, created_utc=old.created_utc, provenance={**old.provenance, **meta.provenance})
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(META_DDL)
+            for spec in TABLES.values():
+                conn.execute(spec.ddl())
+            conn.executemany(f"INSERT OR REPLACE INTO {META_TABLE} (key, value) VALUES (?, ?)", meta.to_rows())
+            conn.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise _db_error(e, p) from e
+        return cls(conn, p, meta, readonly=False)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "ProfileDB":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes: all of them land, or (on an exception or kill) none of them."""
+        self._require_writable()
+        if self._tx_depth:
+            self._tx_depth += 1
+            try:
+                yield
+            finally:
+                self._tx_depth -= 1
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._tx_depth = 1
+        try:
+            yield
+        except BaseException:
+            self._tx_depth = 0
+            self._conn.execute("ROLLBACK")
+            raise
+        self._tx_depth = 0
+        self._conn.execute("COMMIT")
+
+    def put(self, key: KernelKey, point: Point, measurement: Measurement) -> None:
+        """Insert or replace one row (its own transaction unless inside `transaction()`)."""
+        self.put_many([(key, point, measurement)])
+
+    def put_many(self, rows: Iterable[tuple[KernelKey, Point, Measurement]]) -> int:
+        """Insert or replace rows in one transaction; returns how many."""
+        self._require_writable()
+        by_kind: dict[KernelKind, list[tuple[object, ...]]] = {}
+        for key, point, m in rows:
+            check_point(key, point)
+            spec = TABLES[key.KIND]
+            by_kind.setdefault(key.KIND, []).append(
+                _key_values(spec, key) + tuple(point_coords(point))
+                + (m.time_us, m.p10_us, m.p90_us, m.std_us, m.samples, m.kernel))
+        with self.transaction():
+            for kind, values in by_kind.items():
+                spec = TABLES[kind]
+                cols = ", ".join(q(c) for c in spec.all_columns)
+                marks = ", ".join("?" * len(spec.all_columns))
+                self._exec_many(f"INSERT OR REPLACE INTO {spec.name} ({cols}) VALUES ({marks})", values)
+        self._rows_cache.clear()
+        return sum(len(v) for v in by_kind.values())
+
+    def update_provenance(self, extra: dict[str, str]) -> None:
+        self._require_writable()
+        self.meta = replace(self.meta, provenance={**self.meta.provenance, **extra})
+        self._exec(f"INSERT OR REPLACE INTO {META_TABLE} (key, value) VALUES (?, ?)",
+                   ("provenance", json.dumps(self.meta.provenance, sort_keys=True)))
+
+    # ---- reading ------------------------------------------------------------------------------
+
+    def get(self, key: KernelKey, point: Point) -> Measurement | None:
+        check_point(key, point)
+        spec = TABLES[key.KIND]
+        where, args = _where(spec, key, point)
+        cols = ", ".join(q(n) for n, _ in VALUE_COLUMNS)
+        row = self._exec(f"SELECT {cols} FROM {spec.name} WHERE {where}", args).fetchone()
+        return None if row is None else Measurement(*row)
+
+    def has_row(self, key: KernelKey, point: Point) -> bool:
+        check_point(key, point)
+        spec = TABLES[key.KIND]
+        where, args = _where(spec, key, point)
+        return self._exec(f"SELECT 1 FROM {spec.name} WHERE {where} LIMIT 1", args).fetchone() is not None
+
+    def missing(self, key: KernelKey, points: Sequence[Point]) -> list[Point]:
+        """The points of `points` that have no row yet for `key` (what a resumed run must measure)."""
+        have = {tuple(int(c) for c in row) for row in self.rows(key).coords}
+        return [p for p in points if tuple(point_coords(p)) not in have]
+
+    def rows(self, key: KernelKey) -> KernelRows:
+        """All rows for one geometry key, sorted by coordinates (cached)."""
+        cached = self._rows_cache.get(key)
+        if cached is not None:
+            return cached
+        spec = TABLES[key.KIND]
+        where, args = _where(spec, key, None)
+        pcols = ", ".join(q(c.name) for c in spec.point_columns)
+        data = self._exec(f"SELECT {pcols}, time_us FROM {spec.name} WHERE {where} ORDER BY {pcols}", args).fetchall()
+        d = len(spec.point_columns)
+        arr = np.asarray(data, dtype=np.float64).reshape(len(data), d + 1)
+        out = KernelRows(key, arr[:, :d].astype(np.int64), arr[:, d].copy())
+        self._rows_cache[key] = out
+        return out
+
+    def keys(self, kind: KernelKind) -> list[KernelKey]:
+        """Every geometry key that has rows in `kind`'s table."""
+        spec = TABLES[kind]
+        kcols = ", ".join(q(c.name) for c in spec.key_columns)
+        data = self._exec(f"SELECT DISTINCT {kcols} FROM {spec.name} ORDER BY {kcols}").fetchall()
+        return [spec.key_cls(*(c.from_sql(v) for c, v in zip(spec.key_columns, row))) for row in data]
+
+    def count(self, kind: KernelKind) -> int:
+        return int(self._exec(f"SELECT COUNT(*) FROM {TABLES[kind].name}").fetchone()[0])
+
+    def counts(self) -> dict[KernelKind, int]:
+        return {kind: self.count(kind) for kind in KernelKind}
+
+    # ---- internals ----------------------------------------------------------------------------
+
+    def _require_writable(self) -> None:
+        if self.readonly:
+            raise ProfileDBError(f"'{self.path}' was opened read-only; open it with ProfileDB.create to write")
+
+    def _exec(self, sql: str, args: Sequence[object] = ()) -> sqlite3.Cursor:
+        try:
+            return self._conn.execute(sql, args)
+        except sqlite3.DatabaseError as e:
+            raise _db_error(e, self.path) from e
+
+    def _exec_many(self, sql: str, rows: list[tuple[object, ...]]) -> None:
+        try:
+            self._conn.executemany(sql, rows)
+        except sqlite3.DatabaseError as e:
+            raise _db_error(e, self.path) from e
+
+
+def _key_values(spec: TableSpec, key: KernelKey) -> tuple[object, ...]:
+    if type(key) is not spec.key_cls:
+        raise ValueError(f"table {spec.name} takes {spec.key_cls.__name__}, got {type(key).__name__}")
+    return tuple(c.to_sql(getattr(key, c.name)) for c in spec.key_columns)
+
+
+def _where(spec: TableSpec, key: KernelKey, point: Point | None) -> tuple[str, tuple[object, ...]]:
+    cols = [c.name for c in spec.key_columns]
+    args = _key_values(spec, key)
+    if point is not None:
+        cols += [c.name for c in spec.point_columns]
+        args += tuple(point_coords(point))
+    return " AND ".join(f"{q(c)} = ?" for c in cols), args
+
+
+def _db_error(e: sqlite3.DatabaseError, path: Path) -> ProfileDBError:
+    msg = str(e)
+    if "not a database" in msg or "malformed" in msg or "disk image" in msg:
+        return ProfileDBCorruptError(f"'{path}' is not a readable profile.db ({msg}); delete it and {REBUILD_HINT}")
+    return ProfileDBError(f"'{path}': SQLite error: {msg}")
+
+
+def _validate(conn: sqlite3.Connection, path: Path) -> ProfileMeta:
+    """Check that `conn` is a profile.db of this schema version; return its meta."""
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if META_TABLE not in tables:
+            raise ProfileDBCorruptError(f"'{path}' is not a graphsim profile.db (no meta table); {REBUILD_HINT}")
+        rows = dict(conn.execute(f"SELECT key, value FROM {META_TABLE}").fetchall())
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise _db_error(e, path) from e
+    except ProfileDBError:
+        conn.close()
+        raise
+    try:
+        version = int(rows.get("schema_version", "0"))
+    except ValueError:
+        version = 0
+    if version != SCHEMA_VERSION:
+        conn.close()
+        raise ProfileDBVersionError(
+            f"'{path}' has profile.db schema version {version}, this graphsim reads version {SCHEMA_VERSION}; "
+            f"{REBUILD_HINT}")
+    absent = [s.name for s in TABLES.values() if s.name not in tables]
+    if absent:
+        conn.close()
+        raise ProfileDBCorruptError(f"'{path}' lacks tables {', '.join(absent)}; {REBUILD_HINT}")
+    try:
+        return ProfileMeta.from_rows(rows)
+    except (ValueError, json.JSONDecodeError) as e:
+        conn.close()
+        raise ProfileDBCorruptError(f"'{path}' has an unreadable meta table ({e}); {REBUILD_HINT}") from e

@@ -1,0 +1,158 @@
+"""Roofline times from a hardware spec: max(flops / peak, bytes / bandwidth) per kernel.
+
+`kernel_work` gives the FLOPs and DRAM bytes a kernel must move at least (per rank), from its
+key and points; `roofline_us` turns them into microseconds. Collectives are priced on the
+interconnect instead: latency + bus bytes / link bandwidth. All functions take point coordinates
+as an (N, d) array (d in the point class's field order) and return arrays, so a CostTree can price
+many batches at once. These are lower-bound estimates, marked `roofline`, never `measured`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphsim.costing.dtypes import KernelDtype
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.kernels import (
+    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey,
+    KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey,
+)
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """Per-point FLOPs and bytes (arrays of shape (N,))."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+
+
+def _out_bytes(dtype: KernelDtype) -> float:
+    return 4.0 if dtype is KernelDtype.FP32 else 2.0
+
+
+def _gemm(m: np.ndarray, n: float, k: float, dtype: KernelDtype) -> KernelWork:
+    flops = 2.0 * m * n * k
+    nbytes = m * k * dtype.activation_bytes + k * n * dtype.element_bytes + m * n * _out_bytes(dtype)
+    return KernelWork(flops, nbytes)
+
+
+def attended_pairs(q_len: np.ndarray, kv_len: np.ndarray, window: int) -> np.ndarray:
+    """Query-key pairs of causal attention per sequence: query i of q_len (absolute position
+    p = kv_len - q_len + i) sees min(p + 1, window) keys (window 0 = unbounded)."""
+    q = q_len.astype(np.float64)
+    kv = np.maximum(kv_len.astype(np.float64), q)
+    prefix = kv - q
+    pairs = q * prefix + q * (q + 1) / 2
+    if window > 0:
+        # subtract sum over positions p in [prefix, kv-1] of max(0, p + 1 - window)
+        lo = np.maximum(prefix, window)  # first p with p + 1 - window > 0
+        cnt = np.maximum(kv - lo, 0)
+        first = lo + 1 - window
+        pairs = pairs - cnt * first - cnt * (cnt - 1) / 2
+    return pairs
+
+
+def _attention(batch, q_len, kv_len, heads, kv_heads, qk_dim, v_dim, kv_row_bytes, window, dtype, kv_dtype) -> KernelWork:
+    pairs = attended_pairs(q_len, kv_len, window)
+    flops = 2.0 * batch * heads * pairs * (qk_dim + v_dim)
+    keys_read = np.minimum(kv_len, window) if window > 0 else kv_len
+    q_o_bytes = batch * q_len * heads * (qk_dim + v_dim) * dtype.activation_bytes
+    kv_bytes = batch * keys_read * kv_row_bytes * kv_dtype.activation_bytes * kv_heads
+    return KernelWork(flops, q_o_bytes + kv_bytes)
+
+
+def _moe(tokens: np.ndarray, key: MoeKey) -> KernelWork:
+    inter_rank = key.inter_size / key.tp
+    pairs = tokens * key.topk / key.ep  # token-expert pairs this rank computes (even spread)
+    flops = 2.0 * pairs * 3 * key.hidden_size * inter_rank  # gate + up + down
+    local = key.num_experts / key.ep
+    touched = local * (1 - (1 - 1 / key.num_experts) ** (tokens * key.topk))  # expected distinct experts
+    weight_bytes = touched * 3 * key.hidden_size * inter_rank * key.dtype.element_bytes
+    act_bytes = pairs * (2 * key.hidden_size + 3 * inter_rank) * key.dtype.activation_bytes
+    return KernelWork(flops, weight_bytes + act_bytes)
+
+
+def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
+    """FLOPs and bytes for `key` at points `coords` (N, d); None for collectives (see
+    `collective_roofline_us`)."""
+    c = np.asarray(coords, dtype=np.float64).reshape(-1, len(key.POINT.__dataclass_fields__))
+    if isinstance(key, GemmKey):
+        return _gemm(c[:, 0], key.n, key.k, key.dtype)
+    if isinstance(key, AttentionPrefillKey):
+        return _attention(c[:, 0], c[:, 1], c[:, 2], key.num_heads, key.num_kv_heads, key.head_dim,
+                          key.head_dim, 2 * key.head_dim, key.window, key.dtype, key.kv_dtype)
+    if isinstance(key, AttentionDecodeKey):
+        return _attention(c[:, 0], np.ones(len(c)), c[:, 1], key.num_heads, key.num_kv_heads, key.head_dim,
+                          key.head_dim, 2 * key.head_dim, key.window, key.dtype, key.kv_dtype)
+    if isinstance(key, (MlaPrefillKey, MlaModulePrefillKey)):
+        # prefill runs un-absorbed: per-head K of nope+rope dims and V of v dims, from the latent cache
+        work = _attention(c[:, 0], c[:, 1], c[:, 2], key.num_heads, 1, key.qk_nope_head_dim + key.qk_rope_head_dim,
+                          key.v_head_dim, key.kv_lora_rank + key.qk_rope_head_dim, 0, key.dtype, key.kv_dtype)
+        tokens = c[:, 0] * c[:, 1]
+        return _with_mla_projections(work, tokens, key) if isinstance(key, MlaModulePrefillKey) else work
+    if isinstance(key, (MlaDecodeKey, MlaModuleDecodeKey)):
+        # decode runs absorbed: every head attends over the shared latent (kv_lora_rank + rope)
+        work = _attention(c[:, 0], np.ones(len(c)), c[:, 1], key.num_heads, 1, key.kv_lora_rank + key.qk_rope_head_dim,
+                          key.kv_lora_rank, key.kv_lora_rank + key.qk_rope_head_dim, 0, key.dtype, key.kv_dtype)
+        return _with_mla_projections(work, c[:, 0], key) if isinstance(key, MlaModuleDecodeKey) else work
+    if isinstance(key, MoeKey):
+        return _moe(c[:, 0], key)
+    if isinstance(key, ElementwiseKey):
+        nbytes = 2.0 * c[:, 0] * key.width * key.dtype.activation_bytes  # read once, write once
+        return KernelWork(np.zeros(len(c)), nbytes)
+    return None
+
+
+def _with_mla_projections(work: KernelWork, tokens: np.ndarray, key: MlaModulePrefillKey | MlaModuleDecodeKey) -> KernelWork:
+    h, r = key.hidden_size, key.kv_lora_rank
+    qk = key.qk_nope_head_dim + key.qk_rope_head_dim
+    shapes = [(h, r + key.qk_rope_head_dim), (key.num_heads * key.v_head_dim, h)]  # kv_a, o_proj as (k, n)
+    if key.q_lora_rank:
+        shapes += [(h, key.q_lora_rank), (key.q_lora_rank, key.num_heads * qk)]
+    else:
+        shapes += [(h, key.num_heads * qk)]
+    shapes += [(r, key.num_heads * (key.qk_nope_head_dim + key.v_head_dim))]  # kv_b
+    flops, nbytes = work.flops.copy(), work.bytes.copy()
+    for k, n in shapes:
+        g = _gemm(tokens, n, k, key.gemm_dtype)
+        flops += g.flops
+        nbytes += g.bytes
+    return KernelWork(flops, nbytes)
+
+
+_BUS_FACTOR = {
+    CollectiveOp.ALL_REDUCE: lambda n: 2 * (n - 1) / n,
+    CollectiveOp.ALL_GATHER: lambda n: (n - 1) / n,
+    CollectiveOp.REDUCE_SCATTER: lambda n: (n - 1) / n,
+    CollectiveOp.ALL_TO_ALL: lambda n: (n - 1) / n,
+}
+
+
+def collective_roofline_us(spec: HardwareSpec, key: CollectiveKey, coords: np.ndarray) -> np.ndarray | None:
+    """Ring-algorithm estimate: latency + bus factor × message bytes / per-direction link bandwidth."""
+    if spec.interconnect_bandwidth_bytes_per_s <= 0:
+        return None
+    msg = np.asarray(coords, dtype=np.float64).reshape(-1)
+    factor = _BUS_FACTOR[key.op](key.num_gpus) if key.num_gpus > 1 else 0.0
+    return spec.interconnect_latency_us + factor * msg / spec.interconnect_bandwidth_bytes_per_s * 1e6
+
+
+def roofline_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) -> np.ndarray | None:
+    """Roofline time in µs for each point, or None where the spec cannot price this kernel
+    (no peak for its dtype, no bandwidth)."""
+    if isinstance(key, CollectiveKey):
+        return collective_roofline_us(spec, key, coords)
+    work = kernel_work(key, coords)
+    if work is None or spec.memory_bandwidth_bytes_per_s <= 0:
+        return None
+    mem_s = work.bytes / spec.memory_bandwidth_bytes_per_s
+    if not np.any(work.flops):
+        return mem_s * 1e6
+    dtype = key.gemm_dtype if isinstance(key, (MlaModulePrefillKey, MlaModuleDecodeKey)) else key.dtype
+    peak = spec.peak_flops(dtype)
+    if peak is None or peak <= 0:
+        return None
+    return np.maximum(work.flops / peak, mem_s) * 1e6
