@@ -67,10 +67,12 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
 
     t2 = time.perf_counter()
     sig = traced.program.graph_signature
+    canonical = _tied_parameter_names(m)
     placeholders: dict[str, tuple[str, str]] = {}
     for spec in sig.input_specs:
         kind = spec.kind.name.lower()
         target = spec.target or spec.arg.name
+        target = "model." + canonical.get(target.removeprefix("model."), target.removeprefix("model."))
         placeholders[spec.arg.name] = (
             "param" if kind == "parameter" else "buffer" if kind in ("buffer", "constant_tensor") else "input",
             target if kind != "user_input" else "input_ids",
@@ -92,11 +94,13 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
         "config_location": resolved.location,
         "dtype": str(built.dtype).removeprefix("torch."),
         "num_layers": len(plan.tags),
+        "layer_stack": plan.stack_path,
         "traced_layers": kept,
         "param_count": int(param_count),
         "params_per_layer": list(plan.params_per_layer),
         "quantization_config": built.quantization,
         "opaque_ops": sorted(set(ctx.opaque)),
+        "tied_params": canonical,
         "dynamic_tokens": traced.dynamic,
     })
     timings["convert_s"] = time.perf_counter() - t2
@@ -111,6 +115,18 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
         opaque_ops=opaque, dynamic_tokens=traced.dynamic, semantic_kernels=swapped, timings_s=timings,
     )
     return graph, report
+
+
+def _tied_parameter_names(model) -> dict[str, str]:
+    """alias name → canonical name for parameters shared between modules (tied embeddings)."""
+    first: dict[int, str] = {}
+    out: dict[str, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            out[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return out
 
 
 def _symbolise_static(graph: Graph, probe: int) -> None:

@@ -67,8 +67,12 @@ def make_hf_config(cfg: dict[str, Any]):
                 f"{transformers.__version__}; upgrade transformers or use a supported model"
             ) from None
         raise ConfigError(f"malformed config for {arch}: {e}") from None
-    except (TypeError, KeyError) as e:
-        raise ConfigError(f"malformed config for {arch}: {type(e).__name__}: {e}") from None
+    except Exception as e:  # transformers' own validators (strict dataclasses, ValueErrors)
+        root = e
+        while root.__cause__ is not None:
+            root = root.__cause__
+        msg = " ".join(str(root).split())
+        raise ConfigError(f"inconsistent config for {arch}: {msg}; fix config.json") from None
     return hf_cfg
 
 

@@ -1,0 +1,87 @@
+"""`graphsim import` and `graphsim show`: trace a model into the IR, render a saved graph."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from graphsim.cli.app import app, console, err_console
+from graphsim.errors import GraphsimError
+
+
+def _check_output(path: Path) -> None:
+    """Fail before any work if the output cannot be written (nothing half-written later)."""
+    parent = path.expanduser().resolve().parent
+    if path.is_dir():
+        raise GraphsimError(f"cannot write {path}: it is a directory; pass a file path such as {path}/graph.json")
+    if not parent.is_dir():
+        raise GraphsimError(f"cannot write {path}: directory {parent} does not exist; create it or choose another path")
+    import os
+
+    if not os.access(parent, os.W_OK):
+        raise GraphsimError(f"cannot write {path}: directory {parent} is not writable; choose another path")
+
+
+@app.command("import")
+def import_model(
+    model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model directory, or .onnx file."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the graph as JSON here."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the config's dtype (bfloat16, float16, float32)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the import report as JSON instead of the tree."),
+    max_ops: int = typer.Option(40, "--max-ops", help="Ops shown per module in the tree."),
+    text: bool = typer.Option(False, "--text", help="Print the compact text form instead of the tree."),
+) -> None:
+    """Trace a model on the meta device (no weights) into graphsim's IR and show it as a tree."""
+    if output is not None:
+        _check_output(output)
+    from graphsim.ir import graph_to_text, save_graph
+
+    if model.endswith(".onnx"):
+        from graphsim.importers.onnx_importer import import_onnx
+
+        graph = import_onnx(model)
+        report = {"model": graph.name, "source_format": "onnx", "nodes": len(graph.nodes),
+                  "opaque_ops": graph.meta.get("opaque_ops", [])}
+    else:
+        from graphsim.importers.hf import import_hf
+
+        with err_console.status(f"tracing {model} on the meta device…"):
+            graph, rep = import_hf(model, dtype=dtype)
+        report = rep.to_json()
+    if output is not None:
+        save_graph(graph, output)
+        report["output"] = str(output)
+    if as_json:
+        print(json.dumps(report, indent=1, default=str))
+        return
+    if text:
+        print(graph_to_text(graph), end="")
+        return
+    from graphsim.render.graph_tree import render_graph
+
+    console.print(render_graph(graph, max_ops))
+    if output is not None:
+        console.print(f"[green]wrote[/] {output}")
+
+
+@app.command("show")
+def show(
+    file: Path = typer.Argument(..., help="A graph JSON written by `graphsim import -o`."),
+    as_json: bool = typer.Option(False, "--json", help="Print totals as JSON."),
+    max_ops: int = typer.Option(40, "--max-ops", help="Ops shown per module in the tree."),
+    text: bool = typer.Option(False, "--text", help="Print the compact text form."),
+) -> None:
+    """Render a saved graph."""
+    from graphsim.ir import graph_to_text, load_graph
+    from graphsim.render.graph_tree import graph_totals, render_graph
+
+    graph = load_graph(file)
+    if as_json:
+        print(json.dumps(graph_totals(graph), indent=1, default=str))
+    elif text:
+        print(graph_to_text(graph), end="")
+    else:
+        console.print(render_graph(graph, max_ops))
