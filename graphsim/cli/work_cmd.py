@@ -1,0 +1,129 @@
+"""`graphsim work`: the config-only work accountant — necessary FLOPs, bytes and parameters."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from graphsim.catalog import resolve_model
+from graphsim.cli.app import app, console
+from graphsim.work import ParamReport, WorkReport, accounting, parse_step
+from graphsim.work.api import Accounting
+
+
+def _si(value: float, unit: str) -> str:
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:,.2f} {prefix}{unit}"
+    return f"{value:,.0f} {unit}"
+
+
+def _count(value: float) -> str:
+    return f"{value / 1e9:,.3f} B" if value >= 1e8 else f"{value:,.0f}"
+
+
+def _schedule(acc: Accounting) -> str:
+    kinds = Counter(acc.spec.stack.schedule())
+    parts = ", ".join(f"{n}× {kind}" for kind, n in kinds.items())
+    return f"{len(acc.spec.stack)} layers ({parts})"
+
+
+def _header(name: str, location: str, acc: Accounting) -> None:
+    p = acc.precision.describe()
+    console.print(f"[bold]{escape(name)}[/] · {acc.spec.architecture} · {escape(_schedule(acc))}")
+    console.print(
+        f"[dim]config {escape(location)}; weights {p['weight']} ({p['weight_source']}), quantization {p['quantization']}, "
+        f"KV {p['kv']}, state {p['state']}[/]",
+        soft_wrap=True,
+    )
+
+
+def _render_params(report: ParamReport) -> None:
+    table = Table(title="parameters")
+    for col in ("segment", "params", "activated / token", "stored"):
+        table.add_column(col, justify="left" if col == "segment" else "right")
+    for s in report.segments:
+        table.add_row(escape(s.name), _count(s.params), _count(s.params_activated), _si(s.stored_bytes, "B"))
+    table.add_section()
+    table.add_row("total", _count(report.total), _count(report.activated), _si(report.stored_bytes, "B"), style="bold")
+    console.print(table)
+    console.print(
+        f"total {report.total:,} params; activated per token {report.activated:,} "
+        f"({report.activated_with_embedding:,} counting the input embedding table)"
+    )
+    for note in report.notes:
+        console.print(f"[dim]note: {escape(note)}[/]")
+
+
+def _render_step(report: WorkReport) -> None:
+    step = report.step
+    table = Table(title=f"necessary work of one step: {step.label()}  (T = {step.tokens:,} tokens, {step.sequences:,} sequences)")
+    cols = ("segment", "FLOPs", "param read", "param read (worst)", "KV/state read", "KV/state written")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "segment" else "right")
+
+    def row(s, **kw):
+        table.add_row(
+            escape(s.name), _si(s.flops, "FLOP"), _si(s.param_read_bytes, "B"), _si(s.param_read_bytes_worst, "B"),
+            _si(s.state_read_bytes, "B"), _si(s.state_write_bytes, "B"), **kw,
+        )
+
+    for s in report.segments:
+        row(s)
+    table.add_section()
+    row(report.total, style="bold")
+    console.print(table)
+    total = report.total
+    console.print(
+        f"FLOPs {_si(total.flops, 'FLOP')} (matmul {_si(report.matmul_flops, 'FLOP')}, attention "
+        f"{_si(report.attention_flops, 'FLOP')}); bytes {_si(total.bytes, 'B')} "
+        f"(params {_si(total.param_read_bytes, 'B')}, KV/state {_si(total.state_read_bytes + total.state_write_bytes, 'B')}); "
+        f"{total.flops / total.bytes:,.1f} FLOP/B"
+    )
+    for note in report.notes:
+        console.print(f"[dim]note: {escape(note)}[/]")
+
+
+@app.command("work")
+def work(
+    model: str = typer.Argument(..., help="Catalog name, HF id (local cache), config.json or model directory."),
+    prefill: Optional[List[str]] = typer.Option(
+        None, "--prefill", help="N@P: N new tokens after P cached (repeatable; K*N@P for K sequences)."
+    ),
+    decode: Optional[List[str]] = typer.Option(
+        None, "--decode", help="BxC: B sequences, one new token each after C cached (repeatable)."
+    ),
+    params: bool = typer.Option(False, "--params", help="Show parameter counts (the default without a workload)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Parameter dtype (default: the config's)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8 (default: --dtype)."),
+    state_dtype: Optional[str] = typer.Option(None, "--state-dtype", help="Recurrent-state dtype (default: --dtype)."),
+    ignore_quant: bool = typer.Option(False, "--ignore-quant", help="Ignore quantization_config; weights in --dtype."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Necessary work of a model from its config alone: FLOPs, bytes and parameters per segment.
+
+    Several --prefill/--decode options together form one mixed step.
+    """
+    resolved = resolve_model(model)
+    acc = accounting(resolved.config, dtype, kv_dtype, state_dtype, ignore_quant)
+    has_step = bool(prefill or decode)
+    step_report = acc.step(parse_step(prefill or (), decode or ())) if has_step else None
+    param_report = acc.params() if (params or not has_step) else None
+    if as_json:
+        out: dict = {"model": resolved.name, "architecture": acc.spec.architecture, "config": resolved.location}
+        if param_report is not None:
+            out["params"] = param_report.to_dict()
+        if step_report is not None:
+            out["work"] = step_report.to_dict()
+        print(json.dumps(out, indent=1))
+        return
+    _header(resolved.name, resolved.location, acc)
+    if param_report is not None:
+        _render_params(param_report)
+    if step_report is not None:
+        _render_step(step_report)

@@ -1,0 +1,35 @@
+"""Exact counts for causal (optionally sliding-window) attention over one sequence.
+
+A sequence adds n new tokens after p cached ones. New token i (1-based) sits at position p + i and
+attends to min(p + i, W) positions — every earlier position and itself, or the W most recent with a
+sliding window W (HF: `kv_idx > q_idx - W`).
+"""
+
+from __future__ import annotations
+
+
+def causal_pairs(new_tokens: int, cached_tokens: int, window: int | None = None) -> int:
+    """Σ_{i=1..n} min(p + i, W): (query, key) pairs one head scores. Exact, not n²/2."""
+    n, p = new_tokens, cached_tokens
+    lo, hi = p + 1, p + n  # attended lengths without a window run lo..hi
+    if window is None or window >= hi:
+        return n * p + n * (n + 1) // 2
+    if window < lo:
+        return n * window
+    # lengths lo..window grow, the rest are capped at window
+    growing = (lo + window) * (window - lo + 1) // 2
+    return growing + (hi - window) * window
+
+
+def cached_tokens_read(new_tokens: int, cached_tokens: int, window: int | None = None) -> int:
+    """Cached positions some new token attends to: p, or min(p, W − 1) with a window."""
+    if window is None:
+        return cached_tokens
+    return min(cached_tokens, window - 1)
+
+
+def new_tokens_kept(new_tokens: int, cached_tokens: int, window: int | None = None) -> int:
+    """New positions later steps can still attend to, so their KV must be written: n, or min(n, W − 1)."""
+    if window is None:
+        return new_tokens
+    return min(new_tokens, window - 1)

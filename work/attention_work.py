@@ -1,0 +1,66 @@
+"""Per-layer work of an attention core (the part without weights) for one group of sequences.
+
+Conventions (per layer, per sequence of n new tokens after p cached; H query heads):
+
+- Softmax attention: S = Σ_{i=1..n} min(p + i, W) scored (query, key) pairs per head
+  (`attention_math.causal_pairs`). Score FLOPs 2·S·H·d_qk, value FLOPs 2·S·H·d_v. Softmax,
+  scaling, masking, soft-capping and sinks are elementwise and not counted.
+- KV cache: the cached positions some new token attends to are read once (not once per head or
+  per query); the new positions later steps can attend to are written once.
+- MLA (latent cache of r = kv_lora_rank plus d_r = qk_rope_head_dim per token): two exact forms,
+  and the cheaper one per sequence group is counted.
+  *decompressed*: kv_b_proj re-expands the p cached latents, 2·p·r·H·(d_nope + d_v), then
+  2·S·H·(d_nope + d_r + d_v);  *absorbed*: attention runs in latent space, 2·S·H·(2r + d_r).
+  kv_b_proj on the n new tokens (or, absorbed, W_UK on queries and W_UV on outputs, the same
+  2·n·r·H·(d_nope + d_v)) is counted in the `attn.kv` segment in both forms.
+- Gated delta net: per token and value head, 2·d_k·d_v each for reading the state with the key,
+  the rank-1 state update and reading the output with the query: 6·H_v·d_k·d_v (decay and gates
+  are elementwise). The recurrent state (H_v·d_k·d_v) and the conv state (conv_dim·(kernel − 1))
+  are read once when p > 0 and written once per sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphsim.work.attention_math import cached_tokens_read, causal_pairs, new_tokens_kept
+from graphsim.work.dtypes import Precision
+from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, MlaAttention
+from graphsim.work.workload import SeqGroup
+
+
+@dataclass(frozen=True)
+class CoreWork:
+    flops: int
+    state_read_bytes: float
+    state_write_bytes: float
+    form: str = ""  # MLA: "absorbed" or "decompressed"
+
+
+def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -> CoreWork:
+    """Work of one layer's attention core for all `group.count` sequences of the group."""
+    n, p, c = group.new_tokens, group.cached_tokens, group.count
+    if isinstance(attn, GqaAttention):
+        pairs = causal_pairs(n, p, attn.window)
+        flops = 2 * pairs * attn.heads * attn.head_dim * 2  # scores (d_qk) + values (d_v), d_qk = d_v
+        per_token = attn.kv_elements_per_token * precision.kv.bytes_per_element
+        return CoreWork(
+            flops * c,
+            cached_tokens_read(n, p, attn.window) * per_token * c,
+            new_tokens_kept(n, p, attn.window) * per_token * c,
+        )
+    if isinstance(attn, MlaAttention):
+        pairs = causal_pairs(n, p)
+        h, r, dr = attn.heads, attn.kv_lora_rank, attn.qk_rope_head_dim
+        decompressed = 2 * p * r * h * (attn.qk_nope_head_dim + attn.v_head_dim) + 2 * pairs * h * (
+            attn.qk_head_dim + attn.v_head_dim
+        )
+        absorbed = 2 * pairs * h * (2 * r + dr)
+        form = "absorbed" if absorbed < decompressed else "decompressed"
+        per_token = attn.kv_elements_per_token * precision.kv.bytes_per_element
+        return CoreWork(min(absorbed, decompressed) * c, p * per_token * c, n * per_token * c, form)
+    if isinstance(attn, GatedDeltaNet):
+        flops = 6 * attn.v_heads * attn.k_head_dim * attn.v_head_dim * n
+        state = (attn.recurrent_state_elements + attn.conv_state_elements) * precision.state.bytes_per_element
+        return CoreWork(flops * c, (state if p > 0 else 0.0) * c, state * c)
+    raise TypeError(f"unknown attention spec {type(attn).__name__}")  # pragma: no cover

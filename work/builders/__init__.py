@@ -1,0 +1,1 @@
+"""Per-architecture builders: config.json → `ModelSpec`. The registry maps architectures to them."""

@@ -1,0 +1,127 @@
+"""Builder pieces shared by every architecture: the stack's frame, FFN blocks, layer schedules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from graphsim.errors import ConfigError
+from graphsim.work.config import ConfigView
+from graphsim.work.quant import parse_quantization
+from graphsim.work.specs import DenseFfn, FfnSpec, LayerSpec, LayerStack, ModelSpec, MoeFfn
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A boolean read from a config key with the HF config class's default (key None: fixed value)."""
+
+    key: str | None
+    default: bool
+
+    def read(self, view: ConfigView) -> bool:
+        return view.opt_bool(self.key, self.default) if self.key else self.default
+
+
+NEVER = Flag(None, False)
+ALWAYS = Flag(None, True)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """The fields every decoder has."""
+
+    hidden: int
+    layers: int
+    heads: int
+    vocab: int
+
+
+def read_frame(view: ConfigView) -> Frame:
+    return Frame(
+        hidden=view.req_int("hidden_size"),
+        layers=view.req_int("num_hidden_layers"),
+        heads=view.req_int("num_attention_heads"),
+        vocab=view.req_int("vocab_size"),
+    )
+
+
+def finish(
+    view: ConfigView, frame: Frame, layers: list[LayerSpec], tie_default: bool, notes: tuple[str, ...] = ()
+) -> ModelSpec:
+    dtype, source = view.dtype()
+    return ModelSpec(
+        architecture=view.arch,
+        hidden=frame.hidden,
+        vocab=frame.vocab,
+        tie_embeddings=view.opt_bool("tie_word_embeddings", tie_default),
+        stack=LayerStack(tuple(layers)),
+        dtype=dtype,
+        dtype_source=source,
+        quant=parse_quantization(view.cfg),
+        notes=notes,
+    )
+
+
+# --- FFN blocks -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoeFields:
+    """Where an architecture's config keeps its MoE geometry, and the block's fixed traits."""
+
+    experts_key: str
+    intermediate_key: str
+    top_k_key: str = "num_experts_per_tok"
+    shared_key: str | None = None  # config key of the shared expert's width (Qwen3-Next)
+    shared_gate: bool = False
+    expert_bias: bool = False
+    router_bias: bool = False
+    module: str = "mlp"
+    router_module: str = "gate"
+    shared_module: str = "shared_expert"
+    sparse_schedule: bool = False  # decoder_sparse_step / mlp_only_layers choose which layers are MoE
+
+
+def dense_ffn(view: ConfigView, hidden: int, key: str = "intermediate_size", norms: int = 1, bias: Flag = NEVER) -> DenseFfn:
+    return DenseFfn(hidden=hidden, intermediate=view.req_int(key), bias=bias.read(view), block_norms=norms)
+
+
+def moe_ffn(view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1) -> MoeFfn:
+    experts = view.req_int(fields.experts_key)
+    top_k = view.req_int(fields.top_k_key)
+    if top_k > experts:
+        raise ConfigError(
+            f"config.json ({view.arch}): {fields.top_k_key} {top_k} exceeds {fields.experts_key} {experts}; fix the config"
+        )
+    shared = view.opt_int(fields.shared_key, 0, minimum=0) if fields.shared_key else 0
+    return MoeFfn(
+        hidden=hidden,
+        expert_intermediate=view.req_int(fields.intermediate_key),
+        experts=experts,
+        top_k=top_k,
+        expert_bias=fields.expert_bias,
+        router_bias=fields.router_bias,
+        shared_intermediate=shared or 0,
+        shared_gate=fields.shared_gate and bool(shared),
+        block_norms=norms,
+        module=fields.module,
+        router_module=fields.router_module,
+        shared_module=fields.shared_module,
+    )
+
+
+def ffn_schedule(view: ConfigView, hidden: int, layers: int, fields: MoeFields | None, norms: int = 1) -> list[FfnSpec]:
+    """One FFN per layer: dense, all-MoE, or Qwen-style sparse schedule (decoder_sparse_step, mlp_only_layers)."""
+    if fields is None:
+        dense = dense_ffn(view, hidden, norms=norms, bias=Flag("mlp_bias", False))
+        return [dense] * layers
+    moe = moe_ffn(view, hidden, fields, norms)
+    if not fields.sparse_schedule:
+        return [moe] * layers
+    step = view.opt_int("decoder_sparse_step", 1)
+    dense_only = set(view.opt_int_list("mlp_only_layers"))
+    out: list[FfnSpec] = []
+    for i in range(layers):
+        if i not in dense_only and (i + 1) % step == 0:
+            out.append(moe)
+        else:
+            out.append(dense_ffn(view, hidden, norms=norms))
+    return out

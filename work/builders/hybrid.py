@@ -1,0 +1,74 @@
+"""Qwen3-Next: gated-delta-net linear attention interleaved with gated full attention, MoE FFNs.
+
+`layer_types` (or, when absent, `full_attention_interval`: layer i is full attention when
+(i + 1) is a multiple of it) chooses the attention per layer. Full-attention layers are GQA with
+q/k norms and an output gate (q_proj emits query and gate). The FFN follows the Qwen sparse
+schedule, with one sigmoid-gated shared expert of `shared_expert_intermediate_size`.
+"""
+
+from __future__ import annotations
+
+from graphsim.errors import ConfigError
+from graphsim.work.builders.common import Flag, MoeFields, ffn_schedule, finish, read_frame
+from graphsim.work.config import ConfigView
+from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, LayerSpec, ModelSpec
+
+QWEN3_NEXT_MOE = MoeFields(
+    "num_experts",
+    "moe_intermediate_size",
+    shared_key="shared_expert_intermediate_size",
+    shared_gate=True,
+    sparse_schedule=True,
+)
+
+
+def _layer_types(view: ConfigView, layers: int) -> tuple[str, ...]:
+    types = view.layer_types(layers)
+    if types is not None:
+        return types
+    interval = view.opt_int("full_attention_interval", 4)
+    assert interval is not None
+    return tuple("full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(layers))
+
+
+def build_qwen3_next(view: ConfigView) -> ModelSpec:
+    frame = read_frame(view)
+    bias = Flag("attention_bias", False).read(view)
+    full = GqaAttention(
+        hidden=frame.hidden,
+        heads=frame.heads,
+        kv_heads=view.kv_heads(frame.heads),
+        head_dim=view.head_dim(frame.heads, frame.hidden),
+        q_bias=bias,
+        kv_bias=bias,
+        o_bias=bias,
+        qk_norm=True,
+        output_gate=True,
+    )
+    linear = GatedDeltaNet(
+        hidden=frame.hidden,
+        k_heads=view.req_int("linear_num_key_heads"),
+        v_heads=view.req_int("linear_num_value_heads"),
+        k_head_dim=view.req_int("linear_key_head_dim"),
+        v_head_dim=view.req_int("linear_value_head_dim"),
+        conv_kernel=view.req_int("linear_conv_kernel_dim"),
+    )
+    if linear.v_heads % linear.k_heads:
+        raise ConfigError(
+            f"config.json ({view.arch}): linear_num_value_heads {linear.v_heads} is not a multiple of "
+            f"linear_num_key_heads {linear.k_heads}; fix the config"
+        )
+    ffns = ffn_schedule(view, frame.hidden, frame.layers, QWEN3_NEXT_MOE)
+    layers = []
+    for i, kind in enumerate(_layer_types(view, frame.layers)):
+        if kind == "full_attention":
+            attn: AttentionSpec = full
+        elif kind == "linear_attention":
+            attn = linear
+        else:
+            raise ConfigError(
+                f"config.json ({view.arch}): layer_types[{i}] '{kind}' is not supported "
+                "(expected full_attention or linear_attention)"
+            )
+        layers.append(LayerSpec(attn, ffns[i]))
+    return finish(view, frame, layers, tie_default=False)

@@ -1,0 +1,271 @@
+"""What a model is made of, as far as necessary work is concerned: frozen, config-derived specs.
+
+A `ModelSpec` holds an embedding, a `LayerStack` (one `LayerSpec` per decoder layer, each an
+attention block and an FFN block) and an output head. Weight tables (`weights.py`) and per-step
+work (`account.py`) are computed from these specs, never from graphs or kernels.
+
+Segment names are `<place>.<block>.<part>`: `embed`, `head`, `final_norm`, and for layers
+`layers.attn.qkv` or, when the stack mixes block kinds, `layers[sliding].attn.qkv`,
+`layers[moe].ffn.routed`. The tag in brackets is the block's kind (`full`, `sliding`, `mla`,
+`linear` for attention; `dense`, `moe` for FFNs) and appears only where kinds differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from math import prod
+from typing import Union
+
+from graphsim.work.dtypes import DType
+from graphsim.work.quant import Quantization
+
+
+class WeightKind(Enum):
+    MATRIX = "matrix"  # (out_features, in_features), applied as a matmul to each routed row
+    CONV = "conv"  # depthwise causal conv weight (channels, kernel), 2·channels·kernel FLOPs per token
+    EMBEDDING = "embedding"  # (vocab, hidden) lookup table
+    NORM = "norm"  # norm scale vector
+    BIAS = "bias"  # additive bias vector
+    VECTOR = "vector"  # other learned vectors (attention sinks, decay parameters, score biases)
+
+
+@dataclass(frozen=True)
+class Weight:
+    """One parameter tensor (per copy) and the segment part it belongs to."""
+
+    part: str  # segment part, e.g. "qkv", "routed"
+    module: str  # HF module path inside its layer (or model), matched against modules_to_not_convert
+    kind: WeightKind
+    shape: tuple[int, ...]
+    copies: int = 1  # routed experts: one copy per expert
+    top_k: int | None = None  # routed-expert tensors: copies one token uses (None: not routed)
+    quantizable: bool = True  # a matrix a quantized checkpoint stores quantized (not routers, not the head)
+
+    @property
+    def elements_per_copy(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def elements(self) -> int:
+        return self.elements_per_copy * self.copies
+
+    @property
+    def routed(self) -> bool:
+        return self.top_k is not None
+
+    @property
+    def active_elements(self) -> int:
+        """Elements one token uses: all, or top-k copies of a routed tensor."""
+        return self.elements_per_copy * (self.top_k if self.top_k is not None else self.copies)
+
+
+class AttentionKind(Enum):
+    FULL = "full"
+    SLIDING = "sliding"
+    MLA = "mla"
+    LINEAR = "linear"
+
+
+@dataclass(frozen=True)
+class GqaAttention:
+    """Softmax attention with grouped KV heads (MHA when kv_heads == heads, MQA when 1).
+
+    `window` is the sliding window W: a query attends to the W most recent positions, itself
+    included (HF: `kv_idx > q_idx - W`). `output_gate`: q_proj also emits a per-channel gate
+    (Qwen3-Next). `sinks`: one learned softmax sink logit per head (gpt-oss).
+    """
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    window: int | None = None
+    q_bias: bool = False
+    kv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: bool = False
+    output_gate: bool = False
+    sinks: bool = False
+    block_norms: int = 1  # hidden-size norms this block owns (pre-norm; Gemma-2 adds a post-norm)
+
+    @property
+    def kind(self) -> AttentionKind:
+        return AttentionKind.SLIDING if self.window is not None else AttentionKind.FULL
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        return 2 * self.kv_heads * self.head_dim
+
+
+@dataclass(frozen=True)
+class MlaAttention:
+    """DeepSeek multi-head latent attention; the cache holds the compressed latent and the rope key."""
+
+    hidden: int
+    heads: int
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    bias: bool = False  # attention_bias: on q_a_proj (or q_proj), kv_a_proj_with_mqa, o_proj
+    block_norms: int = 1
+
+    kind = AttentionKind.MLA
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def kv_elements_per_token(self) -> int:
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
+class GatedDeltaNet:
+    """Linear attention with a gated delta rule (Qwen3-Next); per-request recurrent and conv state."""
+
+    hidden: int
+    k_heads: int
+    v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int
+    block_norms: int = 1
+
+    kind = AttentionKind.LINEAR
+
+    @property
+    def key_dim(self) -> int:
+        return self.k_heads * self.k_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_heads * self.v_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        return self.v_heads * self.k_head_dim * self.v_head_dim
+
+    @property
+    def conv_state_elements(self) -> int:
+        return self.conv_dim * (self.conv_kernel - 1)
+
+
+AttentionSpec = Union[GqaAttention, MlaAttention, GatedDeltaNet]
+
+
+class FfnKind(Enum):
+    DENSE = "dense"
+    MOE = "moe"
+
+
+@dataclass(frozen=True)
+class DenseFfn:
+    """A dense MLP: gated (SwiGLU/GeGLU: gate, up, down) or plain (up, down)."""
+
+    hidden: int
+    intermediate: int
+    gated: bool = True
+    bias: bool = False
+    block_norms: int = 1
+    module: str = "mlp"
+
+    kind = FfnKind.DENSE
+
+
+@dataclass(frozen=True)
+class MoeFfn:
+    """Routed experts (gated MLPs of width `expert_intermediate`), top-k routing, optional shared experts."""
+
+    hidden: int
+    expert_intermediate: int
+    experts: int
+    top_k: int
+    expert_bias: bool = False  # biases on the expert matrices (gpt-oss)
+    router_bias: bool = False  # bias on the router linear (gpt-oss)
+    router_score_bias: bool = False  # per-expert score correction vector (DeepSeek-V3 noaux_tc)
+    shared_intermediate: int = 0  # total width of the always-on shared expert(s); 0 = none
+    shared_gate: bool = False  # sigmoid gate (hidden → 1) on the shared expert (Qwen3-Next)
+    block_norms: int = 1
+    module: str = "mlp"
+    router_module: str = "gate"
+    shared_module: str = "shared_experts"
+
+    kind = FfnKind.MOE
+
+
+FfnSpec = Union[DenseFfn, MoeFfn]
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    attn: AttentionSpec
+    ffn: FfnSpec
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """`count` layers with an identical spec; `first_index` names their modules for quantization rules."""
+
+    spec: LayerSpec
+    count: int
+    first_index: int
+    attn_tag: str  # "" or "[sliding]"
+    ffn_tag: str  # "" or "[moe]"
+
+    def segment(self, block: str, part: str) -> str:
+        tag = self.attn_tag if block == "attn" else self.ffn_tag
+        return f"layers{tag}.{block}.{part}"
+
+
+@dataclass(frozen=True)
+class LayerStack:
+    """The decoder layers in order; identical specs are grouped and tagged by their block kinds."""
+
+    layers: tuple[LayerSpec, ...]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def groups(self) -> tuple[LayerGroup, ...]:
+        attn_kinds = {layer.attn.kind for layer in self.layers}
+        ffn_kinds = {layer.ffn.kind for layer in self.layers}
+        order: dict[LayerSpec, list[int]] = {}
+        for index, layer in enumerate(self.layers):
+            order.setdefault(layer, []).append(index)
+        return tuple(
+            LayerGroup(
+                spec=spec,
+                count=len(indices),
+                first_index=indices[0],
+                attn_tag=f"[{spec.attn.kind.value}]" if len(attn_kinds) > 1 else "",
+                ffn_tag=f"[{spec.ffn.kind.value}]" if len(ffn_kinds) > 1 else "",
+            )
+            for spec, indices in order.items()
+        )
+
+    def schedule(self) -> tuple[str, ...]:
+        """Per layer, `attn/ffn` kinds, e.g. ('sliding/moe', 'full/moe', …)."""
+        return tuple(f"{layer.attn.kind.value}/{layer.ffn.kind.value}" for layer in self.layers)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only LM as the accountant sees it, built from config.json alone."""
+
+    architecture: str
+    hidden: int
+    vocab: int
+    tie_embeddings: bool
+    stack: LayerStack
+    dtype: DType  # parameter dtype from the config (torch_dtype / dtype)
+    dtype_source: str  # "config torch_dtype", "config dtype" or "default"
+    quant: Quantization | None = None
+    notes: tuple[str, ...] = field(default=())

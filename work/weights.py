@@ -1,0 +1,165 @@
+"""Weight tables: every parameter tensor of a spec, its segment, and its stored bytes.
+
+Module paths follow the Hugging Face checkpoints (`model.layers.<i>.self_attn.q_proj`,
+`model.layers.<i>.mlp.experts.gate_proj`, `lm_head`) so that a quantization config's
+`modules_to_not_convert` can be matched against them; each path uses the first layer index of its
+group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphsim.work.dtypes import Precision
+from graphsim.work.specs import (
+    AttentionSpec,
+    DenseFfn,
+    FfnSpec,
+    GatedDeltaNet,
+    GqaAttention,
+    MlaAttention,
+    ModelSpec,
+    MoeFfn,
+    Weight,
+    WeightKind,
+)
+
+M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
+
+ATTN_NORMS = ("input_layernorm", "post_attention_layernorm")
+FFN_NORMS = {1: ("post_attention_layernorm",), 2: ("pre_feedforward_layernorm", "post_feedforward_layernorm")}
+
+
+@dataclass(frozen=True)
+class PlacedWeight:
+    """A weight in its segment; `layers` is how many layers hold a copy (1 outside the stack)."""
+
+    segment: str
+    path: str
+    weight: Weight
+    layers: int = 1
+
+    @property
+    def elements(self) -> int:
+        return self.weight.elements * self.layers
+
+
+def _linear(part: str, module: str, out_f: int, in_f: int, bias: bool, **kw) -> list[Weight]:
+    ws = [Weight(part, module, M, (out_f, in_f), **kw)]
+    if bias:
+        copies = {k: v for k, v in kw.items() if k in ("copies", "top_k")}
+        ws.append(Weight(part, module, BIAS, (out_f,), **copies))
+    return ws
+
+
+def _norms(names: tuple[str, ...], hidden: int) -> list[Weight]:
+    return [Weight("norm", name, NORM, (hidden,)) for name in names]
+
+
+def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
+    ws = _norms(ATTN_NORMS[: attn.block_norms], attn.hidden)
+    if isinstance(attn, GqaAttention):
+        sa, hd = "self_attn", attn.head_dim
+        q_out = attn.heads * hd * (2 if attn.output_gate else 1)
+        ws += _linear("qkv", f"{sa}.q_proj", q_out, attn.hidden, attn.q_bias)
+        ws += _linear("qkv", f"{sa}.k_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
+        ws += _linear("qkv", f"{sa}.v_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
+        if attn.qk_norm:
+            ws += [Weight("norm", f"{sa}.q_norm", NORM, (hd,)), Weight("norm", f"{sa}.k_norm", NORM, (hd,))]
+        if attn.sinks:
+            ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,)))
+        ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * hd, attn.o_bias)
+    elif isinstance(attn, MlaAttention):
+        sa = "self_attn"
+        q_out = attn.heads * attn.qk_head_dim
+        if attn.q_lora_rank:
+            ws += _linear("q", f"{sa}.q_a_proj", attn.q_lora_rank, attn.hidden, attn.bias)
+            ws.append(Weight("norm", f"{sa}.q_a_layernorm", NORM, (attn.q_lora_rank,)))
+            ws += _linear("q", f"{sa}.q_b_proj", q_out, attn.q_lora_rank, False)
+        else:
+            ws += _linear("q", f"{sa}.q_proj", q_out, attn.hidden, False)
+        ws += _linear("kv", f"{sa}.kv_a_proj_with_mqa", attn.kv_elements_per_token, attn.hidden, attn.bias)
+        ws.append(Weight("norm", f"{sa}.kv_a_layernorm", NORM, (attn.kv_lora_rank,)))
+        kv_b_out = attn.heads * (attn.qk_nope_head_dim + attn.v_head_dim)
+        ws += _linear("kv", f"{sa}.kv_b_proj", kv_b_out, attn.kv_lora_rank, False)
+        ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.bias)
+    elif isinstance(attn, GatedDeltaNet):
+        la = "linear_attn"
+        ws += _linear("qkv", f"{la}.in_proj_qkvz", 2 * attn.key_dim + 2 * attn.value_dim, attn.hidden, False)
+        ws += _linear("qkv", f"{la}.in_proj_ba", 2 * attn.v_heads, attn.hidden, False)
+        ws.append(Weight("core", f"{la}.conv1d", WeightKind.CONV, (attn.conv_dim, attn.conv_kernel)))
+        ws.append(Weight("core", f"{la}.dt_bias", VEC, (attn.v_heads,)))
+        ws.append(Weight("core", f"{la}.A_log", VEC, (attn.v_heads,)))
+        ws.append(Weight("norm", f"{la}.norm", NORM, (attn.v_head_dim,)))
+        ws += _linear("out", f"{la}.out_proj", attn.hidden, attn.value_dim, False)
+    else:  # pragma: no cover - closed union
+        raise TypeError(f"unknown attention spec {type(attn).__name__}")
+    return tuple(ws)
+
+
+def _gated_mlp(part: str, prefix: str, hidden: int, inter: int, bias: bool, gated: bool = True, **kw) -> list[Weight]:
+    ws: list[Weight] = []
+    if gated:
+        ws += _linear(part, f"{prefix}.gate_proj", inter, hidden, bias, **kw)
+    ws += _linear(part, f"{prefix}.up_proj", inter, hidden, bias, **kw)
+    ws += _linear(part, f"{prefix}.down_proj", hidden, inter, bias, **kw)
+    return ws
+
+
+def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
+    ws = _norms(FFN_NORMS[ffn.block_norms], ffn.hidden)
+    if isinstance(ffn, DenseFfn):
+        ws += _gated_mlp("mlp", ffn.module, ffn.hidden, ffn.intermediate, ffn.bias, ffn.gated)
+    elif isinstance(ffn, MoeFfn):
+        router = f"{ffn.module}.{ffn.router_module}"
+        ws += _linear("router", router, ffn.experts, ffn.hidden, ffn.router_bias, quantizable=False)
+        if ffn.router_score_bias:
+            ws.append(Weight("router", f"{router}.e_score_correction_bias", VEC, (ffn.experts,)))
+        ws += _gated_mlp(
+            "routed", f"{ffn.module}.experts", ffn.hidden, ffn.expert_intermediate, ffn.expert_bias,
+            copies=ffn.experts, top_k=ffn.top_k,
+        )
+        if ffn.shared_intermediate:
+            shared = f"{ffn.module}.{ffn.shared_module}"
+            ws += _gated_mlp("shared", shared, ffn.hidden, ffn.shared_intermediate, False)
+            if ffn.shared_gate:
+                ws += _linear("shared", f"{shared}_gate", 1, ffn.hidden, False, quantizable=False)
+    else:  # pragma: no cover - closed union
+        raise TypeError(f"unknown FFN spec {type(ffn).__name__}")
+    return tuple(ws)
+
+
+def embedding_weight(model: ModelSpec) -> PlacedWeight:
+    w = Weight("embed", "model.embed_tokens", WeightKind.EMBEDDING, (model.vocab, model.hidden), quantizable=False)
+    return PlacedWeight("embed", "model.embed_tokens", w)
+
+
+def head_weight(model: ModelSpec) -> PlacedWeight | None:
+    """The untied LM head; None when the head reuses the embedding table."""
+    if model.tie_embeddings:
+        return None
+    w = Weight("head", "lm_head", M, (model.vocab, model.hidden), quantizable=False)
+    return PlacedWeight("head", "lm_head", w)
+
+
+def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
+    """Every parameter tensor of the model, in order: embedding, layers, final norm, head."""
+    placed = [embedding_weight(model)]
+    for group in model.stack.groups():
+        prefix = f"model.layers.{group.first_index}"
+        for block, weights in (("attn", attention_weights(group.spec.attn)), ("ffn", ffn_weights(group.spec.ffn))):
+            for w in weights:
+                placed.append(PlacedWeight(group.segment(block, w.part), f"{prefix}.{w.module}", w, group.count))
+    placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", NORM, (model.hidden,))))
+    head = head_weight(model)
+    if head is not None:
+        placed.append(head)
+    return tuple(placed)
+
+
+def stored_bytes_per_copy(placed: PlacedWeight, precision: Precision) -> float:
+    """Bytes one copy of this weight occupies in the checkpoint under `precision`."""
+    w, quant = placed.weight, precision.quant
+    if quant is not None and w.kind is M and w.quantizable and quant.covers(placed.path):
+        return quant.matrix_bytes(w.shape[0], w.shape[1])
+    return w.elements_per_copy * precision.weight.bytes_per_element

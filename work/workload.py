@@ -1,0 +1,102 @@
+"""The step being accounted: groups of identical sequences, each with new and cached tokens.
+
+Workload strings:
+- `N@P`: prefill — one sequence of N new tokens after P cached tokens (`8192@0`).
+- `BxC`: decode — B sequences, each one new token after C cached tokens (`256x4096`); the new
+  token attends to C + 1 positions (the C cached ones and itself).
+Several of them together form one mixed step. Digits may carry `_` or `,` separators and a
+`k`/`K` (×1024) suffix: `8k@0`, `64x32k`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from graphsim.errors import GraphsimError
+
+
+class WorkloadError(GraphsimError):
+    """A malformed or impossible workload string."""
+
+
+@dataclass(frozen=True)
+class SeqGroup:
+    """`count` sequences, each adding `new_tokens` after `cached_tokens` already in its cache."""
+
+    new_tokens: int
+    cached_tokens: int
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.new_tokens < 1 or self.cached_tokens < 0 or self.count < 1:
+            raise WorkloadError(
+                f"invalid sequence group (new={self.new_tokens}, cached={self.cached_tokens}, count={self.count}); "
+                "new tokens and count must be >= 1, cached tokens >= 0"
+            )
+
+    @property
+    def total_new_tokens(self) -> int:
+        return self.new_tokens * self.count
+
+    def label(self) -> str:
+        if self.new_tokens == 1:
+            return f"{self.count}x{self.cached_tokens}"
+        text = f"{self.new_tokens}@{self.cached_tokens}"
+        return text if self.count == 1 else f"{self.count}*{text}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward step over a batch of sequence groups (prefill, decode, or mixed)."""
+
+    groups: tuple[SeqGroup, ...]
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise WorkloadError("empty step; give at least one --prefill N@P or --decode BxC")
+
+    @property
+    def tokens(self) -> int:
+        """T: new tokens in the step (rows every per-token matmul sees)."""
+        return sum(g.total_new_tokens for g in self.groups)
+
+    @property
+    def sequences(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def label(self) -> str:
+        return " + ".join(g.label() for g in self.groups)
+
+
+_NUM = r"(\d[\d_,]*[kK]?)"
+_PREFILL = re.compile(rf"^(?:{_NUM}\*)?{_NUM}@{_NUM}$")
+_DECODE = re.compile(rf"^{_NUM}[xX]{_NUM}$")
+
+
+def _int(text: str) -> int:
+    scale = 1024 if text[-1] in "kK" else 1
+    digits = text.rstrip("kK").replace("_", "").replace(",", "")
+    return int(digits) * scale
+
+
+def parse_prefill(text: str) -> SeqGroup:
+    """`N@P` (or `K*N@P` for K identical sequences)."""
+    m = _PREFILL.match(text.strip())
+    if not m:
+        raise WorkloadError(f"malformed prefill '{text}'; expected N@P, e.g. 8192@0 (N new tokens after P cached)")
+    count = _int(m.group(1)) if m.group(1) else 1
+    return SeqGroup(new_tokens=_int(m.group(2)), cached_tokens=_int(m.group(3)), count=count)
+
+
+def parse_decode(text: str) -> SeqGroup:
+    """`BxC`: B sequences, one new token each, after C cached tokens."""
+    m = _DECODE.match(text.strip())
+    if not m:
+        raise WorkloadError(f"malformed decode '{text}'; expected BxC, e.g. 256x4096 (B sequences at context C)")
+    return SeqGroup(new_tokens=1, cached_tokens=_int(m.group(2)), count=_int(m.group(1)))
+
+
+def parse_step(prefill: list[str] | tuple[str, ...] = (), decode: list[str] | tuple[str, ...] = ()) -> Step:
+    groups = [parse_prefill(p) for p in prefill] + [parse_decode(d) for d in decode]
+    return Step(tuple(groups))
