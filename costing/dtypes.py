@@ -7,6 +7,7 @@ A profile.db row is keyed on these. `fp8_block` (block-scaled FP8) and `int4_wo`
 from __future__ import annotations
 
 from enum import Enum
+from functools import lru_cache
 
 
 class PeakClass(str, Enum):
@@ -80,6 +81,7 @@ _ALIASES: dict[str, KernelDtype] = {
 }
 
 
+@lru_cache(maxsize=256)
 def parse_kernel_dtype(name: str) -> KernelDtype:
     """`bfloat16`, `torch.bfloat16`, `bf16`, `half`, `fp8_block`, ... → KernelDtype (ValueError if unknown)."""
     key = name.strip().lower().removeprefix("torch.")

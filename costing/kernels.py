@@ -8,8 +8,9 @@ class says its table (`KIND`); every point class lists its coordinates in interp
 
 from __future__ import annotations
 
+import functools
 import numbers
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import ClassVar, Union
 
@@ -210,20 +211,24 @@ KEY_CLASSES: dict[KernelKind, type] = {
 }
 
 
-def point_coords(point: Point) -> tuple[int, ...]:
-    """A point's coordinates in interpolation order."""
-    return astuple(point)
-
-
+@functools.cache
 def coord_names(point_cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(point_cls))
+
+
+def point_coords(point: Point) -> tuple[int, ...]:
+    """A point's coordinates in interpolation order."""
+    return tuple(getattr(point, name) for name in coord_names(type(point)))
 
 
 def check_point(key: KernelKey, point: Point) -> None:
     """Raise ValueError unless `point` is the point type of `key`'s table with all coordinates >= 1."""
     if type(point) is not key.POINT:
         raise ValueError(f"{key.KIND.value} takes a {key.POINT.__name__}, got {type(point).__name__}")
-    for name, value in zip(coord_names(type(point)), point_coords(point)):
+    for name in coord_names(type(point)):
+        value = getattr(point, name)
+        if type(value) is int and value >= 1:
+            continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{key.KIND.value} coordinate {name} must be an int >= 1, got {value!r}")
 

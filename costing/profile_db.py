@@ -288,7 +288,7 @@ class ProfileDB:
 def _key_values(spec: TableSpec, key: KernelKey) -> tuple[object, ...]:
     if type(key) is not spec.key_cls:
         raise ValueError(f"table {spec.name} takes {spec.key_cls.__name__}, got {type(key).__name__}")
-    return tuple(c.to_sql(getattr(key, c.name)) for c in spec.key_columns)
+    return tuple(v.value if isinstance(v, Enum) else v for v in (getattr(key, c.name) for c in spec.key_columns))
 
 
 def _where(spec: TableSpec, key: KernelKey, point: Point | None) -> tuple[str, tuple[object, ...]]:

@@ -32,6 +32,7 @@ COMMAND_MODULES = [
     "graphsim.cli.models_cmd",
     "graphsim.cli.import_cmd",
     "graphsim.cli.work_cmd",
+    "graphsim.cli.profiles_cmd",
 ]
 
 

@@ -1,0 +1,274 @@
+"""Converters from aiconfigurator-core's measured tables to profile.db rows (pure; no I/O).
+
+Each converter takes one table as columns (`{column: values}`, e.g. `pyarrow.Table.to_pydict()`)
+and returns typed rows. Conversions: `latency` milliseconds → `time_us` microseconds;
+`message_size` elements → `message_bytes` with the row's dtype; attention `step` (tokens already
+cached) + `isl` (new tokens) → `kv_len`. Rows with an unknown dtype, beam search, or a coordinate
+below 1 are skipped and counted; repeated rows are averaged, and of several kernels for one point the
+fastest is kept (both counted).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
+from graphsim.costing.kernels import (
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
+    CollectiveOp, GemmKey, GemmPoint, KernelKey, Measurement, MessagePoint, MlaDecodeKey, MlaModuleDecodeKey,
+    MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, Point, TokensPoint, check_point,
+)
+
+Columns = Mapping[str, Sequence[object]]
+Row = tuple[KernelKey, Point, Measurement]
+
+MS_TO_US = 1000.0
+
+_COLLECTIVE_OPS = {
+    "all_reduce": CollectiveOp.ALL_REDUCE, "allreduce": CollectiveOp.ALL_REDUCE,
+    "all_gather": CollectiveOp.ALL_GATHER, "allgather": CollectiveOp.ALL_GATHER,
+    "reduce_scatter": CollectiveOp.REDUCE_SCATTER, "reducescatter": CollectiveOp.REDUCE_SCATTER,
+    "alltoall": CollectiveOp.ALL_TO_ALL, "all_to_all": CollectiveOp.ALL_TO_ALL,
+}
+
+
+@dataclass(frozen=True)
+class MlaGeometry:
+    """MLA dimensions of the model a table was measured with (from its config.json)."""
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    hidden_size: int
+    q_lora_rank: int  # 0 when the model has no low-rank query projection
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, object]) -> "MlaGeometry":
+        return cls(
+            kv_lora_rank=int(config["kv_lora_rank"]),  # type: ignore[call-overload]
+            qk_nope_head_dim=int(config["qk_nope_head_dim"]),  # type: ignore[call-overload]
+            qk_rope_head_dim=int(config["qk_rope_head_dim"]),  # type: ignore[call-overload]
+            v_head_dim=int(config["v_head_dim"]),  # type: ignore[call-overload]
+            hidden_size=int(config["hidden_size"]),  # type: ignore[call-overload]
+            q_lora_rank=int(config.get("q_lora_rank") or 0),  # type: ignore[call-overload]
+        )
+
+
+@dataclass
+class Converted:
+    rows: list[Row] = field(default_factory=list)
+    read: int = 0
+    repeats: int = 0  # extra rows repeating a (key, point, kernel): averaged
+    alternatives: int = 0  # rows of other kernels for the same (key, point): the fastest kernel kept
+    skipped: Counter[str] = field(default_factory=Counter)  # reason → count
+
+    def summary(self) -> str:
+        parts = [f"{self.read} read", f"{len(self.rows)} rows"]
+        if self.repeats:
+            parts.append(f"{self.repeats} repeated measurements averaged")
+        if self.alternatives:
+            parts.append(f"{self.alternatives} slower alternative kernels dropped")
+        parts += [f"{n} skipped: {reason}" for reason, n in sorted(self.skipped.items())]
+        return ", ".join(parts)
+
+
+class _Skip(Exception):
+    pass
+
+
+class _Builder:
+    """Collects rows. Repeats of one (key, point, kernel) are averaged (time_us = mean, std_us
+    across repeats, samples = number of repeats); of several kernels for one (key, point) the
+    fastest is kept, as the engine would pick it."""
+
+    def __init__(self) -> None:
+        self.out = Converted()
+        self._times: dict[tuple[KernelKey, Point], dict[str, list[float]]] = {}
+
+    def add(self, make: Callable[[], tuple[KernelKey, Point]], latency_ms: object, kernel: object) -> None:
+        self.out.read += 1
+        try:
+            key, point = make()
+            check_point(key, point)
+            time_us = float(latency_ms) * MS_TO_US  # type: ignore[arg-type]
+            if not (time_us > 0 and time_us < float("inf")):
+                raise _Skip("non-positive or non-finite latency")
+        except _Skip as e:
+            self.out.skipped[str(e)] += 1
+            return
+        except ValueError as e:
+            self.out.skipped[str(e).split(" (known")[0]] += 1
+            return
+        self._times.setdefault((key, point), {}).setdefault(str(kernel or ""), []).append(time_us)
+
+    def done(self) -> Converted:
+        rows = []
+        for (key, point), by_kernel in self._times.items():
+            means = {k: sum(ts) / len(ts) for k, ts in by_kernel.items()}
+            kernel = min(means, key=lambda k: (means[k], k))
+            ts = by_kernel[kernel]
+            self.out.repeats += sum(len(v) - 1 for v in by_kernel.values())
+            self.out.alternatives += len(by_kernel) - 1
+            if len(ts) > 1:
+                mean = means[kernel]
+                std = (sum((t - mean) ** 2 for t in ts) / len(ts)) ** 0.5
+                m = Measurement(mean, std_us=std, samples=len(ts), kernel=kernel)
+            else:
+                m = Measurement(ts[0], kernel=kernel)
+            rows.append((key, point, m))
+        self.out.rows = rows
+        return self.out
+
+
+def _col(cols: Columns, name: str, n: int, default: object = None) -> Sequence[object]:
+    if name in cols:
+        return cols[name]
+    if default is None:
+        raise KeyError(f"column '{name}' missing (columns: {', '.join(cols)})")
+    return [default] * n
+
+
+def _n(cols: Columns) -> int:
+    return len(cols["latency"])
+
+
+def _dtype(name: object) -> KernelDtype:
+    return parse_kernel_dtype(str(name))
+
+
+def _rows(cols: Columns, names: Sequence[str], defaults: Mapping[str, object] | None = None):
+    n = _n(cols)
+    defaults = defaults or {}
+    return zip(*(_col(cols, c, n, defaults.get(c)) for c in names))
+
+
+def convert_gemm(cols: Columns) -> Converted:
+    b = _Builder()
+    for dt, m, n, k, lat, ks in _rows(cols, ("gemm_dtype", "m", "n", "k", "latency", "kernel_source"), {"kernel_source": ""}):
+        b.add(lambda: (GemmKey(int(n), int(k), _dtype(dt)), GemmPoint(int(m))), lat, ks)
+    return b.done()
+
+
+_ATTN = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "beam_width", "attn_dtype",
+         "kv_cache_dtype", "step", "window_size", "latency", "kernel_source")
+_ATTN_DEFAULTS = {"beam_width": 1, "step": 0, "window_size": 0, "kernel_source": ""}
+
+
+def _attention(cols: Columns, decode: bool) -> Converted:
+    b = _Builder()
+    for bs, isl, h, kvh, hd, beam, dt, kvdt, step, win, lat, ks in _rows(cols, _ATTN, _ATTN_DEFAULTS):
+        def make():
+            if int(beam) != 1:
+                raise _Skip("beam search rows")
+            geo = (int(h), int(kvh), int(hd), _dtype(dt), _dtype(kvdt), int(win))
+            kv_len = int(step) + int(isl)
+            if decode:
+                return AttentionDecodeKey(*geo), AttentionDecodePoint(int(bs), kv_len)
+            return AttentionPrefillKey(*geo), AttentionPrefillPoint(int(bs), int(isl), kv_len)
+        b.add(make, lat, ks)
+    return b.done()
+
+
+def convert_context_attention(cols: Columns) -> Converted:
+    return _attention(cols, decode=False)
+
+
+def convert_generation_attention(cols: Columns) -> Converted:
+    return _attention(cols, decode=True)
+
+
+_MLA = ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype", "step", "latency", "kernel_source")
+
+
+def _mla(cols: Columns, geometry: MlaGeometry, decode: bool) -> Converted:
+    b = _Builder()
+    g = geometry
+    for bs, isl, h, dt, kvdt, step, lat, ks in _rows(cols, _MLA, {"step": 0, "kernel_source": ""}):
+        def make():
+            geo = (int(h), g.kv_lora_rank, g.qk_nope_head_dim, g.qk_rope_head_dim, g.v_head_dim, _dtype(dt), _dtype(kvdt))
+            kv_len = int(step) + int(isl)
+            if decode:
+                return MlaDecodeKey(*geo), AttentionDecodePoint(int(bs), kv_len)
+            return MlaPrefillKey(*geo), AttentionPrefillPoint(int(bs), int(isl), kv_len)
+        b.add(make, lat, ks)
+    return b.done()
+
+
+def convert_context_mla(cols: Columns, geometry: MlaGeometry) -> Converted:
+    return _mla(cols, geometry, decode=False)
+
+
+def convert_generation_mla(cols: Columns, geometry: MlaGeometry) -> Converted:
+    return _mla(cols, geometry, decode=True)
+
+
+def _mla_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None], decode: bool) -> Converted:
+    b = _Builder()
+    names = _MLA + ("model", "gemm_type")
+    for bs, isl, h, dt, kvdt, step, lat, ks, model, gemm in _rows(cols, names, {"step": 0, "kernel_source": ""}):
+        def make():
+            g = geometry_of(str(model))
+            if g is None:
+                raise _Skip(f"model {model} not in the graphsim catalog (its MLA geometry is unknown)")
+            geo = (int(h), g.kv_lora_rank, g.qk_nope_head_dim, g.qk_rope_head_dim, g.v_head_dim, _dtype(dt),
+                   _dtype(kvdt), g.hidden_size, g.q_lora_rank, _dtype(gemm))
+            kv_len = int(step) + int(isl)
+            if decode:
+                return MlaModuleDecodeKey(*geo), AttentionDecodePoint(int(bs), kv_len)
+            return MlaModulePrefillKey(*geo), AttentionPrefillPoint(int(bs), int(isl), kv_len)
+        b.add(make, lat, ks)
+    return b.done()
+
+
+def convert_mla_context_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None]) -> Converted:
+    return _mla_module(cols, geometry_of, decode=False)
+
+
+def convert_mla_generation_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None]) -> Converted:
+    return _mla_module(cols, geometry_of, decode=True)
+
+
+def convert_moe(cols: Columns) -> Converted:
+    b = _Builder()
+    names = ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+             "moe_ep_size", "distribution", "latency", "kernel_source")
+    for dt, tok, hid, inter, topk, ne, tp, ep, dist, lat, ks in _rows(cols, names, {"distribution": "balanced", "kernel_source": ""}):
+        def make():
+            try:
+                routing = MoeRouting(str(dist))
+            except ValueError:
+                raise _Skip(f"routing distribution {dist}") from None
+            key = MoeKey(int(hid), int(inter), int(topk), int(ne), int(tp), int(ep), _dtype(dt), routing)
+            return key, TokensPoint(int(tok))
+        b.add(make, lat, ks)
+    return b.done()
+
+
+def _collective(op_name: object, num_gpus: object, dtype_name: object, elements: object, implementation: str):
+    op = _COLLECTIVE_OPS.get(str(op_name).lower())
+    if op is None:
+        raise _Skip(f"collective op {op_name}")
+    dt = _dtype(dtype_name)
+    nbytes = int(elements) * dt.element_bytes
+    if nbytes != int(nbytes):
+        raise _Skip("message of a fractional byte count")
+    return CollectiveKey(op, int(num_gpus), dt, implementation), MessagePoint(int(nbytes))
+
+
+def convert_nccl(cols: Columns) -> Converted:
+    b = _Builder()
+    names = ("op_name", "num_gpus", "nccl_dtype", "message_size", "latency", "kernel_source")
+    for op, ng, dt, size, lat, ks in _rows(cols, names, {"kernel_source": "NCCL"}):
+        b.add(lambda: _collective(op, ng, dt, size, "nccl"), lat, ks)
+    return b.done()
+
+
+def convert_custom_allreduce(cols: Columns) -> Converted:
+    b = _Builder()
+    names = ("op_name", "num_gpus", "allreduce_dtype", "message_size", "latency", "kernel_source")
+    for op, ng, dt, size, lat, ks in _rows(cols, names, {"op_name": "all_reduce", "kernel_source": "custom"}):
+        b.add(lambda: _collective(op, ng, dt, size, str(ks).lower()), lat, ks)
+    return b.done()

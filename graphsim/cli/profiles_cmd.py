@@ -1,0 +1,146 @@
+"""`graphsim profiles ...`: import measured kernel data, inspect profile.db files, hardware specs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from graphsim.cli.app import app, console, err_console
+
+profiles_app = typer.Typer(
+    help="profile.db files: import measured kernel data, inspect them, list hardware specs.",
+    no_args_is_help=True,
+)
+app.add_typer(profiles_app, name="profiles")
+
+
+@profiles_app.command("import-aiconfigurator")
+def import_aiconfigurator_cmd(
+    system: str = typer.Option(..., "--system", help="aiconfigurator system, e.g. h200_sxm, h100_sxm, b200_sxm, a100_sxm, l40s."),
+    backend: str = typer.Option(..., "--backend", help="Serving backend whose tables to read: vllm, sglang or trtllm."),
+    version: str = typer.Option(None, "--version", help="Backend version (default: the package's current one for the system)."),
+    out: Path = typer.Option(..., "-o", "--output", help="profile.db to write (merged into if it exists for the same device and backend)."),
+    tables: str = typer.Option(None, "--tables", help="Comma-separated table stems to import (default: all), e.g. gemm_perf,nccl_perf."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Convert the measured GPU tables shipped in aiconfigurator-core into a profile.db."""
+    from graphsim.costing.aiconfigurator_import import import_aiconfigurator
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True, disable=as_json) as progress:
+        task = progress.add_task("aiconfigurator import", total=None)
+
+        def on_progress(what: str, done: int, total: int) -> None:
+            progress.update(task, description=what, completed=done, total=total)
+
+        wanted = [t.strip() for t in tables.split(",") if t.strip()] if tables else None
+        report = import_aiconfigurator(system, backend, out, version=version, tables=wanted, overwrite=overwrite,
+                                       progress=on_progress)
+
+    if as_json:
+        print(json.dumps({
+            "db": str(report.db_path), "system": report.system, "backend": report.backend,
+            "version": report.version, "package_version": report.package_version, "device": report.device,
+            "tables": [{**asdict(t), "kind": t.kind.value} for t in report.tables],
+            "not_found": list(report.not_found),
+            "counts": {k.value: v for k, v in report.counts.items()},
+        }, indent=1))
+        return
+    table = Table(title=f"{report.system} / {report.backend} {report.version} → {report.db_path} "
+                        f"(aiconfigurator-core {report.package_version}, {report.device})")
+    for col in ("table", "kind", "from version", "rows", "notes"):
+        table.add_column(col, justify="right" if col == "rows" else "left")
+    for t in report.tables:
+        version_note = t.version + (" (back-filled)" if t.back_filled else "")
+        table.add_row(t.table, t.kind.value, version_note, f"{t.rows_written:,}", t.summary)
+    console.print(table)
+    if report.not_found:
+        console.print(f"not in the package for this system/backend: {', '.join(report.not_found)}")
+
+
+@profiles_app.command("show")
+def show_cmd(
+    db: Path = typer.Argument(..., help="profile.db file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Print a profile.db's meta table and row counts per kernel table."""
+    from graphsim.costing.profile_db import ProfileDB
+
+    with ProfileDB.open(db) as pdb:
+        meta = pdb.meta
+        counts = pdb.counts()
+        keys = {kind: len(pdb.keys(kind)) for kind, n in counts.items() if n}
+    meta_rows = dict(meta.to_rows())
+    if as_json:
+        print(json.dumps({
+            "db": str(db),
+            "meta": {**meta_rows, "provenance": meta.provenance, "schema_version": meta.schema_version},
+            "rows": {k.value: n for k, n in counts.items()},
+            "geometries": {k.value: n for k, n in keys.items()},
+        }, indent=1))
+        return
+    mt = Table(title=f"{db} — meta", show_header=False)
+    mt.add_column("field", style="bold")
+    mt.add_column("value")
+    for field_name, value in meta_rows.items():
+        if field_name != "provenance":
+            mt.add_row(field_name, value)
+    for k, v in sorted(meta.provenance.items()):
+        mt.add_row(f"provenance.{k}", v)
+    console.print(mt)
+    ct = Table(title="rows per kernel table")
+    ct.add_column("table")
+    ct.add_column("rows", justify="right")
+    ct.add_column("geometries", justify="right")
+    for kind, n in counts.items():
+        ct.add_row(kind.value, f"{n:,}", f"{keys.get(kind, 0):,}")
+    ct.add_row("[bold]total[/]", f"[bold]{sum(counts.values()):,}[/]", "")
+    console.print(ct)
+
+
+@profiles_app.command("hardware")
+def hardware_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the shipped hardware specs (datasheet peaks used by the roofline fallback)."""
+    from graphsim.costing.hardware import list_hardware
+
+    specs = list_hardware()
+    if as_json:
+        print(json.dumps([s.to_json() for s in specs], indent=1))
+        return
+    table = Table(title="hardware specs (dense peaks)")
+    for col in ("id", "name", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "link GB/s"):
+        table.add_column(col, justify="left" if col in ("id", "name") else "right", no_wrap=col == "id")
+
+    def tf(v: float | None) -> str:
+        return "—" if v is None else f"{v / 1e12:,.0f}"
+
+    from graphsim.costing.dtypes import PeakClass
+
+    for s in specs:
+        table.add_row(s.id, s.name, f"{s.memory_bytes / 2**30:,.0f}", f"{s.memory_bandwidth_bytes_per_s / 1e12:.2f}",
+                      tf(s.peak_flops_per_s.get(PeakClass.BF16)), tf(s.peak_flops_per_s.get(PeakClass.FP8)),
+                      tf(s.peak_flops_per_s.get(PeakClass.FP4)), f"{s.interconnect_bandwidth_bytes_per_s / 1e9:,.0f}")
+    console.print(table)
+
+
+@profiles_app.command("measure-cpu")
+def measure_cpu_cmd(
+    out: Path = typer.Option(None, "-o", "--output", help="Write the spec JSON here (default: print it)."),
+    spec_id: str = typer.Option("local_cpu", "--id", help="Spec id to record."),
+) -> None:
+    """Measure this machine's peak FP32 GEMM FLOP/s and memory bandwidth (numpy) as a hardware spec."""
+    from graphsim.costing.hardware import measure_cpu_spec, save_hardware
+
+    spec = measure_cpu_spec(spec_id=spec_id)
+    if out is None:
+        print(json.dumps(spec.to_json(), indent=2))
+        return
+    save_hardware(spec, out)
+    console.print(f"{spec.name}: fp32 {spec.peak_flops_per_s[next(iter(spec.peak_flops_per_s))] / 1e9:,.1f} GFLOP/s, "
+                  f"memory {spec.memory_bandwidth_bytes_per_s / 1e9:,.1f} GB/s → {out}")
