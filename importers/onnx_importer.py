@@ -15,6 +15,8 @@ What becomes what:
   `dim_symbols` and that name reads like a token count (contains `tok`, `seq`, `len` or `ctx`,
   is `t`, or is torch.export's anonymous `s<k>`). `dim_symbols` maps names explicitly, e.g.
   `{"sequence_length": "T", "batch": 1}`. `meta["dim_symbols"]` records the mapping used.
+  A `dim_param` counts as an expression when it holds one of `* / ( ) + ,` or a space; so
+  `past-len` is a name (symbol `past_len`), `s0 - 1` an expression.
 - **Ops** map through `onnx_ops` (see there). An op with no IR kind becomes `Op.OPAQUE` with
   `OpaqueAttrs(target="onnx::<OpType>")`; the sorted distinct targets are
   `meta["opaque_ops"]`, counts per target `meta["opaque_counts"]`. No node is dropped.
@@ -55,7 +57,8 @@ TOKEN_DIM = re.compile(r"tok|seq|len|ctx|^t$|^s\d+$", re.IGNORECASE)
 _DIM_EXPR = re.compile(r"[A-Za-z0-9_+\-*/(), ]+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _DIM_FUNCTIONS = {"Max": sympy.Max, "Min": sympy.Min, "floor": sympy.floor, "ceiling": sympy.ceiling, "Mod": sympy.Mod}
-_NO_MODULE = "empty_nn_module_stack"  # torch.export's marker for nodes outside any module
+_NO_MODULE = "empty_nn_module_stack"
+_VALUE_PRESERVING = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast"})  # torch.export's marker for nodes outside any module
 
 
 def import_onnx(path: str | Path, *, dim_symbols: Mapping[str, str | int] | None = None) -> Graph:
@@ -101,6 +104,11 @@ def _load(onnx: Any, path: Path) -> Any:
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise GraphsimError(f"{path} is not an ONNX model (it holds no graph with outputs); pass a file written by onnx.save")
     return model
+
+
+def _is_expression(s: str) -> bool:
+    """`2*s0`, `s0 + 1`, `Max(1, s0)` are expressions; `past-len` or `batch_size` are names."""
+    return bool(_DIM_EXPR.fullmatch(s)) and any(c in s for c in "*/()+, ")
 
 
 def _safe_name(name: str) -> str:
@@ -157,6 +165,7 @@ class _Importer:
         self.opsets = {(o.domain or ""): int(o.version) for o in model.opset_import}
         self.initializers = {t.name: t for t in g.initializer}
         self.sparse = {s.values.name: s for s in g.sparse_initializer}
+        self.producers = {o: n for n in g.node for o in n.output if o}
         self.types: dict[str, tuple[int, list[Any] | None]] = {}
         for vi in itertools.chain(g.input, g.value_info, g.output):
             if vi.type.HasField("tensor_type"):
@@ -165,7 +174,9 @@ class _Importer:
                 if tt.HasField("shape"):
                     dims = [d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
                             for d in tt.shape.dim]
-                self.types[vi.name] = (tt.elem_type, dims)
+                known = self.types.get(vi.name)
+                if known is None or (known[0] == 0 or known[1] is None):  # never replace a type with a vaguer one
+                    self.types[vi.name] = (tt.elem_type or (known or (0, None))[0], dims if dims is not None else (known or (0, None))[1])
         self.fresh = itertools.count()
         self.unknown_shapes: list[str] = []
         self.unsupported_dtypes: set[str] = set()
@@ -182,7 +193,7 @@ class _Importer:
                 continue
             for d in self.types.get(vi.name, (0, None))[1] or []:
                 if isinstance(d, str) and d:
-                    for n in _IDENT.findall(d) if _DIM_EXPR.fullmatch(d) else [d]:
+                    for n in _IDENT.findall(d) if _is_expression(d) else [d]:
                         if n not in _DIM_FUNCTIONS and n not in self.symbols and n not in names:
                             names.append(n)
         self.input_dim_names = names
@@ -193,7 +204,7 @@ class _Importer:
         if s in self.symbols:
             return self.symbols[s]
         expr: Dim | None = None
-        if not s.isidentifier() and _DIM_EXPR.fullmatch(s):
+        if _is_expression(s):
             try:
                 local = {n: _DIM_FUNCTIONS.get(n) or self._param_dim(n) for n in _IDENT.findall(s)}
                 parsed = sympy.sympify(s, locals=local)
@@ -247,7 +258,6 @@ class _Importer:
         specs: dict[str, TensorSpec] = {**inputs, **params}
         weights: set[str] = set(params)  # initializers and values computed from them (+ constants) only
         consts: set[str] = set()
-        const_nodes: dict[str, Any] = {}
         used_names: set[str] = set(value_map)
         nodes: list[Node] = []
         opaque: dict[str, int] = {}
@@ -264,7 +274,7 @@ class _Importer:
             view = NodeView(
                 op_type=n.op_type, domain=domain, attrs=attrs, inputs=in_names, input_specs=in_specs,
                 output_specs=out_specs, weight_inputs=[bool(i) and i in weights for i in in_names],
-                const_ints=lambda i, _ins=in_names, _c=const_nodes: self._const_ints(_ins[i], _c) if i < len(_ins) else None,
+                const_ints=lambda i, _ins=in_names: self._const_ints(_ins[i]) if i < len(_ins) and _ins[i] else None,
                 opset=self.opsets.get(domain if domain not in DEFAULT_DOMAINS else "", 1),
             )
             target = onnx_target(n.op_type, domain)
@@ -290,7 +300,6 @@ class _Importer:
                 specs[value_map[o]] = out_specs[k]
                 if n.op_type == "Constant" and domain in DEFAULT_DOMAINS:
                     consts.add(o)
-                    const_nodes[o] = n
                 elif present and all(i in weights or i in consts for i in present):
                     (weights if any(i in weights for i in present) else consts).add(o)
 
@@ -370,15 +379,19 @@ class _Importer:
             return [v.decode("utf-8", "replace") for v in value]
         return value
 
-    def _const_ints(self, name: str, const_nodes: dict[str, Any]) -> list[int] | None:
-        """The integer contents of a small constant value (axes, perm, ...), if the file holds it."""
+    def _const_ints(self, name: str, depth: int = 0) -> list[int] | None:
+        """The integer contents of a small constant value (axes, perm, ...), if the file holds it:
+        an initializer, a Constant node, or either seen through layout-only ops (Reshape, Cast, ...)."""
         tensor = None
+        producer = self.producers.get(name)
         if name in self.initializers:
             tensor = self.initializers[name]
             if tensor.data_location == self.onnx.TensorProto.EXTERNAL:
                 return None
-        elif name in const_nodes:
-            for a in const_nodes[name].attribute:
+        elif producer is not None and producer.op_type in _VALUE_PRESERVING and depth < 8:
+            return self._const_ints(producer.input[0], depth + 1) if producer.input else None
+        elif producer is not None and producer.op_type == "Constant":
+            for a in producer.attribute:
                 if a.name == "value":
                     tensor = a.t
                 elif a.name == "value_ints":

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from graphsim.ir import (
     AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, LinearAttrs, NoAttrs, NormAttrs, Op,
     ReduceAttrs, TensorSpec,
@@ -85,6 +87,11 @@ class NodeView:
 Mapped = tuple[Op, Any] | None
 
 
+def _f32(x: Any) -> float:
+    """An ONNX float attribute (stored as float32) as the shortest decimal that denotes it: 1e-05, not 9.99e-06."""
+    return float(str(np.float32(x)))
+
+
 def _ints(*dims: Any) -> bool:
     return all(isinstance(d, int) for d in dims)
 
@@ -149,18 +156,36 @@ def _reduce(op: Op) -> Callable[[NodeView], Mapped]:
         x = v.spec(0)
         rank = x.rank if x else None
         axes = v.attrs.get("axes")
+        keepdim = bool(v.attrs.get("keepdims", 1))
         if axes is None and v.has_input(1):  # opset ≥ 18 passes axes as an input
             axes = v.const_ints(1)
-            if axes is None:
-                return None  # axes computed at run time: the reduction is unknown
+            if axes is None:  # computed at run time: read the reduced dims off the shapes
+                dims = _reduced_dims(x, v.output_specs[0], keepdim)
+                return (op, ReduceAttrs(dims=dims, keepdim=keepdim)) if dims is not None else None
         if not axes:
             if v.attrs.get("noop_with_empty_axes", 0):
                 return Op.COPY, NoAttrs()
             axes = list(range(rank)) if rank is not None else []
         dims = tuple(sorted(_norm_axis(int(a), rank) for a in axes))
-        return op, ReduceAttrs(dims=dims, keepdim=bool(v.attrs.get("keepdims", 1)))
+        return op, ReduceAttrs(dims=dims, keepdim=keepdim)
 
     return handler
+
+
+def _reduced_dims(x: TensorSpec | None, out: TensorSpec, keepdim: bool) -> tuple[int, ...] | None:
+    """Which dims a reduction removed, from its input and output shapes (None if they do not tell)."""
+    if x is None or out.rank > x.rank or (keepdim and out.rank != x.rank):
+        return None
+    if keepdim:
+        dims = tuple(i for i, (a, b) in enumerate(zip(x.shape, out.shape)) if a != b)
+        return dims if all(out.shape[i] == 1 for i in dims) and dims else None
+    dims, j = [], 0
+    for i, d in enumerate(x.shape):
+        if j < out.rank and out.shape[j] == d:
+            j += 1
+        else:
+            dims.append(i)
+    return tuple(dims) if j == out.rank and len(dims) == x.rank - out.rank and dims else None
 
 
 # --- casts and layout ---------------------------------------------------------------------------
@@ -186,7 +211,7 @@ def _norm(op: Op) -> Callable[[NodeView], Mapped]:
         x = v.spec(0)
         last = x.shape[-1] if x is not None and x.rank else None
         eps = v.attrs.get("epsilon")
-        return op, NormAttrs(eps=float(eps) if eps is not None else None,
+        return op, NormAttrs(eps=_f32(eps) if eps is not None else None,
                              normalized_dim=last if isinstance(last, int) else None)
 
     return handler
@@ -214,8 +239,8 @@ def _attention(v: NodeView) -> Mapped:
     softcap = v.attrs.get("softcap") or None
     return Op.ATTENTION, AttentionAttrs(
         num_heads=q[0], num_kv_heads=k[0], head_dim=q[1], v_head_dim=val[1],
-        causal=bool(v.attrs.get("is_causal", 0)), softcap=float(softcap) if softcap else None,
-        scale=float(v.attrs["scale"]) if "scale" in v.attrs else None,
+        causal=bool(v.attrs.get("is_causal", 0)), softcap=_f32(softcap) if softcap else None,
+        scale=_f32(v.attrs["scale"]) if "scale" in v.attrs else None,
     )
 
 
@@ -233,8 +258,8 @@ def _group_query_attention(v: NodeView) -> Mapped:
     softcap = v.attrs.get("softcap") or None
     return Op.ATTENTION, AttentionAttrs(
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, v_head_dim=head_dim, causal=True,
-        sliding_window=window if window > 0 else None, softcap=float(softcap) if softcap else None,
-        scale=float(v.attrs["scale"]) if v.attrs.get("scale") else None,
+        sliding_window=window if window > 0 else None, softcap=_f32(softcap) if softcap else None,
+        scale=_f32(v.attrs["scale"]) if v.attrs.get("scale") else None,
     )
 
 
@@ -248,7 +273,7 @@ def _multi_head_attention(v: NodeView) -> Mapped:
     return Op.ATTENTION, AttentionAttrs(
         num_heads=q[0], num_kv_heads=q[0], head_dim=q[1], v_head_dim=(val or q)[1],
         causal=bool(v.attrs.get("unidirectional", 0)),
-        scale=float(v.attrs["scale"]) if v.attrs.get("scale") else None,
+        scale=_f32(v.attrs["scale"]) if v.attrs.get("scale") else None,
     )
 
 
