@@ -16,11 +16,14 @@ from graphsim.work import ParamReport, WorkReport, accounting, parse_step
 from graphsim.work.api import Accounting
 
 
-def _si(value: float, unit: str) -> str:
+def _si(value: float, unit: str = "") -> str:
+    """Compact SI form: 3 significant digits and a prefix (`10.4 T`, `616 M`)."""
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:
-            return f"{value / factor:,.2f} {prefix}{unit}"
-    return f"{value:,.0f} {unit}"
+            scaled = value / factor
+            digits = 2 if scaled < 10 else 1 if scaled < 100 else 0
+            return f"{scaled:.{digits}f} {prefix}{unit}"
+    return f"{value:.0f} {unit}".rstrip()
 
 
 def _count(value: float) -> str:
@@ -45,8 +48,9 @@ def _header(name: str, location: str, acc: Accounting) -> None:
 
 def _render_params(report: ParamReport) -> None:
     table = Table(title="parameters")
-    for col in ("segment", "params", "activated / token", "stored"):
-        table.add_column(col, justify="left" if col == "segment" else "right")
+    table.add_column("segment", no_wrap=True)
+    for col in ("params", "activated / token", "stored"):
+        table.add_column(col, justify="right", no_wrap=True)
     for s in report.segments:
         table.add_row(escape(s.name), _count(s.params), _count(s.params_activated), _si(s.stored_bytes, "B"))
     table.add_section()
@@ -62,16 +66,19 @@ def _render_params(report: ParamReport) -> None:
 
 def _render_step(report: WorkReport) -> None:
     step = report.step
-    table = Table(title=f"necessary work of one step: {step.label()}  (T = {step.tokens:,} tokens, {step.sequences:,} sequences)")
-    cols = ("segment", "FLOPs", "param read", "param read (worst)", "KV/state read", "KV/state written")
+    show_worst = any(s.param_read_bytes_worst != s.param_read_bytes for s in report.segments)
+    table = Table(title=f"necessary work of one step: {step.label()} (T = {step.tokens:,} tokens, {step.sequences:,} seqs)")
+    table.add_column("segment", no_wrap=True)
+    table.caption = "params: bytes read (worst: every expert pick distinct); state: KV/state bytes read, written"
+    cols = ["FLOP", "params"] + (["worst"] if show_worst else []) + ["state rd", "state wr"]
     for col in cols:
-        table.add_column(col, justify="left" if col == "segment" else "right")
+        table.add_column(col, justify="right", no_wrap=True)
 
-    def row(s, **kw):
-        table.add_row(
-            escape(s.name), _si(s.flops, "FLOP"), _si(s.param_read_bytes, "B"), _si(s.param_read_bytes_worst, "B"),
-            _si(s.state_read_bytes, "B"), _si(s.state_write_bytes, "B"), **kw,
-        )
+    def row(s, **kw) -> None:
+        cells = [_si(s.flops), _si(s.param_read_bytes)]
+        cells += [_si(s.param_read_bytes_worst)] if show_worst else []
+        cells += [_si(s.state_read_bytes), _si(s.state_write_bytes)]
+        table.add_row(escape(s.name), *cells, **kw)
 
     for s in report.segments:
         row(s)
