@@ -67,9 +67,11 @@ def _render_params(report: ParamReport) -> None:
 def _render_step(report: WorkReport) -> None:
     step = report.step
     show_worst = any(s.param_read_bytes_worst != s.param_read_bytes for s in report.segments)
-    table = Table(title=f"necessary work of one step: {step.label()} (T = {step.tokens:,} tokens, {step.sequences:,} seqs)")
+    console.print(f"step {step.label()}: T = {step.tokens:,} new tokens, {step.sequences:,} sequences", soft_wrap=True)
+    table = Table(title="necessary work per segment")
     table.add_column("segment", no_wrap=True)
-    table.caption = "params: bytes read (worst: every expert pick distinct); state: KV/state bytes read, written"
+    table.caption = "params: parameter bytes read" + (" (worst: all T·k expert picks distinct)" if show_worst else "")
+    table.caption += "; state: KV/state bytes read, written"
     cols = ["FLOP", "params"] + (["worst"] if show_worst else []) + ["state rd", "state wr"]
     for col in cols:
         table.add_column(col, justify="right", no_wrap=True)

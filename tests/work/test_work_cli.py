@@ -20,7 +20,7 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 def test_step_table(capsys):
     rc, out, err = run(capsys, "llama-3.1-8b", "--prefill", "8192@0", "--decode", "256x4096")
     assert rc == 0, err
-    assert "layers.attn.core" in out and "8192@0 + 256x4096" in out and "8,448 tokens" in out
+    assert "layers.attn.core" in out and "8192@0 + 256x4096" in out and "T = 8,448 new tokens" in out
 
 
 def test_params_table_keeps_tags(capsys):
