@@ -1,9 +1,10 @@
 """Kernel time lookup: exact row → interpolation → roofline → missing (DESIGN §1, issue 5 §4).
 
 `Curve` interpolates the rows of one geometry key over their batch-dependent coordinates
-(`m` for GEMMs; batch, q_len, kv_len for attention; tokens; message bytes) in log-log space:
-linear in log(time) against log(coordinate), one coordinate after another (bilinear where there
-are two, on ragged grids too: each slice interpolates over its own points). Inside the measured
+(`m` for GEMMs; batch and kv_len for decode; batch, q_len and cached prefix for prefill; tokens;
+message bytes) in log-log space: linear in log(time) against log(coordinate), one coordinate after
+another (bilinear where there are two, on ragged grids too: each slice interpolates over its own
+points). Inside the measured
 range the result lies between the neighbouring rows and is monotone where they are; outside it
 the edge segment's slope (clamped at >= 0, so a time never falls as work grows) extends it and
 the result is marked `extrapolated`. A coordinate measured at one value only is matched exactly
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphsim.costing.hardware import HardwareSpec, load_hardware
-from graphsim.costing.kernels import KernelKey, Point, check_point, point_coords
+from graphsim.costing.kernels import AttentionPrefillPoint, KernelKey, Point, check_point, point_coords
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
 from graphsim.costing.timing import Timing, TimeSource
@@ -30,17 +31,26 @@ SOURCES: tuple[TimeSource, ...] = tuple(TimeSource)
 MEASURED, INTERPOLATED, EXTRAPOLATED, ROOFLINE, MISSING = (SOURCES.index(s) for s in SOURCES)
 
 
-class _Level:
-    """One coordinate of a grid: sorted distinct values, and per value either a time (last
-    coordinate) or the sub-grid over the remaining coordinates."""
+def grid_coordinates(key: KernelKey, coords: np.ndarray) -> np.ndarray:
+    """Point coordinates (N, d) → the space interpolation is linear in: the log of each coordinate,
+    except that prefill points (batch, q_len, kv_len) use log1p(kv_len - q_len), the cached prefix,
+    as their last axis, so rows measured without a prefix (kv_len = q_len) form one slice."""
+    c = np.asarray(coords, dtype=np.float64)
+    if key.POINT is AttentionPrefillPoint:
+        return np.column_stack([np.log(c[:, 0]), np.log(c[:, 1]), np.log1p(np.maximum(c[:, 2] - c[:, 1], 0.0))])
+    return np.log(c)
 
-    __slots__ = ("x", "logx", "times", "children")
+
+class _Level:
+    """One axis of a grid (in `grid_coordinates` space): sorted distinct values, and per value
+    either a time (last axis) or the sub-grid over the remaining axes."""
+
+    __slots__ = ("logx", "times", "children")
 
     def __init__(self, coords: np.ndarray, times: np.ndarray) -> None:
         order = np.lexsort(coords.T[::-1])
         coords, times = coords[order], times[order]
-        self.x, starts = np.unique(coords[:, 0], return_index=True)
-        self.logx = np.log(self.x.astype(np.float64))
+        self.logx, starts = np.unique(coords[:, 0], return_index=True)
         if coords.shape[1] == 1:
             self.times = times[starts].astype(np.float64)
             self.children: list[_Level] | None = None
@@ -61,27 +71,27 @@ class _Level:
         return t, s
 
     def evaluate(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """q: (N, d) float coordinates (>= 1). Returns times (NaN where unavailable) and source codes."""
+        """q: (N, d) grid coordinates. Returns times (NaN where unavailable) and source codes."""
         n = len(q)
         t = np.full(n, np.nan)
         s = np.full(n, MISSING, dtype=np.int8)
         if n == 0:
             return t, s
-        qx = q[:, 0]
-        idx = np.searchsorted(self.x, qx)
-        exact = (idx < len(self.x)) & (self.x[np.minimum(idx, len(self.x) - 1)] == qx)
+        qx, xs = q[:, 0], self.logx
+        idx = np.searchsorted(xs, qx)
+        exact = (idx < len(xs)) & (xs[np.minimum(idx, len(xs) - 1)] == qx)
         if exact.any():
             t[exact], s[exact] = self._at(idx[exact], q[exact])
         rest = ~exact
-        if len(self.x) < 2 or not rest.any():
+        if len(xs) < 2 or not rest.any():
             return t, s
         qr = q[rest]
-        lo = np.clip(idx[rest] - 1, 0, len(self.x) - 2)
+        lo = np.clip(idx[rest] - 1, 0, len(xs) - 2)
         hi = lo + 1
         t_lo, s_lo = self._at(lo, qr)
         t_hi, s_hi = self._at(hi, qr)
-        lq = np.log(qr[:, 0])
-        x_lo, x_hi = self.logx[lo], self.logx[hi]
+        lq = qr[:, 0]
+        x_lo, x_hi = xs[lo], xs[hi]
         with np.errstate(divide="ignore", invalid="ignore"):
             y_lo, y_hi = np.log(t_lo), np.log(t_hi)
             slope = (y_hi - y_lo) / (x_hi - x_lo)
@@ -111,7 +121,7 @@ class Curve:
         self.key = rows.key
         self.num_rows = len(rows)
         self.dims = rows.coords.shape[1]
-        self._grid = _Level(rows.coords.astype(np.int64), rows.times_us.astype(np.float64))
+        self._grid = _Level(grid_coordinates(rows.key, rows.coords), rows.times_us.astype(np.float64))
 
     def evaluate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """coords (N, d) in point order → (times_us with NaN where unavailable, source codes int8:
@@ -119,7 +129,7 @@ class Curve:
         q = np.asarray(coords, dtype=np.float64).reshape(-1, self.dims)
         if np.any(q < 1):
             raise ValueError("coordinates must be >= 1")
-        return self._grid.evaluate(q)
+        return self._grid.evaluate(grid_coordinates(self.key, q))
 
     def at(self, point: Point) -> Timing:
         check_point(self.key, point)

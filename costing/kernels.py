@@ -65,6 +65,10 @@ class AttentionPrefillPoint:
     q_len: int
     kv_len: int
 
+    def __post_init__(self) -> None:
+        if self.kv_len < self.q_len:
+            raise ValueError(f"kv_len ({self.kv_len}) must be >= q_len ({self.q_len}): kv_len counts the new tokens too")
+
 
 @dataclass(frozen=True)
 class AttentionDecodePoint:

@@ -30,8 +30,9 @@ def import_aiconfigurator_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Convert the measured GPU tables shipped in aiconfigurator-core into a profile.db."""
-    from graphsim.costing.aiconfigurator_import import import_aiconfigurator
+    from graphsim.costing.aiconfigurator_import import aiconfigurator_root, import_aiconfigurator
 
+    root = aiconfigurator_root()  # a missing package fails here, before the progress bar starts
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=as_json) as progress:
         task = progress.add_task("aiconfigurator import", total=None)
@@ -41,7 +42,7 @@ def import_aiconfigurator_cmd(
 
         wanted = [t.strip() for t in tables.split(",") if t.strip()] if tables else None
         report = import_aiconfigurator(system, backend, out, version=version, tables=wanted, overwrite=overwrite,
-                                       progress=on_progress)
+                                       progress=on_progress, root=root)
 
     if as_json:
         print(json.dumps({

@@ -1,0 +1,66 @@
+"""Against the real aiconfigurator-core 0.12.0 package, when installed: spot values from
+/work/shared/notes/aiconfigurator-data.md (h200_sxm, vllm 0.24.0, bf16)."""
+
+import importlib.util
+
+import pytest
+
+from graphsim.costing import aiconfigurator_import as aic
+from graphsim.costing.aiconfigurator_tables import convert_context_attention, convert_generation_attention
+from graphsim.costing.dtypes import KernelDtype as D
+from graphsim.costing.interpolate import KernelPricer
+from graphsim.costing.kernels import (
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
+    CollectiveOp, GemmKey, GemmPoint, KernelKind, MessagePoint,
+)
+from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.timing import TimeSource
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("aiconfigurator_core") is None or importlib.util.find_spec("pyarrow") is None,
+    reason="aiconfigurator-core / pyarrow not installed (pip install 'graphsim[aiconfigurator]')",
+)
+
+
+def test_real_gemm_and_comm_import(tmp_path):
+    out = tmp_path / "h200.db"
+    report = aic.import_aiconfigurator("h200_sxm", "vllm", out, tables=["gemm_perf", "nccl_perf", "custom_allreduce_perf"])
+    assert report.version == "0.24.0" and report.package_version == "0.12.0"
+    with ProfileDB.open(out) as db:
+        assert db.meta.provenance["package_version"] == "0.12.0" and db.meta.device == "NVIDIA H200"
+        assert db.count(KernelKind.GEMM) > 100_000
+        pricer = KernelPricer(db)
+        key = GemmKey(6144, 4096, D.BF16)
+        assert pricer.time(key, GemmPoint(2048)).time_us == pytest.approx(132.173, abs=1e-3)
+        assert pricer.time(key, GemmPoint(64)).time_us == pytest.approx(17.794, abs=1e-3)
+        mid = pricer.time(key, GemmPoint(3000))
+        assert mid.source is TimeSource.INTERPOLATED and 132.173 < mid.time_us < 400
+        graph_ar = pricer.time(CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.BF16, "vllm_custom_graph"), MessagePoint(256))
+        assert graph_ar.time_us == pytest.approx(4.378, abs=1e-3)
+
+
+def test_real_attention_tables_convert_to_the_spot_values():
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    root = aic.aiconfigurator_root()
+    located, _ = aic.locate_tables(root, "h200_sxm", "vllm", "0.24.0")
+    paths = {loc.spec.table: loc.path for loc in located}
+
+    def rows(table):
+        t = pq.read_table(paths[table])
+        mask = pc.and_(pc.and_(pc.equal(t["num_heads"], 32), pc.equal(t["num_key_value_heads"], 8)),
+                       pc.equal(t["head_dim"], 128))
+        return t.filter(mask).to_pydict()
+
+    ctx = {(k, p): m for k, p, m in convert_context_attention(rows("context_attention_perf")).rows}
+    gen = {(k, p): m for k, p, m in convert_generation_attention(rows("generation_attention_perf")).rows}
+    geo = (32, 8, 128, D.BF16, D.BF16, 0)
+    assert ctx[(AttentionPrefillKey(*geo), AttentionPrefillPoint(1, 2048, 2048))].time_us == pytest.approx(87.440, abs=1e-3)
+    assert gen[(AttentionDecodeKey(*geo), AttentionDecodePoint(64, 2048))].time_us == pytest.approx(139.888, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_real_full_import(tmp_path):
+    report = aic.import_aiconfigurator("h200_sxm", "vllm", tmp_path / "full.db")
+    assert report.counts[KernelKind.ATTENTION_PREFILL] > 50_000 and report.counts[KernelKind.MOE] > 40_000
