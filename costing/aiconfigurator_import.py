@@ -27,7 +27,7 @@ from graphsim.costing.aiconfigurator_tables import (
 )
 from graphsim.costing.errors import ImportDataError, OptionalDependencyError
 from graphsim.costing.hardware import list_hardware
-from graphsim.costing.kernels import KernelKind
+from graphsim.costing.kernels import TableKind
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
 
 PACKAGE = "aiconfigurator-core"
@@ -46,20 +46,20 @@ class TableSpec:
 
     table: str  # file stem, e.g. "gemm_perf"
     family: str  # directory under data/<system>/, e.g. "gemm"
-    kind: KernelKind
+    kind: TableKind
 
 
 TABLE_SPECS: tuple[TableSpec, ...] = (
-    TableSpec("gemm_perf", "gemm", KernelKind.GEMM),
-    TableSpec("context_attention_perf", "attention", KernelKind.ATTENTION_PREFILL),
-    TableSpec("generation_attention_perf", "attention", KernelKind.ATTENTION_DECODE),
-    TableSpec("context_mla_perf", "mla", KernelKind.MLA_PREFILL),
-    TableSpec("generation_mla_perf", "mla", KernelKind.MLA_DECODE),
-    TableSpec("mla_context_module_perf", "mla", KernelKind.MLA_MODULE_PREFILL),
-    TableSpec("mla_generation_module_perf", "mla", KernelKind.MLA_MODULE_DECODE),
-    TableSpec("moe_perf", "moe", KernelKind.MOE),
-    TableSpec("nccl_perf", "comm", KernelKind.COLLECTIVE),  # comm/nccl/<nccl version>/
-    TableSpec("custom_allreduce_perf", "comm", KernelKind.COLLECTIVE),
+    TableSpec("gemm_perf", "gemm", TableKind.GEMM),
+    TableSpec("context_attention_perf", "attention", TableKind.ATTENTION_PREFILL),
+    TableSpec("generation_attention_perf", "attention", TableKind.ATTENTION_DECODE),
+    TableSpec("context_mla_perf", "mla", TableKind.MLA_PREFILL),
+    TableSpec("generation_mla_perf", "mla", TableKind.MLA_DECODE),
+    TableSpec("mla_context_module_perf", "mla", TableKind.MLA_MODULE_PREFILL),
+    TableSpec("mla_generation_module_perf", "mla", TableKind.MLA_MODULE_DECODE),
+    TableSpec("moe_perf", "moe", TableKind.MOE),
+    TableSpec("nccl_perf", "comm", TableKind.COLLECTIVE),  # comm/nccl/<nccl version>/
+    TableSpec("custom_allreduce_perf", "comm", TableKind.COLLECTIVE),
 )
 
 
@@ -74,7 +74,7 @@ class LocatedTable:
 @dataclass(frozen=True)
 class ImportedTable:
     table: str
-    kind: KernelKind
+    kind: TableKind
     source: str  # path relative to the package's data directory
     version: str
     back_filled: bool
@@ -92,7 +92,7 @@ class ImportReport:
     device: str
     tables: tuple[ImportedTable, ...]
     not_found: tuple[str, ...]  # table stems absent for this system/backend at any usable version
-    counts: dict[KernelKind, int]
+    counts: dict[TableKind, int]
 
 
 # ---- locating the package and its data -----------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import ClassVar, Union
 from graphsim.costing.dtypes import KernelDtype
 
 
-class KernelKind(str, Enum):
+class TableKind(str, Enum):
     """One profile.db table per kind."""
 
     GEMM = "gemm"
@@ -96,7 +96,7 @@ Point = Union[GemmPoint, AttentionPrefillPoint, AttentionDecodePoint, TokensPoin
 
 @dataclass(frozen=True)
 class GemmKey:
-    KIND: ClassVar[KernelKind] = KernelKind.GEMM
+    KIND: ClassVar[TableKind] = TableKind.GEMM
     POINT: ClassVar[type] = GemmPoint
     n: int  # output features
     k: int  # input features
@@ -115,13 +115,13 @@ class _AttentionGeometry:
 
 @dataclass(frozen=True)
 class AttentionPrefillKey(_AttentionGeometry):
-    KIND: ClassVar[KernelKind] = KernelKind.ATTENTION_PREFILL
+    KIND: ClassVar[TableKind] = TableKind.ATTENTION_PREFILL
     POINT: ClassVar[type] = AttentionPrefillPoint
 
 
 @dataclass(frozen=True)
 class AttentionDecodeKey(_AttentionGeometry):
-    KIND: ClassVar[KernelKind] = KernelKind.ATTENTION_DECODE
+    KIND: ClassVar[TableKind] = TableKind.ATTENTION_DECODE
     POINT: ClassVar[type] = AttentionDecodePoint
 
 
@@ -138,13 +138,13 @@ class _MlaGeometry:
 
 @dataclass(frozen=True)
 class MlaPrefillKey(_MlaGeometry):
-    KIND: ClassVar[KernelKind] = KernelKind.MLA_PREFILL
+    KIND: ClassVar[TableKind] = TableKind.MLA_PREFILL
     POINT: ClassVar[type] = AttentionPrefillPoint
 
 
 @dataclass(frozen=True)
 class MlaDecodeKey(_MlaGeometry):
-    KIND: ClassVar[KernelKind] = KernelKind.MLA_DECODE
+    KIND: ClassVar[TableKind] = TableKind.MLA_DECODE
     POINT: ClassVar[type] = AttentionDecodePoint
 
 
@@ -157,19 +157,19 @@ class _MlaModuleGeometry(_MlaGeometry):
 
 @dataclass(frozen=True)
 class MlaModulePrefillKey(_MlaModuleGeometry):
-    KIND: ClassVar[KernelKind] = KernelKind.MLA_MODULE_PREFILL
+    KIND: ClassVar[TableKind] = TableKind.MLA_MODULE_PREFILL
     POINT: ClassVar[type] = AttentionPrefillPoint
 
 
 @dataclass(frozen=True)
 class MlaModuleDecodeKey(_MlaModuleGeometry):
-    KIND: ClassVar[KernelKind] = KernelKind.MLA_MODULE_DECODE
+    KIND: ClassVar[TableKind] = TableKind.MLA_MODULE_DECODE
     POINT: ClassVar[type] = AttentionDecodePoint
 
 
 @dataclass(frozen=True)
 class MoeKey:
-    KIND: ClassVar[KernelKind] = KernelKind.MOE
+    KIND: ClassVar[TableKind] = TableKind.MOE
     POINT: ClassVar[type] = TokensPoint
     hidden_size: int
     inter_size: int  # per-expert intermediate size before MoE TP sharding
@@ -183,7 +183,7 @@ class MoeKey:
 
 @dataclass(frozen=True)
 class CollectiveKey:
-    KIND: ClassVar[KernelKind] = KernelKind.COLLECTIVE
+    KIND: ClassVar[TableKind] = TableKind.COLLECTIVE
     POINT: ClassVar[type] = MessagePoint
     op: CollectiveOp
     num_gpus: int
@@ -196,7 +196,7 @@ class ElementwiseKey:
     """Per-token memory-bound work: `op` names it (rms_norm, rotary, silu_and_mul, add, ...),
     `width` is the per-token feature count it reads (e.g. hidden size)."""
 
-    KIND: ClassVar[KernelKind] = KernelKind.ELEMENTWISE
+    KIND: ClassVar[TableKind] = TableKind.ELEMENTWISE
     POINT: ClassVar[type] = TokensPoint
     op: str
     width: int
@@ -208,7 +208,7 @@ KernelKey = Union[
     MlaModulePrefillKey, MlaModuleDecodeKey, MoeKey, CollectiveKey, ElementwiseKey,
 ]
 
-KEY_CLASSES: dict[KernelKind, type] = {
+KEY_CLASSES: dict[TableKind, type] = {
     cls.KIND: cls
     for cls in (GemmKey, AttentionPrefillKey, AttentionDecodeKey, MlaPrefillKey, MlaDecodeKey,
                 MlaModulePrefillKey, MlaModuleDecodeKey, MoeKey, CollectiveKey, ElementwiseKey)

@@ -26,7 +26,7 @@ from graphsim.costing.errors import (
     ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError,
 )
 from graphsim.costing.kernels import (
-    KernelKey, KernelKind, Measurement, Point, check_point, point_coords,
+    KernelKey, TableKind, Measurement, Point, check_point, point_coords,
 )
 from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
 
@@ -195,7 +195,7 @@ class ProfileDB:
     def put_many(self, rows: Iterable[tuple[KernelKey, Point, Measurement]]) -> int:
         """Insert or replace rows in one transaction; returns how many."""
         self._require_writable()
-        by_kind: dict[KernelKind, list[tuple[object, ...]]] = {}
+        by_kind: dict[TableKind, list[tuple[object, ...]]] = {}
         for key, point, m in rows:
             check_point(key, point)
             spec = TABLES[key.KIND]
@@ -253,18 +253,18 @@ class ProfileDB:
         self._rows_cache[key] = out
         return out
 
-    def keys(self, kind: KernelKind) -> list[KernelKey]:
+    def keys(self, kind: TableKind) -> list[KernelKey]:
         """Every geometry key that has rows in `kind`'s table."""
         spec = TABLES[kind]
         kcols = ", ".join(q(c.name) for c in spec.key_columns)
         data = self._exec(f"SELECT DISTINCT {kcols} FROM {spec.name} ORDER BY {kcols}").fetchall()
         return [spec.key_cls(*(c.from_sql(v) for c, v in zip(spec.key_columns, row))) for row in data]
 
-    def count(self, kind: KernelKind) -> int:
+    def count(self, kind: TableKind) -> int:
         return int(self._exec(f"SELECT COUNT(*) FROM {TABLES[kind].name}").fetchone()[0])
 
-    def counts(self) -> dict[KernelKind, int]:
-        return {kind: self.count(kind) for kind in KernelKind}
+    def counts(self) -> dict[TableKind, int]:
+        return {kind: self.count(kind) for kind in TableKind}
 
     # ---- internals ----------------------------------------------------------------------------
 

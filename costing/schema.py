@@ -1,4 +1,4 @@
-"""profile.db schema (DESIGN §4): a `meta` table plus one typed table per `KernelKind`.
+"""profile.db schema (DESIGN §4): a `meta` table plus one typed table per `TableKind`.
 
 Columns come from the key and point dataclasses in `kernels.py` (geometry + dtypes, then the
 batch-dependent coordinates) followed by the measurement columns; the primary key is key + point.
@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from graphsim.costing.kernels import KEY_CLASSES, KernelKind, Measurement
+from graphsim.costing.kernels import KEY_CLASSES, TableKind, Measurement
 
 SCHEMA_VERSION = 1
 
@@ -49,7 +49,7 @@ class Column:
 
 @dataclass(frozen=True)
 class TableSpec:
-    kind: KernelKind
+    kind: TableKind
     key_cls: type
     point_cls: type
     key_columns: tuple[Column, ...]
@@ -89,7 +89,7 @@ def _columns(cls: type) -> tuple[Column, ...]:
     return tuple(out)
 
 
-def _spec(kind: KernelKind) -> TableSpec:
+def _spec(kind: TableKind) -> TableSpec:
     key_cls = KEY_CLASSES[kind]
     point_cls = key_cls.POINT
     key_cols, point_cols = _columns(key_cls), _columns(point_cls)
@@ -99,6 +99,6 @@ def _spec(kind: KernelKind) -> TableSpec:
     return TableSpec(kind, key_cls, point_cls, key_cols, point_cols)
 
 
-TABLES: dict[KernelKind, TableSpec] = {kind: _spec(kind) for kind in KernelKind}
+TABLES: dict[TableKind, TableSpec] = {kind: _spec(kind) for kind in TableKind}
 
 META_DDL = f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"

@@ -16,7 +16,7 @@ from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.errors import OptionalDependencyError
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
-    CollectiveOp, GemmKey, GemmPoint, KernelKind, MessagePoint, MlaDecodeKey, MoeKey, MoeRouting, TokensPoint,
+    CollectiveOp, GemmKey, GemmPoint, TableKind, MessagePoint, MlaDecodeKey, MoeKey, MoeRouting, TokensPoint,
 )
 from graphsim.costing.profile_db import ProfileDB, TimeStatistic
 
@@ -173,7 +173,7 @@ def test_import_tree_writes_rows_and_provenance(fake_root, tmp_path):
         assert m.time_statistic is TimeStatistic.MEAN
         assert m.provenance["source"] == "aiconfigurator-core" and m.provenance["backend"] == "vllm"
         assert m.provenance["table.generation_attention_perf"].endswith("(back-filled)")
-        assert db.counts()[KernelKind.GEMM] == 3 and db.counts()[KernelKind.ATTENTION_DECODE] == 2
+        assert db.counts()[TableKind.GEMM] == 3 and db.counts()[TableKind.ATTENTION_DECODE] == 2
         got = db.get(GemmKey(6144, 4096, D.BF16), GemmPoint(2048))
         assert got.time_us == pytest.approx(132.173)
         assert db.get(CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.FP16), MessagePoint(512)).time_us == pytest.approx(6.0)

@@ -11,7 +11,7 @@ from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.interpolate import KernelPricer
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
-    CollectiveOp, GemmKey, GemmPoint, KernelKind, MessagePoint,
+    CollectiveOp, GemmKey, GemmPoint, TableKind, MessagePoint,
 )
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.timing import TimeSource
@@ -28,7 +28,7 @@ def test_real_gemm_and_comm_import(tmp_path):
     assert report.version == "0.24.0" and report.package_version == "0.12.0"
     with ProfileDB.open(out) as db:
         assert db.meta.provenance["package_version"] == "0.12.0" and db.meta.device == "NVIDIA H200"
-        assert db.count(KernelKind.GEMM) > 100_000
+        assert db.count(TableKind.GEMM) > 100_000
         pricer = KernelPricer(db)
         key = GemmKey(6144, 4096, D.BF16)
         assert pricer.time(key, GemmPoint(2048)).time_us == pytest.approx(132.173, abs=1e-3)
@@ -63,4 +63,4 @@ def test_real_attention_tables_convert_to_the_spot_values():
 @pytest.mark.slow
 def test_real_full_import(tmp_path):
     report = aic.import_aiconfigurator("h200_sxm", "vllm", tmp_path / "full.db")
-    assert report.counts[KernelKind.ATTENTION_PREFILL] > 50_000 and report.counts[KernelKind.MOE] > 40_000
+    assert report.counts[TableKind.ATTENTION_PREFILL] > 50_000 and report.counts[TableKind.MOE] > 40_000

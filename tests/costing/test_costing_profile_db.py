@@ -13,7 +13,7 @@ from graphsim.costing.errors import (
 )
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
-    CollectiveOp, ElementwiseKey, GemmKey, GemmPoint, KernelKind, Measurement, MessagePoint, MlaDecodeKey,
+    CollectiveOp, ElementwiseKey, GemmKey, GemmPoint, TableKind, Measurement, MessagePoint, MlaDecodeKey,
     MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, TokensPoint,
 )
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
@@ -24,21 +24,21 @@ META = ProfileMeta(device="cpu: test", hardware="h200_sxm", engine="torch-eager"
 
 MLA = (16, 512, 128, 64, 128, D.BF16, D.FP8)
 ONE_ROW_PER_KIND = {
-    KernelKind.GEMM: (GemmKey(4096, 1024, D.BF16), GemmPoint(64)),
-    KernelKind.ATTENTION_PREFILL: (AttentionPrefillKey(32, 8, 128, D.BF16, D.FP8, window=4096), AttentionPrefillPoint(2, 512, 1024)),
-    KernelKind.ATTENTION_DECODE: (AttentionDecodeKey(32, 8, 128, D.BF16, D.BF16), AttentionDecodePoint(64, 2048)),
-    KernelKind.MLA_PREFILL: (MlaPrefillKey(*MLA), AttentionPrefillPoint(1, 128, 128)),
-    KernelKind.MLA_DECODE: (MlaDecodeKey(*MLA), AttentionDecodePoint(8, 4096)),
-    KernelKind.MLA_MODULE_PREFILL: (MlaModulePrefillKey(*MLA, 7168, 1536, D.FP8_BLOCK), AttentionPrefillPoint(1, 64, 64)),
-    KernelKind.MLA_MODULE_DECODE: (MlaModuleDecodeKey(*MLA, 7168, 1536, D.BF16), AttentionDecodePoint(4, 16)),
-    KernelKind.MOE: (MoeKey(7168, 2048, 8, 256, 1, 8, D.FP8_BLOCK, MoeRouting.POWER_LAW_1_01), TokensPoint(32)),
-    KernelKind.COLLECTIVE: (CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.BF16, "nccl"), MessagePoint(1 << 20)),
-    KernelKind.ELEMENTWISE: (ElementwiseKey("rms_norm", 4096, D.BF16), TokensPoint(128)),
+    TableKind.GEMM: (GemmKey(4096, 1024, D.BF16), GemmPoint(64)),
+    TableKind.ATTENTION_PREFILL: (AttentionPrefillKey(32, 8, 128, D.BF16, D.FP8, window=4096), AttentionPrefillPoint(2, 512, 1024)),
+    TableKind.ATTENTION_DECODE: (AttentionDecodeKey(32, 8, 128, D.BF16, D.BF16), AttentionDecodePoint(64, 2048)),
+    TableKind.MLA_PREFILL: (MlaPrefillKey(*MLA), AttentionPrefillPoint(1, 128, 128)),
+    TableKind.MLA_DECODE: (MlaDecodeKey(*MLA), AttentionDecodePoint(8, 4096)),
+    TableKind.MLA_MODULE_PREFILL: (MlaModulePrefillKey(*MLA, 7168, 1536, D.FP8_BLOCK), AttentionPrefillPoint(1, 64, 64)),
+    TableKind.MLA_MODULE_DECODE: (MlaModuleDecodeKey(*MLA, 7168, 1536, D.BF16), AttentionDecodePoint(4, 16)),
+    TableKind.MOE: (MoeKey(7168, 2048, 8, 256, 1, 8, D.FP8_BLOCK, MoeRouting.POWER_LAW_1_01), TokensPoint(32)),
+    TableKind.COLLECTIVE: (CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.BF16, "nccl"), MessagePoint(1 << 20)),
+    TableKind.ELEMENTWISE: (ElementwiseKey("rms_norm", 4096, D.BF16), TokensPoint(128)),
 }
 
 
 def test_schema_covers_every_kind_with_us_time_columns():
-    assert set(TABLES) == set(KernelKind)
+    assert set(TABLES) == set(TableKind)
     for spec in TABLES.values():
         cols = set(spec.all_columns)
         assert {"time_us", "p10_us", "p90_us", "std_us", "samples"} <= cols
@@ -61,7 +61,7 @@ def test_round_trip_every_kind(tmp_path):
             assert db.keys(kind) == [key]
             assert db.has_row(key, point)
         with pytest.raises(ProfileDBError, match="read-only"):
-            db.put(*ONE_ROW_PER_KIND[KernelKind.GEMM], m)
+            db.put(*ONE_ROW_PER_KIND[TableKind.GEMM], m)
 
 
 def test_wal_mode_and_resume_with_missing(tmp_path):
