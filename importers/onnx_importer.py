@@ -23,12 +23,17 @@ What becomes what:
 - **Scope.** From torch.onnx (dynamo) node metadata `pkg.torch.onnx.name_scopes` when present
   (the innermost module path; `module_type` from `pkg.torch.onnx.class_hierarchy`), otherwise
   from a path-like node name: `/model/layers.0/self_attn/q_proj/MatMul` →
-  `model.layers.0.self_attn.q_proj` (the components before the last `/`, joined by `.`).
+  `model.layers.0.self_attn.q_proj` (the components before the last `/`, joined by `.`; a
+  name `/Mul` is the root scope ""). A node with neither (e.g. one an ONNX optimiser inserted)
+  takes the scope of the node that produces its first input; failing that, the scope its
+  readers share; failing that, "".
 - **Layer index.** The first all-digit scope component that follows a named one
   (`model.layers.3.mlp` → 3); none → `None`.
 - **meta**: `source_format` ("onnx"), `source`, `ir_version`, `opset` (domain → version),
   `producer`, `onnx_graph_name`, `param_count`, `dim_symbols`, `shape_inference`, `opaque_ops`,
   `opaque_counts`, and `unknown_shapes` / `unsupported_dtypes` when there are any.
+- Model-local functions are inlined first; control flow (If/Loop/Scan) and sequence ops stay
+  OPAQUE nodes (their subgraphs are not descended into).
 - No layer schedule: an ONNX file states every layer, so `Graph.schedule` is None.
 
 Unreadable, corrupt or malformed files raise `GraphsimError` with a one-line message. `onnx` is
@@ -42,6 +47,7 @@ import heapq
 import itertools
 import keyword
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -49,7 +55,9 @@ import sympy
 
 from graphsim.errors import GraphsimError
 from graphsim.importers.onnx_ops import DEFAULT_DOMAINS, ONNX_DTYPES, NodeView, map_node, onnx_target
-from graphsim.ir import DType, Graph, Node, Op, OpaqueAttrs, T, TensorSpec, dim_symbol, parse_dim, value_name
+from graphsim.ir import (
+    DType, Graph, Node, Op, OpaqueAttrs, T, TensorSpec, dim_symbol, parse_dim, split_value, value_name,
+)
 from graphsim.ir.tensor import Dim
 
 PROVENANCE = "onnx_importer"
@@ -57,8 +65,9 @@ TOKEN_DIM = re.compile(r"tok|seq|len|ctx|^t$|^s\d+$", re.IGNORECASE)
 _DIM_EXPR = re.compile(r"[A-Za-z0-9_+\-*/(), ]+")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _DIM_FUNCTIONS = {"Max": sympy.Max, "Min": sympy.Min, "floor": sympy.floor, "ceiling": sympy.ceiling, "Mod": sympy.Mod}
-_NO_MODULE = "empty_nn_module_stack"
-_VALUE_PRESERVING = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast"})  # torch.export's marker for nodes outside any module
+_NO_MODULE = "empty_nn_module_stack"  # torch.export's marker for nodes outside any module
+# Ops that keep a small constant's values (in order): axes etc. are read through them.
+_VALUE_PRESERVING = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Cast"})
 
 
 def import_onnx(path: str | Path, *, dim_symbols: Mapping[str, str | int] | None = None) -> Graph:
@@ -66,6 +75,13 @@ def import_onnx(path: str | Path, *, dim_symbols: Mapping[str, str | int] | None
     onnx = _require_onnx()
     path = Path(path)
     model = _load(onnx, path)
+    if model.functions:  # model-local functions (e.g. modules exported as functions): inline them
+        try:
+            import onnx.inliner
+
+            model = onnx.inliner.inline_local_functions(model)
+        except Exception:  # left as calls, which import as OPAQUE nodes and are reported
+            pass
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
         inference = "ok"
@@ -120,8 +136,8 @@ def _safe_name(name: str) -> str:
     return s
 
 
-def scope_of(node: Any) -> tuple[str, str]:
-    """(module scope, innermost module class) of an ONNX node; see the module docstring."""
+def scope_of(node: Any) -> tuple[str, str] | None:
+    """(module scope, innermost module class) of an ONNX node, None when the node says nothing."""
     meta = {p.key: p.value for p in getattr(node, "metadata_props", ())}
     scopes = _literal_list(meta.get("pkg.torch.onnx.name_scopes"))
     if scopes is not None:
@@ -135,7 +151,7 @@ def scope_of(node: Any) -> tuple[str, str]:
         return path, module_type
     name = node.name
     if "/" not in name:
-        return "", ""
+        return None
     parts = [p for p in name.split("/")[:-1] if p]
     return ".".join(parts), ""
 
@@ -174,9 +190,10 @@ class _Importer:
                 if tt.HasField("shape"):
                     dims = [d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
                             for d in tt.shape.dim]
-                known = self.types.get(vi.name)
-                if known is None or (known[0] == 0 or known[1] is None):  # never replace a type with a vaguer one
-                    self.types[vi.name] = (tt.elem_type or (known or (0, None))[0], dims if dims is not None else (known or (0, None))[1])
+                # A value may be listed more than once (input/value_info/output): the first known
+                # dtype and the first known shape win; a vaguer listing never replaces them.
+                elem, known_dims = self.types.get(vi.name, (0, None))
+                self.types[vi.name] = (elem or tt.elem_type, known_dims if known_dims is not None else dims)
         self.fresh = itertools.count()
         self.unknown_shapes: list[str] = []
         self.unsupported_dtypes: set[str] = set()
@@ -196,7 +213,6 @@ class _Importer:
                     for n in _IDENT.findall(d) if _is_expression(d) else [d]:
                         if n not in _DIM_FUNCTIONS and n not in self.symbols and n not in names:
                             names.append(n)
-        self.input_dim_names = names
         if len(names) == 1 and TOKEN_DIM.search(names[0]):
             self.symbols[names[0]] = T
 
@@ -261,6 +277,8 @@ class _Importer:
         used_names: set[str] = set(value_map)
         nodes: list[Node] = []
         opaque: dict[str, int] = {}
+        scopes: dict[str, str] = {}  # IR node name → scope
+        unscoped: set[int] = set()  # indices of nodes that found no scope at all
 
         for idx, n in self._topological(g, set(value_map)):
             domain = n.domain or ""
@@ -285,8 +303,15 @@ class _Importer:
             if mapped is None:
                 mapped = (Op.OPAQUE, OpaqueAttrs(target=target))
                 opaque[target] = opaque.get(target, 0) + 1
-            scope, module_type = scope_of(n)
+            found = scope_of(n)
+            if found is None:  # no scope of its own: that of its first input's producer, if any
+                first = next((value_map[i] for i in in_names if i and i not in params and i not in inputs), None)
+                found = (scopes.get(split_value(first)[0], ""), "") if first else ("", "")
+                if not found[0]:
+                    unscoped.add(len(nodes))
+            scope, module_type = found
             name = self._unique(n.name or (out_names[0] if out_names else "") or f"{n.op_type}_{idx}", used_names)
+            scopes[name] = scope
             nodes.append(Node(
                 name=name, op=mapped[0], inputs=tuple(value_map[i] for i in in_names if i),
                 outputs=tuple(out_specs), attrs=mapped[1], scope=scope, module_type=module_type,
@@ -303,6 +328,7 @@ class _Importer:
                 elif present and all(i in weights or i in consts for i in present):
                     (weights if any(i in weights for i in present) else consts).add(o)
 
+        self._scope_from_readers(nodes, unscoped)
         outputs = []
         for o in g.output:
             if o.name not in value_map:
@@ -313,6 +339,25 @@ class _Importer:
                       meta=self._meta(params, opaque))
         graph.verify("onnx importer")
         return graph
+
+    @staticmethod
+    def _scope_from_readers(nodes: list[Node], unscoped: set[int]) -> None:
+        """A node that found no scope (a bare Constant, say) takes its readers' scope if they agree."""
+        if not unscoped:
+            return
+        readers: dict[str, Counter[str]] = {}
+        for n in nodes:
+            for v in n.inputs:
+                readers.setdefault(split_value(v)[0], Counter())[n.scope] += 1
+        for i in sorted(unscoped, reverse=True):  # later nodes first: chains resolve back to front
+            found = [k for k, c in readers.get(nodes[i].name, Counter()).items() if c > 0]
+            if len(found) == 1 and found[0]:
+                scope = found[0]
+                nodes[i] = nodes[i].with_(scope=scope, layer=layer_of(scope))
+                for v in nodes[i].inputs:
+                    counts = readers[split_value(v)[0]]
+                    counts[""] -= 1
+                    counts[scope] += 1
 
     def _meta(self, params: dict[str, TensorSpec], opaque: dict[str, int]) -> dict[str, Any]:
         m = self.model

@@ -7,12 +7,12 @@ from graphsim.ir.attrs import (
 from graphsim.ir.graph import Graph, LayerSchedule, Node, split_value, value_name
 from graphsim.ir.ops import OP_GROUPS, Op, OpGroup
 from graphsim.ir.serialize import graph_from_json, graph_to_json, graph_to_text, load_graph, save_graph
-from graphsim.ir.tensor import T, DType, Dim, TensorSpec, parse_dim, parse_dtype
+from graphsim.ir.tensor import T, DType, Dim, TensorSpec, dim_symbol, parse_dim, parse_dtype
 
 __all__ = [
     "AttentionAttrs", "CastAttrs", "CollectiveAttrs", "ConvAttrs", "DType", "Dim", "EmbeddingAttrs",
     "Graph", "LayerSchedule", "LinearAttentionAttrs", "LinearAttrs", "MoEAttrs", "NoAttrs", "Node",
     "NormAttrs", "OP_GROUPS", "Op", "OpGroup", "OpaqueAttrs", "ReduceAttrs", "T", "TensorSpec",
-    "graph_from_json", "graph_to_json", "graph_to_text", "load_graph", "parse_dim", "parse_dtype",
+    "dim_symbol", "graph_from_json", "graph_to_json", "graph_to_text", "load_graph", "parse_dim", "parse_dtype",
     "save_graph", "split_value", "value_name",
 ]

@@ -107,14 +107,17 @@ def load_graph(path: str | Path) -> Graph:
         d = json.loads(path.read_text())
     except OSError as e:
         raise GraphsimError(f"cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise GraphsimError(f"{path} is not a text file; pass a file written by `graphsim import -o`") from None
     except json.JSONDecodeError as e:
         raise GraphsimError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); pass a file written by `graphsim import -o`") from None
     if not isinstance(d, dict):
         raise GraphsimError(f"{path} is not a graphsim graph file")
     try:
         g = graph_from_json(d)
-    except (KeyError, ValueError, TypeError) as e:
-        raise GraphsimError(f"{path} is a damaged graph file ({type(e).__name__}: {e}); re-import the model") from None
+    except (KeyError, ValueError, TypeError, AttributeError) as e:
+        detail = " ".join(str(e).split())[:160]  # one line, however the parser worded it
+        raise GraphsimError(f"{path} is a damaged graph file ({type(e).__name__}: {detail}); re-import the model") from None
     g.verify(f"loading {path.name}")
     return g
 

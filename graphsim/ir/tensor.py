@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import keyword
+import re
 from dataclasses import dataclass
 from enum import Enum
 from functools import reduce
@@ -80,10 +82,35 @@ def dim_to_str(d: Dim) -> str:
     return str(d)
 
 
+def dim_symbol(name: str) -> sympy.Symbol:
+    """The symbol for a dim named `name`: a workload symbol (T) or a positive-integer symbol.
+
+    Every symbolic dim is a positive integer, so symbols made here compare equal to those that
+    `parse_dim` reads back from a graph file.
+    """
+    if name in WORKLOAD_SYMBOLS:
+        return WORKLOAD_SYMBOLS[name]
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"dim symbol name '{name}' is not an identifier")
+    return sympy.Symbol(name, positive=True, integer=True)
+
+
+# Functions that may appear in a dim expression; every other name is a dim symbol.
+_DIM_FUNCTIONS = {"Max": sympy.Max, "Min": sympy.Min, "floor": sympy.floor, "ceiling": sympy.ceiling,
+                  "Mod": sympy.Mod}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
 def parse_dim(s: str | int) -> Dim:
     if isinstance(s, int):
         return s
-    expr = sympy.sympify(s, locals=WORKLOAD_SYMBOLS)
+    # Bind every name to a positive-integer symbol, so that names sympy would otherwise read as
+    # its own constants or functions (E, I, N, S, beta, ...) stay dims, and a parsed symbol equals
+    # the one that was written (same assumptions).
+    names = {n: _DIM_FUNCTIONS.get(n) or dim_symbol(n) for n in _IDENTIFIER.findall(s)}
+    expr = sympy.sympify(s, locals=names)
+    if not isinstance(expr, sympy.Expr):
+        raise ValueError(f"'{s}' is not a dim expression")
     if expr.is_Integer:
         return int(expr)
     return expr
