@@ -12,6 +12,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from graphsim.errors import GraphsimError
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     except GraphsimError as e:
         if STATE["debug"]:
             raise
-        err_console.print(f"[bold red]error:[/] {e}", soft_wrap=True, highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True, highlight=False)
         return 2
     except (typer.Exit, SystemExit) as e:
         code = getattr(e, "exit_code", getattr(e, "code", 0))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import Op
 
 
@@ -110,13 +111,13 @@ class OpaqueAttrs:
 
 Attrs = (
     NoAttrs | LinearAttrs | AttentionAttrs | LinearAttentionAttrs | MoEAttrs | EmbeddingAttrs
-    | NormAttrs | ReduceAttrs | CastAttrs | ConvAttrs | CollectiveAttrs | OpaqueAttrs
+    | NormAttrs | ReduceAttrs | CastAttrs | ConvAttrs | CollectiveAttrs | OpaqueAttrs | KernelAttrs
 )
 
 ATTR_CLASSES: dict[str, type] = {
     c.__name__: c
     for c in (NoAttrs, LinearAttrs, AttentionAttrs, LinearAttentionAttrs, MoEAttrs, EmbeddingAttrs,
-              NormAttrs, ReduceAttrs, CastAttrs, ConvAttrs, CollectiveAttrs, OpaqueAttrs)
+              NormAttrs, ReduceAttrs, CastAttrs, ConvAttrs, CollectiveAttrs, OpaqueAttrs, KernelAttrs)
 }
 
 # Op kinds whose attributes must be of a given class; all others take NoAttrs (or ReduceAttrs / CastAttrs).
@@ -139,6 +140,7 @@ ATTRS_FOR_OP: dict[Op, tuple[type, ...]] = {
     Op.REDUCE_SCATTER: (CollectiveAttrs,),
     Op.ALL_TO_ALL: (CollectiveAttrs,),
     Op.OPAQUE: (OpaqueAttrs,),
+    Op.KERNEL: (KernelAttrs,),
 }
 
 
@@ -157,6 +159,12 @@ def attrs_to_json(a: Any) -> dict[str, Any]:
 def attrs_from_json(d: dict[str, Any]) -> Any:
     d = dict(d)
     cls = ATTR_CLASSES[d.pop("type")]
+    if cls is KernelAttrs:
+        return KernelAttrs(
+            kind=KernelKind(d["kind"]), name=d["name"],
+            geometry=tuple((k, v) for k, v in d["geometry"]), dtype=d["dtype"], rows=Rows(d["rows"]),
+            covers=tuple(d.get("covers", ())), rule=d.get("rule", ""), approximate=bool(d.get("approximate")),
+        )
     kwargs = {}
     for f in fields(cls):
         if f.name in d:

@@ -19,6 +19,7 @@ class OpGroup(str, Enum):
     EMBEDDING = "embedding"
     COLLECTIVE = "collective"
     MOE = "moe"
+    KERNEL = "kernel"
     CONV = "conv"
     CREATION = "creation"
     OPAQUE = "opaque"
@@ -100,6 +101,8 @@ class Op(str, Enum):
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
+    # an engine kernel made by the fuse pass (attrs: KernelAttrs)
+    KERNEL = "kernel"
     # anything an importer could not map
     OPAQUE = "opaque"
 
@@ -127,6 +130,7 @@ _GROUP_MEMBERS: dict[OpGroup, tuple[Op, ...]] = {
     OpGroup.CONV: (Op.CONV1D,),
     OpGroup.MOE: (Op.MOE_EXPERTS,),
     OpGroup.COLLECTIVE: (Op.ALL_REDUCE, Op.ALL_GATHER, Op.REDUCE_SCATTER, Op.ALL_TO_ALL),
+    OpGroup.KERNEL: (Op.KERNEL,),
     OpGroup.OPAQUE: (Op.OPAQUE,),
 }
 

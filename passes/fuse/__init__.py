@@ -1,0 +1,1 @@
+"""fuse: rewrite aten-level nodes into the kernels a target engine launches."""

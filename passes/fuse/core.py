@@ -1,0 +1,257 @@
+"""Fusion machinery: rules claim aten-level nodes into kernels; the builder rewrites the graph.
+
+A rule has a name, the engine source it follows, `match(ctx)` (candidate groups), `check`
+(a reason when a candidate does not apply, else None) and `build` (the kernel's attributes).
+Rules run in order; a node belongs to at most one kernel. Nodes no rule claims are handled by
+the target's leftover policy: view-like and creation ops are absorbed (no launch of their own),
+everything else becomes a memory-bound elementwise placeholder, and the pass reports which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import networkx as nx
+
+from graphsim.errors import GraphError
+from graphsim.ir import Graph, Node, Op, TensorSpec, split_value, value_name
+from graphsim.ir.kernel import KernelAttrs
+
+
+@dataclass
+class Candidate:
+    """A set of aten nodes a rule proposes to replace by one kernel (or to absorb)."""
+
+    nodes: list[Node]
+    info: dict = field(default_factory=dict)  # rule-specific facts found while matching
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    source: str  # engine source the rule follows (file:function)
+    match: Callable[["FuseContext"], Iterable[Candidate]]
+    build: Callable[["FuseContext", Candidate], KernelAttrs | None]  # None: absorb (no launch)
+    check: Callable[["FuseContext", Candidate], str | None] = lambda ctx, c: None
+
+
+class FuseContext:
+    """Read-only views of the aten graph that rules query, plus what has been claimed so far."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.by_name = {n.name: n for n in graph.nodes}
+        self.pos = {n.name: i for i, n in enumerate(graph.nodes)}
+        self.users: dict[str, list[Node]] = {}
+        for n in graph.nodes:
+            for v in n.inputs:
+                self.users.setdefault(v, []).append(self.by_name[n.name])
+        self.claimed: dict[str, int] = {}  # node name → group index
+
+    def producer(self, value: str) -> Node | None:
+        return self.by_name.get(split_value(value)[0])
+
+    def is_free(self, n: Node) -> bool:
+        return n.name not in self.claimed
+
+    def nodes_in_scope(self, scope: str, exact: bool = False) -> list[Node]:
+        if exact:
+            return [n for n in self.graph.nodes if n.scope == scope]
+        return [n for n in self.graph.nodes if n.scope == scope or n.scope.startswith(scope + ".")]
+
+    def spec(self, value: str) -> TensorSpec:
+        return self.graph.spec_of(value)
+
+    def outputs_of(self, nodes: list[Node]) -> list[str]:
+        return [value_name(n.name, i) for n in nodes for i in range(len(n.outputs))]
+
+    def external_inputs(self, nodes: list[Node]) -> list[str]:
+        inside = {n.name for n in nodes}
+        seen, out = set(), []
+        for n in nodes:
+            for v in n.inputs:
+                if split_value(v)[0] not in inside and v not in seen:
+                    seen.add(v)
+                    out.append(v)
+        return out
+
+    def index_only(self, n: Node) -> bool:
+        """True if the node computes only from tensor-creation ops (positions, iota): no data
+        from graph inputs or parameters reaches it."""
+        memo = self.__dict__.setdefault("_index_only", {})
+        if n.name in memo:
+            return memo[n.name]
+        memo[n.name] = False  # guards cycles
+        result = True
+        for v in n.inputs:
+            p = self.producer(v)
+            if p is None or not self.index_only(p):
+                result = False
+                break
+        memo[n.name] = result
+        return result
+
+    def param_inputs(self, nodes: list[Node]) -> list[str]:
+        return [v for v in self.external_inputs(nodes) if v in self.graph.params]
+
+
+@dataclass
+class Group:
+    nodes: list[Node]
+    attrs: KernelAttrs | None  # None: absorbed into its input (no kernel)
+    rule: str
+
+
+@dataclass
+class FuseOutcome:
+    graph: Graph
+    stats: dict[str, int]
+    notes: list[str]
+
+
+def apply_rules(graph: Graph, rules: list[Rule], leftover: Callable[[FuseContext, Node], tuple[KernelAttrs | None, str]],
+                target: str) -> FuseOutcome:
+    ctx = FuseContext(graph)
+    groups: list[Group] = []
+    stats: dict[str, int] = {}
+    rejected: dict[str, int] = {}
+    for rule in rules:
+        for cand in rule.match(ctx):
+            nodes = [n for n in cand.nodes if ctx.is_free(n)]
+            if not nodes or len(nodes) != len(cand.nodes):
+                continue
+            reason = rule.check(ctx, cand)
+            if reason is not None:
+                rejected[f"{rule.name}: {reason}"] = rejected.get(f"{rule.name}: {reason}", 0) + 1
+                continue
+            attrs = rule.build(ctx, cand)
+            idx = len(groups)
+            groups.append(Group(sorted(nodes, key=lambda n: ctx.pos[n.name]), attrs, rule.name))
+            for n in nodes:
+                ctx.claimed[n.name] = idx
+            stats[rule.name] = stats.get(rule.name, 0) + 1
+    left_stats: dict[str, int] = {}
+    for n in graph.nodes:
+        if n.name in ctx.claimed:
+            continue
+        attrs, label = leftover(ctx, n)
+        idx = len(groups)
+        groups.append(Group([n], attrs, label))
+        ctx.claimed[n.name] = idx
+        left_stats[label] = left_stats.get(label, 0) + 1
+    for k, v in left_stats.items():
+        stats[k] = v
+    notes = [f"rule {k} did not apply ×{v}" for k, v in sorted(rejected.items())]
+    return FuseOutcome(_build_graph(graph, ctx, groups, target), stats, notes)
+
+
+def _build_graph(graph: Graph, ctx: FuseContext, groups: list[Group], target: str) -> Graph:
+    group_of = ctx.claimed
+    # resolve absorbed groups: each of their values forwards to the first external input
+    forward: dict[str, str | None] = {}
+
+    def resolve(v: str) -> str | None:
+        seen = set()
+        while v in forward:
+            if v in seen:
+                return None
+            seen.add(v)
+            nxt = forward[v]
+            if nxt is None:
+                return None
+            v = nxt
+        return v
+
+    for g in groups:
+        if g.attrs is None:
+            ext = ctx.external_inputs(g.nodes)
+            tensor_in = next((v for v in ext if v not in graph.params), ext[0] if ext else None)
+            for v in ctx.outputs_of(g.nodes):
+                forward[v] = tensor_in
+    # which member values each kernel must expose (read by other groups or graph outputs)
+    kernels = [i for i, g in enumerate(groups) if g.attrs is not None]
+    needed: dict[int, list[str]] = {i: [] for i in kernels}
+    reads: dict[int, list[str]] = {i: [] for i in kernels}
+    for i in kernels:
+        for v in ctx.external_inputs(groups[i].nodes):
+            r = resolve(v)
+            if r is not None and r not in reads[i]:
+                reads[i].append(r)
+    for i in kernels:
+        for r in reads[i]:
+            src = split_value(r)[0]
+            if src in group_of:
+                j = group_of[src]
+                if r not in needed[j]:
+                    needed[j].append(r)
+    outs = [resolve(o) for o in graph.outputs]
+    for r in outs:
+        if r is not None and split_value(r)[0] in group_of:
+            j = group_of[split_value(r)[0]]
+            if r not in needed[j]:
+                needed[j].append(r)
+    # order kernels topologically, original position as tie-break
+    dag = nx.DiGraph()
+    first = {i: min(ctx.pos[n.name] for n in groups[i].nodes) for i in kernels}
+    dag.add_nodes_from(kernels)
+    for i in kernels:
+        for r in reads[i]:
+            src = split_value(r)[0]
+            if src in group_of and group_of[src] != i:
+                dag.add_edge(group_of[src], i)
+    try:
+        order = list(nx.lexicographical_topological_sort(dag, key=lambda i: first[i]))
+    except nx.NetworkXUnfeasible:
+        cycle = nx.find_cycle(dag)
+        where = " → ".join(f"{groups[a].rule}({groups[a].nodes[0].scope})" for a, _ in cycle)
+        raise GraphError(f"fuse{{target={target}}} built a cycle between kernels: {where}; a rule grouped "
+                         "nodes wrongly") from None
+    rename: dict[str, str] = {}
+    names: set[str] = set()
+    new_nodes: list[Node] = []
+    for i in order:
+        g = groups[i]
+        base = _kernel_name(g, names)
+        exposed = needed[i] or [ctx.outputs_of(g.nodes)[-1]]
+        for k, v in enumerate(exposed):
+            rename[v] = value_name(base, k)
+        lead = g.nodes[-1]
+        new_nodes.append(Node(
+            name=base, op=Op.KERNEL,
+            inputs=tuple(rename.get(r, r) for r in reads[i]),
+            outputs=tuple(ctx.spec(v) for v in exposed),
+            attrs=g.attrs, scope=_common_scope([n.scope for n in g.nodes]), module_type=lead.module_type,
+            layer=g.nodes[-1].layer, target=g.attrs.name,
+            provenance=f"fuse.{target}:{g.rule}",
+        ))
+    out = graph.copy(new_nodes)
+    out.outputs = [rename[r] for r in outs if r is not None and r in rename]
+    used = {v for n in new_nodes for v in n.inputs}
+    out.params = {k: v for k, v in graph.params.items() if k in used}
+    out.inputs = {k: v for k, v in graph.inputs.items() if k in used}
+    return out
+
+
+def _common_scope(scopes: list[str]) -> str:
+    parts = [s.split(".") for s in scopes if s]
+    if not parts:
+        return ""
+    common = []
+    for items in zip(*parts):
+        if len(set(items)) != 1:
+            break
+        common.append(items[0])
+    return ".".join(common)
+
+
+def _kernel_name(g: Group, used: set[str]) -> str:
+    attrs = g.attrs
+    layer = g.nodes[-1].layer
+    base = (f"L{layer}." if layer is not None else "") + attrs.name
+    name, k = base, 1
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    used.add(name)
+    return name

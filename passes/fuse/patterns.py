@@ -1,0 +1,202 @@
+"""Structural matchers shared by the fuse targets (no engine knowledge here).
+
+They find things by what the graph says — op kinds, module classes, module scopes and data
+flow — never by model name.
+"""
+
+from __future__ import annotations
+
+import re
+
+import sympy
+
+from graphsim.ir import AttentionAttrs, Node, Op, T, TensorSpec
+from graphsim.ir.kernel import GeometryValue, KernelAttrs, KernelKind, Rows
+from graphsim.ir.ops import VIEW_LIKE, OpGroup
+from graphsim.passes.fuse.core import Candidate, FuseContext
+
+NORM_CLASS = re.compile(r"(RMSNorm|LayerNorm)", re.I)
+ROTARY_CLASS = re.compile(r"Rotary", re.I)
+ABSORBED_OPS = VIEW_LIKE | {Op.ARANGE, Op.FULL}
+ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.RELU: "relu"}
+
+
+def per_token(spec: TensorSpec) -> tuple[int, Rows]:
+    """Elements per token of a value and whether it scales with tokens."""
+    n = spec.numel
+    if isinstance(n, int):
+        return n, Rows.ONCE
+    expr = sympy.expand(n)
+    coeff = expr.coeff(T, 1)
+    if coeff.free_symbols or coeff == 0:
+        return int(expr.subs(T, 1)), Rows.TOKENS
+    return int(coeff), Rows.TOKENS
+
+
+def parent(scope: str) -> str:
+    return scope.rsplit(".", 1)[0] if "." in scope else ""
+
+
+def leaf(scope: str) -> str:
+    return scope.rsplit(".", 1)[-1]
+
+
+def scopes_with_class(ctx: FuseContext, pattern: re.Pattern) -> dict[str, list[Node]]:
+    out: dict[str, list[Node]] = {}
+    for n in ctx.graph.nodes:
+        if n.scope and pattern.search(n.module_type or ""):
+            out.setdefault(n.scope, []).append(n)
+    return out
+
+
+# --- norms ---------------------------------------------------------------------------------
+def norm_units(ctx: FuseContext) -> list[Candidate]:
+    """Every node of a norm module (cast, pow, mean, rsqrt, mul, …) as one unit."""
+    out = []
+    for scope, nodes in scopes_with_class(ctx, NORM_CLASS).items():
+        width = int(nodes[-1].outputs[0].shape[-1])
+        out.append(Candidate(nodes, {"width": width, "class": nodes[0].module_type}))
+    return out
+
+
+def residual_add_for(ctx: FuseContext, cand: Candidate) -> Node | None:
+    """The residual ADD whose sum a norm unit normalises (and which the stream carries on)."""
+    acts = [v for v in ctx.external_inputs(cand.nodes) if v not in ctx.graph.params]
+    for v in acts:
+        p = ctx.producer(v)
+        if p is None or p.op is not Op.ADD or not ctx.is_free(p) or len(p.inputs) != 2:
+            continue
+        if p.outputs[0].shape[-1] != cand.info["width"]:
+            continue
+        if all(ctx.spec(i).shape == p.outputs[0].shape for i in p.inputs):
+            return p
+    return None
+
+
+# --- linears -------------------------------------------------------------------------------
+def linear_nodes(ctx: FuseContext) -> list[Node]:
+    return [n for n in ctx.graph.nodes if n.op is Op.LINEAR]
+
+
+def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]]) -> list[Candidate]:
+    """Sibling linears named in one packed group that read the same input → one candidate each."""
+    by_key: dict[tuple[str, str, str], list[Node]] = {}
+    for n in linear_nodes(ctx):
+        name = leaf(n.scope)
+        for packed, members in groups.items():
+            if name in members:
+                by_key.setdefault((packed, parent(n.scope), n.inputs[0]), []).append(n)
+    out = []
+    for (packed, _, _), nodes in by_key.items():
+        if len(nodes) > 1:
+            out.append(Candidate(nodes, {"packed": packed}))
+    return out
+
+
+def feeds_graph_output(ctx: FuseContext, node: Node) -> bool:
+    """True if the node's value reaches a graph output through view-like ops / casts / softcaps only."""
+    frontier = [node]
+    seen = set()
+    outs = set(ctx.graph.outputs)
+    while frontier:
+        n = frontier.pop()
+        if n.name in seen:
+            continue
+        seen.add(n.name)
+        if any(v in outs for v in ctx.outputs_of([n])):
+            return True
+        for v in ctx.outputs_of([n]):
+            for u in ctx.users.get(v, []):
+                if u.op in ABSORBED_OPS or u.op.group is OpGroup.ELEMENTWISE:
+                    frontier.append(u)
+    return False
+
+
+def gemm_attrs(ctx: FuseContext, nodes: list[Node], name: str, rule: str, dtype: str | None = None,
+               rows: Rows = Rows.TOKENS) -> KernelAttrs:
+    n_total = sum(n.attrs.out_features for n in nodes)
+    k = nodes[0].attrs.in_features
+    geo: tuple[tuple[str, GeometryValue], ...] = (("n", n_total), ("k", k))
+    if any(n.attrs.has_bias for n in nodes):
+        geo += (("bias", True),)
+    return KernelAttrs(KernelKind.GEMM, name, geo, dtype or nodes[0].outputs[0].dtype.value, rows,
+                       tuple(n.name for n in nodes), rule)
+
+
+# --- attention -----------------------------------------------------------------------------
+def attention_nodes(ctx: FuseContext) -> list[Node]:
+    return [n for n in ctx.graph.nodes if n.op is Op.ATTENTION]
+
+
+def rotary_unit(ctx: FuseContext, attn: Node) -> Candidate | None:
+    """Elementwise / data-movement nodes of the attention module that lead into the attention
+    node (and into no projection or norm), when some of them read the rotary tables (cos/sin)."""
+    scope = attn.scope
+    in_scope = [n for n in ctx.nodes_in_scope(scope) if ctx.pos[n.name] < ctx.pos[attn.name]]
+    feeders = {n.name for n in ancestors_within(ctx, attn, {scope})}
+    heavy = [n for n in in_scope if n.op is Op.LINEAR or NORM_CLASS.search(n.module_type or "")]
+    feeds_heavy = {a.name for h in heavy for a in ancestors_within(ctx, h, {scope})}
+    before = [n for n in in_scope
+              if n.scope == scope and n.name in feeders and n.name not in feeds_heavy and ctx.is_free(n)
+              and n.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT)]
+    reads_rotary = False
+    for n in before:
+        for v in n.inputs:
+            p = ctx.producer(v)
+            if p is not None and ROTARY_CLASS.search(p.module_type or ""):
+                reads_rotary = True
+    if not reads_rotary:
+        return None
+    rot_dim = None
+    for n in ctx.graph.nodes:
+        if ROTARY_CLASS.search(n.module_type or "") and n.op in (Op.COS, Op.SIN, Op.POLAR):
+            rot_dim = int(n.outputs[0].shape[-1])
+    return Candidate(before, {"attention": attn, "rot_dim": rot_dim})
+
+
+def attention_geometry(a: AttentionAttrs) -> tuple[tuple[str, GeometryValue], ...]:
+    geo: list[tuple[str, GeometryValue]] = [
+        ("num_heads", a.num_heads), ("num_kv_heads", a.num_kv_heads), ("head_dim", a.head_dim),
+        ("v_head_dim", a.v_head_dim), ("window", a.sliding_window or 0), ("causal", a.causal),
+    ]
+    if a.has_sinks:
+        geo.append(("sinks", True))
+    if a.softcap:
+        geo.append(("softcap", a.softcap))
+    if a.kv_lora_rank:
+        geo += [("kv_lora_rank", a.kv_lora_rank), ("qk_rope_head_dim", a.qk_rope_head_dim or 0)]
+    return tuple(geo)
+
+
+# --- activations, MoE, linear attention ------------------------------------------------------
+def act_and_mul_units(ctx: FuseContext) -> list[Candidate]:
+    """mul(act(x), y) where act's only user is that mul: a gated activation."""
+    out = []
+    for n in ctx.graph.nodes:
+        if n.op is not Op.MUL or len(n.inputs) != 2:
+            continue
+        for v in n.inputs:
+            p = ctx.producer(v)
+            if p is not None and p.op in ACTIVATIONS and len(ctx.users.get(v, [])) == 1:
+                out.append(Candidate([p, n], {"act": ACTIVATIONS[p.op], "width": int(n.outputs[0].shape[-1])}))
+                break
+    return out
+
+
+def ancestors_within(ctx: FuseContext, node: Node, allowed: set[str]) -> list[Node]:
+    """Free ancestors of `node` whose scope is in `allowed`, stopping at other scopes."""
+    seen: set[str] = set()
+    stack = list(node.inputs)
+    out = []
+    while stack:
+        v = stack.pop()
+        p = ctx.producer(v)
+        if p is None or p.name in seen:
+            continue
+        seen.add(p.name)
+        if not any(p.scope == s or p.scope.startswith(s + ".") for s in allowed):
+            continue
+        if ctx.is_free(p):
+            out.append(p)
+        stack.extend(p.inputs)
+    return sorted(out, key=lambda n: ctx.pos[n.name])

@@ -1,0 +1,329 @@
+"""Fuse target `vllm`: the kernels vLLM (V1 engine, CUDA, bf16) launches per decoder layer.
+
+Each rule cites the vLLM source that decides the launch (see docs/vllm-kernels.md for the
+quoted calls). Rules are ordered: specific patterns claim their nodes before generic ones.
+"""
+
+from __future__ import annotations
+
+from graphsim.ir import Node, Op
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.ir.ops import OpGroup
+from graphsim.passes.fuse import patterns as P
+from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+
+# vllm/model_executor/models/llama.py LlamaForCausalLM.packed_modules_mapping (same in qwen2/qwen3/
+# mistral/mixtral/…); vllm/model_executor/models/deepseek_v2.py fuses q_a_proj + kv_a_proj_with_mqa
+# into `fused_qkv_a_proj` (MergedColumnParallelLinear) when q_lora_rank is set.
+PACKED = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+    "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
+}
+
+
+def _absorb(_ctx, _cand):
+    return None
+
+
+# --- rules -----------------------------------------------------------------------------------
+def _match_rotary_tables(ctx: FuseContext):
+    nodes = [n for n in ctx.graph.nodes if P.ROTARY_CLASS.search(n.module_type or "")]
+    return [Candidate(nodes)] if nodes else []
+
+
+ROTARY_CACHE = Rule(
+    "rotary_cos_sin_cache", "vllm/model_executor/layers/rotary_embedding/base.py:RotaryEmbedding._compute_cos_sin_cache",
+    _match_rotary_tables, _absorb,
+)
+
+
+def _match_fused_add_norm(ctx: FuseContext):
+    out = []
+    for c in P.norm_units(ctx):
+        add = P.residual_add_for(ctx, c)
+        if add is not None:
+            out.append(Candidate([add] + c.nodes, dict(c.info, add=add)))
+    return out
+
+
+def _build_norm(kind: KernelKind, name: str, rule: str):
+    def build(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+        dtype = c.nodes[-1].outputs[0].dtype.value
+        op_name = "rms_norm_gated" if "Gated" in c.info["class"] else name
+        kk = KernelKind.LAYER_NORM if "LayerNorm" in c.info["class"] else kind
+        elems, _ = P.per_token(c.nodes[-1].outputs[0])
+        # width: elements per token; dim: the normalised vector (dim < width for per-head norms)
+        return KernelAttrs(kk, op_name, (("width", elems), ("dim", c.info["width"])), dtype, Rows.TOKENS,
+                           tuple(n.name for n in c.nodes), rule)
+
+    return build
+
+
+FUSED_ADD_RMS_NORM = Rule(
+    "fused_add_rms_norm", "vllm/model_executor/layers/layernorm.py:RMSNorm.forward_cuda (ops.fused_add_rms_norm)",
+    _match_fused_add_norm, _build_norm(KernelKind.FUSED_ADD_RMS_NORM, "fused_add_rms_norm", "fused_add_rms_norm"),
+)
+RMS_NORM = Rule(
+    "rms_norm", "vllm/model_executor/layers/layernorm.py:RMSNorm.forward_cuda (ops.rms_norm)",
+    P.norm_units, _build_norm(KernelKind.RMS_NORM, "rms_norm", "rms_norm"),
+)
+
+
+def _match_packed(ctx: FuseContext):
+    return P.packed_linears(ctx, PACKED)
+
+
+def _router_linears(ctx: FuseContext) -> set[str]:
+    """Linears that compute router logits: vLLM keeps them unquantised (ReplicatedLinear,
+    quant_config=None in e.g. vllm/model_executor/models/deepseek_v2.py DeepseekV2MoE)."""
+    memo = ctx.__dict__.get("_router_linears")
+    if memo is None:
+        memo = set()
+        for e in (n for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS):
+            for v in e.inputs[1:3]:
+                p = ctx.producer(v)
+                if p is not None:
+                    memo |= {a.name for a in P.ancestors_within(ctx, p, {P.parent(e.scope)}) if a.op is Op.LINEAR}
+        ctx.__dict__["_router_linears"] = memo
+    return memo
+
+
+def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
+    q = ctx.graph.meta.get("quantization_config") or {}
+    if any(n.name in _router_linears(ctx) for n in nodes):
+        return None
+    if q.get("quant_method") == "fp8":
+        skip = q.get("modules_to_not_convert") or []
+        if not any(any(s in n.scope for s in skip) for n in nodes):
+            return "f8e4m3"
+    return None
+
+
+def _build_packed(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    return P.gemm_attrs(ctx, c.nodes, c.info["packed"], "packed_gemm", _quant_dtype(ctx, c.nodes))
+
+
+PACKED_GEMM = Rule(
+    "packed_gemm", "vllm/model_executor/layers/linear.py:QKVParallelLinear/MergedColumnParallelLinear",
+    _match_packed, _build_packed,
+)
+
+
+def _match_lm_head(ctx: FuseContext):
+    return [Candidate([n]) for n in P.linear_nodes(ctx) if n.layer is None and P.feeds_graph_output(ctx, n)]
+
+
+LM_HEAD = Rule(
+    "lm_head", "vllm/v1/worker/gpu_model_runner.py:GPUModelRunner.execute_model (logits at logits_indices only)",
+    _match_lm_head, lambda ctx, c: P.gemm_attrs(ctx, c.nodes, "lm_head", "lm_head", rows=Rows.SEQUENCES),
+)
+
+
+def _match_linear(ctx: FuseContext):
+    return [Candidate([n]) for n in P.linear_nodes(ctx)]
+
+
+GEMM = Rule(
+    "gemm", "vllm/model_executor/layers/linear.py:UnquantizedLinearMethod.apply (F.linear → cuBLAS)",
+    _match_linear,
+    lambda ctx, c: P.gemm_attrs(ctx, c.nodes, P.leaf(c.nodes[0].scope) or "gemm", "gemm",
+                                _quant_dtype(ctx, c.nodes)),
+)
+
+
+def _match_rotary(ctx: FuseContext):
+    return [c for c in (P.rotary_unit(ctx, a) for a in P.attention_nodes(ctx)) if c is not None]
+
+
+def _build_rotary(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    a = c.info["attention"].attrs
+    rot = c.info["rot_dim"] or a.qk_rope_head_dim or a.head_dim
+    kv = 1 if a.kv_lora_rank else a.num_kv_heads
+    return KernelAttrs(KernelKind.ROTARY, "rotary_embedding",
+                       (("num_heads", a.num_heads), ("num_kv_heads", kv), ("rot_dim", rot), ("head_dim", a.head_dim)),
+                       c.info["attention"].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "rotary")
+
+
+ROTARY = Rule("rotary", "vllm/model_executor/layers/rotary_embedding/base.py:RotaryEmbedding.forward_cuda "
+              "(ops.rotary_embedding on q and k in place)", _match_rotary, _build_rotary)
+
+
+def _match_attention(ctx: FuseContext):
+    return [Candidate([a], {"attention": a}) for a in P.attention_nodes(ctx)]
+
+
+def _build_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    a = c.info["attention"]
+    name = "mla_attention" if a.attrs.kv_lora_rank else "flash_attn_varlen"
+    return KernelAttrs(KernelKind.ATTENTION, name, P.attention_geometry(a.attrs), a.outputs[0].dtype.value,
+                       Rows.NONE, tuple(n.name for n in c.nodes), "attention")
+
+
+ATTENTION = Rule(
+    "attention", "vllm/v1/attention/backends/flash_attn.py:FlashAttentionImpl.forward (reshape_and_cache_flash + "
+    "flash_attn_varlen_func); MLA: vllm/v1/attention/backends/mla/common.py",
+    _match_attention, _build_attention,
+)
+
+
+def _build_act(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    return KernelAttrs(KernelKind.ACT_AND_MUL, f"{c.info['act']}_and_mul", (("width", c.info["width"]),),
+                       c.nodes[-1].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "act_and_mul")
+
+
+ACT_AND_MUL = Rule("act_and_mul", "vllm/model_executor/layers/activation.py:SiluAndMul.forward_cuda",
+                   P.act_and_mul_units, _build_act)
+
+
+def _match_moe_router(ctx: FuseContext):
+    out = []
+    for e in [n for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS]:
+        block = P.parent(e.scope)
+        routing_inputs = [ctx.producer(v) for v in e.inputs[1:3]]
+        # nodes that prepare the router GEMM's or the experts' input are not routing math
+        heavy = [n for n in ctx.nodes_in_scope(block) if n.op is Op.LINEAR]
+        hidden_in = ctx.producer(e.inputs[0])
+        feeds = {a.name for h in heavy for a in P.ancestors_within(ctx, h, {block})}
+        if hidden_in is not None:
+            feeds |= {hidden_in.name} | {a.name for a in P.ancestors_within(ctx, hidden_in, {block})}
+        nodes: dict[str, Node] = {}
+        for p in routing_inputs:
+            if p is None:
+                continue
+            for n in [p] + P.ancestors_within(ctx, p, {block}):
+                if ctx.is_free(n) and n.op not in (Op.LINEAR, Op.MOE_EXPERTS) and n.name not in feeds:
+                    nodes[n.name] = n
+        if nodes:
+            out.append(Candidate(sorted(nodes.values(), key=lambda n: ctx.pos[n.name]), {"experts": e}))
+    return out
+
+
+def _build_router(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    a = c.info["experts"].attrs
+    grouped = any(n.op is Op.SIGMOID for n in c.nodes)
+    return KernelAttrs(KernelKind.MOE_ROUTER, "grouped_topk" if grouped else "topk_softmax",
+                       (("num_experts", a.num_experts), ("top_k", a.top_k)), "f32", Rows.TOKENS,
+                       tuple(n.name for n in c.nodes), "moe_router")
+
+
+MOE_ROUTER = Rule("moe_router", "vllm/model_executor/layers/fused_moe/fused_moe.py:fused_topk (ops.topk_softmax) / "
+                  "grouped_topk", _match_moe_router, _build_router)
+
+
+def _match_experts(ctx: FuseContext):
+    return [Candidate([n]) for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS]
+
+
+def _build_experts(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    n = c.nodes[0]
+    a = n.attrs
+    q = ctx.graph.meta.get("quantization_config") or {}
+    dtype = {"fp8": "f8e4m3", "mxfp4": "f4"}.get(q.get("quant_method"), n.outputs[0].dtype.value)
+    geo = (("hidden_size", a.hidden_size), ("inter_size", a.intermediate_size), ("top_k", a.top_k),
+           ("num_experts", a.num_experts), ("tp", 1), ("ep", 1), ("activation", a.activation))
+    if a.has_bias:
+        geo += (("bias", True),)
+    return KernelAttrs(KernelKind.MOE_EXPERTS, "fused_moe", geo, dtype, Rows.TOKENS, (n.name,), "moe_experts")
+
+
+MOE_EXPERTS = Rule("moe_experts", "vllm/model_executor/layers/fused_moe/fused_moe.py:fused_experts "
+                   "(invoke_fused_moe_kernel ×2, silu_and_mul, moe_sum)", _match_experts, _build_experts)
+
+
+def _match_gdn_gating(ctx: FuseContext):
+    out = []
+    for la in [n for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION]:
+        gate_inputs = [ctx.producer(v) for v in la.inputs[3:5]]
+        nodes: dict[str, Node] = {}
+        for p in gate_inputs:
+            if p is None:
+                continue
+            for n in [p] + P.ancestors_within(ctx, p, {la.scope}):
+                if ctx.is_free(n) and n.op.group in (OpGroup.ELEMENTWISE,) and n.scope == la.scope:
+                    nodes[n.name] = n
+        if nodes:
+            out.append(Candidate(sorted(nodes.values(), key=lambda n: ctx.pos[n.name]), {"la": la}))
+    return out
+
+
+GDN_GATING = Rule(
+    "gdn_gating", "vllm/model_executor/models/qwen3_next.py:fused_gdn_gating", _match_gdn_gating,
+    lambda ctx, c: KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating",
+                               (("num_v_heads", c.info["la"].attrs.num_v_heads),), "f32", Rows.TOKENS,
+                               tuple(n.name for n in c.nodes), "gdn_gating"),
+)
+
+
+def _match_linear_attention(ctx: FuseContext):
+    return [Candidate([n]) for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION]
+
+
+def _build_linear_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    a = c.nodes[0].attrs
+    return KernelAttrs(KernelKind.LINEAR_ATTENTION, "chunk_gated_delta_rule",
+                       (("num_k_heads", a.num_k_heads), ("num_v_heads", a.num_v_heads),
+                        ("k_head_dim", a.k_head_dim), ("v_head_dim", a.v_head_dim)),
+                       c.nodes[0].outputs[0].dtype.value, Rows.NONE, (c.nodes[0].name,), "linear_attention")
+
+
+LINEAR_ATTENTION = Rule("linear_attention", "vllm/model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet "
+                        "(chunk_gated_delta_rule / fused_recurrent_gated_delta_rule)",
+                        _match_linear_attention, _build_linear_attention)
+
+
+def _match_conv(ctx: FuseContext):
+    out = []
+    for n in ctx.graph.nodes:
+        if n.op is not Op.CONV1D:
+            continue
+        group = [n]
+        # the causal conv kernel applies its activation and drops the padding itself
+        cur = n
+        while True:
+            users = ctx.users.get(cur.name, [])
+            if len(users) != 1 or users[0].scope != n.scope or users[0].op not in (Op.SLICE, Op.SILU):
+                break
+            cur = users[0]
+            group.append(cur)
+        out.append(Candidate(group))
+    return out
+
+
+CONV1D = Rule(
+    "causal_conv1d", "vllm/model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet._forward (causal_conv1d_fn)",
+    _match_conv,
+    lambda ctx, c: KernelAttrs(KernelKind.CONV1D, "causal_conv1d",
+                               (("channels", c.nodes[0].attrs.channels), ("kernel_size", c.nodes[0].attrs.kernel_size)),
+                               c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes),
+                               "causal_conv1d"),
+)
+
+
+def _match_embedding(ctx: FuseContext):
+    return [Candidate([n]) for n in ctx.graph.nodes if n.op is Op.EMBEDDING]
+
+
+EMBEDDING = Rule(
+    "embedding", "vllm/model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding.forward",
+    _match_embedding,
+    lambda ctx, c: KernelAttrs(KernelKind.EMBEDDING, "embedding",
+                               (("vocab", c.nodes[0].attrs.num_embeddings), ("width", c.nodes[0].attrs.embedding_dim)),
+                               c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, (c.nodes[0].name,), "embedding"),
+)
+
+RULES: list[Rule] = [
+    ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION,
+    ACT_AND_MUL, MOE_ROUTER, MOE_EXPERTS, GDN_GATING, LINEAR_ATTENTION, CONV1D,
+]
+
+
+def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
+    """Unclaimed nodes: views and tensor creation are absorbed; the rest become memory-bound
+    elementwise placeholders (approximate), one per node."""
+    if n.op in P.ABSORBED_OPS or ctx.index_only(n):
+        return None, f"absorbed.{n.op.value}"
+    width, rows = P.per_token(n.outputs[0])
+    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, (("width", width),), n.outputs[0].dtype.value, rows,
+                        (n.name,), "elementwise_placeholder", approximate=True),
+            f"placeholder.{n.op.value}")
