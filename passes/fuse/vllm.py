@@ -250,7 +250,8 @@ def _match_gdn_gating(ctx: FuseContext):
 GDN_GATING = Rule(
     "gdn_gating", "vllm/model_executor/models/qwen3_next.py:fused_gdn_gating", _match_gdn_gating,
     lambda ctx, c: KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating",
-                               (("num_v_heads", c.info["la"].attrs.num_v_heads),), "f32", Rows.TOKENS,
+                               (("num_v_heads", c.info["la"].attrs.num_v_heads),
+                                ("width", 2 * c.info["la"].attrs.num_v_heads)), "f32", Rows.TOKENS,
                                tuple(n.name for n in c.nodes), "gdn_gating"),
 )
 

@@ -1,0 +1,91 @@
+"""ep{size=e}: expert parallelism for the routed experts of a fused kernel graph.
+
+Routed experts are spread over e ranks (E/e per rank; an error if that does not divide); each
+MoE layer gains an all-to-all dispatch before and an all-to-all combine after its experts. With
+expert parallelism the experts are not tensor-split, so a TP all-reduce on the experts' output is
+replaced by the combine. Shared experts and dense layers are untouched (replicated, or split by
+tp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphsim.ir import Graph, Node, Op, TensorSpec, split_value
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.passes.base import Pass, PassError, PassResult, register_pass
+from graphsim.passes.partition.sharding import collective, split, unique_name
+
+
+@register_pass("ep")
+@dataclass(frozen=True)
+class ExpertParallel(Pass):
+    size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError("size must be >= 1")
+
+    def run(self, graph: Graph) -> PassResult:
+        if not any(n.op is Op.KERNEL for n in graph.nodes):
+            raise PassError("ep needs a fused graph; run fuse first (e.g. 'fold,fuse{target=vllm},ep{size=8}')")
+        e = self.size
+        out = graph.copy([])
+        out.meta["ep"] = e
+        moe = [n for n in graph.nodes if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.MOE_EXPERTS]
+        if e == 1 or not moe:
+            out.nodes = list(graph.nodes)
+            return PassResult(out, False, {"moe_layers": len(moe)})
+        used = {n.name for n in graph.nodes}
+        params = dict(graph.params)
+        stats = {"moe_layers": len(moe), "all_to_all": 0, "tp_all_reduce_replaced": 0}
+        rename: dict[str, str] = {}
+        moe_names = {n.name for n in moe}
+        for n in graph.nodes:
+            a = n.attrs
+            # the TP all-reduce that followed the experts is replaced by the combine
+            if isinstance(a, KernelAttrs) and a.kind is KernelKind.ALL_REDUCE and n.inputs and n.inputs[0] in moe_names:
+                rename[n.name] = rename.get(n.inputs[0], n.inputs[0])
+                stats["tp_all_reduce_replaced"] += 1
+                continue
+            n = n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs))
+            if n.name not in moe_names:
+                out.nodes.append(n)
+                continue
+            where = f"ep{{size={e}}} at {n.name}"
+            experts = int(a.geo("num_experts"))
+            local = split(experts, e, "num_experts (routed experts)", where)
+            tp = int(a.geo("tp") or 1)
+            inter = int(a.geo("inter_size"))
+            for v in n.inputs:
+                spec = graph.params.get(v)
+                if spec is None or len(spec.shape) != 3 or spec.shape[0] != experts:
+                    continue
+                # experts are whole under EP: undo tp's split of the intermediate dim
+                dims = tuple(d * tp if i > 0 and tp > 1 and d in (inter // tp, 2 * inter // tp) else d
+                             for i, d in enumerate(spec.shape))
+                params[v] = TensorSpec((local,) + dims[1:], spec.dtype)
+            width = int(a.geo("hidden_size")) * int(a.geo("top_k"))
+            hidden_in = n.inputs[0]
+            spec_in = _spec_of(out.nodes, graph, hidden_in)
+            dispatch = collective(unique_name(f"{n.name}.dispatch", used), KernelKind.ALL_TO_ALL, hidden_in, spec_in,
+                                  n, e, width, Rows.TOKENS, "moe_dispatch", "ep")
+            n = n.with_(inputs=(dispatch.name,) + n.inputs[1:], attrs=a.with_geometry(ep=e, tp=1))
+            combine = collective(unique_name(f"{n.name}.combine", used), KernelKind.ALL_TO_ALL, n.name, n.outputs[0],
+                                 n, e, width, Rows.TOKENS, "moe_combine", "ep")
+            out.nodes += [dispatch, n, combine]
+            rename[n.name] = combine.name
+            stats["all_to_all"] += 2
+        out.params = params
+        out.outputs = [rename.get(o, o) for o in graph.outputs]
+        if graph.meta.get("tp", 1) > 1:
+            out.meta["moe_tp"] = 1
+        return PassResult(out, True, stats)
+
+
+def _spec_of(nodes: list[Node], graph: Graph, value: str) -> TensorSpec:
+    name, idx = split_value(value)
+    for m in reversed(nodes):
+        if m.name == name:
+            return m.outputs[idx]
+    return graph.spec_of(value)

@@ -1,0 +1,203 @@
+"""tp{size=t}: Megatron-style tensor parallelism on a fused kernel graph (one rank's view).
+
+Sharding is propagated along the data flow, so no layer names are needed:
+- a GEMM reading replicated activations is column-parallel (n/t, output sharded), unless it is a
+  router or a per-token scalar gate, or its output is normalised as one whole vector (an MLA
+  latent): those stay replicated, as vLLM's ReplicatedLinear;
+- a GEMM reading sharded activations is row-parallel (k/t) and is followed by an all-reduce;
+- attention splits heads; KV heads split while t ≤ num_kv_heads and are replicated (and counted)
+  beyond; MLA keeps its latent whole on every rank; linear attention splits its heads;
+- MoE experts split their intermediate size and all-reduce their output;
+- the embedding is vocab-parallel (all-reduce), the LM head vocab-parallel (all-gather);
+- per-token kernels (norms, rotary, activations, elementwise) follow their input's sharding.
+A split that does not divide raises an error naming the dimension.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphsim.ir import Graph, Node, Op, TensorSpec
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.passes.base import Pass, PassError, PassResult, register_pass
+from graphsim.passes.partition.sharding import collective, split, unique_name
+
+PER_TOKEN = {KernelKind.RMS_NORM, KernelKind.LAYER_NORM, KernelKind.ACT_AND_MUL, KernelKind.ACTIVATION,
+             KernelKind.ELEMENTWISE, KernelKind.KV_CACHE_WRITE}
+
+
+def _shard_dim(spec: TensorSpec, dim: int, t: int, what: str, where: str) -> TensorSpec:
+    shape = list(spec.shape)
+    if isinstance(shape[dim], int):
+        shape[dim] = split(shape[dim], t, what, where)
+    return TensorSpec(tuple(shape), spec.dtype)
+
+
+@register_pass("tp")
+@dataclass(frozen=True)
+class TensorParallel(Pass):
+    size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError("size must be >= 1")
+
+    def run(self, graph: Graph) -> PassResult:
+        if not any(n.op is Op.KERNEL for n in graph.nodes):
+            raise PassError("tp needs a fused graph; run fuse first (e.g. 'fold,fuse{target=vllm},tp{size=2}')")
+        if graph.meta.get("tp", 1) != 1:
+            raise PassError("tp was already applied to this graph")
+        t = self.size
+        out = graph.copy([])
+        out.meta["tp"] = t
+        if t == 1:
+            out.nodes = list(graph.nodes)
+            return PassResult(out, False, {})
+        stats: dict[str, int] = {}
+        users: dict[str, list[Node]] = {}
+        for n in graph.nodes:
+            for v in n.inputs:
+                users.setdefault(v, []).append(n)
+        sharded: set[str] = set()
+        rename: dict[str, str] = {}
+        used = {n.name for n in graph.nodes}
+        params = dict(graph.params)
+
+        def bump(key: str) -> None:
+            stats[key] = stats.get(key, 0) + 1
+
+        for n in graph.nodes:
+            n = n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs))
+            a: KernelAttrs = n.attrs
+            acts = [v for v in n.inputs if v not in graph.params]
+            in_sharded = any(v in sharded for v in acts)
+            where = f"tp{{size={t}}} at {n.name}"
+            after: Node | None = None
+            out_sharded = False
+            if a.kind is KernelKind.GEMM:
+                n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
+            elif a.kind is KernelKind.ATTENTION:
+                n = n.with_(attrs=_attention(a, t, where, bump))
+                out_sharded = True
+            elif a.kind is KernelKind.ROTARY:
+                heads = split(int(a.geo("num_heads")), t, "num_heads", where)
+                kv = int(a.geo("num_kv_heads"))
+                kv_rank = kv if kv == 1 else (split(kv, t, "num_kv_heads", where) if kv >= t else 1)
+                n = n.with_(attrs=a.with_geometry(num_heads=heads, num_kv_heads=kv_rank))
+                out_sharded = True
+            elif a.kind is KernelKind.LINEAR_ATTENTION:
+                n = n.with_(attrs=a.with_geometry(num_k_heads=split(int(a.geo("num_k_heads")), t, "num_k_heads", where),
+                                                  num_v_heads=split(int(a.geo("num_v_heads")), t, "num_v_heads", where)))
+                out_sharded = True
+            elif a.kind is KernelKind.MOE_EXPERTS:
+                inter = int(a.geo("inter_size"))
+                split(inter, t, "moe intermediate_size", where)
+                n = n.with_(attrs=a.with_geometry(tp=t))
+                for v in n.inputs:
+                    if v in graph.params and len(graph.params[v].shape) == 3:
+                        spec = graph.params[v]
+                        dims = [i for i, d in enumerate(spec.shape) if d in (inter, 2 * inter) and i > 0]
+                        if dims:
+                            params[v] = _shard_dim(spec, dims[0], t, "moe intermediate_size", where)
+                after = self._reduce(n, KernelKind.ALL_REDUCE, int(n.outputs[0].shape[-1]), "moe_experts", used)
+                bump("all_reduce")
+            elif a.kind is KernelKind.EMBEDDING:
+                vocab = split(int(a.geo("vocab")), t, "vocab_size", where)
+                n = n.with_(attrs=a.with_geometry(vocab=vocab))
+                for v in n.inputs:
+                    if v in graph.params:
+                        params[v] = _shard_dim(graph.params[v], 0, t, "vocab_size", where)
+                after = self._reduce(n, KernelKind.ALL_REDUCE, int(a.geo("width")), "vocab_parallel_embedding", used)
+                bump("all_reduce")
+            elif a.kind is KernelKind.CONV1D and in_sharded:
+                n = n.with_(attrs=a.with_geometry(channels=split(int(a.geo("channels")), t, "conv channels", where)))
+                out_sharded = True
+            elif in_sharded and (a.kind in PER_TOKEN or a.kind is KernelKind.FUSED_ADD_RMS_NORM):
+                changes = {key: split(int(a.geo(key)), t, what, where)
+                           for key, what in (("width", "per-token width"), ("in_width", "per-token width"),
+                                             ("num_v_heads", "num_v_heads"))
+                           if a.geo(key) is not None}
+                n = n.with_(attrs=a.with_geometry(**changes))
+                out_sharded = True
+            out.nodes.append(n)
+            if out_sharded:
+                sharded.update(_values(n))
+            if after is not None:
+                out.nodes.append(after)
+                rename[n.name] = after.name
+        out.params = params
+        out.outputs = [rename.get(o, o) for o in graph.outputs]
+        return PassResult(out, True, stats)
+
+    def _reduce(self, n: Node, kind: KernelKind, width: int, reason: str, used: set[str],
+                rows: Rows = Rows.TOKENS) -> Node:
+        name = unique_name(f"{n.name}.{kind.value}", used)
+        return collective(name, kind, n.name, n.outputs[0], n, self.size, width, rows, reason, "tp")
+
+    def _gemm(self, n: Node, a: KernelAttrs, in_sharded: bool, users, graph: Graph, params, where: str,
+              used: set[str], bump):
+        t = self.size
+        nn, kk = int(a.geo("n")), int(a.geo("k"))
+        weights = [v for v in n.inputs if v in graph.params and len(graph.params[v].shape) == 2]
+        biases = [v for v in n.inputs if v in graph.params and len(graph.params[v].shape) == 1]
+        if a.rows is Rows.SEQUENCES or a.name == "lm_head":
+            n = n.with_(attrs=a.with_geometry(n=split(nn, t, "vocab_size (lm_head n)", where)))
+            for w in weights:
+                params[w] = _shard_dim(graph.params[w], 0, t, "vocab_size", where)
+            bump("vocab_parallel")
+            bump("all_gather")
+            return n, self._reduce(n, KernelKind.ALL_GATHER, nn, "lm_head_logits", used, a.rows), False
+        if in_sharded:
+            n = n.with_(attrs=a.with_geometry(k=split(kk, t, "k (row-parallel input features)", where)))
+            for w in weights:
+                params[w] = _shard_dim(graph.params[w], 1, t, "in_features", where)
+            bump("row_parallel")
+            bump("all_reduce")
+            return n, self._reduce(n, KernelKind.ALL_REDUCE, nn, "row_parallel", used), False
+        if _stays_replicated(n, users):
+            bump("replicated")
+            return n, None, False
+        n = n.with_(attrs=a.with_geometry(n=split(nn, t, "n (column-parallel output features)", where)))
+        for w in weights:
+            params[w] = _shard_dim(graph.params[w], 0, t, "out_features", where)
+        for b in biases:
+            params[b] = _shard_dim(graph.params[b], 0, t, "out_features", where)
+        bump("column_parallel")
+        return n, None, True
+
+
+def _values(n: Node) -> list[str]:
+    return [n.name if i == 0 else f"{n.name}#{i}" for i in range(len(n.outputs))]
+
+
+def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
+    """Router logits, per-token scalar gates and whole-vector-normalised latents are not split."""
+    if int(n.attrs.geo("n")) == 1:
+        return True
+    for v in _values(n):
+        for u in users.get(v, []):
+            ua = u.attrs
+            if not isinstance(ua, KernelAttrs):
+                continue
+            if ua.kind is KernelKind.MOE_ROUTER:
+                return True
+            if ua.kind in (KernelKind.RMS_NORM, KernelKind.LAYER_NORM) and ua.geo("dim") == ua.geo("width"):
+                return True
+    return False
+
+
+def _attention(a: KernelAttrs, t: int, where: str, bump) -> KernelAttrs:
+    heads = split(int(a.geo("num_heads")), t, "num_attention_heads", where)
+    kv = int(a.geo("num_kv_heads"))
+    if a.geo("kv_lora_rank"):  # MLA: the latent is whole on every rank; heads split
+        bump("mla_heads_split")
+        return a.with_geometry(num_heads=heads, num_kv_heads=heads)
+    if kv >= t:
+        kv_rank = split(kv, t, "num_key_value_heads", where)
+        bump("attention_heads_split")
+        return a.with_geometry(num_heads=heads, num_kv_heads=kv_rank)
+    if t % kv != 0:
+        raise PassError(f"{where}: tp size {t} is not a multiple of num_key_value_heads = {kv}; "
+                        "KV heads cannot be replicated evenly")
+    bump("kv_heads_replicated")
+    return a.with_geometry(num_heads=heads, num_kv_heads=1, kv_replicas=t // kv)
