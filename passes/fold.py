@@ -2,11 +2,12 @@
 
 A graph imported with one traced layer per type (the HF importer's default) is already folded:
 the pass checks it and reports its regions. A graph with every layer present (a full-depth trace,
-an ONNX file) is folded here: each layer's node sequence is hashed with its parameters named
-relative to the layer, its reads of the previous layer's values by position and its reads of
-shared values (RoPE tables, masks) by name, so sliding and full layers that read different
-shared inputs stay apart. Layers with equal hashes share a type; the first of each type is kept
-and reads of dropped layers are rewired to the same position in their type's representative.
+an ONNX file) is folded here. Each layer's node sequence is hashed with its parameters named
+relative to the layer, its own values by position, values read by several layers (RoPE tables,
+masks) by name — so sliding and full layers that read different shared inputs stay apart — and
+its incoming hidden state by shape. Layers with equal hashes share a type; the first of each
+type is kept, and reads of dropped layers are rewired to the same position in their type's
+representative.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _relative(name: str, layer: int) -> str:
     return name[len(pre):] if pre else name
 
 
-def _signature(nodes: list[Node], layer: int, graph: Graph, layer_of: dict[str, int]) -> str:
+def _signature(nodes: list[Node], layer: int, graph: Graph, readers: dict[str, set[int]]) -> str:
     local = {n.name: i for i, n in enumerate(nodes)}
     parts = []
     for n in nodes:
@@ -42,10 +43,10 @@ def _signature(nodes: list[Node], layer: int, graph: Graph, layer_of: dict[str, 
                 ins.append(("local", local[src], idx))
             elif v in graph.params:
                 ins.append(("param", _relative(v, layer), graph.params[v].to_str()))
-            elif src in layer_of:  # another layer's value (the residual stream)
-                ins.append(("layer", layer - layer_of[src], graph.spec_of(v).to_str()))
-            else:  # shared value: bind by name
+            elif len(readers.get(v, ())) > 1:  # read by several layers (RoPE tables, masks): bind by name
                 ins.append(("shared", v))
+            else:  # the layer's incoming hidden state (from the embedding or the previous layer)
+                ins.append(("incoming", graph.spec_of(v).to_str()))
         parts.append((n.op.value, repr(n.attrs), tuple(s.to_str() for s in n.outputs), tuple(ins),
                       _relative(n.scope, layer), n.module_type))
     return hashlib.sha1(repr(parts).encode()).hexdigest()[:12]
@@ -76,16 +77,21 @@ class Fold(Pass):
         sched = graph.schedule
         if sched is not None and set(by_layer) == set(sched.representative.values()):
             return PassResult(graph, False, self._stats(sched, 0))
-        layer_of = {n.name: n.layer for ns in by_layer.values() for n in ns}
+        readers: dict[str, set[int]] = {}  # value → layers whose nodes read it
+        for n in graph.nodes:
+            if n.layer is not None:
+                for v in n.inputs:
+                    readers.setdefault(v, set()).add(n.layer)
         layers = sorted(by_layer)
-        sigs = {i: _signature(by_layer[i], i, graph, layer_of) for i in layers}
+        sigs = {i: _signature(by_layer[i], i, graph, readers) for i in layers}
         rep_of_sig: dict[str, int] = {}
         for i in layers:
             rep_of_sig.setdefault(sigs[i], i)
         tag_of_sig: dict[str, str] = {}
         used: dict[str, int] = {}
         for s, rep in rep_of_sig.items():
-            base = sched.tags[rep] if sched is not None else _tag(by_layer[rep])
+            hint = sched.tags if sched is not None else graph.meta.get("layer_tags")
+            base = hint[rep] if hint and rep < len(hint) else _tag(by_layer[rep])
             used[base] = used.get(base, 0) + 1
             tag_of_sig[s] = base if used[base] == 1 else f"{base}{used[base]}"
         keep = set(rep_of_sig.values())

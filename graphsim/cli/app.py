@@ -33,6 +33,7 @@ COMMAND_MODULES = [
     "graphsim.cli.models_cmd",
     "graphsim.cli.import_cmd",
     "graphsim.cli.work_cmd",
+    "graphsim.cli.passes_cmd",
     "graphsim.cli.profiles_cmd",
 ]
 

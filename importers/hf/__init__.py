@@ -53,12 +53,11 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
     m = built.model
     param_count = sum(p.numel() for p in m.parameters())
     plan = plan_layers(m)
+    representative = dict(plan.representative)
     if full_depth:
         kept = list(range(len(plan.tags)))
-        representative = {t: i for i, t in reversed(list(enumerate(plan.tags)))}
     else:
         kept = keep_representatives(m, plan, built.config)
-        representative = dict(plan.representative)
 
     t1 = time.perf_counter()
     with semantic_kernels(m) as swapped:
@@ -83,9 +82,11 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
     graph = convert_graph(traced.program.graph, resolved.name, placeholders, ctx)
     if not traced.dynamic:
         _symbolise_static(graph, STATIC_PROBE_TOKENS[0])
-    graph.schedule = LayerSchedule(plan.tags, representative)
-    if full_depth:  # every layer traced: the schedule's representatives are the first of each tag
+    if full_depth:  # every layer traced: the fold pass derives the schedule; keep the tags as a hint
         graph.meta["full_depth"] = True
+        graph.meta["layer_tags"] = list(plan.tags)
+    else:
+        graph.schedule = LayerSchedule(plan.tags, representative)
     graph.meta.update({
         "source_format": "hf",
         "model": resolved.name,
@@ -104,8 +105,7 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
         "dynamic_tokens": traced.dynamic,
     })
     timings["convert_s"] = time.perf_counter() - t2
-    if not full_depth:
-        graph.verify("import.hf")
+    graph.verify("import.hf")
     opaque: dict[str, int] = {}
     for t in ctx.opaque:
         opaque[t] = opaque.get(t, 0) + 1

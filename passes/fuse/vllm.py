@@ -1,7 +1,13 @@
 """Fuse target `vllm`: the kernels vLLM (V1 engine, CUDA, bf16) launches per decoder layer.
 
-Each rule cites the vLLM source that decides the launch (see docs/vllm-kernels.md for the
-quoted calls). Rules are ordered: specific patterns claim their nodes before generic ones.
+Each rule cites the vLLM source (0.33.0, paths relative to the `vllm/` package) that decides the
+launch; docs/vllm-kernels.md quotes the calls. Rules are ordered: specific patterns claim their
+nodes before generic ones.
+
+The target follows vLLM's custom-op path (`enforce_eager`, or `+rms_norm`-style custom ops):
+one `_C` kernel per norm, rotary and gated activation. In vLLM's default compiled mode Inductor
+generates Triton kernels for those same ops (config/vllm.py VllmConfig: custom_ops "none"), so
+their boundaries can differ; a capture settles which (graphsim align, issue 6).
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 
-# vllm/model_executor/models/llama.py LlamaForCausalLM.packed_modules_mapping (same in qwen2/qwen3/
-# mistral/mixtral/…); vllm/model_executor/models/deepseek_v2.py fuses q_a_proj + kv_a_proj_with_mqa
-# into `fused_qkv_a_proj` (MergedColumnParallelLinear) when q_lora_rank is set.
+# model_executor/models/llama.py LlamaForCausalLM.packed_modules_mapping (same in qwen2/qwen3/
+# mistral/mixtral/…); model_executor/models/deepseek_v2.py fuses q_a_proj + kv_a_proj_with_mqa
+# into `fused_qkv_a_proj` when q_lora_rank is set.
 PACKED = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
@@ -33,7 +39,7 @@ def _match_rotary_tables(ctx: FuseContext):
 
 
 ROTARY_CACHE = Rule(
-    "rotary_cos_sin_cache", "vllm/model_executor/layers/rotary_embedding/base.py:RotaryEmbedding._compute_cos_sin_cache",
+    "rotary_cos_sin_cache", "model_executor/layers/rotary_embedding/base.py:RotaryEmbedding.__init__ (cos_sin_cache buffer)",
     _match_rotary_tables, _absorb,
 )
 
@@ -61,11 +67,11 @@ def _build_norm(kind: KernelKind, name: str, rule: str):
 
 
 FUSED_ADD_RMS_NORM = Rule(
-    "fused_add_rms_norm", "vllm/model_executor/layers/layernorm.py:RMSNorm.forward_cuda (ops.fused_add_rms_norm)",
+    "fused_add_rms_norm", "model_executor/layers/layernorm.py:RMSNorm.forward_native → kernels/vllm_c.py:fused_add_rms_norm",
     _match_fused_add_norm, _build_norm(KernelKind.FUSED_ADD_RMS_NORM, "fused_add_rms_norm", "fused_add_rms_norm"),
 )
 RMS_NORM = Rule(
-    "rms_norm", "vllm/model_executor/layers/layernorm.py:RMSNorm.forward_cuda (ops.rms_norm)",
+    "rms_norm", "model_executor/layers/layernorm.py:RMSNorm.forward_native → kernels/vllm_c.py:rms_norm",
     P.norm_units, _build_norm(KernelKind.RMS_NORM, "rms_norm", "rms_norm"),
 )
 
@@ -74,9 +80,13 @@ def _match_packed(ctx: FuseContext):
     return P.packed_linears(ctx, PACKED)
 
 
+_MODEL_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+
+
 def _router_linears(ctx: FuseContext) -> set[str]:
-    """Linears that compute router logits: vLLM keeps them unquantised (ReplicatedLinear,
-    quant_config=None in e.g. vllm/model_executor/models/deepseek_v2.py DeepseekV2MoE)."""
+    """Linears that compute router logits: vLLM runs them unquantised in the model dtype
+    (model_executor/layers/fused_moe/router/gate_linear.py:GateLinear, built without a
+    quant_config in e.g. model_executor/models/deepseek_v2.py DeepseekV2MoE)."""
     memo = ctx.__dict__.get("_router_linears")
     if memo is None:
         memo = set()
@@ -92,7 +102,7 @@ def _router_linears(ctx: FuseContext) -> set[str]:
 def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
     q = ctx.graph.meta.get("quantization_config") or {}
     if any(n.name in _router_linears(ctx) for n in nodes):
-        return None
+        return _MODEL_DTYPES.get(str(ctx.graph.meta.get("dtype")), None)
     if q.get("quant_method") == "fp8":
         skip = q.get("modules_to_not_convert") or []
         if not any(any(s in n.scope for s in skip) for n in nodes):
@@ -105,7 +115,7 @@ def _build_packed(ctx: FuseContext, c: Candidate) -> KernelAttrs:
 
 
 PACKED_GEMM = Rule(
-    "packed_gemm", "vllm/model_executor/layers/linear.py:QKVParallelLinear/MergedColumnParallelLinear",
+    "packed_gemm", "model_executor/layers/linear.py:QKVParallelLinear/MergedColumnParallelLinear; models/llama.py:packed_modules_mapping",
     _match_packed, _build_packed,
 )
 
@@ -115,7 +125,7 @@ def _match_lm_head(ctx: FuseContext):
 
 
 LM_HEAD = Rule(
-    "lm_head", "vllm/v1/worker/gpu_model_runner.py:GPUModelRunner.execute_model (logits at logits_indices only)",
+    "lm_head", "model_executor/layers/logits_processor.py:LogitsProcessor; v1/worker/gpu/model_runner.py (hidden_states[logits_indices])",
     _match_lm_head, lambda ctx, c: P.gemm_attrs(ctx, c.nodes, "lm_head", "lm_head", rows=Rows.SEQUENCES),
 )
 
@@ -125,7 +135,7 @@ def _match_linear(ctx: FuseContext):
 
 
 GEMM = Rule(
-    "gemm", "vllm/model_executor/layers/linear.py:UnquantizedLinearMethod.apply (F.linear → cuBLAS)",
+    "gemm", "model_executor/layers/linear.py:UnquantizedLinearMethod.apply (F.linear → cuBLAS)",
     _match_linear,
     lambda ctx, c: P.gemm_attrs(ctx, c.nodes, P.leaf(c.nodes[0].scope) or "gemm", "gemm",
                                 _quant_dtype(ctx, c.nodes)),
@@ -145,8 +155,8 @@ def _build_rotary(ctx: FuseContext, c: Candidate) -> KernelAttrs:
                        c.info["attention"].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "rotary")
 
 
-ROTARY = Rule("rotary", "vllm/model_executor/layers/rotary_embedding/base.py:RotaryEmbedding.forward_cuda "
-              "(ops.rotary_embedding on q and k in place)", _match_rotary, _build_rotary)
+ROTARY = Rule("rotary", "model_executor/layers/rotary_embedding/base.py:RotaryEmbedding.forward_cuda "
+              "(_C.rotary_embedding on q and k in place)", _match_rotary, _build_rotary)
 
 
 def _match_attention(ctx: FuseContext):
@@ -161,8 +171,8 @@ def _build_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
 
 
 ATTENTION = Rule(
-    "attention", "vllm/v1/attention/backends/flash_attn.py:FlashAttentionImpl.forward (reshape_and_cache_flash + "
-    "flash_attn_varlen_func); MLA: vllm/v1/attention/backends/mla/common.py",
+    "attention", "v1/attention/backends/flash_attn.py:FlashAttentionImpl.forward (reshape_and_cache_flash + "
+    "flash_attn_varlen_func); MLA: model_executor/layers/attention/mla_attention.py:MLAAttention.forward_impl",
     _match_attention, _build_attention,
 )
 
@@ -172,7 +182,7 @@ def _build_act(ctx: FuseContext, c: Candidate) -> KernelAttrs:
                        c.nodes[-1].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "act_and_mul")
 
 
-ACT_AND_MUL = Rule("act_and_mul", "vllm/model_executor/layers/activation.py:SiluAndMul.forward_cuda",
+ACT_AND_MUL = Rule("act_and_mul", "model_executor/layers/activation.py:SiluAndMul.forward_cuda / GeluAndMul.forward_cuda",
                    P.act_and_mul_units, _build_act)
 
 
@@ -207,8 +217,8 @@ def _build_router(ctx: FuseContext, c: Candidate) -> KernelAttrs:
                        tuple(n.name for n in c.nodes), "moe_router")
 
 
-MOE_ROUTER = Rule("moe_router", "vllm/model_executor/layers/fused_moe/fused_moe.py:fused_topk (ops.topk_softmax) / "
-                  "grouped_topk", _match_moe_router, _build_router)
+MOE_ROUTER = Rule("moe_router", "model_executor/layers/fused_moe/router/fused_topk_router.py (topk_softmax) / "
+                  "router/grouped_topk_router.py (grouped_topk)", _match_moe_router, _build_router)
 
 
 def _match_experts(ctx: FuseContext):
@@ -227,8 +237,8 @@ def _build_experts(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     return KernelAttrs(KernelKind.MOE_EXPERTS, "fused_moe", geo, dtype, Rows.TOKENS, (n.name,), "moe_experts")
 
 
-MOE_EXPERTS = Rule("moe_experts", "vllm/model_executor/layers/fused_moe/fused_moe.py:fused_experts "
-                   "(invoke_fused_moe_kernel ×2, silu_and_mul, moe_sum)", _match_experts, _build_experts)
+MOE_EXPERTS = Rule("moe_experts", "model_executor/layers/fused_moe/experts/triton_moe.py:TritonExperts.apply "
+                   "(moe_align_block_size, fused_moe_kernel ×2, silu_and_mul, moe_sum)", _match_experts, _build_experts)
 
 
 def _match_gdn_gating(ctx: FuseContext):
@@ -248,7 +258,7 @@ def _match_gdn_gating(ctx: FuseContext):
 
 
 GDN_GATING = Rule(
-    "gdn_gating", "vllm/model_executor/models/qwen3_next.py:fused_gdn_gating", _match_gdn_gating,
+    "gdn_gating", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:_forward_core (gating fused in fused_post_conv_prep)", _match_gdn_gating,
     lambda ctx, c: KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating",
                                (("num_v_heads", c.info["la"].attrs.num_v_heads),
                                 ("width", 2 * c.info["la"].attrs.num_v_heads)), "f32", Rows.TOKENS,
@@ -268,7 +278,7 @@ def _build_linear_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
                        c.nodes[0].outputs[0].dtype.value, Rows.NONE, (c.nodes[0].name,), "linear_attention")
 
 
-LINEAR_ATTENTION = Rule("linear_attention", "vllm/model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet "
+LINEAR_ATTENTION = Rule("linear_attention", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:_forward_core "
                         "(chunk_gated_delta_rule / fused_recurrent_gated_delta_rule)",
                         _match_linear_attention, _build_linear_attention)
 
@@ -292,7 +302,7 @@ def _match_conv(ctx: FuseContext):
 
 
 CONV1D = Rule(
-    "causal_conv1d", "vllm/model_executor/models/qwen3_next.py:Qwen3NextGatedDeltaNet._forward (causal_conv1d_fn)",
+    "causal_conv1d", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:forward_cuda (causal_conv1d_fn)",
     _match_conv,
     lambda ctx, c: KernelAttrs(KernelKind.CONV1D, "causal_conv1d",
                                (("channels", c.nodes[0].attrs.channels), ("kernel_size", c.nodes[0].attrs.kernel_size)),
@@ -306,7 +316,7 @@ def _match_embedding(ctx: FuseContext):
 
 
 EMBEDDING = Rule(
-    "embedding", "vllm/model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding.forward",
+    "embedding", "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding.forward",
     _match_embedding,
     lambda ctx, c: KernelAttrs(KernelKind.EMBEDDING, "embedding",
                                (("vocab", c.nodes[0].attrs.num_embeddings), ("width", c.nodes[0].attrs.embedding_dim)),

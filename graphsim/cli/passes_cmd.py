@@ -1,0 +1,70 @@
+"""`graphsim passes`: run a pass pipeline on a model or saved graph and show what changed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from graphsim.cli.app import app, console, err_console
+
+DEFAULT_PIPELINE = "fold,fuse{target=vllm}"
+
+
+@app.command("passes")
+def passes(
+    source: Optional[str] = typer.Argument(None, help="A saved graph (.json) or a model (catalog name, HF id, config)."),
+    pipeline: str = typer.Option(DEFAULT_PIPELINE, "--pipeline", "-p",
+                                 help="Passes to run, e.g. 'fold,fuse{target=vllm},tp{size=4},ep{size=8}'."),
+    show: bool = typer.Option(True, "--show/--no-show", help="Show each pass and one layer of each type."),
+    list_passes: bool = typer.Option(False, "--list", help="List the registered passes and their options."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the resulting graph as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Run passes (fold, fuse, tp, ep) and show counts per rule and the kernels of each layer type."""
+    from graphsim.errors import GraphsimError
+    from graphsim.passes import PASSES, parse_pipeline, run_pipeline
+
+    if list_passes:
+        parse_pipeline("fold")  # loads the built-in passes
+        from dataclasses import fields
+
+        rows = {name: {f.name: repr(f.default) for f in fields(cls)} for name, cls in sorted(PASSES.items())}
+        if as_json:
+            print(json.dumps(rows, indent=1))
+        else:
+            for name, opts in rows.items():
+                console.print(f"[bold]{name}[/] " + " ".join(f"{k}={v}" for k, v in opts.items()))
+        return
+    if source is None:
+        raise GraphsimError("pass a model or a saved graph, e.g. `graphsim passes llama-3.1-8b`")
+    if output is not None:
+        from graphsim.cli.import_cmd import _check_output
+
+        _check_output(output)
+    steps = parse_pipeline(pipeline)  # fail on a bad pipeline before any tracing
+    if source.endswith(".json") and Path(source).is_file():
+        from graphsim.ir import load_graph
+
+        graph = load_graph(source)
+    else:
+        from graphsim.importers.hf import import_hf
+
+        with err_console.status(f"tracing {source} on the meta device…"):
+            graph, _ = import_hf(source)
+    run = run_pipeline(graph, steps)
+    if output is not None:
+        from graphsim.ir import save_graph
+
+        save_graph(run.graph, output)
+    from graphsim.render.passes_view import render_summary, run_summary
+
+    summary = run_summary(graph, run)
+    if as_json:
+        print(json.dumps(summary, indent=1, default=str))
+    elif show:
+        console.print(render_summary(summary))
+    if output is not None and not as_json:
+        console.print(f"[green]wrote[/] {output}")

@@ -1,0 +1,134 @@
+"""The pass pipeline on real catalog configs: kernels per layer, TP/EP invariants, fold."""
+
+import pytest
+
+pytest.importorskip("torch")
+
+from passes_helpers import attention_width, gemm_flops_per_token, is_kind, kernels_of_layer, tiny_config  # noqa: E402
+
+from graphsim.catalog import catalog  # noqa: E402
+from graphsim.importers.hf import import_hf  # noqa: E402
+from graphsim.ir import graph_from_json, graph_to_json  # noqa: E402
+from graphsim.ir.kernel import KernelKind  # noqa: E402
+from graphsim.passes import PassError, run_pipeline  # noqa: E402
+
+ALL = [e.name for e in catalog()]
+
+
+@pytest.fixture(scope="module")
+def imported():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = import_hf(name)[0]
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_default_pipeline_verifies_for_every_catalog_model(name, imported):
+    g = imported(name)
+    for pipe in ("fold,fuse{target=vllm}", "fold,fuse{target=eager}", "fold,fuse{target=vllm},tp{size=2}"):
+        run = run_pipeline(g, pipe)
+        out = run.graph
+        out.verify("test")
+        # every node is a kernel after fuse; every traced layer keeps kernels
+        assert all(is_kind(n, n.attrs.kind) for n in out.nodes)
+        for rep in out.schedule.representative.values():
+            assert kernels_of_layer(out, rep)
+        assert graph_from_json(graph_to_json(out)) == out
+
+
+def test_llama_layer_is_the_vllm_kernel_sequence(imported):
+    # vLLM LlamaDecoderLayer.forward (model_executor/models/llama.py): input RMSNorm, fused QKV GEMM,
+    # rotary, attention, o_proj, fused add+RMSNorm, fused gate_up GEMM, SiluAndMul, down_proj.
+    out = run_pipeline(imported("llama-3.1-8b"), "fold,fuse{target=vllm}").graph
+    seq = [(n.attrs.kind.value, n.attrs.name) for n in kernels_of_layer(out, 0)]
+    assert seq == [
+        ("rms_norm", "rms_norm"), ("gemm", "qkv_proj"), ("rotary", "rotary_embedding"),
+        ("attention", "flash_attn_varlen"), ("gemm", "o_proj"), ("fused_add_rms_norm", "fused_add_rms_norm"),
+        ("gemm", "gate_up_proj"), ("act_and_mul", "silu_and_mul"), ("gemm", "down_proj"),
+    ]
+    geo = {n.attrs.name: dict(n.attrs.geometry) for n in kernels_of_layer(out, 0)}
+    # Llama-3.1-8B: q 4096 + k 1024 + v 1024 = 6144 outputs; gate+up 2 × 14336 = 28672
+    assert (geo["qkv_proj"]["n"], geo["qkv_proj"]["k"]) == (6144, 4096)
+    assert (geo["gate_up_proj"]["n"], geo["down_proj"]["k"]) == (28672, 14336)
+    lm = [n for n in out.nodes if n.attrs.name == "lm_head"][0]
+    assert lm.attrs.rows.value == "sequences"  # logits only for the sampled position of each sequence
+
+
+def test_dense_layer_under_tp_has_two_all_reduces_and_conserves_flops(imported):
+    g = imported("llama-3.1-8b")
+    base = run_pipeline(g, "fold,fuse{target=vllm}").graph
+    for t in (2, 4, 8):
+        part = run_pipeline(g, f"fold,fuse{{target=vllm}},tp{{size={t}}}").graph
+        layer = kernels_of_layer(part, 0)
+        assert sum(is_kind(n, KernelKind.ALL_REDUCE) for n in layer) == 2
+        full = {n.attrs.name: n for n in kernels_of_layer(base, 0)}
+        for n in layer:
+            if is_kind(n, KernelKind.GEMM):
+                assert gemm_flops_per_token(n) * t == gemm_flops_per_token(full[n.attrs.name])
+            if is_kind(n, KernelKind.ATTENTION):
+                assert attention_width(n) * t == attention_width(full[n.attrs.name])
+        ar = [n for n in layer if is_kind(n, KernelKind.ALL_REDUCE)][0]
+        assert ar.attrs.geo("num_gpus") == t and ar.attrs.geo("bytes_per_row") == 4096 * 2  # hidden × bf16
+
+
+def test_kv_heads_replicated_beyond_their_count(imported):
+    # Qwen3-30B-A3B has 4 KV heads: at tp=8 each rank keeps 1 KV head, replicated 2×.
+    run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=vllm},tp{size=8}")
+    attn = [n for n in run.graph.nodes if is_kind(n, KernelKind.ATTENTION)][0]
+    assert attn.attrs.geo("num_kv_heads") == 1 and attn.attrs.geo("kv_replicas") == 2
+    assert run.results[-1][1].stats["kv_heads_replicated"] == 1
+
+
+def test_split_that_does_not_divide_names_the_dimension(imported):
+    # Qwen2.5-7B: 28 attention heads
+    with pytest.raises(PassError, match="num_heads = 28 is not divisible by 8"):
+        run_pipeline(imported("qwen2.5-7b-instruct"), "fold,fuse{target=vllm},tp{size=8}")
+    with pytest.raises(PassError, match="num_experts .* = 8 is not divisible by 3"):
+        run_pipeline(imported("mixtral-8x7b-v0.1"), "fold,fuse{target=vllm},ep{size=3}")
+
+
+def test_ep_spreads_experts(imported):
+    g = imported("deepseek-v3")
+    run = run_pipeline(g, "fold,fuse{target=vllm},tp{size=2},ep{size=8}")
+    out = run.graph
+    moe = [n for n in out.nodes if is_kind(n, KernelKind.MOE_EXPERTS)]
+    assert len(moe) == 1 and moe[0].attrs.geo("ep") == 8 and moe[0].attrs.geo("tp") == 1
+    # expert weights per rank: 256 / 8 = 32 experts, intermediate dim whole again
+    w = out.params["model.layers.3.mlp.experts.gate_up_proj"]
+    assert w.shape == (32, 4096, 7168)
+    a2a = [n for n in out.nodes if is_kind(n, KernelKind.ALL_TO_ALL)]
+    assert len(a2a) == 2 and {n.attrs.geo("reason") for n in a2a} == {"moe_dispatch", "moe_combine"}
+    # the experts' TP all-reduce was replaced by the combine
+    assert run.results[-1][1].stats["tp_all_reduce_replaced"] == 1
+
+
+def test_fold_of_full_depth_trace_matches_reduced_import():
+    from graphsim.catalog import ResolvedModel
+    # Gemma-2 geometry: alternating sliding/full layers must stay two distinct types
+    cfg = tiny_config("gemma-2-9b", num_hidden_layers=4, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                      layer_types=["sliding_attention", "full_attention"] * 2)
+    model = ResolvedModel("tiny-gemma", cfg, "path", "test")
+    full, _ = import_hf(model, full_depth=True)
+    reduced, _ = import_hf(model)
+    run = run_pipeline(full, "fold")
+    folded = run.graph
+    assert run.results[0][1].stats["nodes_removed"] > 0
+    assert folded.schedule.tags == reduced.schedule.tags
+    assert sorted(folded.schedule.representative.values()) == [0, 1]
+    assert len(folded.nodes) == len(reduced.nodes)
+    # parameters: non-layer once + each representative × its count == the model's total
+    stack = folded.meta["layer_stack"]
+    total = 0
+    for name, spec in folded.params.items():
+        if name.startswith(stack + "."):
+            idx = int(name[len(stack) + 1:].split(".")[0])
+            tag = folded.schedule.tags[idx]
+            total += int(spec.numel) * folded.schedule.count(tag)
+        else:
+            total += int(spec.numel)
+    assert total == folded.meta["param_count"]
