@@ -17,7 +17,7 @@ from graphsim.work.dtypes import DType, Precision, parse_dtype
 from graphsim.work.registry import BUILDERS, build_model, supported_architectures
 from graphsim.work.report import ParamReport, SegmentParams, SegmentWork, WorkReport
 from graphsim.work.specs import ModelSpec
-from graphsim.work.workload import SeqGroup, Step, WorkloadError, parse_decode, parse_prefill, parse_step
+from graphsim.workload import SeqGroup, Step, WorkloadError, parse_decode, parse_prefill, parse_step
 
 __all__ = [
     "BUILDERS",

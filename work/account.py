@@ -23,7 +23,7 @@ from graphsim.work.report import ParamReport, SegmentParams, SegmentWork, WorkRe
 from graphsim.work.routing import expected_experts_touched, max_experts_touched
 from graphsim.work.specs import ModelSpec, WeightKind
 from graphsim.work.weights import PlacedWeight, embedding_weight, model_weights, stored_bytes_per_copy
-from graphsim.work.workload import Step
+from graphsim.workload import Step
 
 
 def _weight_work(placed: PlacedWeight, step: Step, precision: Precision, vocab: int) -> SegmentWork:

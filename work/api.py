@@ -10,7 +10,7 @@ from graphsim.work.dtypes import Precision, parse_dtype
 from graphsim.work.registry import build_model
 from graphsim.work.report import ParamReport, WorkReport
 from graphsim.work.specs import ModelSpec
-from graphsim.work.workload import Step
+from graphsim.workload import Step
 
 
 @dataclass(frozen=True)

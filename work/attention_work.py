@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from graphsim.work.attention_math import cached_tokens_read, causal_pairs, new_tokens_kept
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, MlaAttention
-from graphsim.work.workload import SeqGroup
+from graphsim.workload import SeqGroup
 
 
 @dataclass(frozen=True)

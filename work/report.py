@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Callable
 
 from graphsim.work.dtypes import Precision
-from graphsim.work.workload import Step
+from graphsim.workload import Step
 
 WORK_FIELDS = (
     "flops",

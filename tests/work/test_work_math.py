@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from graphsim.work.attention_math import cached_tokens_read, causal_pairs, new_tokens_kept
 from graphsim.work.routing import expected_experts_touched, max_experts_touched
-from graphsim.work.workload import SeqGroup, WorkloadError, parse_decode, parse_prefill, parse_step
+from graphsim.workload import SeqGroup, WorkloadError, parse_decode, parse_prefill, parse_step
 
 windows = st.one_of(st.none(), st.integers(1, 300))
 

@@ -100,3 +100,30 @@ def parse_decode(text: str) -> SeqGroup:
 def parse_step(prefill: list[str] | tuple[str, ...] = (), decode: list[str] | tuple[str, ...] = ()) -> Step:
     groups = [parse_prefill(p) for p in prefill] + [parse_decode(d) for d in decode]
     return Step(tuple(groups))
+
+
+_BATCH = re.compile(rf"^{_NUM}[xX]{_NUM}(?:@{_NUM})?$")
+
+
+def _batch_item(text: str, kind: str, spec: str) -> SeqGroup:
+    m = _BATCH.match(text.strip())
+    if not m:
+        raise WorkloadError(f"malformed batch spec '{spec}': '{text}' is not BxN[@P]; "
+                            "e.g. prefill:1x2048, decode:64x2048, mixed:1x512@0+32x1024")
+    count, n, p = _int(m.group(1)), _int(m.group(2)), m.group(3)
+    if kind == "decode" or (kind == "mixed" and p is None):
+        if p is not None:
+            raise WorkloadError(f"malformed batch spec '{spec}': decode takes BxC (C = cached context), not '@'")
+        return SeqGroup(new_tokens=1, cached_tokens=n, count=count)
+    return SeqGroup(new_tokens=n, cached_tokens=_int(p) if p else 0, count=count)
+
+
+def parse_batch_spec(spec: str) -> Step:
+    """`prefill:BxN[@P]`, `decode:BxC` or `mixed:ITEM+ITEM…` (an item with `@` is a prefill group
+    BxN@P, one without is a decode group BxC) → one Step."""
+    kind, sep, rest = spec.strip().partition(":")
+    if not sep or kind not in ("prefill", "decode", "mixed") or not rest:
+        raise WorkloadError(f"malformed batch spec '{spec}'; expected prefill:BxN[@P], decode:BxC or "
+                            "mixed:BxN@P+BxC")
+    items = rest.split("+") if kind == "mixed" else [rest]
+    return Step(tuple(_batch_item(i, kind, spec) for i in items))
