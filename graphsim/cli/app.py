@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "graphsim.cli.import_cmd",
     "graphsim.cli.work_cmd",
     "graphsim.cli.passes_cmd",
+    "graphsim.cli.predict_cmd",
     "graphsim.cli.profiles_cmd",
 ]
 

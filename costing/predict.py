@@ -1,0 +1,174 @@
+"""Prediction reports: price explicit batches on a cost tree and say where every number comes from."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.interpolate import SOURCES, KernelPricer
+from graphsim.costing.kernel_map import Dtypes, points_for
+from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.roofline import kernel_work
+from graphsim.costing.kernels import point_coords
+from graphsim.ir import Graph
+from graphsim.workload import Step
+
+
+def profile_home() -> Path:
+    """Where graphsim keeps profile databases by default ($GRAPHSIM_HOME/profiles)."""
+    base = os.environ.get("GRAPHSIM_HOME")
+    return (Path(base) if base else Path.home() / ".cache" / "graphsim") / "profiles"
+
+
+def default_profile_path(hardware_id: str, engine: str = "vllm") -> Path:
+    return profile_home() / f"{hardware_id}_{engine}.db"
+
+
+@dataclass
+class KernelRow:
+    node: str
+    region: str
+    kind: str
+    kernel: str
+    count: int  # instances per iteration (layers in its region)
+    time_us: float | None  # per instance; None when missing
+    total_us: float | None
+    share: float | None
+    source: str
+    flops: float  # per iteration (all instances)
+    bytes: float
+    approximate: bool
+
+    @property
+    def tflops_per_s(self) -> float | None:
+        return self.flops / self.total_us / 1e6 if self.total_us else None
+
+    @property
+    def gb_per_s(self) -> float | None:
+        return self.bytes / self.total_us / 1e3 if self.total_us else None
+
+
+@dataclass
+class BatchReport:
+    spec: str
+    tokens: int
+    sequences: int
+    total_us: float | None  # None when any leaf is missing
+    known_us: float  # sum of the leaves that have times
+    source: str
+    rows: list[KernelRow]
+    regions: list[dict[str, Any]]
+    tally: dict[str, int] = field(default_factory=dict)  # source → kernel count
+    missing: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Prediction:
+    model: str
+    hardware: str
+    profile: str | None
+    data_note: str
+    tp: int
+    ep: int
+    batches: list[BatchReport]
+
+    def to_json(self) -> dict[str, Any]:
+        def row(r: KernelRow) -> dict[str, Any]:
+            d = dict(vars(r))
+            d["tflops_per_s"] = r.tflops_per_s
+            d["gb_per_s"] = r.gb_per_s
+            return d
+
+        return {
+            "model": self.model, "hardware": self.hardware, "profile": self.profile, "data": self.data_note,
+            "tp": self.tp, "ep": self.ep,
+            "batches": [dict({k: v for k, v in vars(b).items() if k != "rows"}, kernels=[row(r) for r in b.rows])
+                        for b in self.batches],
+        }
+
+
+def _regions(c: CompiledTree) -> dict[int, str]:
+    """leaf index → label of the innermost Labeled ancestor."""
+    out: dict[int, str] = {}
+
+    def walk(i: int, label: str) -> None:
+        if c.kinds[i] == 5:  # Labeled
+            label = c.labels[i]
+        if c.leaf_of[i] >= 0:
+            out[c.leaf_of[i]] = label
+        for ch in c.children[i]:
+            walk(ch, label)
+
+    walk(c.root, "")
+    return out
+
+
+def predict(graph: Graph, hardware: HardwareSpec | None, db: ProfileDB | None, steps: list[Step],
+            specs: list[str], kv_dtype: str | None = None, data_note: str = "") -> Prediction:
+    tree = compile_tree(build_tree(graph))
+    pricer = KernelPricer(db, hardware)
+    dtypes = Dtypes.for_graph(graph.meta, kv_dtype)
+    ev = tree.evaluate(steps, pricer, dtypes)
+    regions = _regions(tree)
+    batches = [_batch_report(tree, ev, b, spec, regions, dtypes) for b, spec in enumerate(specs)]
+    return Prediction(graph.name, hardware.id if hardware else "none", str(db.path) if db else None, data_note,
+                      int(graph.meta.get("tp", 1)), int(graph.meta.get("ep", 1)), batches)
+
+
+def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions: dict[int, str],
+                  dtypes: Dtypes) -> BatchReport:
+    step = ev.steps[b]
+    t_leaf = ev.leaf_time_us[:, b] * tree.multiplicity
+    known = float(np.nansum(t_leaf))
+    total = float(ev.total_us()[b])
+    total_v = None if np.isnan(total) else total
+    rows: list[KernelRow] = []
+    tally: dict[str, int] = {}
+    missing: list[str] = []
+    for i, leaf in enumerate(tree.leaves):
+        src = SOURCES[int(ev.leaf_source[i, b])].value
+        count = int(tree.multiplicity[i])
+        tally[src] = tally.get(src, 0) + 1
+        flops = bytes_ = 0.0
+        for key, point in points_for(leaf.attrs, step, dtypes):
+            w = kernel_work(key, np.asarray([point_coords(point)], dtype=np.float64))
+            if w is not None:
+                flops += float(np.sum(w.flops))
+                bytes_ += float(np.sum(w.bytes))
+        per = ev.leaf_time_us[i, b]
+        tot = None if np.isnan(per) else float(per) * count
+        if tot is None:
+            missing.append(f"{leaf.name} ({leaf.attrs.kind.value} {leaf.attrs.name} {dict(leaf.attrs.geometry)})")
+        rows.append(KernelRow(leaf.name, regions.get(i, ""), leaf.attrs.kind.value, leaf.attrs.name, count,
+                              None if np.isnan(per) else float(per), tot,
+                              tot / known if (tot is not None and known > 0) else None, src, flops * count,
+                              bytes_ * count, leaf.attrs.approximate))
+    reg: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        d = reg.setdefault(r.region, {"region": r.region, "total_us": 0.0, "kernels": 0, "sources": set()})
+        d["total_us"] += r.total_us or 0.0
+        d["kernels"] += 1
+        d["sources"].add(r.source)
+    region_list = [dict(v, sources=sorted(v["sources"])) for v in reg.values()]
+    return BatchReport(spec, step.tokens, step.sequences, total_v, known, ev.total_source(b).value, rows,
+                       region_list, tally, missing)
+
+
+def choose_data(hardware: HardwareSpec, profile: str | None) -> tuple[ProfileDB | None, str]:
+    """The profile.db to use and a plain statement of what the numbers rest on."""
+    if profile:
+        db = ProfileDB.open(profile)
+        return db, f"measured rows from {profile} ({db.meta.device}), roofline where rows are missing"
+    default = default_profile_path(hardware.id)
+    if default.is_file():
+        db = ProfileDB.open(default)
+        return db, f"measured rows from {default}, roofline where rows are missing"
+    return None, (f"no measured data for {hardware.id}: every time is a roofline estimate from the {hardware.name} "
+                  f"spec. Import measurements with `graphsim profiles import-aiconfigurator --system {hardware.id} "
+                  f"--backend vllm -o {default}`")
