@@ -1,0 +1,129 @@
+"""Cost-tree algebra and bulk evaluation (torch-free: graphs are built by hand)."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphsim.costing.cost_tree import Labeled, Leaf, Max, Parallel, Scale, Sum, build_tree, compile_tree, price_leaves
+from graphsim.costing.hardware import load_hardware
+from graphsim.costing.interpolate import KernelPricer
+from graphsim.costing.kernel_map import Dtypes
+from graphsim.ir import DType, Graph, LayerSchedule, Node, Op, T, TensorSpec
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.workload import SeqGroup, Step
+
+H200 = load_hardware("h200")
+PRICER = KernelPricer(None, H200)
+DT = Dtypes()
+
+
+def gemm_leaf(i: int, n: int, k: int) -> Leaf:
+    return Leaf(f"g{i}", KernelAttrs(KernelKind.GEMM, "gemm", (("n", n), ("k", k)), "bf16", Rows.TOKENS))
+
+
+STEPS = [Step((SeqGroup(1, 1024, 8),)), Step((SeqGroup(512, 0, 1),)), Step((SeqGroup(128, 64, 2), SeqGroup(1, 10, 3)))]
+
+
+def reference(tree, leaf_times) -> np.ndarray:
+    """The tree's definition, reading leaf times in depth-first order (as compile_tree lists leaves)."""
+    if isinstance(tree, Leaf):
+        return next(leaf_times)
+    if isinstance(tree, Sum):
+        return sum(reference(c, leaf_times) for c in tree.children)
+    if isinstance(tree, (Max, Parallel)):
+        return np.max([reference(c, leaf_times) for c in tree.children], axis=0)
+    if isinstance(tree, Scale):
+        return tree.n * reference(tree.child, leaf_times)
+    return reference(tree.child, leaf_times)
+
+
+def trees(depth=3):
+    leaves = st.builds(gemm_leaf, st.integers(0, 10**6), st.sampled_from([256, 1024, 4096]),
+                       st.sampled_from([512, 4096]))
+    return st.recursive(
+        leaves,
+        lambda kids: st.one_of(
+            st.builds(lambda c: Sum(tuple(c)), st.lists(kids, min_size=1, max_size=3)),
+            st.builds(lambda c: Max(tuple(c)), st.lists(kids, min_size=1, max_size=3)),
+            st.builds(lambda c: Parallel(tuple(c)), st.lists(kids, min_size=1, max_size=3)),
+            st.builds(Scale, st.integers(1, 80), kids),
+            st.builds(Labeled, st.just("x"), kids),
+        ),
+        max_leaves=12,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(trees())
+def test_compiled_tree_matches_recursive_definition(tree):
+    c = compile_tree(tree)
+    ev = c.evaluate(STEPS, PRICER, DT)
+    t, _ = price_leaves(c.leaves, STEPS, PRICER, DT)
+    np.testing.assert_allclose(ev.total_us(), reference(tree, iter(t)), rtol=1e-12)
+
+
+def test_scale_is_n_times_child_and_max_of_identical_ranks_is_one_rank():
+    child = Sum((gemm_leaf(1, 4096, 4096), gemm_leaf(2, 1024, 4096)))
+    one = compile_tree(child).evaluate(STEPS, PRICER, DT).total_us()
+    scaled = compile_tree(Scale(61, child)).evaluate(STEPS, PRICER, DT).total_us()
+    ranks = compile_tree(Max((child, child, child, child))).evaluate(STEPS, PRICER, DT).total_us()
+    np.testing.assert_allclose(scaled, 61 * one)
+    np.testing.assert_allclose(ranks, one)
+    assert np.all(one > 0)
+
+
+def test_missing_leaf_is_nan_and_marked_missing_never_zero():
+    # no profile and no hardware spec: nothing can price the kernel
+    pricer = KernelPricer(None, None)
+    c = compile_tree(Sum((gemm_leaf(1, 4096, 4096), gemm_leaf(2, 4096, 4096))))
+    ev = c.evaluate(STEPS[:1], pricer, DT)
+    assert math.isnan(ev.total_us()[0])
+    assert ev.total_source(0).value == "missing"
+
+
+def _fused_graph() -> Graph:
+    x = TensorSpec((1, T, 64), DType.BFLOAT16)
+    k = lambda name, attrs, layer, inp: Node(name, Op.KERNEL, (inp,), (x,), attrs, layer=layer)  # noqa: E731
+    g = Graph("toy", inputs={"ids": TensorSpec((1, T), DType.INT64)})
+    emb = KernelAttrs(KernelKind.EMBEDDING, "embedding", (("vocab", 100), ("width", 64)), "bf16")
+    g.nodes = [
+        k("emb", emb, None, "ids"),
+        k("L0.g", gemm_leaf(0, 64, 64).attrs, 0, "emb"),
+        k("L1.g", gemm_leaf(0, 128, 64).attrs, 1, "L0.g"),
+        k("head", KernelAttrs(KernelKind.GEMM, "lm_head", (("n", 100), ("k", 64)), "bf16", Rows.SEQUENCES), None,
+          "L1.g"),
+    ]
+    g.outputs = ["head"]
+    g.schedule = LayerSchedule(("a", "b", "a", "a"), {"a": 0, "b": 1})
+    g.verify()
+    return g
+
+
+def test_build_tree_scales_each_layer_type_by_its_count():
+    tree = build_tree(_fused_graph())
+    c = compile_tree(tree)
+    mult = {leaf.name: m for leaf, m in zip(c.leaves, c.multiplicity)}
+    assert mult == {"emb": 1, "L0.g": 3, "L1.g": 1, "head": 1}
+    assert "a ×3" in c.labels and "b ×1" in c.labels
+
+
+def test_lm_head_rows_are_sequences():
+    c = compile_tree(build_tree(_fused_graph()))
+    step = [Step((SeqGroup(1, 100, 32),))]  # 32 decode sequences
+    big = [Step((SeqGroup(1, 100, 4096),))]
+    head = [i for i, leaf in enumerate(c.leaves) if leaf.name == "head"][0]
+    t1 = c.evaluate(step, PRICER, DT).leaf_time_us[head, 0]
+    t2 = c.evaluate(big, PRICER, DT).leaf_time_us[head, 0]
+    assert t2 > t1 > 0
+
+
+def test_build_tree_rejects_unfused_graph():
+    from graphsim.errors import GraphsimError
+
+    g = Graph("raw", inputs={"x": TensorSpec((1, T, 8), DType.BFLOAT16)})
+    g.nodes = [Node("n", Op.ADD, ("x",), (TensorSpec((1, T, 8), DType.BFLOAT16),))]
+    with pytest.raises(GraphsimError, match="fused graphs"):
+        build_tree(g)
