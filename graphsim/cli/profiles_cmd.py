@@ -24,7 +24,7 @@ def import_aiconfigurator_cmd(
     system: str = typer.Option(..., "--system", help="aiconfigurator system, e.g. h200_sxm, h100_sxm, b200_sxm, a100_sxm, l40s."),
     backend: str = typer.Option(..., "--backend", help="Serving backend whose tables to read: vllm, sglang or trtllm."),
     version: str = typer.Option(None, "--version", help="Backend version (default: the package's current one for the system)."),
-    out: Path = typer.Option(..., "-o", "--output", help="profile.db to write (merged into if it exists for the same device and backend)."),
+    out: Path = typer.Option(None, "-o", "--output", help="profile.db to write (merged into if it exists for the same device and backend; default: $GRAPHSIM_HOME/profiles/<system>_<backend>.db, where `graphsim predict` looks)."),
     tables: str = typer.Option(None, "--tables", help="Comma-separated table stems to import (default: all), e.g. gemm_perf,nccl_perf."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -41,6 +41,11 @@ def import_aiconfigurator_cmd(
             progress.update(task, description=what, completed=done, total=total)
 
         wanted = [t.strip() for t in tables.split(",") if t.strip()] if tables else None
+        if out is None:
+            from graphsim.costing.predict import default_profile_path
+
+            out = default_profile_path(system, backend)
+            out.parent.mkdir(parents=True, exist_ok=True)
         report = import_aiconfigurator(system, backend, out, version=version, tables=wanted, overwrite=overwrite,
                                        progress=on_progress, root=root)
 
