@@ -8,6 +8,7 @@ classes serialise to JSON through `attrs_to_json` / `attrs_from_json`.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from typing import Any
 
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
@@ -181,5 +182,7 @@ def attrs_to_text(a: Any) -> str:
         v = getattr(a, f.name)
         if v is None or v == f.default:
             continue
+        if isinstance(v, Enum):
+            v = v.value
         parts.append(f"{f.name}={v}")
     return "{" + ", ".join(parts) + "}" if parts else ""
