@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphsim.costing.hardware import HardwareSpec, load_hardware
-from graphsim.costing.kernels import AttentionPrefillPoint, KernelKey, Point, check_point, point_coords
+from graphsim.costing.geometry_interp import gemm_geometry_curve
+from graphsim.costing.kernels import AttentionPrefillPoint, GemmKey, KernelKey, Point, check_point, point_coords
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
 from graphsim.costing.timing import Timing, TimeSource
@@ -156,9 +157,15 @@ class KernelPricer:
 
     def curve(self, key: KernelKey) -> Curve | None:
         if key not in self._curves:
-            rows = self.db.rows(key) if self.db is not None else None
-            self._curves[key] = Curve(rows) if rows is not None and len(rows) else None
+            self._curves[key] = self._measured_curve(key)
+            if self._curves[key] is None and isinstance(key, GemmKey) and self.db is not None:
+                # an unmeasured GEMM geometry between measured ones (costing/geometry_interp.py)
+                self._curves[key] = gemm_geometry_curve(self.db, key, self._measured_curve)
         return self._curves[key]
+
+    def _measured_curve(self, key: KernelKey) -> Curve | None:
+        rows = self.db.rows(key) if self.db is not None else None
+        return Curve(rows) if rows is not None and len(rows) else None
 
     def time(self, key: KernelKey, point: Point) -> Timing:
         check_point(key, point)
