@@ -25,6 +25,10 @@ class GeometryCurve:
     key: GemmKey
     corners: list[tuple[float, object]]  # (bilinear weight, Curve)
 
+    @property
+    def num_rows(self) -> int:
+        return sum(c.num_rows for _, c in self.corners)
+
     def evaluate(self, coords: np.ndarray):
         from graphsim.costing.interpolate import INTERPOLATED, MISSING
 
@@ -40,6 +44,11 @@ class GeometryCurve:
         out[bad] = np.nan
         src[bad] = MISSING
         return out, src
+
+    def at(self, point):
+        from graphsim.costing.interpolate import Curve
+
+        return Curve.at(self, point)  # same logic: evaluate one point, wrap it in a Timing
 
 
 def _bracket(values: list[int], x: int) -> tuple[int, int] | None:
