@@ -22,6 +22,16 @@ def value_name(node: str, index: int = 0) -> str:
     return node if index == 0 else f"{node}#{index}"
 
 
+def unique_name(base: str, used: set[str]) -> str:
+    """`base`, or `base_2`, `base_3`, … — the first not in `used` (which it joins)."""
+    name, k = base, 1
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    used.add(name)
+    return name
+
+
 def split_value(name: str) -> tuple[str, int]:
     if "#" in name:
         n, i = name.rsplit("#", 1)

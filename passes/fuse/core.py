@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import networkx as nx
 
 from graphsim.errors import GraphError
-from graphsim.ir import Graph, Node, Op, TensorSpec, split_value, value_name
+from graphsim.ir import Graph, Node, Op, TensorSpec, split_value, unique_name, value_name
 from graphsim.ir.kernel import KernelAttrs
 
 
@@ -248,10 +248,4 @@ def _common_scope(scopes: list[str]) -> str:
 def _kernel_name(g: Group, used: set[str]) -> str:
     attrs = g.attrs
     layer = g.nodes[-1].layer
-    base = (f"L{layer}." if layer is not None else "") + attrs.name
-    name, k = base, 1
-    while name in used:
-        k += 1
-        name = f"{base}_{k}"
-    used.add(name)
-    return name
+    return unique_name((f"L{layer}." if layer is not None else "") + attrs.name, used)

@@ -11,24 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphsim.ir import Graph, Node, Op, TensorSpec, split_value
+from graphsim.ir import Graph, Node, TensorSpec, split_value, unique_name
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
-from graphsim.passes.base import Pass, PassError, PassResult, register_pass
-from graphsim.passes.partition.sharding import collective, split, unique_name
+from graphsim.passes.base import PassResult, register_pass
+from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
 
 @register_pass("ep")
 @dataclass(frozen=True)
-class ExpertParallel(Pass):
-    size: int = 1
-
-    def __post_init__(self) -> None:
-        if self.size < 1:
-            raise ValueError("size must be >= 1")
-
+class ExpertParallel(PartitionPass):
     def run(self, graph: Graph) -> PassResult:
-        if not any(n.op is Op.KERNEL for n in graph.nodes):
-            raise PassError("ep needs a fused graph; run fuse first (e.g. 'fold,fuse{target=vllm},ep{size=8}')")
+        self.require_fused(graph)
         e = self.size
         out = graph.copy([])
         out.meta["ep"] = e

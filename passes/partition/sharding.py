@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from graphsim.ir import Node, Op, TensorSpec
+from dataclasses import dataclass
+
+from graphsim.ir import Graph, Node, Op, TensorSpec
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
-from graphsim.passes.base import PassError
+from graphsim.passes.base import Pass, PassError
 
 
 def split(value: int, parts: int, what: str, where: str) -> int:
@@ -30,10 +32,17 @@ def collective(name: str, kind: KernelKind, value: str, spec: TensorSpec, at: No
                 provenance=f"partition.{group}:{reason}")
 
 
-def unique_name(base: str, used: set[str]) -> str:
-    name, k = base, 1
-    while name in used:
-        k += 1
-        name = f"{base}_{k}"
-    used.add(name)
-    return name
+@dataclass(frozen=True)
+class PartitionPass(Pass):
+    """A pass that splits a fused kernel graph over `size` ranks."""
+
+    size: int = 1
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError("size must be >= 1")
+
+    def require_fused(self, graph: Graph) -> None:
+        if not any(n.op is Op.KERNEL for n in graph.nodes):
+            raise PassError(f"{self.name} needs a fused graph; run fuse first "
+                            f"(e.g. 'fold,fuse{{target=vllm}},{self.name}{{size={self.size}}}')")

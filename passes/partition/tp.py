@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphsim.ir import Graph, Node, Op, TensorSpec
+from graphsim.ir import Graph, Node, TensorSpec, unique_name
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
-from graphsim.passes.base import Pass, PassError, PassResult, register_pass
-from graphsim.passes.partition.sharding import collective, split, unique_name
+from graphsim.passes.base import PassError, PassResult, register_pass
+from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
 PER_TOKEN = {KernelKind.RMS_NORM, KernelKind.LAYER_NORM, KernelKind.ACT_AND_MUL, KernelKind.ACTIVATION,
              KernelKind.ELEMENTWISE, KernelKind.KV_CACHE_WRITE}
@@ -35,16 +35,9 @@ def _shard_dim(spec: TensorSpec, dim: int, t: int, what: str, where: str) -> Ten
 
 @register_pass("tp")
 @dataclass(frozen=True)
-class TensorParallel(Pass):
-    size: int = 1
-
-    def __post_init__(self) -> None:
-        if self.size < 1:
-            raise ValueError("size must be >= 1")
-
+class TensorParallel(PartitionPass):
     def run(self, graph: Graph) -> PassResult:
-        if not any(n.op is Op.KERNEL for n in graph.nodes):
-            raise PassError("tp needs a fused graph; run fuse first (e.g. 'fold,fuse{target=vllm},tp{size=2}')")
+        self.require_fused(graph)
         if graph.meta.get("tp", 1) != 1:
             raise PassError("tp was already applied to this graph")
         t = self.size
