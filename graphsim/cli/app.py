@@ -36,7 +36,6 @@ COMMAND_MODULES = [
     "graphsim.cli.passes_cmd",
     "graphsim.cli.predict_cmd",
     "graphsim.cli.profiles_cmd",
-    "graphsim.cli.profile_cmd",
 ]
 
 
