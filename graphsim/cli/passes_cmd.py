@@ -8,14 +8,15 @@ from typing import Optional
 
 import typer
 
-from graphsim.cli.app import app, console, err_console
+from graphsim.cli.app import app, console
+from graphsim.cli.sources import load_source
 
 DEFAULT_PIPELINE = "fold,fuse{target=vllm}"
 
 
 @app.command("passes")
 def passes(
-    source: Optional[str] = typer.Argument(None, help="A saved graph (.json) or a model (catalog name, HF id, config)."),
+    source: Optional[str] = typer.Argument(None, help="A saved graph (.json), an ONNX file, or a model (catalog name, HF id, config)."),
     pipeline: str = typer.Option(DEFAULT_PIPELINE, "--pipeline", "-p",
                                  help="Passes to run, e.g. 'fold,fuse{target=vllm},tp{size=4},ep{size=8}'."),
     show: bool = typer.Option(True, "--show/--no-show", help="Show each pass and one layer of each type."),
@@ -45,15 +46,7 @@ def passes(
 
         _check_output(output)
     steps = parse_pipeline(pipeline)  # fail on a bad pipeline before any tracing
-    if source.endswith(".json") and Path(source).is_file():
-        from graphsim.ir import load_graph
-
-        graph = load_graph(source)
-    else:
-        from graphsim.importers.hf import import_hf
-
-        with err_console.status(f"tracing {source} on the meta device…"):
-            graph, _ = import_hf(source)
+    graph = load_source(source)
     run = run_pipeline(graph, steps)
     if output is not None:
         from graphsim.ir import save_graph

@@ -7,12 +7,13 @@ from typing import List, Optional
 
 import typer
 
-from graphsim.cli.app import app, console, err_console
+from graphsim.cli.app import app, console
+from graphsim.cli.sources import load_source
 
 
 @app.command("predict")
 def predict_cmd(
-    model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model dir, or a saved fused graph (.json)."),
+    model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model dir, ONNX file, or a saved graph (.json)."),
     gpu: str = typer.Option("h200", "--gpu", help="Hardware spec id or alias (h100, h200, b200, a100, l40s) or a JSON spec."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE models)."),
@@ -28,8 +29,6 @@ def predict_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Predict iteration times for explicit batches; every number says where it came from."""
-    from pathlib import Path
-
     from graphsim.costing.hardware import load_hardware
     from graphsim.costing.predict import choose_data, predict
     from graphsim.passes import run_pipeline
@@ -39,15 +38,7 @@ def predict_cmd(
     steps = [parse_batch_spec(s) for s in specs]
     hw = load_hardware(gpu)
     db, note = choose_data(hw, profile)
-    if model.endswith(".json") and Path(model).is_file():
-        from graphsim.ir import load_graph
-
-        graph = load_graph(model)
-    else:
-        from graphsim.importers.hf import import_hf
-
-        with err_console.status(f"tracing {model} on the meta device…"):
-            graph, _ = import_hf(model, dtype=dtype)
+    graph = load_source(model, dtype)
     from graphsim.ir import Op
 
     if not any(n.op is Op.KERNEL for n in graph.nodes):

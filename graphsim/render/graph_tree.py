@@ -63,7 +63,12 @@ def graph_tree(g: Graph, max_ops: int = 1000) -> Tree:
         _add_modules(root.add("[bold]before layers[/]"), pre, "", max_ops)
     sched = g.schedule
     stack = meta.get("layer_stack", "model.layers")
-    if sched is not None:
+    if sched is None:  # every layer present (e.g. an ONNX file): one branch per layer
+        for idx in sorted(layer_nodes):
+            scope = layer_nodes[idx][0].scope
+            prefix = scope[: scope.find(f".{idx}") + len(f".{idx}")] if f".{idx}" in scope else ""
+            _add_modules(root.add(f"[bold magenta]layer {idx}[/]"), layer_nodes[idx], prefix, max_ops)
+    else:
         for tag, rep in sched.representative.items():
             count = sched.count(tag)
             layers = [i for i, t in enumerate(sched.tags) if t == tag]
@@ -90,10 +95,11 @@ def _span(idx: list[int]) -> str:
 
 def graph_totals(g: Graph) -> dict[str, Any]:
     counts = g.count_by_op()
+    layers = sorted({n.layer for n in g.nodes if n.layer is not None})
     return {
         "nodes": len(g.nodes),
-        "layers": g.meta.get("num_layers"),
-        "traced_layers": g.meta.get("traced_layers"),
+        "layers": g.meta.get("num_layers", len(layers)),
+        "traced_layers": g.meta.get("traced_layers", layers),
         "layer_types": {t: g.schedule.count(t) for t in g.schedule.representative} if g.schedule else {},
         "param_count": g.meta.get("param_count", g.param_count()),
         "traced_param_count": g.param_count(),
@@ -108,7 +114,8 @@ def totals_table(g: Graph) -> Table:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("nodes", f"{t['nodes']} (traced layers {t['traced_layers']})")
-    table.add_row("layers", f"{t['layers']}: " + ", ".join(f"{k} ×{v}" for k, v in t["layer_types"].items()))
+    types = ", ".join(f"{k} ×{v}" for k, v in t["layer_types"].items()) or "not folded (run `graphsim passes` with fold)"
+    table.add_row("layers", f"{t['layers']}: {types}")
     table.add_row("parameters", f"{_fmt_count(int(t['param_count']))} ({t['param_count']:,}; full depth)")
     opaque = t["opaque_ops"]
     table.add_row("opaque ops", "none" if not opaque else f"[red]{len(opaque)}: {', '.join(opaque)}[/]")

@@ -1,0 +1,25 @@
+"""Turn a command's model argument into a Graph: a saved graph, an ONNX file, or an HF model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphsim.cli.app import err_console
+from graphsim.ir import Graph
+
+
+def load_source(arg: str, dtype: str | None = None) -> Graph:
+    """`*.json` → a saved graph; `*.onnx` → the ONNX importer; anything else → the HF importer."""
+    if arg.endswith(".json") and Path(arg).is_file():
+        from graphsim.ir import load_graph
+
+        return load_graph(arg)
+    if arg.endswith(".onnx"):
+        from graphsim.importers.onnx_importer import import_onnx
+
+        return import_onnx(arg)
+    from graphsim.importers.hf import import_hf
+
+    with err_console.status(f"tracing {arg} on the meta device…"):
+        graph, _ = import_hf(arg, dtype=dtype)
+    return graph
