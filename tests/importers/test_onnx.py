@@ -575,3 +575,22 @@ def test_onnx_is_imported_lazily():
             "print('onnx' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_onnx_file_through_the_cli(llama_dynamo, capsys):
+    """`graphsim import` shows every layer of an ONNX file; `graphsim passes` folds and fuses it."""
+    import json as _json
+
+    from graphsim.cli.app import main
+
+    path, _ = llama_dynamo
+    assert main(["import", str(path), "--max-ops", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "layer 0" in out and "layer 1" in out and "not folded" in out
+    assert main(["passes", str(path), "-p", "fold,fuse{target=vllm}", "--json"]) == 0
+    summary = _json.loads(capsys.readouterr().out)
+    fold, fuse = summary["passes"]
+    assert fold["stats"]["layers"] == 2
+    assert fuse["nodes_after"] < fuse["nodes_before"]
+    kinds = {k["kind"] for layer in summary["layers"] for k in layer["kernels"]}
+    assert "gemm" in kinds  # the projections became GEMM kernels
