@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "graphsim.cli.passes_cmd",
     "graphsim.cli.predict_cmd",
     "graphsim.cli.profiles_cmd",
+    "graphsim.cli.capture_cmd", "graphsim.cli.align_cmd",
 ]
 
 

@@ -1,0 +1,117 @@
+"""Which measured launches can stand for which graph kernel, and how well (alignment scores).
+
+A graph kernel *matches* a launch of an accepted class (`MAIN`); the score rises when the names
+agree (the launch's canonical op equals the kernel's name or op) or, where the capture recorded
+input shapes, the GEMM's (n, k) agrees, and falls when they disagree. Elementwise kernels whose ops
+are both known and differ do not match at all. A matched kernel may also absorb neighbouring
+*parts* (`PARTS`): a split-K reduction after a GEMM, the split-KV combine and the KV-cache write
+around attention, the sorting/alignment kernels and the activation inside a fused MoE.
+"""
+
+from __future__ import annotations
+
+from graphsim.importers.captures.model import Launch, LaunchClass as C
+from graphsim.ir.kernel import KernelAttrs, KernelKind as K
+
+MAIN: dict[K, dict[C, float]] = {
+    K.GEMM: {C.GEMM: 3.0},
+    K.ATTENTION: {C.ATTENTION: 3.0},
+    K.LINEAR_ATTENTION: {C.LINEAR_ATTENTION: 3.0},
+    K.RMS_NORM: {C.NORM: 3.0},
+    K.FUSED_ADD_RMS_NORM: {C.NORM: 3.0},
+    K.LAYER_NORM: {C.NORM: 3.0},
+    K.ROTARY: {C.ROTARY: 3.0},
+    K.ACT_AND_MUL: {C.ACT_AND_MUL: 3.0},
+    K.ACTIVATION: {C.ELEMENTWISE: 2.0, C.ACT_AND_MUL: 1.0},
+    K.EMBEDDING: {C.EMBEDDING: 3.0, C.ELEMENTWISE: 1.0},
+    K.KV_CACHE_WRITE: {C.KV_CACHE_WRITE: 3.0},
+    K.MOE_ROUTER: {C.MOE_ROUTER: 3.0},
+    K.MOE_EXPERTS: {C.MOE: 3.0},
+    K.CONV1D: {C.CONV1D: 3.0},
+    K.ELEMENTWISE: {C.ELEMENTWISE: 2.0},
+    K.ALL_REDUCE: {C.COLLECTIVE: 3.0},
+    K.ALL_GATHER: {C.COLLECTIVE: 3.0},
+    K.REDUCE_SCATTER: {C.COLLECTIVE: 3.0},
+    K.ALL_TO_ALL: {C.COLLECTIVE: 3.0},
+}
+
+PARTS: dict[K, frozenset[C]] = {
+    K.GEMM: frozenset({C.GEMM_AUX}),
+    K.ATTENTION: frozenset({C.ATTENTION_AUX, C.KV_CACHE_WRITE}),
+    K.LINEAR_ATTENTION: frozenset({C.LINEAR_ATTENTION}),
+    K.MOE_EXPERTS: frozenset({C.MOE, C.MOE_AUX, C.ACT_AND_MUL, C.GEMM}),
+    K.MOE_ROUTER: frozenset({C.MOE_AUX}),
+    K.ALL_REDUCE: frozenset({C.COLLECTIVE}),
+    K.ALL_GATHER: frozenset({C.COLLECTIVE}),
+    K.REDUCE_SCATTER: frozenset({C.COLLECTIVE}),
+    K.ALL_TO_ALL: frozenset({C.COLLECTIVE}),
+}
+
+PART_SCORE = 0.8
+GAP_GRAPH = 1.0  # a graph kernel with no counterpart
+GAP_GRAPH_APPROX = 0.3  # a memory-bound placeholder with no counterpart (engines fuse these away)
+GAP_MEASURED = 1.0  # a measured launch with no graph kernel
+
+# Graph kernel names that mean the same op as a launch's canonical op.
+_SAME = {"linear": "gemm", "qkv_proj": "gemm", "o_proj": "gemm", "gate_up_proj": "gemm", "down_proj": "gemm",
+         "lm_head": "gemm"}
+
+
+def _gemm_nk(x: Launch) -> tuple[int, int] | None:
+    """(n, k) of a GEMM launch from its recorded input shapes (aten linear / mm / addmm / matmul)."""
+    if not x.shapes:
+        return None
+    op = (x.scope or x.name).split("::")[-1]
+    s = [t for t in x.shapes]
+    try:
+        if op.startswith("linear") and len(s) >= 2 and len(s[1]) == 2:
+            return s[1][0], s[1][1]
+        if op.startswith("addmm") and len(s) >= 3 and len(s[2]) == 2:
+            return s[2][1], s[2][0]
+        if op.startswith(("mm", "matmul", "bmm")) and len(s) >= 2 and len(s[1]) >= 2:
+            return s[1][-1], s[1][-2]
+    except (IndexError, TypeError):
+        return None
+    return None
+
+
+def match_score(a: KernelAttrs, x: Launch) -> float | None:
+    """Score of `x` standing for graph kernel `a` (None: it cannot)."""
+    base = MAIN.get(a.kind, {}).get(x.klass)
+    if base is None:
+        return None
+    if a.kind in (K.ELEMENTWISE, K.ACTIVATION):
+        if x.op and x.op not in ("fused",) and a.name:
+            if x.op != a.name:
+                return None
+            base += 1.0
+        return base
+    if a.kind is K.EMBEDDING and x.klass is C.ELEMENTWISE and x.op not in ("index", "gather", ""):
+        return None
+    if a.kind is K.GEMM:
+        nk = _gemm_nk(x)
+        n, k = a.geo("n"), a.geo("k")
+        if nk is not None and n is not None and k is not None:
+            base += 1.0 if nk == (int(n), int(k)) else -1.5
+        return base
+    if x.op and a.name:
+        name = _SAME.get(a.name, a.name)
+        if x.op == name:
+            base += 1.0
+        elif a.kind in (K.RMS_NORM, K.FUSED_ADD_RMS_NORM) and x.op in ("rms_norm", "fused_add_rms_norm"):
+            base -= 1.0  # a norm, but with / without the residual add
+        elif a.kind is K.ACT_AND_MUL and x.op.endswith("_and_mul"):
+            base -= 1.0
+    return base
+
+
+def part_score(a: KernelAttrs, x: Launch) -> float | None:
+    return PART_SCORE if x.klass in PARTS.get(a.kind, frozenset()) else None
+
+
+def gap_graph(a: KernelAttrs) -> float:
+    return GAP_GRAPH_APPROX if a.approximate else GAP_GRAPH
+
+
+def accepted_classes(a: KernelAttrs) -> list[str]:
+    return [c.value for c in MAIN.get(a.kind, {})]

@@ -1,0 +1,78 @@
+"""`graphsim align MODEL --capture FILE [--profile DB]`: hold the fused kernels of one iteration
+against a real capture (decision table), and with a profile, predicted vs measured per kernel."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from graphsim.cli.app import app, console
+from graphsim.cli.sources import load_source
+from graphsim.errors import GraphsimError
+
+
+@app.command("align")
+def align_cmd(
+    model: str = typer.Argument(..., help="Catalog name, HF id, model dir, ONNX file, or a saved (fused) graph (.json)."),
+    capture: str = typer.Option(..., "--capture", "-c", help="torch.profiler trace, nsys SQLite export or JSON kernel list."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="profile.db: add predicted vs measured time per kernel."),
+    batch: Optional[str] = typer.Option(None, "--batch", "-b", help="The step the captured iteration ran "
+                                        "(prefill:BxN[@P], decode:BxC, mixed:...); default: the iteration's label "
+                                        "when it is a batch spec."),
+    target: str = typer.Option("vllm", "--target", help="Fuse target: vllm or eager (the CPU validation target)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (the capture is one rank's)."),
+    ep: int = typer.Option(1, "--ep", help="Expert-parallel size."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Hardware spec for the roofline fallback (default: the "
+                                      "profile's own, if any)."),
+    iteration: Optional[int] = typer.Option(None, "--iteration", "-i", help="Iteration index (default: the last "
+                                            "of --phase, else the last of the capture)."),
+    phase: Optional[str] = typer.Option(None, "--phase", help="Phase whose last iteration to align."),
+    range_: Optional[str] = typer.Option(None, "--range", help="Regex over range names that delimit iterations."),
+    limit: int = typer.Option(25, "--limit", help="Rows in the measured-launch and deviation tables."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Align one captured iteration with the fused kernel graph and print the decision table."""
+    from graphsim.costing.align_report import build_report
+    from graphsim.importers.captures import load_capture
+    from graphsim.ir import Op
+    from graphsim.passes import run_pipeline
+
+    cap = load_capture(capture, range_)
+    it = cap.select(iteration, phase)
+    spec = batch or it.batch_spec()
+    if profile and spec is None:
+        raise GraphsimError(f"--profile needs the step the capture ran: give --batch (e.g. --batch decode:64x2048); "
+                            f"the iteration's label '{it.label}' is not a batch spec")
+    graph = load_source(model, dtype)
+    if not any(n.op is Op.KERNEL for n in graph.nodes):
+        pipe = (f"fold,fuse{{target={target}}}" + (f",tp{{size={tp}}}" if tp > 1 else "")
+                + (f",ep{{size={ep}}}" if ep > 1 else ""))
+        graph = run_pipeline(graph, pipe).graph
+    predicted = total = None
+    note = ""
+    if profile:
+        from graphsim.costing.hardware import load_hardware
+        from graphsim.costing.predict import predict
+        from graphsim.costing.profile_db import ProfileDB
+        from graphsim.workload import parse_batch_spec
+
+        db = ProfileDB.open(profile)
+        hw = load_hardware(gpu) if gpu else None
+        pred = predict(graph, hw, db, [parse_batch_spec(spec)], [spec])
+        b = pred.batches[0]
+        predicted = {r.node: (r.total_us, r.source) for r in b.rows}
+        total = (b.total_us, b.source)
+        fallback = f"roofline of {hw.id}" if hw else (f"roofline of {db.meta.hardware}" if db.meta.hardware
+                                                      else "no roofline: missing where rows do not reach")
+        note = f"rows of {profile} ({db.meta.device}), {fallback}"
+    report = build_report(graph, cap, it, target=target if not str(model).endswith(".json") else "saved graph",
+                          predicted=predicted, batch=spec if profile else None, predicted_total=total, data_note=note)
+    if as_json:
+        print(json.dumps(report.to_json(), indent=1, default=str))
+        return
+    from graphsim.render.align_view import render_alignment
+
+    console.print(render_alignment(report, limit))
