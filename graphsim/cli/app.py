@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "graphsim.cli.predict_cmd",
     "graphsim.cli.profiles_cmd",
     "graphsim.cli.capture_cmd", "graphsim.cli.align_cmd",
+    "graphsim.cli.profile_cmd",
 ]
 
 

@@ -1,0 +1,86 @@
+"""`graphsim profile`: measure the kernels a model needs on this machine into a profile.db."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from graphsim.cli.app import app, console, err_console
+
+
+@app.command("profile")
+def profile_cmd(
+    model: str = typer.Option(..., "--model", "-m", help="Model: catalog name, HF id, config.json or model dir."),
+    out: Path = typer.Option(..., "-o", "--output", help="profile.db to write (resumed if it exists for this device)."),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N for one GPU)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size: kernels are measured at one rank's shapes."),
+    target: Optional[str] = typer.Option(None, "--target", help="Fuse target whose kernels to measure: eager or vllm "
+                                         "(default: eager on cpu, vllm on cuda)."),
+    kinds: Optional[str] = typer.Option(None, "--kinds", help="Comma-separated kernel kinds, e.g. gemm,attention,rms_norm "
+                                        "(also moe, norm, attention_prefill, attention_decode). Default: all."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Model dtype to import with (default: the config's)."),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
+    quick: bool = typer.Option(False, "--quick", help="Trimmed generic grid and shorter timing (CPU-friendly)."),
+    max_m: Optional[int] = typer.Option(None, "--max-m", help="Largest GEMM m / token count to measure."),
+    max_kv: Optional[int] = typer.Option(None, "--max-kv", help="Largest attention kv_len to measure."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: all cores)."),
+    max_points: Optional[int] = typer.Option(None, "--max-points", help="Stop after this many new rows (rerun to resume)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Measure the model's kernels (GEMM, attention, norms, MoE, elementwise, ...) over generic grids."""
+    from graphsim.profiles.profiler import profile_model
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task(f"profiling {model}", total=None)
+
+        def on_graph(stage: str) -> None:
+            progress.update(task, description=stage)
+
+        def on_progress(what: str, done: int, total: int) -> None:
+            progress.update(task, description=escape(what[:70]), completed=done, total=total)
+
+        report = profile_model(model, out, device=device, tp=tp, target=target, kinds=kinds, dtype=dtype,
+                               kv_dtype=kv_dtype, quick=quick, max_m=max_m, max_kv=max_kv, threads=threads,
+                               max_points=max_points, overwrite=overwrite, progress=on_progress, on_graph=on_graph)
+    if as_json:
+        print(json.dumps(report.to_json(), indent=1))
+        return
+    _render(report)
+
+
+def _render(report) -> None:
+    per_table: dict[str, list[int]] = {}
+    for k in report.keys:
+        row = per_table.setdefault(k.table, [0, 0, 0, 0, 0])
+        row[0] += 0 if k.unmeasurable else 1
+        row[1] += k.written
+        row[2] += k.existing
+        row[3] += k.failed
+        row[4] += 1 if k.unmeasurable else 0
+    table = Table(title=f"{escape(report.model)} on {escape(report.device)} ({report.threads} threads, "
+                        f"{report.pipeline}) → {escape(report.db_path)}")
+    for col in ("table", "keys", "rows written", "already there", "points failed", "keys unmeasurable"):
+        table.add_column(col, justify="left" if col == "table" else "right")
+    for name, (keys, written, existing, failed, unmeasurable) in per_table.items():
+        table.add_row(name, str(keys), f"{written:,}", f"{existing:,}", f"{failed:,}", str(unmeasurable))
+    console.print(table)
+    if report.unmeasurable:
+        console.print("[bold]not measured[/]")
+        for u in report.unmeasurable:
+            console.print(f"  {escape(u['kernel'])} ×{u['nodes']}: {escape(u['reason'])}", soft_wrap=True)
+    for f in report.failures:
+        console.print(f"[yellow]skipped[/] {f['points']} point(s) of {escape(f['key'])} from {f['first']}: "
+                      f"{escape(f['reason'])}", soft_wrap=True)
+    for note in report.notes:
+        console.print(f"[dim]note:[/] {escape(note)}", soft_wrap=True)
+    state = "stopped at --max-points; rerun to continue" if report.stopped_early else "done"
+    console.print(f"{report.rows_written:,} rows written, {report.rows_skipped_existing:,} already there, "
+                  f"{report.elapsed_s:,.1f} s ({state})")

@@ -1,0 +1,31 @@
+"""What every kernel benchmark provides, and tensor helpers shared by them."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+import torch
+
+from graphsim.costing.kernels import Point
+
+
+class KernelBench(Protocol):
+    """A kernel geometry ready to time: `prepare(point)` allocates the inputs of one grid point and
+    returns the call to time (raising `Unmeasurable` when that point cannot run here)."""
+
+    label: str  # what runs, recorded in the row's `kernel` column
+    notes: tuple[str, ...]  # approximations a reader of the numbers must know
+
+    def prepare(self, point: Point) -> Callable[[], Any]: ...
+
+
+def randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, scale: float = 1.0) -> torch.Tensor:
+    t = torch.randn(shape, dtype=torch.float32, device=device)
+    if scale != 1.0:
+        t.mul_(scale)
+    return t.to(dtype)
+
+
+def positive(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Values in [0.5, 1.5): safe for rsqrt, log, sqrt, pow with fractional exponents."""
+    return (torch.rand(shape, dtype=torch.float32, device=device) + 0.5).to(dtype)

@@ -1,0 +1,121 @@
+"""Repeated timing of one prepared kernel call: warm-up, samples, median and spread.
+
+CPU: `time.perf_counter` around each call, repeated until at least `min_samples` samples and
+`min_time_s` of timed work (slow calls stop after `max_time_s` with at least `floor_samples`).
+CUDA: a CUDA event pair around each call, synchronised per sample, with the L2 cache flushed
+(a buffer larger than L2 zeroed) before each sample so weights are read from HBM as in a real
+forward pass, where each layer's weights are evicted by the other layers'.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from graphsim.costing.kernels import Measurement
+
+
+@dataclass(frozen=True)
+class TimingOptions:
+    warmup_calls: int = 2  # at least this many untimed calls ...
+    warmup_time_s: float = 0.02  # ... and until this much time has passed (but see max_time_s)
+    min_samples: int = 20
+    min_time_s: float = 0.05  # timed work to collect at least
+    max_time_s: float = 2.0  # stop once this much was timed and floor_samples exist
+    floor_samples: int = 3
+    max_samples: int = 10_000
+    flush_l2: bool = True  # CUDA only
+
+    @classmethod
+    def quick(cls) -> "TimingOptions":
+        return cls(warmup_calls=1, warmup_time_s=0.01, min_samples=20, min_time_s=0.05, max_time_s=0.5,
+                   floor_samples=3)
+
+
+def summarise(samples_s: list[float], kernel: str = "") -> Measurement:
+    us = np.asarray(samples_s, dtype=np.float64) * 1e6
+    us = np.maximum(us, 1e-3)  # a timer tick below a nanosecond is still a positive time
+    return Measurement(
+        time_us=float(np.median(us)),
+        p10_us=float(np.percentile(us, 10)),
+        p90_us=float(np.percentile(us, 90)),
+        std_us=float(np.std(us, ddof=1)) if len(us) > 1 else 0.0,
+        samples=int(len(us)),
+        kernel=kernel,
+    )
+
+
+def _enough(n: int, timed_s: float, opts: TimingOptions) -> bool:
+    if n >= opts.max_samples:
+        return True
+    if n >= opts.min_samples and timed_s >= opts.min_time_s:
+        return True
+    return timed_s >= opts.max_time_s and n >= opts.floor_samples
+
+
+class CpuTimer:
+    def __init__(self, opts: TimingOptions) -> None:
+        self.opts = opts
+
+    def time(self, fn: Callable[[], Any]) -> list[float]:
+        opts = self.opts
+        start = time.perf_counter()
+        calls = 0
+        while calls < opts.warmup_calls or (time.perf_counter() - start < opts.warmup_time_s
+                                             and time.perf_counter() - start < opts.max_time_s):
+            fn()
+            calls += 1
+        samples: list[float] = []
+        timed = 0.0
+        while not _enough(len(samples), timed, opts):
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+            samples.append(dt)
+            timed += dt
+        return samples
+
+
+class CudaTimer:
+    def __init__(self, opts: TimingOptions, device: torch.device) -> None:
+        self.opts = opts
+        self.device = device
+        self._flush: torch.Tensor | None = None
+        if opts.flush_l2:
+            l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+            self._flush = torch.empty(max(2 * l2, 256 * 2**20) // 4, dtype=torch.int32, device=device)
+
+    def time(self, fn: Callable[[], Any]) -> list[float]:
+        opts = self.opts
+        torch.cuda.synchronize(self.device)
+        start = time.perf_counter()
+        calls = 0
+        while calls < opts.warmup_calls or time.perf_counter() - start < opts.warmup_time_s:
+            fn()
+            calls += 1
+            torch.cuda.synchronize(self.device)
+            if time.perf_counter() - start >= opts.max_time_s:
+                break
+        begin = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        samples: list[float] = []
+        timed = 0.0
+        while not _enough(len(samples), timed, opts):
+            if self._flush is not None:
+                self._flush.zero_()
+            begin.record()
+            fn()
+            end.record()
+            end.synchronize()
+            dt = begin.elapsed_time(end) / 1e3  # ms → s
+            samples.append(dt)
+            timed += dt
+        return samples
+
+
+def make_timer(device: torch.device, opts: TimingOptions) -> CpuTimer | CudaTimer:
+    return CudaTimer(opts, device) if device.type == "cuda" else CpuTimer(opts)
