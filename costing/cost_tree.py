@@ -20,7 +20,7 @@ from typing import Union
 import numpy as np
 
 from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
-from graphsim.costing.kernel_map import Dtypes, key_for
+from graphsim.costing.kernel_map import Dtypes, NoKernelKey, key_for
 from graphsim.costing.kernels import KernelKey
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
@@ -225,8 +225,11 @@ def _leaf_requests(leaf_idx: int, a: KernelAttrs, arr: _Arrays, dtypes: Dtypes):
             yield key_for(a, dtypes, prefill=False), coords, arr.g_batch[dec]
         pre = ~dec
         if pre.any():
-            coords = np.stack([arr.g_count[pre], arr.g_new[pre], arr.g_cached[pre] + arr.g_new[pre]], axis=1)
-            yield key_for(a, dtypes, prefill=True), coords, arr.g_batch[pre]
+            # one point per prefill sequence: repeat each group's row `count` times
+            reps = arr.g_count[pre].astype(np.int64)
+            coords = np.stack([np.ones(int(reps.sum())), np.repeat(arr.g_new[pre], reps),
+                               np.repeat(arr.g_cached[pre] + arr.g_new[pre], reps)], axis=1)
+            yield key_for(a, dtypes, prefill=True), coords, np.repeat(arr.g_batch[pre], reps)
         return
     key = key_for(a, dtypes)
     rows = arr.seqs if a.rows is Rows.SEQUENCES else np.ones(n_b) if a.rows is Rows.ONCE else arr.tokens
@@ -243,8 +246,11 @@ def price_leaves(leaves: list[Leaf], steps: list[Step], pricer: KernelPricer, dt
     src = np.zeros((n_l, n_b), dtype=np.int8)
     requests: dict[KernelKey, list[tuple[int, np.ndarray, np.ndarray]]] = {}
     for i, leaf in enumerate(leaves):
-        for key, coords, bidx in _leaf_requests(i, leaf.attrs, arr, dtypes):
-            requests.setdefault(key, []).append((i, coords, bidx))
+        try:
+            for key, coords, bidx in _leaf_requests(i, leaf.attrs, arr, dtypes):
+                requests.setdefault(key, []).append((i, coords, bidx))
+        except NoKernelKey:  # e.g. a bool mask op of the eager target: reported missing
+            src[i] = MISSING
     for key, reqs in requests.items():
         coords = np.concatenate([c for _, c, _ in reqs])
         t, s = pricer.times(key, coords)

@@ -2,9 +2,10 @@
 
 `key_for(attrs, ...)` gives the table key of a kernel (model geometry + dtypes only);
 `points_for(attrs, step)` gives the points a step evaluates it at, each with a multiplicity.
-Attention is priced per sequence group of the step: prefill groups as prefill points
-(batch, q_len, kv_len), decode groups as decode points (batch, kv_len) — summed, since vLLM's
-varlen kernel covers the whole ragged batch in one launch whose time this approximates.
+Attention is priced per sequence group of the step — decode groups as decode points
+(batch, kv_len), prefill sequences one by one at (1, q_len, kv_len) — and summed: vLLM's varlen
+kernel covers the whole ragged batch in one launch, whose time this sum approximates (prefill
+attention is compute-bound, so sequences add).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from graphsim.costing.kernels import (
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.workload import Step
 
+class NoKernelKey(ValueError):
+    """A kernel that no profile.db table can hold (its time is reported missing)."""
+
+
 _COLLECTIVES = {
     KernelKind.ALL_REDUCE: CollectiveOp.ALL_REDUCE, KernelKind.ALL_GATHER: CollectiveOp.ALL_GATHER,
     KernelKind.REDUCE_SCATTER: CollectiveOp.REDUCE_SCATTER, KernelKind.ALL_TO_ALL: CollectiveOp.ALL_TO_ALL,
@@ -35,6 +40,9 @@ class Dtypes:
     fp8_block: bool = False  # fp8 weights with block scales (e.g. DeepSeek-V3's 128×128)
 
     def of(self, name: str) -> KernelDtype:
+        """A kernel dtype; raises NoKernelKey for dtypes no kernel table holds (bool, complex)."""
+        if name in ("bool", "c64", "i64", "i32", "i16", "u8"):
+            raise NoKernelKey(f"no kernel tables hold {name} kernels")
         if name == "f8e4m3":
             return KernelDtype.FP8_BLOCK if self.fp8_block else KernelDtype.FP8
         if name == "f4":
@@ -79,7 +87,7 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
                       int(_geo(a, "num_experts")), int(a.geo("tp") or 1), int(a.geo("ep") or 1), dtype)
     if a.kind in _COLLECTIVES:
         return CollectiveKey(_COLLECTIVES[a.kind], int(_geo(a, "num_gpus")), dtype)
-    return ElementwiseKey(a.name, per_token_width(a), dtype)
+    return ElementwiseKey(elementwise_op(a), per_token_width(a), dtype)
 
 
 def per_token_width(a: KernelAttrs) -> int:
@@ -92,9 +100,17 @@ def per_token_width(a: KernelAttrs) -> int:
         return int(_geo(a, "num_experts"))
     if a.kind is KernelKind.CONV1D:
         return int(_geo(a, "channels"))
-    if a.kind is KernelKind.EMBEDDING:
-        return int(_geo(a, "width"))
-    return int(_geo(a, "width"))
+    # reductions read more per token than they write: key them on the wider side
+    return max(int(_geo(a, "width")), int(a.geo("in_width") or 0))
+
+
+def elementwise_op(a: KernelAttrs) -> str:
+    """The key's op name; a norm over a vector shorter than the token (per-head q/k norms) says
+    its vector length, since it runs more, shorter reductions than a norm over the hidden size."""
+    dim, width = a.geo("dim"), a.geo("width")
+    if dim is not None and width is not None and int(dim) != int(width):
+        return f"{a.name}/dim{int(dim)}"
+    return a.name
 
 
 def rows_of(a: KernelAttrs, step: Step) -> int:
@@ -113,8 +129,8 @@ def points_for(a: KernelAttrs, step: Step, dt: Dtypes) -> list[tuple[KernelKey, 
             kv_len = g.cached_tokens + g.new_tokens
             if g.new_tokens == 1:
                 out.append((key_for(a, dt, prefill=False), AttentionDecodePoint(g.count, kv_len)))
-            else:
-                out.append((key_for(a, dt, prefill=True), AttentionPrefillPoint(g.count, g.new_tokens, kv_len)))
+            else:  # one prefill point per sequence (see module docstring)
+                out += [(key_for(a, dt, prefill=True), AttentionPrefillPoint(1, g.new_tokens, kv_len))] * g.count
         return out
     key = key_for(a, dt)
     rows = rows_of(a, step)

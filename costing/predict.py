@@ -12,7 +12,7 @@ import numpy as np
 from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES, KernelPricer
-from graphsim.costing.kernel_map import Dtypes, points_for
+from graphsim.costing.kernel_map import Dtypes, NoKernelKey, points_for
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.roofline import kernel_work
 from graphsim.costing.kernels import point_coords
@@ -136,7 +136,11 @@ def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions
         count = int(tree.multiplicity[i])
         tally[src] = tally.get(src, 0) + 1
         flops = bytes_ = 0.0
-        for key, point in points_for(leaf.attrs, step, dtypes):
+        try:
+            points = points_for(leaf.attrs, step, dtypes)
+        except NoKernelKey:
+            points = []
+        for key, point in points:
             w = kernel_work(key, np.asarray([point_coords(point)], dtype=np.float64))
             if w is not None:
                 flops += float(np.sum(w.flops))

@@ -27,7 +27,8 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     if n.op is Op.MOE_EXPERTS:
         a = n.attrs
         geo = (("hidden_size", a.hidden_size), ("inter_size", a.intermediate_size), ("top_k", a.top_k),
-               ("num_experts", a.num_experts), ("tp", 1), ("ep", 1), ("activation", a.activation))
+               ("num_experts", a.num_experts), ("tp", 1), ("ep", 1), ("activation", a.activation),
+               ("gated", a.gated))
         return KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", geo, dtype, Rows.TOKENS, covers,
                            "eager.moe_experts"), "moe_experts"
     if n.op is Op.LINEAR_ATTENTION:

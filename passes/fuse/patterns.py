@@ -147,11 +147,16 @@ def rotary_unit(ctx: FuseContext, attn: Node) -> Candidate | None:
                 reads_rotary = True
     if not reads_rotary:
         return None
-    rot_dim = None
-    for n in ctx.graph.nodes:
-        if ROTARY_CLASS.search(n.module_type or "") and n.op in (Op.COS, Op.SIN, Op.POLAR):
-            rot_dim = int(n.outputs[0].shape[-1])
-    return Candidate(before, {"attention": attn, "rot_dim": rot_dim})
+    return Candidate(before, {"attention": attn, "rot_dim": rotary_dim(ctx)})
+
+
+def rotary_dim(ctx: FuseContext) -> int | None:
+    """Elements of each head that RoPE rotates: twice the length of the rotary module's inverse
+    frequencies (one frequency per rotated pair), whatever layout the model's code uses."""
+    for name, spec in list(ctx.graph.inputs.items()) + list(ctx.graph.params.items()):
+        if name.endswith("inv_freq") and spec.rank == 1 and isinstance(spec.shape[0], int):
+            return 2 * spec.shape[0]
+    return None
 
 
 def attention_geometry(a: AttentionAttrs) -> tuple[tuple[str, GeometryValue], ...]:

@@ -231,7 +231,8 @@ def _build_experts(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     q = ctx.graph.meta.get("quantization_config") or {}
     dtype = {"fp8": "f8e4m3", "mxfp4": "f4"}.get(q.get("quant_method"), n.outputs[0].dtype.value)
     geo = (("hidden_size", a.hidden_size), ("inter_size", a.intermediate_size), ("top_k", a.top_k),
-           ("num_experts", a.num_experts), ("tp", 1), ("ep", 1), ("activation", a.activation))
+           ("num_experts", a.num_experts), ("tp", 1), ("ep", 1), ("activation", a.activation),
+               ("gated", a.gated))
     if a.has_bias:
         geo += (("bias", True),)
     return KernelAttrs(KernelKind.MOE_EXPERTS, "fused_moe", geo, dtype, Rows.TOKENS, (n.name,), "moe_experts")

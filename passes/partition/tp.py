@@ -106,12 +106,15 @@ class TensorParallel(PartitionPass):
                 n = n.with_(attrs=a.with_geometry(channels=split(int(a.geo("channels")), t, "conv channels", where)))
                 out_sharded = True
             elif in_sharded and (a.kind in PER_TOKEN or a.kind is KernelKind.FUSED_ADD_RMS_NORM):
-                changes = {key: split(int(a.geo(key)), t, what, where)
-                           for key, what in (("width", "per-token width"), ("in_width", "per-token width"),
-                                             ("num_v_heads", "num_v_heads"))
-                           if a.geo(key) is not None}
-                n = n.with_(attrs=a.with_geometry(**changes))
-                out_sharded = True
+                keys = [k for k in ("width", "in_width", "num_v_heads") if a.geo(k) is not None]
+                if a.kind is KernelKind.ELEMENTWISE and any(int(a.geo(k)) % t for k in keys):
+                    # a leftover op on a small per-token value (a top-k score, a reduced sum): every
+                    # rank computes it whole
+                    bump("elementwise_replicated")
+                else:
+                    n = n.with_(attrs=a.with_geometry(**{k: split(int(a.geo(k)), t, f"per-token {k}", where)
+                                                         for k in keys}))
+                    out_sharded = True
             out.nodes.append(n)
             if out_sharded:
                 sharded.update(_values(n))

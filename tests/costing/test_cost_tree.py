@@ -127,3 +127,16 @@ def test_build_tree_rejects_unfused_graph():
     g.nodes = [Node("n", Op.ADD, ("x",), (TensorSpec((1, T, 8), DType.BFLOAT16),))]
     with pytest.raises(GraphsimError, match="fused graphs"):
         build_tree(g)
+
+
+def test_prefill_sequences_add_and_unkeyable_kernels_are_missing():
+    attn = Leaf("attn", KernelAttrs(KernelKind.ATTENTION, "flash_attn_varlen",
+                                    (("num_heads", 32), ("num_kv_heads", 8), ("head_dim", 128), ("v_head_dim", 128),
+                                     ("window", 0), ("causal", True)), "bf16", Rows.NONE))
+    mask = Leaf("mask", KernelAttrs(KernelKind.ELEMENTWISE, "logical", (("width", 64),), "bool", Rows.TOKENS))
+    c = compile_tree(Sum((attn, mask)))
+    one, two = [Step((SeqGroup(256, 0, k),)) for k in (1, 2)]
+    ev = c.evaluate([one, two], PRICER, DT)
+    t = ev.leaf_time_us[0]
+    assert t[1] == pytest.approx(2 * t[0])  # two prefill sequences cost two single-sequence launches
+    assert np.isnan(ev.leaf_time_us[1]).all() and ev.total_source(0).value == "missing"

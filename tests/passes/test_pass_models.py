@@ -132,3 +132,18 @@ def test_fold_of_full_depth_trace_matches_reduced_import():
         else:
             total += int(spec.numel)
     assert total == folded.meta["param_count"]
+
+
+def test_rotary_dim_is_twice_the_inverse_frequencies(imported):
+    # gpt-oss: head_dim 64, full rotary → 64 (its code rotates two halves with a 32-wide cos);
+    # Qwen3-Next: head_dim 256 with partial_rotary_factor 0.25 → 64.
+    for name, want in (("gpt-oss-20b", 64), ("qwen3-next-80b-a3b", 64), ("llama-3.1-8b", 128)):
+        out = run_pipeline(imported(name), "fold,fuse{target=vllm}").graph
+        rot = [n for n in out.nodes if is_kind(n, KernelKind.ROTARY)]
+        assert rot and {n.attrs.geo("rot_dim") for n in rot} == {want}, name
+
+
+def test_eager_target_partitions_with_small_incidental_widths(imported):
+    # top-k scores and reduced sums (width 1) are computed whole on every rank, not an error
+    run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=eager},tp{size=2}")
+    assert run.results[-1][1].stats.get("elementwise_replicated", 0) > 0
