@@ -12,6 +12,7 @@ FOLDERS = {
     "costing": "graphsim.costing",
     "work": "graphsim.work",
     "profiles": "graphsim.profiles",
+    "serving": "graphsim.serving",
 }
 
 packages: list[str] = []

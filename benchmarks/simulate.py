@@ -1,0 +1,81 @@
+"""Serving-simulator speed: 10,000 Poisson requests (input 1–4k, output 100–500 tokens) on
+Llama-3.1-8B, TP=1, one GPU, iteration times from the compiled cost tree.
+
+    python benchmarks/simulate.py                     # rate 10 req/s on h100, roofline unless a profile exists
+    python benchmarks/simulate.py --rates 5,10,20     # several loads
+    python benchmarks/simulate.py --json
+
+Reports, per rate, the wall time of `simulate()` (the figure the target of ≤ 10 s on one core is
+about), the iterations simulated, the probe steps the cost tables priced, and the headline metrics.
+The one-off set-up (tracing the model, compiling the tree, pricing the token/sequence tables) is
+reported separately. Pin to one core with `taskset -c 0 python benchmarks/simulate.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--rates", default="10", help="comma-separated request rates (req/s)")
+    ap.add_argument("--num-requests", type=int, default=10_000)
+    ap.add_argument("--input-len", default="1024:4096")
+    ap.add_argument("--output-len", default="100:500")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", default=None, help="profile.db (default: the GPU's default path when present)")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    from graphsim.serving import parse_lengths, simulate, summarize, synthetic
+    from graphsim.serving.deployment import build_cost, plan_deployment
+
+    dep = plan_deployment(args.model, args.gpu, args.tp)
+    t1 = time.perf_counter()
+    cost, note, kernels = build_cost(dep, args.profile)
+    t2 = time.perf_counter()
+    setup = dep.simulation_setup(cost)
+    rows = []
+    for rate in (float(r) for r in args.rates.split(",")):
+        specs = synthetic(args.num_requests, rate, parse_lengths(args.input_len, "input"),
+                          parse_lengths(args.output_len, "output"), seed=args.seed)
+        probes0 = getattr(cost, "evaluations", 0)
+        w0 = time.perf_counter()
+        res = simulate(setup, specs)
+        wall = time.perf_counter() - w0
+        s = summarize(res)
+        rows.append({"rate": rate, "simulate_wall_s": wall, "iterations": s.iterations,
+                     "probe_steps_priced": getattr(cost, "evaluations", 0) - probes0,
+                     "completed": s.completed, "preemptions": s.preemptions,
+                     "requests_per_s": s.requests_per_s, "output_tokens_per_s": s.output_tokens_per_s,
+                     "ttft_ms_mean": s.ttft_ms.mean, "tpot_ms_mean": s.tpot_ms.mean, "source": s.source})
+    out = {"model": args.model, "gpu": dep.hardware.id, "tp": args.tp, "requests": args.num_requests,
+           "input_len": args.input_len, "output_len": args.output_len, "data": note, "kernels": kernels,
+           "setup_s": {"imports_and_plan": t1 - t0, "trace_and_cost_tables": t2 - t1},
+           "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+                      f"affinity {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else '?'}",
+           "runs": rows}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"{args.model} on {dep.hardware.id} tp={args.tp}: {args.num_requests} Poisson requests, input "
+          f"{args.input_len}, output {args.output_len}")
+    print(f"data: {note}")
+    print(f"set-up: plan {t1 - t0:.2f} s, trace + cost tables {t2 - t1:.2f} s ({kernels} kernels); {out['machine']}")
+    for r in rows:
+        print(f"rate {r['rate']:g} req/s: simulate {r['simulate_wall_s']:.2f} s wall, {r['iterations']:,} iterations, "
+              f"{r['probe_steps_priced']:,} probe steps priced; {r['completed']} done, {r['preemptions']} preemptions, "
+              f"{r['requests_per_s']:.2f} req/s, {r['output_tokens_per_s']:,.0f} output tok/s, TTFT mean "
+              f"{r['ttft_ms_mean']:.1f} ms, TPOT mean {r['tpot_ms_mean']:.2f} ms [{r['source']}]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The pool of KV-cache blocks of one engine, with prefix caching on full blocks.
+
+Counts, not block objects: `used` blocks are held by running requests; the rest are free, and some
+free blocks still hold cached content that a later request may hit (evictable, in LRU order).
+Allocation takes never-cached free blocks first, then evicts the least recently freed cached ones
+(vLLM's `FreeKVCacheBlockQueue` pops from the head and appends freed blocks at the tail; initially
+every block is at the head, uncached, so this is the same order for all but the blocks freed without
+content, which vLLM queues behind cached ones).
+
+Cached content has two forms:
+- a shared-prefix block `(prefix_id, i)`: block i of a prompt prefix several requests share; held
+  with a reference count while requests use it, evictable when none do;
+- a run `("run", request id)`: the full blocks a preempted request had computed beyond its shared
+  prefix, kept so its recompute can hit them (vLLM frees a request's blocks in reverse order, so a
+  run is evicted from its end).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Hashable
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int, caching: bool = True) -> None:
+        self.num_blocks = num_blocks
+        self.caching = caching
+        self.used = 0
+        self._evictable: OrderedDict[Hashable, int] = OrderedDict()  # key → blocks (runs: count)
+        self._evictable_total = 0
+        self._run_start: dict[int, int] = {}  # request id → first block index of its cached run
+        self.shared_ref: dict[Hashable, int] = {}
+        self.evicted = 0
+
+    @property
+    def free(self) -> int:
+        return self.num_blocks - self.used
+
+    @property
+    def cached_free(self) -> int:
+        return self._evictable_total
+
+    # --- plain blocks ----------------------------------------------------------------------------
+    def alloc(self, n: int) -> None:
+        if n <= 0:
+            return
+        if n > self.free:
+            raise AssertionError(f"over-allocation: {n} blocks asked, {self.free} free")
+        anon = self.free - self._evictable_total
+        self.used += n
+        self._evict(n - min(n, anon))
+
+    def release(self, n: int) -> None:
+        if n > 0:
+            self.used -= n
+            assert self.used >= 0
+
+    def _evict(self, n: int) -> None:
+        while n > 0:
+            key, count = next(iter(self._evictable.items()))
+            if count <= n:
+                self._evictable.popitem(last=False)
+                if isinstance(key, tuple) and key[0] == "run":
+                    del self._run_start[key[1]]
+                taken = count
+            else:
+                self._evictable[key] = count - n
+                taken = n
+            self._evictable_total -= taken
+            self.evicted += taken
+            n -= taken
+
+    # --- shared prefix blocks ----------------------------------------------------------------------
+    def is_cached(self, key: Hashable) -> bool:
+        return key in self.shared_ref or key in self._evictable
+
+    def is_evictable(self, key: Hashable) -> bool:
+        return key in self._evictable
+
+    def acquire(self, key: Hashable) -> None:
+        """Use a cached shared block (a hit): a reference if in use, else take it out of the free queue."""
+        if key in self.shared_ref:
+            self.shared_ref[key] += 1
+            return
+        del self._evictable[key]
+        self._evictable_total -= 1
+        self.used += 1
+        self.shared_ref[key] = 1
+
+    def register(self, key: Hashable) -> bool:
+        """A request's own (already counted) block becomes the cached copy of `key`; False if one exists."""
+        if not self.caching or self.is_cached(key):
+            return False
+        self.shared_ref[key] = 1
+        return True
+
+    def release_shared(self, key: Hashable) -> None:
+        ref = self.shared_ref[key] - 1
+        if ref:
+            self.shared_ref[key] = ref
+            return
+        del self.shared_ref[key]
+        self.used -= 1
+        self._evictable[key] = 1
+        self._evictable_total += 1
+
+    # --- runs of a preempted request ---------------------------------------------------------------
+    def cache_run(self, rid: int, start: int, count: int) -> None:
+        if not self.caching or count <= 0:
+            return
+        self._evictable[("run", rid)] = count
+        self._run_start[rid] = start
+        self._evictable_total += count
+
+    def run(self, rid: int) -> tuple[int, int] | None:
+        start = self._run_start.get(rid)
+        return None if start is None else (start, self._evictable[("run", rid)])
+
+    def take_run(self, rid: int, blocks: int) -> None:
+        """Hit the first `blocks` blocks of a request's cached run; the rest of the run is dropped."""
+        count = self._evictable.pop(("run", rid))
+        del self._run_start[rid]
+        self._evictable_total -= count
+        self.used += blocks

@@ -1,0 +1,90 @@
+"""KV-cache capacity from the bytes available for it, in the terms vLLM logs.
+
+vLLM 0.33.0:
+- `num_blocks = available_memory // bytes_per_block` (`get_kv_cache_config_from_groups`,
+  vllm/v1/core/kv_cache_planning.py);
+- `max_concurrency = num_blocks / Σ_groups cdiv(max_memory_usage_bytes, page_size_bytes)` for one
+  request of `max_model_len` tokens (`get_max_concurrency_for_kv_cache_config`,
+  vllm/v1/core/kv_cache_utils.py);
+- `GPU KV cache size: int(max_concurrency · max_model_len) tokens, Maximum concurrency for L tokens
+  per request: X.XXx` (`get_kv_cache_capacity`, `update_kv_cache_capacity`, same file). The token
+  figure is max_concurrency × max_model_len, so with sliding windows or state it is not
+  `num_blocks × block_size`.
+- A sliding-window group reserves `cdiv(min(W − 1 + max_in_flight_tokens, L), block) + 1` blocks
+  per request, `max_in_flight_tokens = max_concurrent_batches × max_num_batched_tokens`, and
+  `max_concurrent_batches` is 2 with async scheduling, the default (vllm/config/vllm.py).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from graphsim.errors import GraphsimError
+from graphsim.serving.kv_layout import KvLayout
+
+GiB = 1 << 30
+
+
+class CapacityError(GraphsimError):
+    """The KV cache cannot hold what the deployment asks of it."""
+
+
+@dataclass(frozen=True)
+class KvCapacity:
+    available_bytes: int  # per rank
+    bytes_per_block: int
+    num_blocks: int
+    max_model_len: int
+    blocks_per_request: int  # at max_model_len, summed over groups
+    in_flight_tokens: int
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.num_blocks / self.blocks_per_request if self.blocks_per_request else float("inf")
+
+    @property
+    def tokens(self) -> int:
+        """vLLM's "GPU KV cache size": int(max_concurrency × max_model_len)."""
+        return int(self.max_concurrency * self.max_model_len)
+
+    @property
+    def fits_one_request(self) -> bool:
+        return self.num_blocks >= self.blocks_per_request
+
+    def vllm_log_lines(self) -> tuple[str, str]:
+        """The two figures vLLM logs at start-up (one line in 0.33.0, two in earlier V1 releases)."""
+        return (f"GPU KV cache size: {self.tokens:,} tokens",
+                f"Maximum concurrency for {self.max_model_len:,} tokens per request: {self.max_concurrency:.2f}x")
+
+    def to_json(self) -> dict[str, object]:
+        a, b = self.vllm_log_lines()
+        return {"available_bytes": self.available_bytes, "available_gib": self.available_bytes / GiB,
+                "bytes_per_block": self.bytes_per_block, "num_blocks": self.num_blocks,
+                "max_model_len": self.max_model_len, "blocks_per_request": self.blocks_per_request,
+                "in_flight_tokens": self.in_flight_tokens, "tokens": self.tokens,
+                "max_concurrency": self.max_concurrency, "fits_one_request": self.fits_one_request,
+                "vllm_log": [a, b]}
+
+
+def kv_capacity(layout: KvLayout, available_bytes: int, max_model_len: int, in_flight_tokens: int) -> KvCapacity:
+    if max_model_len < 1:
+        raise CapacityError(f"max_model_len {max_model_len}; give --max-model-len >= 1")
+    per_block = layout.bytes_per_block
+    blocks = max(0, int(available_bytes)) // per_block if per_block else 0
+    return KvCapacity(int(available_bytes), per_block, blocks, max_model_len,
+                      layout.admission_blocks(max_model_len, in_flight_tokens), in_flight_tokens)
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+          "tib": 1 << 40}
+
+
+def parse_bytes(text: str, default_unit: str = "GiB") -> int:
+    """`17.78GiB`, `17.78` (GiB), `19090000000B`, `16GB` → bytes. vLLM logs memory in GiB."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise CapacityError(f"cannot read memory size '{text}'; write e.g. 17.78GiB, 16GB or 19090000000B")
+    unit = (m.group(2) or default_unit).lower()
+    return int(float(m.group(1)) * _UNITS[unit])

@@ -1,0 +1,324 @@
+"""The KV cache of one deployment, per rank: what each layer stores, and how vLLM pages it.
+
+Everything comes from the work accountant's config-derived `ModelSpec` (`graphsim.work`), never
+from model names:
+
+- softmax attention (GQA/MHA/MQA): K and V, `2 · kv_heads_per_rank · head_dim` elements per token
+  and layer. vLLM keeps `max(1, kv_heads // tp)` KV heads per rank (`ModelConfig.get_num_kv_heads`),
+  so beyond tp = kv_heads the heads are replicated, not split.
+- sliding-window layers store the same per token but hold only the window (plus the in-flight
+  chunk) per request.
+- MLA stores the compressed latent and the rope key, `kv_lora_rank + qk_rope_head_dim` elements per
+  token and layer, whole on every rank (vLLM `MLAAttentionSpec`: one "head", no V).
+- linear attention (gated delta net) keeps a recurrent state and a conv state per request and
+  layer, split over TP ranks (vLLM `MambaStateShapeCalculator.gated_delta_net_state_shape`).
+- attention sinks (gpt-oss) are one learned logit per head: weights, not KV.
+
+Paging follows vLLM 0.33.0 (`vllm/v1/core/kv_cache_planning.py`): layers with equal specs form
+buckets; buckets are cut into KV-cache groups of equal layer count (the smallest bucket, or the
+largest when it is < 1.5× the smallest, `_get_kv_cache_groups_uniform_page_size`); all groups share
+one pool of blocks, a block holding `block_size` tokens of every layer of a group. Page sizes are
+unified (`unify_kv_cache_spec_page_size`): with linear-attention state, the attention block size
+is raised until an attention page holds at least one state page
+(`Platform._align_hybrid_block_size`) and the state page is padded to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from enum import Enum
+
+import numpy as np
+
+from graphsim.errors import GraphsimError
+from graphsim.work.dtypes import DType, Precision
+from graphsim.work.specs import GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec
+
+
+class KvLayoutError(GraphsimError):
+    """The KV cache cannot be laid out for this deployment (e.g. heads not divisible by TP)."""
+
+
+class KvKind(str, Enum):
+    FULL = "full"  # full causal attention: every token stays
+    SLIDING = "sliding"  # sliding window: the window stays
+    MLA = "mla"  # compressed latent, full causal
+    STATE = "state"  # linear attention: a fixed state per request
+
+
+DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py)
+MLA_BLOCK_SIZE = 64  # FlashMLA's only kernel block size (vllm/v1/attention/backends/mla/flashmla.py)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class LayerKv:
+    """What one layer keeps on one rank."""
+
+    kind: KvKind
+    bytes_per_token: int  # per rank; 0 for STATE
+    state_bytes: int = 0  # per request per rank (STATE only)
+    window: int | None = None
+    detail: str = ""  # the arithmetic, e.g. "2 × 8 kv heads × 128 × 2 B"
+
+    @property
+    def label(self) -> str:
+        if self.kind is KvKind.SLIDING:
+            return f"sliding window {self.window}"
+        return {KvKind.FULL: "full attention", KvKind.MLA: "MLA latent", KvKind.STATE: "linear-attention state"}[self.kind]
+
+
+@dataclass(frozen=True)
+class KvPart:
+    """Layers with identical per-rank storage (for display)."""
+
+    layer: LayerKv
+    layers: int
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.layer.bytes_per_token * self.layers
+
+    @property
+    def state_bytes(self) -> int:
+        return self.layer.state_bytes * self.layers
+
+
+@dataclass(frozen=True)
+class KvGroup:
+    """One vLLM KV-cache group: `layers` layers (padding included) sharing one block table."""
+
+    kind: KvKind
+    layers: int  # layer slots, padding included
+    real_layers: int
+    block_size: int  # tokens per block in this group (STATE: irrelevant)
+    page_bytes: int  # one layer's page (block) in bytes, padded
+    window: int | None = None
+
+    def admission_blocks(self, tokens: int, in_flight_tokens: int) -> int:
+        """Blocks one request at `tokens` must be able to hold (vLLM `max_admission_blocks_per_request` /
+        `max_memory_usage_bytes` in vllm/v1/kv_cache_interface.py)."""
+        if self.kind is KvKind.STATE:
+            return 1  # mamba_cache_mode "none": one state page per request
+        if self.kind is KvKind.SLIDING:
+            assert self.window is not None
+            return cdiv(min(self.window - 1 + in_flight_tokens, tokens), self.block_size) + 1
+        return cdiv(tokens, self.block_size)
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """The per-rank KV layout of a model at a tensor-parallel size, KV dtype and block size."""
+
+    architecture: str
+    tp: int
+    kv_dtype: DType
+    state_dtype: DType
+    layers: tuple[LayerKv, ...]
+    groups: tuple[KvGroup, ...]
+    block_size: int  # the scheduler's block size (full-attention groups)
+    notes: tuple[str, ...] = field(default=())
+
+    # --- sizes ---------------------------------------------------------------------------------
+    def parts(self) -> tuple[KvPart, ...]:
+        order: dict[LayerKv, int] = {}
+        for layer in self.layers:
+            order[layer] = order.get(layer, 0) + 1
+        return tuple(KvPart(layer, n) for layer, n in order.items())
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes per token per rank, summed over all attention layers (window not applied)."""
+        return sum(layer.bytes_per_token for layer in self.layers)
+
+    @property
+    def state_bytes_per_request(self) -> int:
+        return sum(layer.state_bytes for layer in self.layers)
+
+    @property
+    def bytes_per_block(self) -> int:
+        """Pool bytes per block id: the largest group's pages (vLLM `_get_kv_cache_bytes_per_block`)."""
+        return max(g.layers * g.page_bytes for g in self.groups) if self.groups else 0
+
+    @property
+    def hybrid(self) -> bool:
+        return len(self.groups) > 1 or any(g.kind in (KvKind.SLIDING, KvKind.STATE) for g in self.groups)
+
+    @cached_property
+    def single_block_size(self) -> int:
+        """The block size when one full/MLA group holds every layer (blocks = cdiv(tokens, it)), else 0."""
+        if len(self.groups) == 1 and self.groups[0].kind in (KvKind.FULL, KvKind.MLA):
+            return self.groups[0].block_size
+        return 0
+
+    @property
+    def prefix_cacheable(self) -> bool:
+        """The simulator caches prefixes only where every group keeps every token (one full/MLA group)."""
+        return len(self.groups) == 1 and self.groups[0].kind in (KvKind.FULL, KvKind.MLA)
+
+    def bytes_for_request(self, tokens: int) -> int:
+        """Per-rank bytes one request of `tokens` tokens needs at most (windows bounded, no in-flight)."""
+        total = 0
+        for layer in self.layers:
+            if layer.kind is KvKind.STATE:
+                total += layer.state_bytes
+            elif layer.kind is KvKind.SLIDING:
+                assert layer.window is not None
+                total += layer.bytes_per_token * min(tokens, layer.window)
+            else:
+                total += layer.bytes_per_token * tokens
+        return total
+
+    def admission_blocks(self, tokens: int, in_flight_tokens: int) -> int:
+        """Pool blocks one request at `tokens` may hold, summed over groups (vLLM
+        `get_max_concurrency_for_kv_cache_config`)."""
+        return sum(g.admission_blocks(tokens, in_flight_tokens) for g in self.groups)
+
+    # --- blocks held by running requests (vectorised) ------------------------------------------
+    def held_blocks(self, computed: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Blocks a request holds once slots for `new` tokens after `computed` ones are allocated.
+
+        Full/MLA groups hold every token's block; a sliding-window group frees the blocks wholly
+        below `computed − (W − 1)` first (vLLM `SlidingWindowManager.remove_skipped_blocks`);
+        a state group holds one page."""
+        end = computed + new
+        bs = self.single_block_size
+        if bs:
+            return -(-end // bs)
+        total = np.zeros(np.shape(computed), dtype=np.int64)
+        for g in self.groups:
+            if g.kind is KvKind.STATE:
+                total += 1
+                continue
+            blocks = -(-end // g.block_size)
+            if g.kind is KvKind.SLIDING:
+                assert g.window is not None
+                skipped = np.maximum(computed - (g.window - 1), 0) // g.block_size
+                blocks = blocks - skipped
+            total += blocks
+        return total
+
+    def held_blocks_one(self, computed: int, new: int) -> int:
+        return int(self.held_blocks(np.asarray([computed]), np.asarray([new]))[0])
+
+
+# --- construction --------------------------------------------------------------------------------
+def _gqa_layer(attn: GqaAttention, tp: int, kv: DType) -> LayerKv:
+    kvh = attn.kv_heads
+    if tp <= kvh and kvh % tp:
+        raise KvLayoutError(f"num_key_value_heads = {kvh} is not divisible by tp = {tp}; pick a tp that divides it")
+    if tp > kvh and tp % kvh:
+        raise KvLayoutError(f"tp = {tp} is not a multiple of num_key_value_heads = {kvh}; pick a tp that divides "
+                            "or is a multiple of it")
+    per_rank = max(1, kvh // tp)
+    nbytes = 2 * per_rank * attn.head_dim * kv.bytes_per_element
+    rep = f" (replicated: {kvh} kv heads over {tp} ranks)" if tp > kvh else ""
+    detail = f"2 (K,V) × {per_rank} kv heads × {attn.head_dim} × {kv.bytes_per_element:g} B{rep}"
+    if attn.sinks:
+        detail += "; sinks: a learned logit per head (weights, no KV)"
+    kind = KvKind.SLIDING if attn.window is not None else KvKind.FULL
+    return LayerKv(kind, int(nbytes), 0, attn.window, detail)
+
+
+def _mla_layer(attn: MlaAttention, kv: DType) -> LayerKv:
+    width = attn.kv_elements_per_token
+    nbytes = width * kv.bytes_per_element
+    detail = (f"({attn.kv_lora_rank} latent + {attn.qk_rope_head_dim} rope) × {kv.bytes_per_element:g} B, "
+              "whole on every rank")
+    return LayerKv(KvKind.MLA, int(nbytes), 0, None, detail)
+
+
+def _state_layer(attn: GatedDeltaNet, tp: int, state: DType) -> LayerKv:
+    if attn.v_heads % tp or attn.conv_dim % tp:
+        raise KvLayoutError(f"linear_num_value_heads = {attn.v_heads} (conv channels {attn.conv_dim}) is not divisible "
+                            f"by tp = {tp}; pick a tp that divides it")
+    recurrent = (attn.v_heads // tp) * attn.k_head_dim * attn.v_head_dim
+    conv = (attn.conv_dim // tp) * (attn.conv_kernel - 1)
+    nbytes = (recurrent + conv) * state.bytes_per_element
+    detail = (f"recurrent {attn.v_heads // tp} heads × {attn.k_head_dim} × {attn.v_head_dim} + conv "
+              f"{attn.conv_dim // tp} × {attn.conv_kernel - 1}, × {state.bytes_per_element:g} B per request")
+    return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
+
+
+def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, ...]:
+    out = []
+    for layer in spec.stack.layers:
+        attn = layer.attn
+        if isinstance(attn, GqaAttention):
+            out.append(_gqa_layer(attn, tp, precision.kv))
+        elif isinstance(attn, MlaAttention):
+            out.append(_mla_layer(attn, precision.kv))
+        elif isinstance(attn, GatedDeltaNet):
+            out.append(_state_layer(attn, tp, precision.state))
+        else:  # pragma: no cover - closed union
+            raise TypeError(type(attn).__name__)
+    return tuple(out)
+
+
+def _groups(layers: tuple[LayerKv, ...], block_size: int) -> tuple[tuple[KvGroup, ...], int, list[str]]:
+    notes: list[str] = []
+    buckets: dict[LayerKv, int] = {}
+    for layer in layers:
+        buckets[layer] = buckets.get(layer, 0) + 1
+    if not buckets:
+        return (), block_size, notes
+    attn_1tok = [b.bytes_per_token for b in buckets if b.kind is not KvKind.STATE]
+    state_pages = [b.state_bytes for b in buckets if b.kind is KvKind.STATE]
+    attn_bs = block_size
+    if state_pages and attn_1tok:
+        # vllm/platforms/interface.py `_align_hybrid_block_size`: smallest multiple of the block size
+        # whose attention page holds one state page.
+        need = max(state_pages)
+        attn_bs = block_size * cdiv(need, block_size * max(attn_1tok))
+        if attn_bs != block_size:
+            notes.append(f"attention block size raised to {attn_bs} tokens so that an attention page holds one "
+                         f"linear-attention state page (vLLM _align_hybrid_block_size)")
+    pages = {b: (b.state_bytes if b.kind is KvKind.STATE else b.bytes_per_token * attn_bs) for b in buckets}
+    max_page = max(pages.values())
+    sizes = {b: attn_bs for b in buckets}
+    for b, page in list(pages.items()):  # unify_kv_cache_spec_page_size
+        if page == max_page:
+            continue
+        if b.kind is not KvKind.STATE and max_page % page == 0:
+            sizes[b] = attn_bs * (max_page // page)
+        pages[b] = max_page
+    counts = list(buckets.values())
+    group_size = min(counts)
+    if max(counts) < 1.5 * min(counts):
+        group_size = max(counts)
+    if len(buckets) == 1:
+        group_size = counts[0]
+    groups: list[KvGroup] = []
+    padding = 0
+    for b, n in buckets.items():
+        n_groups = cdiv(n, group_size)
+        padding += n_groups * group_size - n
+        for i in range(n_groups):
+            real = len(range(i, n, n_groups))
+            groups.append(KvGroup(b.kind, group_size, real, sizes[b], pages[b], b.window))
+    if padding:
+        notes.append(f"{padding} padding layer(s) to make KV-cache groups equal (vLLM adds them too)")
+    return tuple(groups), attn_bs, notes
+
+
+def kv_layout(spec: ModelSpec, precision: Precision, tp: int = 1, block_size: int | None = None) -> KvLayout:
+    """The per-rank KV layout of `spec`. `block_size` None: 16, or 64 for MLA (FlashMLA)."""
+    if tp < 1:
+        raise KvLayoutError(f"tp = {tp}; give --tp >= 1")
+    layers = layer_kv(spec, tp, precision)
+    notes: list[str] = []
+    if block_size is None:
+        block_size = DEFAULT_BLOCK_SIZE
+        if any(layer.kind is KvKind.MLA for layer in layers):
+            block_size = MLA_BLOCK_SIZE
+            notes.append("block size 64: vLLM's FlashMLA backend (Hopper) takes only 64-token blocks; "
+                         "other MLA backends differ (CUTLASS MLA on Blackwell: 128), set --block-size")
+    if block_size < 1:
+        raise KvLayoutError(f"block size {block_size}; give --block-size >= 1")
+    groups, attn_bs, group_notes = _groups(layers, block_size)
+    return KvLayout(spec.architecture, tp, precision.kv, precision.state, layers, groups, attn_bs,
+                    tuple(notes + group_notes))

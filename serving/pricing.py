@@ -1,0 +1,276 @@
+"""Iteration times for the simulator, from the compiled CostTree, fast.
+
+Pricing one `Step` through `CompiledTree.evaluate` costs about a millisecond of Python; pricing
+thousands at once costs microseconds each. A simulation needs an iteration time before it can
+schedule the next iteration, so `TreeCost` prices *tables* in bulk instead and looks them up:
+
+When the tree only sums its leaves (Sum / Scale / Labeled, and Max or Parallel over a single child —
+what `build_tree` makes, since TP ranks are identical), an iteration's time is exactly
+
+    Σ_leaves multiplicity × leaf time
+      = G(T) + H(S) + C + Σ_groups A(group)
+
+with G the leaves whose rows are the step's tokens T, H those whose rows are its sequences S, C
+those priced once, and A the attention leaves, which `cost_tree.price_leaves` prices per sequence
+group and sums. `TreeCost` evaluates the tree (`CompiledTree.evaluate`) on probe steps and reads the
+per-leaf times it returns:
+
+- G and H for every T ≤ max_num_batched_tokens and S ≤ max_num_seqs, exactly (two bulk calls);
+- A for a prefill chunk of n tokens with no cached prefix, exactly for every n (same probes);
+- A for a decode group of B sequences at context c, and for a chunk of n tokens after p cached,
+  on a grid of contexts (every 16 up to 1024, then steps of 1/64), one bulk call per B or per p
+  the first time it is needed, linearly interpolated between grid points (error ~1e-4).
+
+The simulator prices the decode sequences of an iteration as one group of B sequences at their mean
+context (decode attention reads every cached token once, so its time follows the total context —
+as vLLM's one varlen launch does) and each prefill chunk as its own group.
+
+A tree that is not a plain sum falls back to `MemoCost`: exact evaluation of each distinct step,
+memoised, decode runs priced in one call. Every time carries the worst source of its leaves
+(`graphsim.costing.interpolate.SOURCES` codes); a missing leaf is an error naming the kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from graphsim.costing.cost_tree import CompiledTree
+from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
+from graphsim.costing.kernel_map import Dtypes
+from graphsim.errors import GraphsimError
+from graphsim.ir.kernel import KernelKind, Rows
+from graphsim.workload import SeqGroup, Step
+
+_SUM, _MAX, _PAR = 1, 2, 3  # cost_tree's node kinds
+
+
+class MissingTimingError(GraphsimError):
+    """An iteration time is missing: some kernel has no measured row and no roofline."""
+
+
+class IterationCost(Protocol):
+    """What the simulator asks: µs and a source code (index into SOURCES)."""
+
+    def step_us(self, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+                chunks: list[tuple[int, int]]) -> tuple[float, int]: ...
+
+    def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def context_grid(max_context: int) -> np.ndarray:
+    """0, 16, …, 1024, then geometric steps of 1/64 up to max_context (inclusive)."""
+    lin = np.arange(0, min(1024, max_context) + 1, 16, dtype=np.float64)
+    pts = [lin]
+    if max_context > 1024:
+        n = int(np.ceil(np.log(max_context / 1024) / np.log1p(1 / 64)))
+        pts.append(np.round(1024 * (1 + 1 / 64) ** np.arange(1, n + 1)))
+    grid = np.unique(np.concatenate(pts + [np.asarray([float(max_context)])]))
+    return grid[grid <= max_context]
+
+
+def chunk_grid(max_tokens: int) -> np.ndarray:
+    """2 … 64 every token, then geometric steps of 1/64 up to max_tokens (inclusive)."""
+    lin = np.arange(2, min(64, max_tokens) + 1, dtype=np.float64)
+    pts = [lin]
+    if max_tokens > 64:
+        n = int(np.ceil(np.log(max_tokens / 64) / np.log1p(1 / 64)))
+        pts.append(np.round(64 * (1 + 1 / 64) ** np.arange(1, n + 1)))
+    grid = np.unique(np.concatenate(pts + [np.asarray([float(max_tokens)])]))
+    return grid[(grid >= 2) & (grid <= max_tokens)]
+
+
+def is_additive(tree: CompiledTree) -> bool:
+    return all(not (k in (_MAX, _PAR) and len(ch) > 1) for k, ch in zip(tree.kinds, tree.children))
+
+
+def _missing_names(tree: CompiledTree, leaf_src: np.ndarray) -> str:
+    bad = [i for i in range(len(tree.leaves)) if (leaf_src[i] == MISSING).any()]
+    names = [f"{tree.leaves[i].name} ({tree.leaves[i].attrs.kind.value} {tree.leaves[i].attrs.name})" for i in bad]
+    return ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+
+
+class TreeCost:
+    """Table-driven iteration times of an additive CostTree (see the module docstring)."""
+
+    def __init__(self, tree: CompiledTree, pricer: KernelPricer, dtypes: Dtypes, max_tokens: int, max_seqs: int,
+                 max_context: int) -> None:
+        if not is_additive(tree):
+            raise ValueError("TreeCost needs an additive tree; use MemoCost")
+        self.tree, self.pricer, self.dtypes = tree, pricer, dtypes
+        self.max_tokens, self.max_seqs, self.max_context = max_tokens, max_seqs, max_context
+        leaves = tree.leaves
+        self._attn = np.asarray([lf.attrs.kind is KernelKind.ATTENTION for lf in leaves])
+        rows = [lf.attrs.rows for lf in leaves]
+        self._seq = np.asarray([r is Rows.SEQUENCES for r in rows]) & ~self._attn
+        self._once = np.asarray([r is Rows.ONCE for r in rows]) & ~self._attn
+        self._tok = ~(self._attn | self._seq | self._once)
+        self._mult = tree.multiplicity[:, None]
+        self.evaluations = 0  # probe steps priced (for the benchmark)
+        # tokens probes: one prefill chunk of T tokens, no cache (T = 1 is a decode at context 0)
+        t_lt, t_ls = self._leaf_times([Step((SeqGroup(t, 0, 1),)) for t in range(1, max_tokens + 1)])
+        self.G, self.G_src = self._part(t_lt, t_ls, self._tok, pad=True)
+        self.A0, self.A0_src = self._part(t_lt, t_ls, self._attn, pad=True)
+        once_t, once_s = self._part(t_lt[:, :1], t_ls[:, :1], self._once)
+        self.C, self.C_src = float(once_t[0]), int(once_s[0])
+        s_lt, s_ls = self._leaf_times([Step((SeqGroup(1, 0, s),)) for s in range(1, max_seqs + 1)])
+        self.H, self.H_src = self._part(s_lt, s_ls, self._seq, pad=True)
+        for arr in (self.G, self.H, self.A0):
+            if np.isnan(arr[1:]).any() or np.isnan(self.C):
+                src = np.concatenate([t_ls, s_ls], axis=1)
+                raise MissingTimingError(f"iteration time missing: no data for {_missing_names(tree, src)}; import "
+                                         "measured rows (--profile) or use a dtype the GPU spec has a peak for")
+        self.ctx_grid = context_grid(max_context)
+        self.n_grid = chunk_grid(max_tokens)
+        self._dec: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._pre: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    # --- probes --------------------------------------------------------------------------------
+    def _leaf_times(self, steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:
+        ev = self.tree.evaluate(steps, self.pricer, self.dtypes)
+        self.evaluations += len(steps)
+        return ev.leaf_time_us * self._mult, ev.leaf_source
+
+    @staticmethod
+    def _part(lt: np.ndarray, ls: np.ndarray, sel: np.ndarray, pad: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        t = lt[sel].sum(axis=0) if sel.any() else np.zeros(lt.shape[1])
+        s = ls[sel].max(axis=0).astype(np.int8) if sel.any() else np.zeros(lt.shape[1], dtype=np.int8)
+        if pad:  # index by count: entry 0 is "none of them"
+            t = np.concatenate([[0.0], t])
+            s = np.concatenate([np.zeros(1, dtype=np.int8), s])
+        return t, s
+
+    def _check(self, t: np.ndarray, ls: np.ndarray, what: str) -> None:
+        if np.isnan(t).any():
+            raise MissingTimingError(f"attention time missing for {what}: no data for "
+                                     f"{_missing_names(self.tree, ls)}; import measured rows (--profile)")
+
+    def _decode_row(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        row = self._dec.get(batch)
+        if row is None:
+            lt, ls = self._leaf_times([Step((SeqGroup(1, int(c), batch),)) for c in self.ctx_grid])
+            t, s = self._part(lt, ls, self._attn)
+            self._check(t, ls, f"decode batches of {batch}")
+            row = self._dec[batch] = (t, s)
+        return row
+
+    def _prefill_row(self, p_index: int) -> tuple[np.ndarray, np.ndarray]:
+        row = self._pre.get(p_index)
+        if row is None:
+            p = int(self.ctx_grid[p_index])
+            if p == 0:
+                ns = self.n_grid.astype(np.int64)
+                row = (self.A0[ns], self.A0_src[ns])
+            else:
+                lt, ls = self._leaf_times([Step((SeqGroup(int(n), p, 1),)) for n in self.n_grid])
+                t, s = self._part(lt, ls, self._attn)
+                self._check(t, ls, f"prefill chunks after {p} cached tokens")
+                row = (t, s)
+            self._pre[p_index] = row
+        return row
+
+    # --- lookups -------------------------------------------------------------------------------
+    def decode_attention(self, batch: int, ctx: float) -> tuple[float, int]:
+        t, s = self._decode_row(batch)
+        g = self.ctx_grid
+        c = min(max(ctx, 0.0), g[-1])
+        i = min(int(np.searchsorted(g, c, side="right")) - 1, len(g) - 2)
+        f = (c - g[i]) / (g[i + 1] - g[i])
+        return float(t[i] + f * (t[i + 1] - t[i])), int(max(s[i], s[i + 1]))
+
+    def prefill_attention(self, n: int, p: int) -> tuple[float, int]:
+        if p <= 0:
+            return float(self.A0[n]), int(self.A0_src[n])
+        g = self.ctx_grid
+        pc = min(float(p), g[-1])
+        j = min(int(np.searchsorted(g, pc, side="right")) - 1, len(g) - 2)
+        fp = (pc - g[j]) / (g[j + 1] - g[j])
+        ng = self.n_grid
+        i = max(min(int(np.searchsorted(ng, n, side="right")) - 1, len(ng) - 2), 0)
+        fn = (n - ng[i]) / (ng[i + 1] - ng[i]) if len(ng) > 1 else 0.0
+        out, src = [], 0
+        for pj in (j, j + 1):
+            t, s = self._prefill_row(pj)
+            out.append(t[i] + fn * (t[i + 1] - t[i]) if len(ng) > 1 else t[i])
+            src = max(src, int(s[i]), int(s[min(i + 1, len(ng) - 1)]))
+        return float(out[0] + fp * (out[1] - out[0])), src
+
+    def step_us(self, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+                chunks: list[tuple[int, int]]) -> tuple[float, int]:
+        t = self.G[tokens] + self.H[seqs] + self.C
+        src = max(int(self.G_src[tokens]), int(self.H_src[seqs]), self.C_src)
+        if dec_count:
+            a, s = self.decode_attention(dec_count, dec_ctx_mean)
+            t += a
+            src = max(src, s)
+        for n, p in chunks:
+            a, s = self.prefill_attention(n, p)
+            t += a
+            src = max(src, s)
+        return float(t), src
+
+    def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Times of k decode iterations of `batch` sequences whose mean context starts at ctx_mean0."""
+        t, s = self._decode_row(batch)
+        g = self.ctx_grid
+        c = ctx_mean0 + np.arange(k, dtype=np.float64)
+        if c[0] < 0 or c[-1] > g[-1]:
+            c = np.clip(c, 0.0, g[-1])
+        base = self.G[batch] + self.H[batch] + self.C
+        floor = max(int(self.G_src[batch]), int(self.H_src[batch]), self.C_src)
+        lo, hi = int(s.min()), int(s.max())
+        if lo == hi:  # one source along the whole row (e.g. all roofline)
+            return base + np.interp(c, g, t), np.full(k, max(lo, floor), dtype=np.int8)
+        i = np.clip(np.searchsorted(g, c, side="right") - 1, 0, len(g) - 2)
+        src = np.maximum(np.maximum(s[i], s[i + 1]), floor).astype(np.int8)
+        return base + np.interp(c, g, t), src
+
+
+class MemoCost:
+    """Exact evaluation of every distinct step through the tree (any tree), memoised."""
+
+    def __init__(self, tree: CompiledTree, pricer: KernelPricer, dtypes: Dtypes, quantum: int = 16) -> None:
+        self.tree, self.pricer, self.dtypes, self.quantum = tree, pricer, dtypes, quantum
+        self._memo: dict[tuple, tuple[float, int]] = {}
+        self.evaluations = 0
+
+    def _steps(self, dec_count: int, ctx: float, chunks: list[tuple[int, int]]) -> Step:
+        groups = [SeqGroup(n, p, 1) for n, p in chunks]
+        if dec_count:
+            groups.append(SeqGroup(1, int(round(ctx / self.quantum) * self.quantum), dec_count))
+        return Step(tuple(groups))
+
+    def _eval(self, steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:
+        ev = self.tree.evaluate(steps, self.pricer, self.dtypes)
+        self.evaluations += len(steps)
+        t = ev.total_us()
+        s = ev.node_source[self.tree.root]
+        if np.isnan(t).any():
+            raise MissingTimingError(f"iteration time missing: no data for {_missing_names(self.tree, ev.leaf_source)};"
+                                     " import measured rows (--profile)")
+        return t, s
+
+    def step_us(self, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+                chunks: list[tuple[int, int]]) -> tuple[float, int]:
+        key = (dec_count, int(round(dec_ctx_mean / self.quantum)), tuple(chunks))
+        hit = self._memo.get(key)
+        if hit is None:
+            t, s = self._eval([self._steps(dec_count, dec_ctx_mean, chunks)])
+            hit = self._memo[key] = (float(t[0]), int(s[0]))
+        return hit
+
+    def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+        t, s = self._eval([self._steps(batch, ctx_mean0 + j, []) for j in range(k)])
+        return t, s.astype(np.int8)
+
+
+def iteration_cost(tree: CompiledTree, pricer: KernelPricer, dtypes: Dtypes, max_tokens: int, max_seqs: int,
+                   max_context: int) -> TreeCost | MemoCost:
+    if is_additive(tree):
+        return TreeCost(tree, pricer, dtypes, max_tokens, max_seqs, max_context)
+    return MemoCost(tree, pricer, dtypes)
+
+
+def source_name(code: int) -> str:
+    return SOURCES[int(code)].value
