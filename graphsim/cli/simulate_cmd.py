@@ -1,0 +1,112 @@
+"""`graphsim simulate`: iteration-level serving simulation (vLLM V1-like scheduler) on the cost tree."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from graphsim.cli.app import app, console, err_console
+
+
+@app.command("simulate")
+def simulate_cmd(
+    model: str = typer.Argument(..., help="Catalog name, HF id, config.json or model dir."),
+    gpu: str = typer.Option("h100", "--gpu", help="Hardware spec id or alias, or a JSON spec."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size per replica."),
+    replicas: int = typer.Option(1, "--replicas", help="Data-parallel replicas behind the router."),
+    router: str = typer.Option("round-robin", "--router", help="round-robin or least-outstanding."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Open loop: requests per second."),
+    arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
+    cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: clients, each sending its next request when the last one finishes."),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Replay a JSONL trace (arrival_s, input_tokens, output_tokens[, prefix_id, prefix_tokens])."),
+    num_requests: int = typer.Option(1000, "--num-requests", "-n", help="Requests to send (synthetic workloads)."),
+    input_len: str = typer.Option("1024:4096", "--input-len", help="N (fixed) or LO:HI (uniform)."),
+    output_len: str = typer.Option("100:500", "--output-len", help="N (fixed) or LO:HI (uniform)."),
+    shared_prefix: int = typer.Option(0, "--shared-prefix", help="Tokens of a shared prompt prefix (synthetic workloads)."),
+    prefix_groups: int = typer.Option(1, "--prefix-groups", help="Distinct shared prefixes, drawn uniformly."),
+    think_s: float = typer.Option(0.0, "--think-s", help="Closed loop: pause before a client's next request."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same output)."),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    kv_memory: Optional[str] = typer.Option(None, "--kv-memory", help="Available KV memory per rank, as vLLM logs it (e.g. 17.78GiB)."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
+    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching"),
+    chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="profile.db with measured rows (default: $GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
+    slo_ttft_ms: Optional[float] = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
+    slo_tpot_ms: Optional[float] = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
+    slo_e2e_ms: Optional[float] = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
+    iteration_log: Optional[str] = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
+    chrome_trace: Optional[str] = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
+    from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, simulate, summarize, synthetic
+    from graphsim.serving.capacity import parse_bytes
+    from graphsim.serving.deployment import build_cost, plan_deployment
+    from graphsim.serving.requests import WorkloadSpecError
+
+    modes = [x is not None for x in (rate, concurrency, trace)]
+    if sum(modes) != 1:
+        raise WorkloadSpecError("give exactly one workload: --rate R (open loop), --concurrency N (closed loop) "
+                                "or --trace FILE.jsonl")
+    dep = plan_deployment(model, gpu, tp, kv_dtype=kv_dtype, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens,
+                          max_num_seqs=max_num_seqs, max_model_len=max_model_len, block_size=block_size,
+                          gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=prefix_caching,
+                          enable_chunked_prefill=chunked_prefill,
+                          kv_memory_bytes=parse_bytes(kv_memory) if kv_memory else None)
+    ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
+    if trace is not None:
+        workload = load_trace(trace)
+        label = f"trace {trace} ({len(workload)} requests)"
+    elif concurrency is not None:
+        workload = ClosedLoop(concurrency, num_requests, ins, outs, seed, think_s, shared_prefix, prefix_groups)
+        label = f"closed loop, {concurrency} clients, {num_requests} requests, input {ins.label()}, output {outs.label()}"
+    else:
+        assert rate is not None
+        workload = synthetic(num_requests, rate, ins, outs, seed, arrival, cv, shared_prefix, prefix_groups)
+        label = (f"{num_requests} requests, {arrival} arrivals at {rate:g}/s" + (f" (cv {cv:g})" if arrival == "gamma" else "")
+                 + f", input {ins.label()}, output {outs.label()}")
+    if shared_prefix and trace is None:
+        label += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
+    with err_console.status(f"tracing {model} and pricing its cost tables…"):
+        cost, note, _ = build_cost(dep, profile)
+    setup = dep.simulation_setup(cost, replicas, router)
+    slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
+    total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
+    if as_json:
+        res = simulate(setup, workload)
+    else:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                      transient=True) as bar:
+            task = bar.add_task("requests", total=total)
+            res = simulate(setup, workload, progress=lambda done, _t: bar.update(task, completed=done))
+    summary = summarize(res, slo)
+    if iteration_log:
+        from graphsim.serving.trace_export import write_iteration_log
+
+        write_iteration_log(res, iteration_log)
+    if chrome_trace:
+        from graphsim.serving.trace_export import write_chrome_trace
+
+        write_chrome_trace(res, chrome_trace)
+    if as_json:
+        out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
+               "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica}
+        print(json.dumps(out, indent=1, default=float))
+        return
+    from graphsim.render.serving_view import render_summary
+
+    console.print(render_summary(dep, summary, note, replicas, router, label, slo))
+    for path, what in ((iteration_log, "iteration log"), (chrome_trace, "Chrome trace (open at ui.perfetto.dev)")):
+        if path:
+            console.print(f"[dim]wrote {what}: {path}[/]")

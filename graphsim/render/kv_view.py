@@ -1,0 +1,115 @@
+"""Rich rendering of `graphsim kv`: KV layout per rank, vLLM paging, memory budget, capacity."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+
+from graphsim.serving.deployment import Deployment
+
+GiB = 1 << 30
+ORIGIN_STYLE = {"derived": "green", "estimated": "yellow", "assumed": "magenta", "given": "cyan"}
+
+
+def fmt_bytes(n: float) -> str:
+    a = abs(n)
+    if a >= GiB:
+        return f"{n / GiB:,.2f} GiB"
+    if a >= 1 << 20:
+        return f"{n / (1 << 20):,.2f} MiB"
+    if a >= 1 << 10:
+        return f"{n / (1 << 10):,.2f} KiB"
+    return f"{n:,.0f} B"
+
+
+def _origin(o: str) -> str:
+    return f"[{ORIGIN_STYLE.get(o, '')}]{o}[/]"
+
+
+def layout_table(dep: Deployment) -> Table:
+    lay = dep.layout
+    t = Table(title=f"KV cache per rank (tp={dep.tp}, kv {lay.kv_dtype.label})", title_justify="left")
+    for col in ("part", "layers", "per token per layer", "per token", "what each layer keeps"):
+        t.add_column(col, justify="right" if col in ("layers", "per token per layer", "per token") else "left")
+    for p in lay.parts():
+        if p.layer.state_bytes:
+            per_layer, total = f"{fmt_bytes(p.layer.state_bytes)} / request", f"{fmt_bytes(p.state_bytes)} / request"
+        else:
+            per_layer, total = f"{p.layer.bytes_per_token:,} B", f"{p.bytes_per_token:,} B"
+        label = p.layer.label + (" (keeps the window)" if p.layer.window else "")
+        t.add_row(label, str(p.layers), per_layer, total, p.layer.detail)
+    cap = f"per token per rank: [bold]{lay.bytes_per_token:,} B[/] ({fmt_bytes(lay.bytes_per_token)}) over all attention layers"
+    if lay.state_bytes_per_request:
+        cap += f"; state per request per rank: [bold]{fmt_bytes(lay.state_bytes_per_request)}[/]"
+    t.caption = cap
+    t.caption_justify = "left"
+    return t
+
+
+def groups_table(dep: Deployment) -> Table:
+    lay, cap = dep.layout, dep.capacity
+    t = Table(title="vLLM paging: KV-cache groups share one pool of blocks", title_justify="left")
+    for col in ("group", "layers", "block size", "page per layer", f"blocks for one {cap.max_model_len:,}-token request"):
+        t.add_column(col, justify="left" if col == "group" else "right")
+    for i, g in enumerate(lay.groups):
+        label = g.kind.value + (f" (window {g.window})" if g.window else "")
+        layers = str(g.layers) + (f" ({g.layers - g.real_layers} padding)" if g.real_layers != g.layers else "")
+        t.add_row(f"{i}: {label}", layers, "–" if g.kind.value == "state" else f"{g.block_size}",
+                  f"{g.page_bytes:,} B", f"{g.admission_blocks(cap.max_model_len, cap.in_flight_tokens):,}")
+    t.caption = (f"a block id holds one page of every layer of a group: {lay.bytes_per_block:,} B "
+                 f"({fmt_bytes(lay.bytes_per_block)}); sliding windows reserve window − 1 + "
+                 f"{cap.in_flight_tokens:,} in-flight tokens (2 × max_num_batched_tokens)")
+    t.caption_justify = "left"
+    return t
+
+
+def budget_table(dep: Deployment) -> Table:
+    b = dep.budget
+    t = Table(title="memory budget per rank (vLLM determine_available_memory)", title_justify="left")
+    for col in ("term", "bytes", "origin", "how"):
+        t.add_column(col, justify="right" if col == "bytes" else "left")
+    t.add_row(f"{dep.hardware.name} × gpu_memory_utilization {b.utilization:g}", fmt_bytes(b.requested_bytes),
+              _origin("derived"), f"ceil({b.total_bytes:,} B × {b.utilization:g}) (hardware spec)")
+    for term in b.terms:
+        t.add_row(f"− {term.name}", fmt_bytes(term.bytes), _origin(term.origin), term.how)
+    if b.given_available is not None:
+        t.add_row("[bold]available for KV (given)[/]", f"[bold]{fmt_bytes(b.available_bytes)}[/]", _origin("given"),
+                  "--kv-memory replaces the computation above, as vLLM logs it: 'Available KV cache memory'")
+    else:
+        style = "bold red" if b.available_bytes <= 0 else "bold"
+        t.add_row(f"[{style}]= available for KV[/]", f"[{style}]{fmt_bytes(b.available_bytes)}[/]",
+                  _origin(b.source), "requested − the terms above")
+    return t
+
+
+def capacity_lines(dep: Deployment) -> list[str]:
+    cap, lay, e = dep.capacity, dep.layout, dep.engine
+    lines = []
+    if cap.available_bytes <= 0:
+        lines.append(f"[bold red]no memory is left for the KV cache[/] ({fmt_bytes(cap.available_bytes)}): the weights "
+                     f"and buffers do not fit {dep.hardware.name} at tp={dep.tp}; raise --tp or --gpu-memory-utilization")
+    lines.append(f"capacity: [bold]{cap.num_blocks:,} blocks[/] of {fmt_bytes(cap.bytes_per_block)} "
+                 f"= {cap.available_bytes // max(cap.bytes_per_block, 1):,} × {cap.bytes_per_block:,} B; one request of "
+                 f"max_model_len {cap.max_model_len:,} needs {cap.blocks_per_request:,} blocks")
+    if lay.single_block_size:
+        lines.append(f"tokens in the cache: {cap.num_blocks:,} × {lay.block_size} = {cap.num_blocks * lay.block_size:,}")
+    a, b = cap.vllm_log_lines()
+    lines.append(f"as vLLM logs it: [bold]{a}[/], [bold]{b}[/]")
+    if not cap.fits_one_request and cap.num_blocks > 0:
+        lines.append(f"[bold red]one request of max_model_len does not fit[/]: vLLM refuses to start; lower "
+                     f"--max-model-len or raise --gpu-memory-utilization")
+    lines.append(f"[dim]engine: max_num_batched_tokens {e.max_num_batched_tokens:,}, max_num_seqs {e.max_num_seqs}, "
+                 f"block size {lay.block_size} (vllm serve defaults on {dep.hardware.id} unless given)[/]")
+    for note in lay.notes:
+        lines.append(f"[dim]note: {note}[/]")
+    if dep.budget.given_available is None:
+        lines.append("[dim]estimated/assumed terms are not measured; pass --kv-memory with the 'Available KV cache "
+                     "memory' vLLM logged to reproduce its capacity exactly[/]")
+    return lines
+
+
+def render_kv(dep: Deployment) -> Group:
+    p = dep.acc.precision.describe()
+    head = (f"[bold]{dep.model.name}[/] ({dep.model.architecture}) on [bold]{dep.hardware.id}[/] tp={dep.tp}: "
+            f"weights {p['weight']} (quantization: {p['quantization']}), KV {p['kv']}, state {p['state']}")
+    return Group(head, layout_table(dep), groups_table(dep), budget_table(dep), *capacity_lines(dep))
