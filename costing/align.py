@@ -133,7 +133,17 @@ def align_sequences(graph: list[GraphKernel], launches: list[Launch]) -> Alignme
                 ps[i, j] = p
     gap_g = np.asarray([gap_graph(g.attrs) for g in graph])
     gap_m = np.full(m, GAP_MEASURED)
+    if n and m:
+        S, P = ms[g_idx][:, l_idx_a], ps[g_idx][:, l_idx_a]
+    else:
+        S = P = np.full((n, m), NEG)
+    return align_scores(S, P, gap_g, gap_m)
 
+
+def align_scores(S: np.ndarray, P: np.ndarray, gap_g: np.ndarray, gap_m: np.ndarray) -> Alignment:
+    """The DP on explicit scores: S[i, j] (graph i matches launch j; -inf: cannot), P[i, j] (launch j is
+    a part of graph i), gap_g[i] / gap_m[j] (costs of leaving one out)."""
+    n, m = S.shape
     B = np.full((n + 1, m + 1), NEG)
     B[0] = -np.concatenate([[0.0], np.cumsum(gap_m)])
     code_b = np.zeros((n + 1, m + 1), dtype=np.int8)  # 0: A (g_i owns launch j-1), 1: up (g_i absent), 2: left
@@ -143,8 +153,8 @@ def align_sequences(graph: list[GraphKernel], launches: list[Launch]) -> Alignme
     left_pen = np.concatenate([[NEG], -gap_m])
     for i in range(1, n + 1):
         prev = B[i - 1]
-        s = np.concatenate([[NEG], ms[g_idx[i - 1], l_idx_a]]) if m else np.asarray([NEG])
-        p = np.concatenate([[NEG], ps[g_idx[i - 1], l_idx_a]]) if m else np.asarray([NEG])
+        s = np.concatenate([[NEG], S[i - 1]])
+        p = np.concatenate([[NEG], P[i - 1]])
         # R[j] = max(prev[j], R[j-1] + p[j])   (g_i open, main match not yet seen)
         R = _scan(prev, p)
         r_start[i] = prev >= np.concatenate([[NEG], R[:-1]]) + p
