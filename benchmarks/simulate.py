@@ -48,11 +48,11 @@ def main() -> None:
         specs = synthetic(args.num_requests, rate, parse_lengths(args.input_len, "input"),
                           parse_lengths(args.output_len, "output"), seed=args.seed)
         probes0 = getattr(cost, "evaluations", 0)
-        w0 = time.perf_counter()
+        w0, c0 = time.perf_counter(), time.process_time()
         res = simulate(setup, specs)
-        wall = time.perf_counter() - w0
+        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         s = summarize(res)
-        rows.append({"rate": rate, "simulate_wall_s": wall, "iterations": s.iterations,
+        rows.append({"rate": rate, "simulate_wall_s": wall, "simulate_cpu_s": cpu, "iterations": s.iterations,
                      "probe_steps_priced": getattr(cost, "evaluations", 0) - probes0,
                      "completed": s.completed, "preemptions": s.preemptions,
                      "requests_per_s": s.requests_per_s, "output_tokens_per_s": s.output_tokens_per_s,
@@ -71,7 +71,8 @@ def main() -> None:
     print(f"data: {note}")
     print(f"set-up: plan {t1 - t0:.2f} s, trace + cost tables {t2 - t1:.2f} s ({kernels} kernels); {out['machine']}")
     for r in rows:
-        print(f"rate {r['rate']:g} req/s: simulate {r['simulate_wall_s']:.2f} s wall, {r['iterations']:,} iterations, "
+        print(f"rate {r['rate']:g} req/s: simulate {r['simulate_wall_s']:.2f} s wall "
+              f"({r['simulate_cpu_s']:.2f} s CPU), {r['iterations']:,} iterations, "
               f"{r['probe_steps_priced']:,} probe steps priced; {r['completed']} done, {r['preemptions']} preemptions, "
               f"{r['requests_per_s']:.2f} req/s, {r['output_tokens_per_s']:,.0f} output tok/s, TTFT mean "
               f"{r['ttft_ms_mean']:.1f} ms, TPOT mean {r['tpot_ms_mean']:.2f} ms [{r['source']}]")

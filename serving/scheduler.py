@@ -59,36 +59,42 @@ class Request:
 
 
 class IterationLog:
-    """Per-iteration columns. Single iterations are buffered as rows; a decode segment appends k rows
-    as arrays at once."""
+    """Per-iteration columns. A single iteration is a block of one row of scalars; a decode segment is a
+    block of k rows whose columns are arrays (start, duration, KV blocks, source) or scalars."""
 
     NAMES = ("start_s", "dur_s", "tokens", "seqs", "prefill_tokens", "decode_seqs", "running", "waiting",
              "kv_used_blocks", "preempted", "source", "replica")
+    _FLOAT = ("start_s", "dur_s")
 
     def __init__(self) -> None:
-        self._blocks: list[tuple[np.ndarray, ...]] = []
-        self._rows: list[tuple] = []
+        self._blocks: list[tuple[int, tuple]] = []
 
     def row(self, *values) -> None:
-        self._rows.append(values)
+        self._blocks.append((1, values))
 
-    def block(self, *columns: np.ndarray) -> None:
-        self._flush()
-        self._blocks.append(columns)
-
-    def _flush(self) -> None:
-        if self._rows:
-            self._blocks.append(tuple(np.asarray(c) for c in zip(*self._rows)))
-            self._rows = []
+    def block(self, *columns) -> None:
+        """k rows at once: the first column is an array of k; other columns are arrays or scalars."""
+        self._blocks.append((len(columns[0]), columns))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        self._flush()
+        sizes = np.asarray([m for m, _ in self._blocks], dtype=np.int64)
+        offsets = np.cumsum(sizes) - sizes
         out = {}
-        for j, k in enumerate(self.NAMES):
-            parts = [np.asarray(b[j]) for b in self._blocks]
-            out[k] = np.concatenate(parts) if parts else np.zeros(0)
-        order = np.argsort(out["start_s"], kind="stable")  # replicas interleave
-        return {k: v[order] for k, v in out.items()}
+        for j, name in enumerate(self.NAMES):
+            vals = [c[j] for _, c in self._blocks]
+            arr = [k for k, v in enumerate(vals) if isinstance(v, np.ndarray)]
+            scalars = [v for v in vals]
+            for k in arr:
+                scalars[k] = 0
+            dtype = np.float64 if name in self._FLOAT else np.int64
+            col = np.repeat(np.asarray(scalars, dtype=dtype), sizes)
+            for k in arr:  # scalar blocks repeat; array blocks are copied in
+                col[offsets[k]:offsets[k] + sizes[k]] = vals[k]
+            out[name] = col
+        if len(out["start_s"]):
+            order = np.argsort(out["start_s"], kind="stable")  # replicas interleave
+            out = {k: v[order] for k, v in out.items()}
+        return out
 
 
 class Samples:
@@ -96,17 +102,19 @@ class Samples:
     its batch size."""
 
     def __init__(self) -> None:
-        self._parts: list[tuple[np.ndarray, float]] = []
+        self._parts: list[np.ndarray] = []
+        self._weights: list[float] = []
 
     def add(self, values: np.ndarray, weight: float = 1.0) -> None:
         if len(values):
-            self._parts.append((values, weight))
+            self._parts.append(values)
+            self._weights.append(weight)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         if not self._parts:
             return np.zeros(0), np.zeros(0)
-        v = np.concatenate([np.asarray(p, dtype=np.float64) for p, _ in self._parts])
-        w = np.concatenate([np.full(len(p), w, dtype=np.float64) for p, w in self._parts])
+        v = np.concatenate(self._parts).astype(np.float64)
+        w = np.repeat(np.asarray(self._weights, dtype=np.float64), [len(p) for p in self._parts])
         return v, w
 
 
@@ -432,10 +440,7 @@ class Engine:
             self.pool.release(-extra)
         held[:] = last_held
         self._plan = {"kind": "segment", "t": t, "end": end, "k": k, "durs": durs}
-        full = np.full(k, n)
-        zeros = np.zeros(k, dtype=np.int64)
-        self.log.block(starts, durs, full, full, zeros, full, full, np.full(k, len(self.waiting)), kv_used, zeros,
-                       src, np.full(k, self.index))
+        self.log.block(starts, durs, n, n, 0, n, n, len(self.waiting), kv_used, 0, src, self.index)
         self.iterations += k
         lo, hi = int(src.min()), int(src.max())
         if lo == hi:
@@ -458,31 +463,34 @@ class Engine:
         last_t = self.last_t[:n]
         if plan["kind"] == "segment":
             k, durs = plan["k"], plan["durs"]
-            first_end = plan["t"] + durs[0]
-            self.itl.add(first_end - last_t)
+            self.itl.add(plan["t"] + durs[0] - last_t)
             if k > 1:
                 self.itl.add(durs[1:], n)
             comp += k
             ntok += k
             outc += k
             last_t[:] = end
-            produced = np.ones(n, dtype=bool)
+            done = outc >= maxo
         else:
-            sched = plan["sched"]
-            comp += sched
-            produced = (sched > 0) & (comp == ntok)
-            if produced.any():
-                ntok[produced] += 1
-                outc[produced] += 1
-                again = produced & (outc > 1)
-                if again.any():
-                    self.itl.add(end - last_t[again])
-                for i in np.flatnonzero(produced & (outc == 1)):
+            comp += plan["sched"]
+            produced = comp == ntok  # all it needed is computed (unscheduled requests still need ≥ 1)
+            ntok[produced] += 1
+            outc[produced] += 1
+            gaps = last_t[produced]
+            fresh = np.isnan(gaps)  # first tokens: TTFT, not ITL
+            if fresh.all():
+                pass
+            elif fresh.any():
+                self.itl.add(end - gaps[~fresh])
+            else:
+                self.itl.add(end - gaps)
+            if fresh.any():
+                for i in np.flatnonzero(produced)[fresh]:
                     self.reqs[i].first_token_t = end
-                last_t[produced] = end
+            last_t[produced] = end
             if self.registering:
                 self._register()
-        done = produced & (outc >= maxo)
+            done = produced & (outc >= maxo)
         finished: list[Request] = []
         if done.any():
             for i in np.flatnonzero(done):

@@ -33,8 +33,8 @@ def latency_table(s: Summary) -> Table:
 
 
 def throughput_table(s: Summary) -> Table:
-    t = Table(title=f"throughput over {s.duration_s:,.1f} s simulated ({s.gpus} GPU{'s' if s.gpus > 1 else ''})",
-              title_justify="left")
+    t = Table(title=f"throughput over {s.duration_s:,.1f} s simulated ({s.gpus} GPU{'s' if s.gpus > 1 else ''}; "
+                    f"iteration times: {_src(s.source)})", title_justify="left")
     for col in ("", "total", "per GPU"):
         t.add_column(col, justify="left" if not col else "right")
     t.add_row("requests/s", f"{s.requests_per_s:,.3f}", f"{s.per_gpu(s.requests_per_s):,.3f}")
