@@ -82,3 +82,40 @@ def test_grids():
     assert np.all(np.diff(g)[g[1:] > 1100] / g[1:][g[1:] > 1100] < 1 / 60)
     n = chunk_grid(8192)
     assert n[0] == 2 and n[-1] == 8192 and list(n[:63]) == list(range(2, 65))
+
+
+def test_missing_kernel_times_stop_with_the_kernel_named(llama_tree):
+    from graphsim.costing.interpolate import KernelPricer
+    from graphsim.serving.pricing import MissingTimingError
+
+    tree, _, dtypes = llama_tree
+    nothing = KernelPricer(None, None)  # no profile rows and no hardware spec: every kernel is missing
+    with pytest.raises(MissingTimingError, match="qkv_proj"):
+        TreeCost(tree, nothing, dtypes, 64, 8, 1024)
+    with pytest.raises(MissingTimingError, match="import measured rows"):
+        MemoCost(tree, nothing, dtypes).step_us(8, 8, 8, 100.0, [])
+
+
+def test_summary_carries_the_worst_source():
+    from serving_helpers import AffineCost, small_setup
+
+    from graphsim.costing.interpolate import EXTRAPOLATED, INTERPOLATED, MEASURED
+    from graphsim.serving import parse_lengths, simulate, summarize, synthetic
+
+    class Mixed(AffineCost):  # decode measured/interpolated, prefill extrapolated
+        def step_us(self, tokens, seqs, dec_count, dec_ctx_mean, chunks):
+            t, _ = super().step_us(tokens, seqs, dec_count, dec_ctx_mean, chunks)
+            return t, EXTRAPOLATED if chunks else MEASURED
+
+        def decode_run_us(self, batch, ctx_mean0, k):
+            t, s = super().decode_run_us(batch, ctx_mean0, k)
+            return t, np.full(k, INTERPOLATED, dtype=np.int8)
+
+    work = synthetic(100, 5.0, parse_lengths("100:500", "in"), parse_lengths("20:80", "out"), seed=0)
+    res = simulate(small_setup(cost=Mixed()), work)
+    s = summarize(res)
+    assert s.source == "extrapolated" and not s.all_roofline
+    assert set(s.source_counts) == {"measured", "interpolated", "extrapolated"}
+    assert sum(s.source_counts.values()) == s.iterations
+    log_sources = res.iterations["source"]
+    assert set(np.unique(log_sources).tolist()) == {MEASURED, INTERPOLATED, EXTRAPOLATED}
