@@ -18,7 +18,7 @@ Cached content has two forms:
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Hashable
+from collections.abc import Hashable
 
 
 class BlockPool:

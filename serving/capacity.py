@@ -20,8 +20,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from graphsim.errors import GraphsimError
 from graphsim.serving.kv_layout import KvLayout
+
+from graphsim.errors import GraphsimError
 
 GiB = 1 << 30
 

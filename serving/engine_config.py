@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from graphsim.costing.hardware import HardwareSpec
+
 from graphsim.errors import GraphsimError
 
 GiB = 1 << 30
@@ -37,7 +38,7 @@ class EngineConfig:
     def max_in_flight_tokens(self) -> int:
         return self.max_concurrent_batches * self.max_num_batched_tokens
 
-    def check(self) -> "EngineConfig":
+    def check(self) -> EngineConfig:
         for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "max_concurrent_batches"):
             if getattr(self, name) < 1:
                 raise EngineConfigError(f"{name} = {getattr(self, name)}; give --{name.replace('_', '-')} >= 1")
@@ -49,7 +50,7 @@ class EngineConfig:
                 f"max_model_len ({self.max_model_len}); raise --max-num-batched-tokens or lower --max-model-len")
         return self
 
-    def with_(self, **changes) -> "EngineConfig":
+    def with_(self, **changes) -> EngineConfig:
         return replace(self, **changes)
 
 

@@ -26,14 +26,14 @@ is raised until an attention page holds at least one state page
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from enum import Enum
+from functools import cached_property
 
 import numpy as np
-
-from graphsim.errors import GraphsimError
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.specs import GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec
+
+from graphsim.errors import GraphsimError
 
 
 class KvLayoutError(GraphsimError):

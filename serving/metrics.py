@@ -18,7 +18,6 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-
 from graphsim.costing.interpolate import SOURCES
 from graphsim.serving.simulator import SimulationResult
 
@@ -32,7 +31,7 @@ class Stats:
     p99: float
 
     @classmethod
-    def of(cls, values: np.ndarray, weights: np.ndarray | None = None, scale: float = 1.0) -> "Stats":
+    def of(cls, values: np.ndarray, weights: np.ndarray | None = None, scale: float = 1.0) -> Stats:
         v = np.asarray(values, dtype=np.float64) * scale
         if len(v) == 0:
             return cls(0, math.nan, math.nan, math.nan, math.nan)

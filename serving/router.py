@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from graphsim.errors import GraphsimError
 

@@ -26,96 +26,15 @@ would produce.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
-
 from graphsim.serving.blocks import BlockPool
 from graphsim.serving.engine_config import EngineConfig
-from graphsim.serving.kv_layout import KvLayout, cdiv
+from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost
+from graphsim.serving.records import IterationLog, Request, Samples
 
 SEGMENT_CAP = 2048  # longest decode segment priced in one call
-
-
-class Request:
-    __slots__ = ("id", "arrival", "prompt", "maxo", "pid", "plen", "replica", "admitted_t", "first_token_t",
-                 "finish_t", "preemptions", "hit_tokens", "nshared", "comp", "ntok", "outc", "last_t", "held",
-                 "rejected", "requested_out")
-
-    def __init__(self, rid: int, arrival: float, prompt: int, out: int, pid: str | None, plen: int,
-                 max_model_len: int) -> None:
-        self.id, self.arrival, self.prompt = rid, arrival, prompt
-        self.requested_out = out
-        self.rejected = prompt >= max_model_len
-        self.maxo = max(1, min(out, max_model_len - prompt))
-        self.pid, self.plen = pid, (plen if pid is not None else 0)
-        self.replica = -1
-        self.admitted_t = self.first_token_t = self.finish_t = float("nan")
-        self.preemptions = 0
-        self.hit_tokens = -1  # prefix-cache hit at first admission
-        self.nshared = 0
-        self.comp, self.ntok, self.outc, self.last_t, self.held = 0, prompt, 0, float("nan"), 0
-
-
-class IterationLog:
-    """Per-iteration columns. A single iteration is a block of one row of scalars; a decode segment is a
-    block of k rows whose columns are arrays (start, duration, KV blocks, source) or scalars."""
-
-    NAMES = ("start_s", "dur_s", "tokens", "seqs", "prefill_tokens", "decode_seqs", "running", "waiting",
-             "kv_used_blocks", "preempted", "source", "replica")
-    _FLOAT = ("start_s", "dur_s")
-
-    def __init__(self) -> None:
-        self._blocks: list[tuple[int, tuple]] = []
-
-    def row(self, *values) -> None:
-        self._blocks.append((1, values))
-
-    def block(self, *columns) -> None:
-        """k rows at once: the first column is an array of k; other columns are arrays or scalars."""
-        self._blocks.append((len(columns[0]), columns))
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        sizes = np.asarray([m for m, _ in self._blocks], dtype=np.int64)
-        offsets = np.cumsum(sizes) - sizes
-        out = {}
-        for j, name in enumerate(self.NAMES):
-            vals = [c[j] for _, c in self._blocks]
-            arr = [k for k, v in enumerate(vals) if isinstance(v, np.ndarray)]
-            scalars = [v for v in vals]
-            for k in arr:
-                scalars[k] = 0
-            dtype = np.float64 if name in self._FLOAT else np.int64
-            col = np.repeat(np.asarray(scalars, dtype=dtype), sizes)
-            for k in arr:  # scalar blocks repeat; array blocks are copied in
-                col[offsets[k]:offsets[k] + sizes[k]] = vals[k]
-            out[name] = col
-        if len(out["start_s"]):
-            order = np.argsort(out["start_s"], kind="stable")  # replicas interleave
-            out = {k: v[order] for k, v in out.items()}
-        return out
-
-
-class Samples:
-    """Inter-token latencies as (values, weight): a segment adds each iteration time once, weighted by
-    its batch size."""
-
-    def __init__(self) -> None:
-        self._parts: list[np.ndarray] = []
-        self._weights: list[float] = []
-
-    def add(self, values: np.ndarray, weight: float = 1.0) -> None:
-        if len(values):
-            self._parts.append(values)
-            self._weights.append(weight)
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self._parts:
-            return np.zeros(0), np.zeros(0)
-        v = np.concatenate(self._parts).astype(np.float64)
-        w = np.repeat(np.asarray(self._weights, dtype=np.float64), [len(p) for p in self._parts])
-        return v, w
 
 
 _FIELDS = ("comp", "ntok", "outc", "maxo", "held")
@@ -518,6 +437,3 @@ class Engine:
             if r.nshared < upto or r.nshared >= r.plen // self.bs:
                 self.registering.pop(r.id, None)
 
-
-def blocks_for_tokens(tokens: int, block_size: int) -> int:
-    return cdiv(tokens, block_size)

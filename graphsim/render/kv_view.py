@@ -96,8 +96,8 @@ def capacity_lines(dep: Deployment) -> list[str]:
     a, b = cap.vllm_log_lines()
     lines.append(f"as vLLM logs it: [bold]{a}[/], [bold]{b}[/]")
     if not cap.fits_one_request and cap.num_blocks > 0:
-        lines.append(f"[bold red]one request of max_model_len does not fit[/]: vLLM refuses to start; lower "
-                     f"--max-model-len or raise --gpu-memory-utilization")
+        lines.append("[bold red]one request of max_model_len does not fit[/]: vLLM refuses to start; lower "
+                     "--max-model-len or raise --gpu-memory-utilization")
     lines.append(f"[dim]engine: max_num_batched_tokens {e.max_num_batched_tokens:,}, max_num_seqs {e.max_num_seqs}, "
                  f"block size {lay.block_size} (vllm serve defaults on {dep.hardware.id} unless given)[/]")
     for note in lay.notes:

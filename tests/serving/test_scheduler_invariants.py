@@ -5,12 +5,20 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from graphsim.serving import (
+    ClosedLoop,
+    Lengths,
+    kv_layout,
+    parse_lengths,
+    simulate,
+    summarize,
+    synthetic,
+)
+from graphsim.serving.scheduler import Engine
+from graphsim.work import accounting
 from serving_helpers import AffineCost, llama_layout, small_setup
 
 from graphsim.catalog import resolve_model
-from graphsim.serving import ClosedLoop, Lengths, kv_layout, parse_lengths, simulate, summarize, synthetic
-from graphsim.serving.scheduler import Engine
-from graphsim.work import accounting
 
 
 @pytest.fixture

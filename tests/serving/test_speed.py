@@ -3,7 +3,6 @@
 import time
 
 import pytest
-
 from graphsim.serving import parse_lengths, simulate, summarize, synthetic
 from graphsim.serving.deployment import build_cost, plan_deployment
 
