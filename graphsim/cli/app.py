@@ -38,6 +38,7 @@ COMMAND_MODULES = [
     "graphsim.cli.profiles_cmd",
     "graphsim.cli.capture_cmd", "graphsim.cli.align_cmd",
     "graphsim.cli.profile_cmd",
+    "graphsim.cli.analyze_cmd",
     "graphsim.cli.kv_cmd", "graphsim.cli.simulate_cmd",
 ]
 

@@ -1,0 +1,135 @@
+"""Glue for `graphsim analyze`: the importer, passes and costing on one side, the torch-free
+analyzer (`graphsim.work.analyzer`) on the other, joined by plain `Site` records.
+
+`prepare_graph`/`prepare_model` price one batch on a deployment and compute the accountant's rows;
+`analyze_prepared` picks the location map and analyses; `analyze_model` does both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphsim.errors import GraphsimError
+from graphsim.ir import Graph, Op
+from graphsim.work.analyzer import (
+    Analysis, Deployment, RowSet, Site, UnsupportedDeployment, analyze, draft_map, load_map, necessary_rows,
+    select_map, shipped_maps, unsupported,
+)
+from graphsim.workload import parse_batch_spec
+
+
+def pipeline_for(target: str, tp: int, ep: int) -> str:
+    return f"fold,fuse{{target={target}}}" + (f",tp{{size={tp}}}" if tp > 1 else "") + (f",ep{{size={ep}}}" if ep > 1 else "")
+
+
+def gpus_for(tp: int, ep: int) -> int:
+    """Ranks of the deployment. vLLM runs expert parallelism over the tensor-parallel group, so
+    `ep` is 1 or equal to `tp`."""
+    if tp < 1 or ep < 1:
+        raise GraphsimError(f"--tp and --ep must be >= 1 (got tp={tp}, ep={ep})")
+    if ep not in (1, tp):
+        raise GraphsimError(f"analyze supports --ep 1 or --ep equal to --tp (experts spread over the tensor-parallel "
+                            f"ranks, as vLLM does); got tp={tp}, ep={ep}")
+    return tp
+
+
+@dataclass
+class Prepared:
+    """A priced deployment and the accountant's rows for the same batch (None, with `reason`, when
+    the accountant cannot account the model or the fold disagrees with it)."""
+
+    deployment: Deployment
+    sites: list[Site]
+    rows: RowSet | None
+    fuse_target: str
+    reason: str = ""
+
+
+def prepare_graph(graph: Graph, config: dict[str, Any], hardware, batch: str, *, db=None, data_note: str = "",
+                  model: str = "", kv_dtype: str | None = None, dtype: str | None = None) -> Prepared:
+    """Price `batch` on a fused (and partitioned) kernel graph and account the same step from `config`."""
+    from graphsim.analysis.sites import read_sites
+    from graphsim.costing.cost_tree import build_tree, compile_tree
+    from graphsim.costing.interpolate import KernelPricer
+    from graphsim.costing.kernel_map import Dtypes
+    from graphsim.work import accounting
+
+    if not any(n.op is Op.KERNEL for n in graph.nodes):
+        raise GraphsimError("analyze needs a fused kernel graph; run the fold and fuse passes first")
+    step = parse_batch_spec(batch)
+    tp, ep = int(graph.meta.get("tp", 1)), int(graph.meta.get("ep", 1))
+    gpus = gpus_for(tp, ep)
+    tree = compile_tree(build_tree(graph))
+    dtypes = Dtypes.for_graph(graph.meta, kv_dtype)
+    ev = tree.evaluate([step], KernelPricer(db, hardware), dtypes)
+    total = float(ev.total_us()[0])
+    sites = read_sites(graph, tree, ev, step, dtypes, hardware)
+    dep = Deployment(
+        model=model or graph.name, architecture=str(graph.meta.get("architecture", "")),
+        hardware=f"{hardware.id} ({hardware.name})", data_note=data_note, tp=tp, ep=ep, gpus=gpus, batch=batch,
+        step=step, memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
+        iteration_us=None if math.isnan(total) else total, iteration_source=ev.total_source(0).value,
+        dtype=dtype, kv_dtype=kv_dtype)
+    target = str(graph.meta.get("fuse_target", ""))
+    try:
+        acc = accounting(config, dtype=dtype, kv_dtype=kv_dtype)
+        if graph.schedule is None:
+            raise UnsupportedDeployment("the graph has no layer schedule; run the fold pass")
+        rows = necessary_rows(acc, step, graph.schedule.tags)
+    except GraphsimError as e:  # the accountant does not know the model, or the fold disagrees with it
+        return Prepared(dep, sites, None, target, str(e))
+    return Prepared(dep, sites, rows, target)
+
+
+def prepare_model(model: str, *, gpu: str = "h200", tp: int = 1, ep: int = 1, batch: str = "decode:64x2048",
+                  profile: str | None = None, kv_dtype: str | None = None, dtype: str | None = None,
+                  target: str = "vllm", graph: Graph | None = None) -> Prepared:
+    """Trace `model` (catalog name, HF id, config.json or model dir), fuse and partition it, price `batch`.
+    `graph` reuses an already imported (unfused) graph of the same model."""
+    from graphsim.catalog import resolve_model
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.costing.predict import choose_data
+    from graphsim.passes import run_pipeline
+
+    gpus_for(tp, ep)
+    parse_batch_spec(batch)
+    hw = load_hardware(gpu)
+    db, note = choose_data(hw, profile)
+    resolved = resolve_model(model)
+    if graph is None:
+        from graphsim.importers.hf import import_hf
+
+        graph, _ = import_hf(resolved, dtype=dtype)
+    fused = run_pipeline(graph, pipeline_for(target, tp, ep)).graph
+    return prepare_graph(fused, resolved.config, hw, batch, db=db, data_note=note, model=model, kv_dtype=kv_dtype,
+                         dtype=dtype)
+
+
+def analyze_prepared(p: Prepared, map_paths: list[str | Path] | None = None) -> Analysis:
+    """Choose the location map (the shipped ones, or `map_paths`) and analyse; unsupported when none fits."""
+    if p.rows is None:
+        return unsupported(p.deployment, f"necessary work unavailable: {p.reason}")
+    maps = [load_map(m) for m in map_paths] if map_paths else shipped_maps()
+    return analyze(p.deployment, p.sites, p.rows, select_map(maps, p.sites, p.rows, p.fuse_target))
+
+
+def analyze_model(model: str, *, map_paths: list[str | Path] | None = None, **kw: Any) -> Analysis:
+    """`prepare_model` + `analyze_prepared`: the library form of `graphsim analyze`."""
+    return analyze_prepared(prepare_model(model, **kw), map_paths)
+
+
+def write_draft_map(p: Prepared, path: str | Path, map_id: str = "new-family") -> None:
+    """Write a skeleton location map of this deployment (see `work.analyzer.maps.draft_map`)."""
+    if p.rows is None:
+        raise GraphsimError(f"cannot draft a location map: {p.reason}")
+    out = Path(path)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        tmp.write_text(json.dumps(draft_map(p.sites, p.rows, p.fuse_target, map_id), indent=1) + "\n")
+        tmp.replace(out)
+    except OSError as e:
+        raise GraphsimError(f"cannot write {out}: {e.strerror or e}") from None

@@ -1,0 +1,98 @@
+"""CostTree locations as plain data: which kernel leaf, where, how often, its time and its work.
+
+A location is named `<region>/<scope role>/<kernel>`: the fold region (layer tag such as
+`full.moe`, or `outside` before and after the layers), the kernel's module scope relative to its
+layer (`self_attn`, `mlp.experts`, `input_layernorm`; `[layer]` for the layer itself, `[stack]`
+for a kernel whose ops span two layers, e.g. an input norm fused with the previous layer's residual
+add; the full scope outside the layers), and the name the fuse pass gave the kernel
+(`qkv_proj`, `fused_moe`). A kernel that repeats with the same role and name within a region gets
+`#2`, `#3`, … in order. Names depend on how the fuse pass names kernels and on the module tree,
+never on the model's name.
+
+This module takes plain values; the CLI layer reads them off a kernel graph and a priced cost
+tree (`graphsim.analysis.sites`), so `graphsim.work` stays free of torch, importers and costing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+LAYER_ROLE = "[layer]"
+STACK_ROLE = "[stack]"
+
+
+def scope_role(scope: str, layer_stack: str, in_layer: bool) -> str:
+    """The scope relative to its decoder layer (`model.layers.3.mlp.gate` → `mlp.gate`)."""
+    if not in_layer:
+        return scope or "[model]"
+    m = re.match(re.escape(layer_stack) + r"(?:\.(\d+))?(?:\.(.+))?$", scope) if layer_stack else None
+    if m is None:
+        return scope or "[model]"
+    if m.group(2):
+        return m.group(2) if m.group(1) is not None else f"{STACK_ROLE}.{m.group(2)}"
+    return LAYER_ROLE if m.group(1) is not None else STACK_ROLE
+
+
+def location_ids(keys: list[tuple[str, str, str]]) -> list[str]:
+    """`region/role/kernel` per (region, role, kernel) key, with `#k` on the k-th repeat (k ≥ 2)."""
+    seen: dict[tuple[str, str, str], int] = {}
+    out = []
+    for key in keys:
+        seen[key] = seen.get(key, 0) + 1
+        k = seen[key]
+        out.append("/".join(key) + (f"#{k}" if k > 1 else ""))
+    return out
+
+
+def split_location(location: str) -> tuple[str, str]:
+    """(region, rest) of `region/role/kernel`."""
+    region, _, rest = location.partition("/")
+    return region, rest
+
+
+@dataclass(frozen=True)
+class Performed:
+    """Work a kernel performs by its cost model (FLOPs, DRAM bytes split by what they move)."""
+
+    flops: float = 0.0
+    param_bytes: float = 0.0  # weights read
+    state_bytes: float = 0.0  # KV cache / recurrent state read or written
+    activation_bytes: float = 0.0  # activations read and written between kernels
+
+    @property
+    def bytes(self) -> float:
+        return self.param_bytes + self.state_bytes + self.activation_bytes
+
+    def scaled(self, factor: float) -> "Performed":
+        return Performed(self.flops * factor, self.param_bytes * factor, self.state_bytes * factor,
+                         self.activation_bytes * factor)
+
+    def __add__(self, other: "Performed") -> "Performed":
+        return Performed(self.flops + other.flops, self.param_bytes + other.param_bytes,
+                         self.state_bytes + other.state_bytes, self.activation_bytes + other.activation_bytes)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One CostTree leaf of one rank, with everything the analyzer needs about it.
+
+    `count` is the leaf's multiplicity (layers its region stands for); `time_us` the predicted time of
+    all `count` instances on one rank (None when missing); `performed` the work of all instances on
+    one rank; `peak_flops_per_s` the hardware's dense peak for the kernel's dtype (None: no such path).
+    """
+
+    location: str
+    kernel: str
+    kind: str
+    communication: bool
+    count: int
+    time_us: float | None
+    source: str
+    performed: Performed = Performed()
+    peak_flops_per_s: float | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def region(self) -> str:
+        return split_location(self.location)[0]

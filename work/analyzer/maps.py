@@ -1,0 +1,307 @@
+"""Location maps: where each necessary-work row lands among a deployment's CostTree locations.
+
+A map is a versioned JSON file in `work/location_maps/`, one per architecture family and
+deployment location set (the non-communication kernels the fuse pass makes for it). It lists, per
+fold region, every non-communication location exactly once with the rows it consumes — an empty
+list where a location has no compulsory work (rotary, activation epilogues, placeholders) — and
+every row must be consumed exactly once. A map says *where* work lands, never *how much*: the
+amounts come from the accountant (DESIGN §5, rule 9).
+
+    {"schema": "graphsim.location-map", "schema_version": 1, "id": "gqa-dense", "version": 1,
+     "title": "...", "fuse_target": "vllm",
+     "regions": {"full.dense": [{"at": "self_attn/qkv_proj", "rows": ["attn.qkv"]}, ...],
+                 "outside": [{"at": "lm_head/lm_head", "rows": ["head"]}, ...]}}
+
+A row reference is a part (`attn.qkv`: every row of that part in the region) or one module of a
+part (`ffn.mlp:mlp.gate_proj`); outside the layers it is a segment (`embed`, `final_norm`, `head`).
+`validate_map_data` checks a map on its own; `check_map` checks it against a deployment; a
+deployment no map fits exactly is unsupported, never half-analysed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from graphsim.errors import GraphsimError
+from graphsim.work.analyzer.locations import Site
+from graphsim.work.analyzer.rows import OUTSIDE, OUTSIDE_SEGMENTS, Row, RowSet
+
+SCHEMA = "graphsim.location-map"
+SCHEMA_VERSION = 1
+_ID = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
+_AT = re.compile(r"^[^/\s]+/[^/\s#]+(#[2-9]\d*|#1\d+)?$")
+_PART = r"(attn|ffn)\.[a-z_]+"
+_REF = re.compile(rf"^{_PART}(:[A-Za-z0-9_.]+)?$")
+_TOP_KEYS = {"schema", "schema_version", "id", "version", "title", "fuse_target", "notes", "regions"}
+_ENTRY_KEYS = {"at", "rows", "note"}
+
+
+class LocationMapError(GraphsimError):
+    """A location map file that breaks the schema or the exactly-once rules."""
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    region: str
+    at: str  # "role/kernel[#k]" inside the region
+    rows: tuple[str, ...]
+    note: str = ""
+
+    @property
+    def location(self) -> str:
+        return f"{self.region}/{self.at}"
+
+
+@dataclass(frozen=True)
+class LocationMap:
+    id: str
+    version: int
+    title: str
+    fuse_target: str
+    entries: tuple[MapEntry, ...]
+    notes: tuple[str, ...] = ()
+    path: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.id} v{self.version}"
+
+    @property
+    def locations(self) -> frozenset[str]:
+        return frozenset(e.location for e in self.entries)
+
+    @property
+    def regions(self) -> tuple[str, ...]:
+        seen: list[str] = []
+        for e in self.entries:
+            if e.region not in seen:
+                seen.append(e.region)
+        return tuple(seen)
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise LocationMapError(f"duplicate key '{k}'")
+        out[k] = v
+    return out
+
+
+def _summary(where: str, problems: list[str]) -> str:
+    shown = "; ".join(problems[:4])
+    more = f" (+{len(problems) - 4} more)" if len(problems) > 4 else ""
+    return f"{where}: {shown}{more}"
+
+
+def validate_map_data(data: Any, where: str = "location map") -> LocationMap:
+    """Check a map's schema and its internal exactly-once rules; raise LocationMapError naming every problem."""
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise LocationMapError(f"{where}: expected a JSON object")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        problems.append(f"unknown field(s) {', '.join(unknown)}")
+    if data.get("schema") != SCHEMA:
+        problems.append(f"'schema' must be '{SCHEMA}'")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        problems.append(f"'schema_version' must be {SCHEMA_VERSION} (this graphsim reads version {SCHEMA_VERSION})")
+    map_id = data.get("id")
+    if not isinstance(map_id, str) or not _ID.match(map_id):
+        problems.append("'id' must be a lower-case name such as 'gqa-dense'")
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        problems.append("'version' must be an integer >= 1")
+    for key in ("title", "fuse_target"):
+        if not isinstance(data.get(key), str) or not data.get(key):
+            problems.append(f"'{key}' must be a non-empty string")
+    notes = data.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        problems.append("'notes' must be a list of strings")
+    regions = data.get("regions")
+    entries: list[MapEntry] = []
+    if not isinstance(regions, dict) or not regions:
+        problems.append("'regions' must be an object of region name → list of locations")
+        regions = {}
+    for region, items in regions.items():
+        if not isinstance(items, list):
+            problems.append(f"region '{region}' must be a list of locations")
+            continue
+        seen_at: set[str] = set()
+        seen_refs: dict[str, str] = {}
+        for i, item in enumerate(items):
+            label = f"{region}[{i}]"
+            if not isinstance(item, dict):
+                problems.append(f"{label} must be an object with 'at' and 'rows'")
+                continue
+            extra = sorted(set(item) - _ENTRY_KEYS)
+            if extra:
+                problems.append(f"{label} has unknown field(s) {', '.join(extra)}")
+            at, refs, note = item.get("at"), item.get("rows"), item.get("note", "")
+            if not isinstance(at, str) or not _AT.match(at):
+                problems.append(f"{label}: 'at' must be 'scope-role/kernel' (optionally '#k', k >= 2), got {at!r}")
+                continue
+            label = f"{region}/{at}"
+            if at in seen_at:
+                problems.append(f"location {label} is listed twice")
+            seen_at.add(at)
+            if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
+                problems.append(f"{label}: 'rows' must be a list of row references (empty for no compulsory work)")
+                continue
+            if not isinstance(note, str):
+                problems.append(f"{label}: 'note' must be a string")
+            for ref in refs:
+                ok = ref in OUTSIDE_SEGMENTS if region == OUTSIDE else bool(_REF.match(ref))
+                if not ok:
+                    want = "a segment (embed, final_norm, head)" if region == OUTSIDE else "'block.part' or 'block.part:module'"
+                    problems.append(f"{label}: row reference {ref!r} is not {want}")
+                    continue
+                if ref in seen_refs:
+                    problems.append(f"row {region}:{ref} is consumed twice ({seen_refs[ref]} and {at})")
+                seen_refs[ref] = at
+            entries.append(MapEntry(region, at, tuple(refs), note if isinstance(note, str) else ""))
+        for ref, at in seen_refs.items():
+            part = ref.split(":", 1)[0]
+            if ":" in ref and part in seen_refs:
+                problems.append(f"row {region}:{ref} is consumed twice (by part '{part}' at {seen_refs[part]} and at {at})")
+    if problems:
+        raise LocationMapError(_summary(where, problems))
+    return LocationMap(map_id, version, data["title"], data["fuse_target"], tuple(entries), tuple(notes))
+
+
+def load_map(path: str | Path) -> LocationMap:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(), object_pairs_hook=_no_duplicate_keys)
+    except OSError as e:
+        raise LocationMapError(f"cannot read location map {p}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise LocationMapError(f"location map {p} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    except LocationMapError as e:
+        raise LocationMapError(f"location map {p}: {e}") from None
+    m = validate_map_data(data, f"location map {p.name}")
+    return LocationMap(m.id, m.version, m.title, m.fuse_target, m.entries, m.notes, str(p))
+
+
+def shipped_map_paths() -> list[Path]:
+    folder = resources.files("graphsim.work") / "location_maps"
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def shipped_maps() -> list[LocationMap]:
+    return [load_map(p) for p in shipped_map_paths()]
+
+
+# --- against a deployment --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MapCheck:
+    """A map held against one deployment: problems (empty when it fits) and, if it fits, the assignment."""
+
+    map: LocationMap
+    missing: tuple[str, ...]  # deployment locations the map does not list
+    extra: tuple[str, ...]  # listed locations the deployment does not have
+    problems: tuple[str, ...]  # every broken rule, including missing/extra
+    assignment: dict[str, tuple[Row, ...]]  # location → rows it consumes (complete only when ok)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def distance(self) -> int:
+        return len(self.missing) + len(self.extra)
+
+
+def check_map(m: LocationMap, sites: list[Site], rows: RowSet, fuse_target: str) -> MapCheck:
+    """Every non-communication location listed exactly once; every row consumed exactly once."""
+    problems: list[str] = []
+    if m.fuse_target != fuse_target:
+        problems.append(f"map is for fuse target '{m.fuse_target}', the deployment was fused for '{fuse_target}'")
+    comm = {s.location for s in sites if s.communication}
+    have = [s.location for s in sites if not s.communication]
+    dup = sorted({x for x in have if have.count(x) > 1})
+    if dup:
+        problems.append(f"the deployment has several kernels named {', '.join(dup)}; locations are not unique")
+    listed = m.locations
+    missing = tuple(x for x in have if x not in listed)
+    extra = tuple(sorted(x for x in listed if x not in set(have)))
+    for x in missing:
+        problems.append(f"location {x} is not listed")
+    for x in extra:
+        problems.append(f"location {x} is communication; maps list only non-communication locations"
+                        if x in comm else f"location {x} does not exist in this deployment")
+    assignment: dict[str, tuple[Row, ...]] = {}
+    used: dict[tuple[str, str], list[str]] = {}
+    for e in m.entries:
+        region_rows = rows.of_region(e.region)
+        got: list[Row] = []
+        for ref in e.rows:
+            match = [r for r in region_rows if (r.ref == ref if (":" in ref or e.region == OUTSIDE) else r.part == ref)]
+            if not match:
+                problems.append(f"{e.location}: row {e.region}:{ref} does not exist for this model "
+                                f"(rows there: {', '.join(r.ref for r in region_rows) or 'none'})")
+            for r in match:
+                used.setdefault(r.key, []).append(e.location)
+            got.extend(match)
+        assignment[e.location] = tuple(got)
+    for r in rows.rows:
+        at = used.get(r.key, [])
+        if not at:
+            problems.append(f"row {r.region}:{r.ref} ({r.segment}) is not consumed by any location")
+        elif len(at) > 1:
+            problems.append(f"row {r.region}:{r.ref} is consumed {len(at)} times ({', '.join(at)})")
+    return MapCheck(m, missing, extra, tuple(problems), assignment)
+
+
+@dataclass(frozen=True)
+class MapChoice:
+    """The map that fits a deployment, or why none does."""
+
+    check: MapCheck | None  # the fitting map's check (None when no map fits)
+    reason: str  # empty when a map fits
+    candidates: tuple[MapCheck, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.check is not None and self.check.ok
+
+
+def select_map(maps: list[LocationMap], sites: list[Site], rows: RowSet, fuse_target: str) -> MapChoice:
+    """The one map whose location set equals the deployment's and whose rows check out."""
+    if not maps:
+        return MapChoice(None, "no location maps to choose from")
+    checks = sorted((check_map(m, sites, rows, fuse_target) for m in maps), key=lambda c: (c.distance, len(c.problems)))
+    same_set = [c for c in checks if c.distance == 0 and c.map.fuse_target == fuse_target]
+    fitting = [c for c in same_set if c.ok]
+    if len(fitting) == 1:
+        return MapChoice(fitting[0], "", tuple(checks))
+    if len(fitting) > 1:
+        return MapChoice(None, "several location maps fit this deployment ("
+                         + ", ".join(c.map.label for c in fitting) + "); keep one per location set", tuple(checks))
+    best = same_set[0] if same_set else checks[0]
+    head = (f"location map {best.map.label} lists this deployment's locations but breaks the exactly-once rules"
+            if same_set else f"no location map lists this deployment's locations; closest is {best.map.label} "
+            f"({len(best.missing)} missing, {len(best.extra)} extra)")
+    return MapChoice(None, _summary(head, list(best.problems)), tuple(checks))
+
+
+def draft_map(sites: list[Site], rows: RowSet, fuse_target: str, map_id: str = "new-family") -> dict[str, Any]:
+    """A skeleton map for a deployment no map fits: every non-communication location with an empty
+    row list, and the rows still to place in `notes`. It fails validation until every row is placed."""
+    regions: dict[str, list[dict[str, Any]]] = {}
+    for s in sites:
+        if s.communication:
+            continue
+        region, at = s.location.split("/", 1)
+        regions.setdefault(region, []).append({"at": at, "rows": [], "note": f"{s.kind} kernel"})
+    todo = [f"place {r.region}:{r.ref} ({r.segment})" for r in rows.rows]
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "id": map_id, "version": 1,
+            "title": "DRAFT: assign every row to the location whose kernel performs it, then delete these notes",
+            "fuse_target": fuse_target, "notes": todo, "regions": regions}
