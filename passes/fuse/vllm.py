@@ -111,7 +111,16 @@ def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
 
 
 def _build_packed(ctx: FuseContext, c: Candidate) -> KernelAttrs:
-    return P.gemm_attrs(ctx, c.nodes, c.info["packed"], "packed_gemm", _quant_dtype(ctx, c.nodes))
+    attrs = P.gemm_attrs(ctx, c.nodes, c.info["packed"], "packed_gemm", _quant_dtype(ctx, c.nodes))
+    if c.info["packed"] != "qkv_proj":
+        return attrs
+    # QKVParallelLinear splits q by heads and keeps whole KV heads per rank (replicating them when
+    # tp > num_kv_heads): record the q/kv split so the tp pass can do the same
+    attn = next((a for a in P.attention_nodes(ctx) if a.scope == P.parent(c.nodes[0].scope)), None)
+    q = next((n for n in c.nodes if P.leaf(n.scope) == "q_proj"), None)
+    if attn is None or q is None:
+        return attrs
+    return attrs.with_geometry(q_features=q.attrs.out_features, num_kv_heads=attn.attrs.num_kv_heads)
 
 
 PACKED_GEMM = Rule(

@@ -153,6 +153,18 @@ class TensorParallel(PartitionPass):
         if _stays_replicated(n, users):
             bump("replicated")
             return n, None, False
+        if a.geo("q_features") is not None:  # fused QKV: q split by heads, whole KV heads per rank
+            q, kv = int(a.geo("q_features")), int(a.geo("num_kv_heads"))
+            kv_rank = split(kv, t, "num_key_value_heads", where) if kv >= t else 1
+            n_rank = split(q, t, "q features", where) + (nn - q) * kv_rank // kv
+            n = n.with_(attrs=a.with_geometry(n=n_rank, q_features=q // t, num_kv_heads=kv_rank))
+            for w in weights + biases:
+                spec = graph.params[w]
+                rows = int(spec.shape[0])
+                params[w] = TensorSpec((rows // t if rows == q else rows * kv_rank // kv,) + tuple(spec.shape[1:]),
+                                       spec.dtype)
+            bump("column_parallel")
+            return n, None, True
         n = n.with_(attrs=a.with_geometry(n=split(nn, t, "n (column-parallel output features)", where)))
         for w in weights:
             params[w] = _shard_dim(graph.params[w], 0, t, "out_features", where)

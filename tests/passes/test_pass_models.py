@@ -81,6 +81,11 @@ def test_kv_heads_replicated_beyond_their_count(imported):
     run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=vllm},tp{size=8}")
     attn = [n for n in run.graph.nodes if is_kind(n, KernelKind.ATTENTION)][0]
     assert attn.attrs.geo("num_kv_heads") == 1 and attn.attrs.geo("kv_replicas") == 2
+    # the fused QKV GEMM keeps one whole KV head per rank, as vLLM's QKVParallelLinear does:
+    # q 32 heads × 128 / 8 = 512, plus k and v one head of 128 each = 768 (not 5120 / 8 = 640)
+    qkv = [n for n in run.graph.nodes if n.attrs.name == "qkv_proj"][0]
+    assert qkv.attrs.geo("n") == 768
+    assert run.graph.params["model.layers.0.self_attn.k_proj.weight"].shape == (128, 2048)
     assert run.results[-1][1].stats["kv_heads_replicated"] == 1
 
 
