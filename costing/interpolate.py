@@ -1,4 +1,4 @@
-"""Kernel time lookup: exact row → interpolation → roofline → missing (DESIGN §1, issue 5 §4).
+"""Kernel time lookup: exact row → interpolation → roofline → missing (DESIGN §1).
 
 `Curve` interpolates the rows of one geometry key over their batch-dependent coordinates
 (`m` for GEMMs; batch and kv_len for decode; batch, q_len and cached prefix for prefill; tokens;

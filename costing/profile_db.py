@@ -1,4 +1,4 @@
-"""profile.db: SQLite storage of measured kernel times (DESIGN §4, issue 5 §1).
+"""profile.db: SQLite storage of measured kernel times (DESIGN §4).
 
 - `ProfileDB.open(path)` opens read-only for lookups and checks the file: not SQLite, no `meta`
   table or another schema version → a `ProfileDBError` subclass whose message names the fix.

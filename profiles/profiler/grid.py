@@ -55,7 +55,7 @@ class Grid:
 
     @classmethod
     def full(cls) -> "Grid":
-        """The full generic range (issue 5 §2): m and tokens 1…16384, prefill q 16…8192 with
+        """The full generic range: m and tokens 1…16384, prefill q 16…8192 with
         kv = q, 2q, … ≤ 32768, decode batch 1…256 × kv 128…32768."""
         return cls(
             gemm_m=pow2_and_midpoints(1, 16384),

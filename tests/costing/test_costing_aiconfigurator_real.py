@@ -1,5 +1,5 @@
 """Against the real aiconfigurator-core 0.12.0 package, when installed: spot values from
-/work/shared/notes/aiconfigurator-data.md (h200_sxm, vllm 0.24.0, bf16)."""
+the values published for aiconfigurator-core 0.12.0 (h200_sxm, vllm 0.24.0, bf16)."""
 
 import importlib.util
 
