@@ -47,6 +47,16 @@ PARTS: dict[K, frozenset[C]] = {
     K.ALL_TO_ALL: frozenset({C.COLLECTIVE}),
 }
 
+# Elementwise launches that are part of a kernel when they sit next to it: the token dispatch around
+# grouped expert GEMMs in an eager MoE (histc / sort / index / scatter), the expert activation and
+# the weighted combine.
+PART_OPS: dict[K, frozenset[str]] = {
+    K.MOE_EXPERTS: frozenset({"histc", "sort", "cumsum", "index", "gather", "scatter", "silu", "gelu", "mul",
+                              "sum", "add", "copy", "cast", "where", "compare", "max"}),
+}
+# GEMM launches that can be the main launch of a routed-expert kernel (grouped / batched GEMMs).
+_EXPERT_GEMM_OPS = frozenset({"grouped_mm", "bmm"})
+
 PART_SCORE = 0.8
 GAP_GRAPH = 1.0  # a graph kernel with no counterpart
 GAP_GRAPH_APPROX = 0.3  # a memory-bound placeholder with no counterpart (engines fuse these away)
@@ -78,6 +88,8 @@ def _gemm_nk(x: Launch) -> tuple[int, int] | None:
 def match_score(a: KernelAttrs, x: Launch) -> float | None:
     """Score of `x` standing for graph kernel `a` (None: it cannot)."""
     base = MAIN.get(a.kind, {}).get(x.klass)
+    if a.kind is K.MOE_EXPERTS and x.klass is C.GEMM and (x.op in _EXPERT_GEMM_OPS or "group" in x.name.lower()):
+        return 2.5
     if base is None:
         return None
     if a.kind in (K.ELEMENTWISE, K.ACTIVATION):
@@ -106,7 +118,11 @@ def match_score(a: KernelAttrs, x: Launch) -> float | None:
 
 
 def part_score(a: KernelAttrs, x: Launch) -> float | None:
-    return PART_SCORE if x.klass in PARTS.get(a.kind, frozenset()) else None
+    if x.klass in PARTS.get(a.kind, frozenset()):
+        return PART_SCORE
+    if x.klass is C.ELEMENTWISE and x.op in PART_OPS.get(a.kind, frozenset()):
+        return PART_SCORE
+    return None
 
 
 def gap_graph(a: KernelAttrs) -> float:

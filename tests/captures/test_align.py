@@ -185,3 +185,22 @@ def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
     assert [abs(d["deviation_us"]) for d in known] == sorted((abs(d["deviation_us"]) for d in known), reverse=True)
     assert dev[-1]["deviation_us"] is None
     assert r.to_json()["deviations"]
+
+
+def test_scores_for_eager_moe_and_gemm_shapes():
+    from graphsim.costing.align_rules import match_score, part_score
+    from graphsim.importers.captures import Launch, LaunchClass
+    from graphsim.ir.kernel import KernelAttrs, KernelKind
+
+    moe = KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", (("hidden_size", 64),), "f32")
+    grouped = Launch("aten::_grouped_mm", 0, 1, LaunchClass.GEMM, "grouped_mm")
+    index = Launch("aten::index", 0, 1, LaunchClass.ELEMENTWISE, "index")
+    assert match_score(moe, grouped) == 2.5 and part_score(moe, index) == 0.8 and match_score(moe, index) is None
+    gemm = KernelAttrs(KernelKind.GEMM, "linear", (("n", 128), ("k", 64)), "f32")
+    right = Launch("aten::linear", 0, 1, LaunchClass.GEMM, "linear", shapes=((8, 64), (128, 64), ()))
+    wrong = Launch("aten::linear", 0, 1, LaunchClass.GEMM, "linear", shapes=((8, 64), (256, 64), ()))
+    assert match_score(gemm, right) > match_score(gemm, wrong) > 0
+    assert part_score(gemm, index) is None
+    mul = KernelAttrs(KernelKind.ELEMENTWISE, "mul", (("width", 64),), "f32")
+    assert match_score(mul, Launch("aten::add", 0, 1, LaunchClass.ELEMENTWISE, "add")) is None
+    assert match_score(mul, Launch("k", 0, 1, LaunchClass.ELEMENTWISE, "")) == 2.0
