@@ -148,13 +148,14 @@ def test_real_cpu_trace_against_the_eager_target(eager_graph, cpu_trace):
     r = build_report(eager_graph, cap, cap.select(), target="eager")
     c = r.completeness
     assert c["graph_absent"] == 0, [k.node for k in r.kernels if k.verdict != MATCHED]
-    assert c["matched_us"] >= 0.95 * c["launch_us"]
+    assert c["matched_us"] >= 0.6 * c["launch_us"]  # a 64-wide model: bookkeeping and views weigh in
     gemm = [k for k in r.kernels if k.kind == "gemm"]
     assert gemm and all(set(k.counterparts) == {"aten::linear"} for k in gemm)
     attn = next(k for k in r.kernels if k.kind == "attention")
     assert attn.counterparts == {"aten::scaled_dot_product_attention": 2}
-    # HF's position / mask bookkeeping on integer tensors is real work the graph does not model
-    assert all(g.verdict in (UNMATCHED, PLUMBING) for g in r.measured)
+    # what no graph kernel claims is HF's position / mask bookkeeping before the first layer
+    unmatched = [g for g in r.measured if g.verdict == UNMATCHED]
+    assert unmatched and all("between embedding and mul" in g.reason for g in unmatched), unmatched
 
 
 def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
