@@ -86,9 +86,10 @@ def tiny_config(spec: ModelSpec) -> dict[str, Any]:
 
 
 def fused_graph(cfg: dict[str, Any], name: str):
-    from graphsim.catalog import ResolvedModel
     from graphsim.importers.hf import import_hf
     from graphsim.passes import run_pipeline
+
+    from graphsim.catalog import ResolvedModel
 
     graph, _ = import_hf(ResolvedModel(name, cfg, "path", f"benchmarks/validate_cpu.py:{name}"), dtype="float32")
     return run_pipeline(graph, "fold,fuse{target=eager}").graph
@@ -173,9 +174,13 @@ def _code_warmer(key) -> Callable[[], Any] | None:
     weights or KV caches; None for per-token kernels, whose inputs a real forward has just written."""
     import torch
     import torch.nn.functional as F
-
     from graphsim.costing.kernels import (
-        AttentionDecodeKey, AttentionPrefillKey, GemmKey, MlaDecodeKey, MlaPrefillKey, MoeKey,
+        AttentionDecodeKey,
+        AttentionPrefillKey,
+        GemmKey,
+        MlaDecodeKey,
+        MlaPrefillKey,
+        MoeKey,
     )
     from graphsim.profiles.profiler import Unmeasurable
     from graphsim.profiles.profiler.device import torch_dtype
@@ -197,10 +202,14 @@ def profile_cpu(graph, db_path: Path, *, threads: int, grid, timing, log: Callab
     """Measure every distinct key of the eager graph with the profiler's benchmarks (`make_bench`,
     `points_for_key`) and `ThreadClockTimer` into `db_path` (resumable: rows already there are kept)."""
     import torch
-
     from graphsim.costing.kernel_map import Dtypes
     from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
-    from graphsim.profiles.profiler import Unmeasurable, collect_targets, open_device, points_for_key
+    from graphsim.profiles.profiler import (
+        Unmeasurable,
+        collect_targets,
+        open_device,
+        points_for_key,
+    )
     from graphsim.profiles.profiler.benches import make_bench
     from graphsim.profiles.profiler.timer import summarise
 
@@ -243,7 +252,6 @@ def profile_cpu(graph, db_path: Path, *, threads: int, grid, timing, log: Callab
 
 def build_model(cfg: dict[str, Any]):
     import torch
-
     from graphsim.importers.hf.build import make_hf_config, model_class
 
     torch.manual_seed(0)
@@ -361,6 +369,7 @@ def validate_model(spec: ModelSpec, cases: list[str], out: Path, *, threads: int
     from graphsim.costing.predict import predict
     from graphsim.costing.profile_db import ProfileDB
     from graphsim.profiles.profiler import TimingOptions, open_device, profile_graph
+
     from graphsim.workload import parse_batch_spec
 
     steps = [parse_batch_spec(c) for c in cases]

@@ -19,15 +19,19 @@ No torch: the capture types are plain data (`graphsim.importers.captures.model`)
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from graphsim.costing.align_rules import (
+    GAP_MEASURED,
+    gap_graph,
+    match_score,
+    part_score,
+)
+from graphsim.importers.captures.model import Launch
 
-from graphsim.costing.align_rules import accepted_classes, gap_graph, match_score, part_score, GAP_MEASURED
 from graphsim.errors import GraphsimError
-from graphsim.importers.captures.model import Capture, Iteration, Launch, LaunchClass
 from graphsim.ir import Graph, Op
 from graphsim.ir.kernel import KernelAttrs
 

@@ -10,8 +10,11 @@ around attention, the sorting/alignment kernels and the activation inside a fuse
 
 from __future__ import annotations
 
-from graphsim.importers.captures.model import Launch, LaunchClass as C
-from graphsim.ir.kernel import KernelAttrs, KernelKind as K
+from graphsim.importers.captures.model import Launch
+from graphsim.importers.captures.model import LaunchClass as C
+
+from graphsim.ir.kernel import KernelAttrs
+from graphsim.ir.kernel import KernelKind as K
 
 MAIN: dict[K, dict[C, float]] = {
     K.GEMM: {C.GEMM: 3.0},

@@ -6,7 +6,14 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
-from graphsim.costing.align_report import ABSENT, MATCHED, PARTLY, PLUMBING, UNMATCHED, AlignReport
+from graphsim.costing.align_report import (
+    ABSENT,
+    MATCHED,
+    PARTLY,
+    PLUMBING,
+    UNMATCHED,
+    AlignReport,
+)
 from graphsim.render.cost_view import SOURCE_STYLE, fmt_us
 
 VERDICT_STYLE = {MATCHED: "green", PARTLY: "yellow", ABSENT: "bold red", UNMATCHED: "bold yellow", PLUMBING: "dim"}
@@ -113,7 +120,7 @@ def render_alignment(r: AlignReport, limit: int = 25) -> Group:
             f"measured ({fmt_us(max(0.0, r.wall_us - r.measured_us))} outside launches)")
     if r.has_prediction:
         tail += (f"; predicted {fmt_us(r.predicted_us)} {_src(r.predicted_source)}" if r.predicted_us is not None
-                 else f"; predicted [bold red]incomplete[/] (missing kernels)")
+                 else "; predicted [bold red]incomplete[/] (missing kernels)")
         if r.predicted_us is not None and r.measured_us > 0:
             tail += (f" → {_err(r.predicted_us / r.measured_us - 1)} vs launches, "
                      f"{_err(r.predicted_us / r.wall_us - 1) if r.wall_us > 0 else '–'} vs the range")

@@ -16,7 +16,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from graphsim.importers.captures.classify import classify_kernel
-from graphsim.importers.captures.model import Capture, CaptureError, Iteration, Launch, LaunchClass
+from graphsim.importers.captures.model import (
+    Capture,
+    CaptureError,
+    Iteration,
+    Launch,
+    LaunchClass,
+)
 from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from graphsim.importers.captures.model import Capture, Iteration, Launch, LaunchClass
 
 
@@ -49,7 +48,7 @@ def find_fold(labels: list[str], max_period: int = 2000) -> Fold | None:
             best = cand
     if best is None:
         return None
-    covered, neg_p, start, repeats = best
+    _, neg_p, start, repeats = best
     p = -neg_p
     return Fold(start, p, repeats, tuple(labels[start:start + p]))
 

@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from graphsim.importers.captures.classify import classify_cpu_op, classify_kernel
-from graphsim.importers.captures.model import Capture, CaptureError, Iteration, Launch, LaunchClass
+from graphsim.importers.captures.model import (
+    Capture,
+    CaptureError,
+    Iteration,
+    Launch,
+    LaunchClass,
+)
 from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
 
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -1,15 +1,28 @@
 """Alignment of fused kernels with captures: the DP against a brute-force reference, vLLM-shaped captures
 (fused, unfused, missing and unknown kernels), a real CPU trace against the eager target, per-kernel prices."""
 
-import itertools
 import math
 
 import numpy as np
 import pytest
-from capture_helpers import ADD, MEMCPY_IN, MEMCPY_OUT, NAMES, SAMPLING, kernel_list, vllm_kernel_names, write_json
-
+from capture_helpers import (
+    ADD,
+    MEMCPY_IN,
+    MEMCPY_OUT,
+    NAMES,
+    SAMPLING,
+    kernel_list,
+    vllm_kernel_names,
+    write_json,
+)
 from graphsim.costing.align import align_scores, iteration_kernels
-from graphsim.costing.align_report import ABSENT, MATCHED, PLUMBING, UNMATCHED, build_report
+from graphsim.costing.align_report import (
+    ABSENT,
+    MATCHED,
+    PLUMBING,
+    UNMATCHED,
+    build_report,
+)
 from graphsim.importers.captures import load_capture
 
 NEG = -np.inf
@@ -45,7 +58,7 @@ def reference(S, P, gg, gm):
 
 
 def implied(al, S, P, gg, gm):
-    n, m = S.shape
+    m = S.shape[1]
     total, last = 0.0, -1
     for i, ls in enumerate(al.launches_of):
         if not ls:
@@ -163,6 +176,7 @@ def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
     from graphsim.costing.kernels import GemmKey, GemmPoint, Measurement
     from graphsim.costing.predict import predict
     from graphsim.costing.profile_db import ProfileDB, ProfileMeta
+
     from graphsim.workload import parse_batch_spec
 
     db = ProfileDB.create(tmp_path / "p.db", ProfileMeta(device="test gpu", engine="vllm"))
@@ -191,6 +205,7 @@ def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
 def test_scores_for_eager_moe_and_gemm_shapes():
     from graphsim.costing.align_rules import match_score, part_score
     from graphsim.importers.captures import Launch, LaunchClass
+
     from graphsim.ir.kernel import KernelAttrs, KernelKind
 
     moe = KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", (("hidden_size", 64),), "f32")

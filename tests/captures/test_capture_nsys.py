@@ -4,7 +4,6 @@ import sqlite3
 
 import pytest
 from capture_helpers import ADD, NAMES
-
 from graphsim.importers.captures import CaptureError, LaunchClass, load_capture
 
 SCHEMA = """
@@ -101,7 +100,7 @@ def test_kernels_memcpy_and_nvtx_iterations(tmp_path):
     it = cap.iterations[0]
     assert [x.klass for x in it.launches] == [LaunchClass.PLUMBING, LaunchClass.NORM, LaunchClass.GEMM,
                                               LaunchClass.ELEMENTWISE, LaunchClass.ACT_AND_MUL]
-    memcpy, norm, gemm, add, act = it.launches
+    memcpy, norm, _gemm, add, act = it.launches
     assert memcpy.plumbing == "memcpy" and memcpy.key == "[CUDA memcpy HtoD]" and memcpy.duration_us == 1.0
     assert norm.op == "rms_norm" and norm.duration_us == 2.5 and norm.stream == "7" and norm.start_us == 1015.0
     assert add.op == "add" and act.op == "silu_and_mul"
