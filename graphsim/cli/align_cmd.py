@@ -21,7 +21,8 @@ def align_cmd(
     batch: Optional[str] = typer.Option(None, "--batch", "-b", help="The step the captured iteration ran "
                                         "(prefill:BxN[@P], decode:BxC, mixed:...); default: the iteration's label "
                                         "when it is a batch spec."),
-    target: str = typer.Option("vllm", "--target", help="Fuse target: vllm or eager (the CPU validation target)."),
+    target: Optional[str] = typer.Option(None, "--target", help="Fuse target: vllm or eager (default: eager for a "
+                                         "CPU capture, vllm otherwise)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (the capture is one rank's)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
@@ -42,6 +43,7 @@ def align_cmd(
 
     cap = load_capture(capture, range_)
     it = cap.select(iteration, phase)
+    target = target or ("eager" if cap.device == "cpu" else "vllm")
     spec = batch or it.batch_spec()
     if profile and spec is None:
         raise GraphsimError(f"--profile needs the step the capture ran: give --batch (e.g. --batch decode:64x2048); "
@@ -65,9 +67,9 @@ def align_cmd(
         b = pred.batches[0]
         predicted = {r.node: (r.total_us, r.source) for r in b.rows}
         total = (b.total_us, b.source)
-        fallback = f"roofline of {hw.id}" if hw else (f"roofline of {db.meta.hardware}" if db.meta.hardware
-                                                      else "no roofline: missing where rows do not reach")
-        note = f"rows of {profile} ({db.meta.device}), {fallback}"
+        spec_id = hw.id if hw else db.meta.hardware
+        fallback = f"the {spec_id} roofline" if spec_id else "missing (no hardware spec for a roofline)"
+        note = f"rows of {profile} ({db.meta.device}); where the rows do not reach: {fallback}"
     report = build_report(graph, cap, it, target=target if not str(model).endswith(".json") else "saved graph",
                           predicted=predicted, batch=spec if profile else None, predicted_total=total, data_note=note)
     if as_json:

@@ -109,7 +109,7 @@ def render_alignment(r: AlignReport, limit: int = 25) -> Group:
             "verdicts: matched, partly matched, absent (from the capture), unmatched (a measured kernel no graph "
             "kernel claims), plumbing (engine plumbing)[/]"]
     if r.has_prediction:
-        head.append(f"[dim]predicted = {r.data_note} for {r.batch}[/]")
+        head.append(f"[dim]predicted ({r.batch}) = {r.data_note}[/]")
     for note in r.notes:
         head.append(f"[yellow]note:[/] {note}")
     parts: list = ["\n".join(head), decision_table(r)]
