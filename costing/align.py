@@ -14,7 +14,7 @@ measured launch lands in a row, every graph kernel has a counterpart or a stated
 profile.db the same rows carry predicted vs measured time, and `deviations()` ranks them by
 absolute difference — what to profile or model next.
 
-No torch: the capture types are plain data (`graphsim.importers.captures.model`).
+No torch: the capture types are plain data (`graphsim.capture`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from graphsim.costing.align_rules import (
     match_score,
     part_score,
 )
-from graphsim.importers.captures.model import Launch
+from graphsim.capture import Launch
 
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op

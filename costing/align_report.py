@@ -8,7 +8,7 @@ from typing import Any
 
 from graphsim.costing.align import GraphKernel, align_sequences, iteration_kernels
 from graphsim.costing.align_rules import accepted_classes
-from graphsim.importers.captures.model import Capture, Iteration, LaunchClass
+from graphsim.capture import Capture, Iteration, LaunchClass
 
 from graphsim.ir import Graph
 

@@ -10,8 +10,8 @@ around attention, the sorting/alignment kernels and the activation inside a fuse
 
 from __future__ import annotations
 
-from graphsim.importers.captures.model import Launch
-from graphsim.importers.captures.model import LaunchClass as C
+from graphsim.capture import Launch
+from graphsim.capture import LaunchClass as C
 
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.ir.kernel import KernelKind as K

@@ -7,7 +7,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.tree import Tree
 
-from graphsim.importers.captures.model import Capture
+from graphsim.capture import Capture
 from graphsim.importers.captures.summary import PhaseSummary
 from graphsim.render.cost_view import fmt_us
 

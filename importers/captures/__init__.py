@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphsim.importers.captures.model import (
+from graphsim.capture import (
     Capture,
     CaptureError,
     Iteration,

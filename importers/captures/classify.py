@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 
 from graphsim.importers.aten_map import ATEN_OPS
-from graphsim.importers.captures.model import LaunchClass as C
+from graphsim.capture import LaunchClass as C
 
 from graphsim.ir import Op, OpGroup
 from graphsim.ir.ops import VIEW_LIKE

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from graphsim.importers.captures.classify import classify_kernel
-from graphsim.importers.captures.model import Capture, CaptureError, Iteration, Launch
+from graphsim.capture import Capture, CaptureError, Iteration, Launch
 
 _DURATION_KEYS = (("duration_us", 1.0), ("time_us", 1.0), ("dur_us", 1.0), ("duration_ns", 1e-3))
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from graphsim.importers.captures.classify import classify_kernel
-from graphsim.importers.captures.model import (
+from graphsim.capture import (
     Capture,
     CaptureError,
     Iteration,

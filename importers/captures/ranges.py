@@ -14,7 +14,7 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from graphsim.importers.captures.model import CaptureError
+from graphsim.capture import CaptureError
 
 DEFAULT_ITERATION_PATTERN = (r"(?i)^(ProfilerStep#\d+|(prefill|decode|mixed)\b.*|iteration\b.*|step\b.*|"
                              r"execute_model\b.*|forward\b.*|model_forward\b.*)$")

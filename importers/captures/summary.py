@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from graphsim.importers.captures.model import Capture, Iteration, Launch, LaunchClass
+from graphsim.capture import Capture, Iteration, Launch, LaunchClass
 
 
 @dataclass(frozen=True)

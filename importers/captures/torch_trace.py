@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from graphsim.importers.captures.classify import classify_cpu_op, classify_kernel
-from graphsim.importers.captures.model import (
+from graphsim.capture import (
     Capture,
     CaptureError,
     Iteration,
