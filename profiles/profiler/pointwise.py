@@ -362,7 +362,10 @@ class PointwiseBench:
         # a few [tokens, width] buffers (inputs, output, temporaries) plus an embedding table
         elems = 8 * point.tokens * max(self.key.width, in_width) + int(geo.get("vocab") or 0) * self.key.width
         check_budget(self.info, elems * max(element_size(self.dtype), 4), f"{self.key.op} at {point.tokens} tokens")
-        shape = Shape(point.tokens, self.key.width, in_width, self.dtype, self.info.device, geo, self.cache)
+        # the key's width is the wider side (a reduction is keyed on its input); the op itself
+        # writes the kernel's own per-token width
+        width = int(geo["width"]) if self.attrs.kind is KernelKind.ELEMENTWISE and "width" in geo else self.key.width
+        shape = Shape(point.tokens, width, in_width, self.dtype, self.info.device, geo, self.cache)
         return self.build(shape)
 
 

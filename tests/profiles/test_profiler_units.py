@@ -142,3 +142,18 @@ def test_timer_and_summary():
 def test_gemm_point(cpu):
     bench = make_bench(_target(GemmKey(32, 16, KernelDtype.FP32), KernelKind.GEMM, "linear", (), "f32"), cpu)
     assert bench.prepare(GemmPoint(3))().shape == (3, 32)
+
+
+def test_reduction_reads_its_input_width_and_writes_one_per_token():
+    # RMSNorm's mean: keyed on the 4096 values it reads per token, it writes one
+    from graphsim.costing.kernel_map import Dtypes, key_for
+    from graphsim.costing.kernels import TokensPoint
+    from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+    from graphsim.profiles.profiler.device import open_device
+    from graphsim.profiles.profiler.pointwise import PointwiseBench
+
+    attrs = KernelAttrs(KernelKind.ELEMENTWISE, "mean", (("width", 1), ("in_width", 4096)), "f32", Rows.TOKENS)
+    key = key_for(attrs, Dtypes())
+    assert key.width == 4096
+    run = PointwiseBench(key, attrs, open_device("cpu", threads=1)).prepare(TokensPoint(8))
+    assert tuple(run().shape) == (8, 1)
