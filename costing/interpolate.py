@@ -6,8 +6,8 @@ message bytes) in log-log space: linear in log(time) against log(coordinate), on
 another (bilinear where there are two, on ragged grids too: each slice interpolates over its own
 points). Inside the measured
 range the result lies between the neighbouring rows and is monotone where they are; outside it
-the edge segment's slope (clamped at >= 0, so a time never falls as work grows) extends it and
-the result is marked `extrapolated`. A coordinate measured at one value only is matched exactly
+the edge segment's log-log slope, clamped to [0, 1] (a time never falls as work grows, and never
+grows faster than the coordinate), extends it and the result is marked `extrapolated`. A coordinate measured at one value only is matched exactly
 or not at all.
 
 `KernelPricer` runs the chain for one profile.db and hardware spec, scalar (`time`) or vectorised
@@ -99,7 +99,10 @@ class _Level:
         below, above = lq < self.logx[0], lq > self.logx[-1]
         inside = ~(below | above)
         y = y_lo + slope * (lq - x_lo)
-        flat = np.maximum(slope, 0.0)
+        # extrapolate with the edge slope clamped to [0, 1] in log-log: a time never falls as work
+        # grows and never grows faster than the coordinate (rows measured close together can
+        # otherwise give an edge slope in the thousands)
+        flat = np.clip(slope, 0.0, 1.0)
         y = np.where(below, y_lo + flat * (lq - x_lo), y)
         y = np.where(above, y_hi + flat * (lq - x_hi), y)
         out = np.exp(y)

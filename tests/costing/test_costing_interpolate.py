@@ -75,6 +75,14 @@ def test_1d_extrapolation_is_flagged_and_never_falls_with_work(rows, q):
         assert s[0] in (MEASURED, INTERPOLATED)
 
 
+def test_extrapolation_from_close_rows_stays_finite_and_at_most_linear():
+    # rows 4 apart at 99,776 / 99,780 with the time doubling: the raw edge slope is ~17,000 in
+    # log-log; clamped to 1, the time at 103,958 grows at most in proportion: 2 × 103958/99780
+    c = curve_1d([1, 2, 99776, 99780], [1, 1, 1, 2])
+    t, s = c.evaluate(np.array([[103958]]))
+    assert s[0] == EXTRAPOLATED and 2 <= t[0] <= 2 * 103958 / 99780 + 1e-9
+
+
 def test_1d_power_law_is_exact_in_log_space():
     xs = [1, 4, 16, 64, 256]
     c = curve_1d(xs, [3.0 * x**0.75 for x in xs])
