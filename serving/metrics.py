@@ -139,7 +139,7 @@ def summarize(res: SimulationResult, slo: SLO = SLO()) -> Summary:
     hits = np.asarray([max(r.hit_tokens, 0) for r in done], dtype=np.float64)
     counts = {SOURCES[k].value: v for k, v in sorted(res.source_counts.items())}
     worst = SOURCES[max(res.source_counts)].value if res.source_counts else "missing"
-    gpus = res.setup.replicas * res.setup.tp
+    gpus = res.gpus  # replicas × tp; a disaggregated run counts both pools
     return Summary(
         requests=len(res.requests), completed=len(done), rejected=sum(r.rejected for r in res.requests),
         duration_s=span,

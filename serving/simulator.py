@@ -60,6 +60,10 @@ class SimulationResult:
     def completed(self) -> list[Request]:
         return [r for r in self.requests if not r.rejected and not math.isnan(r.finish_t)]
 
+    @property
+    def gpus(self) -> int:
+        return self.setup.replicas * self.setup.tp
+
 
 class _Arrivals:
     """Open loop (a sorted list) or closed loop (a heap fed by completions)."""

@@ -1,0 +1,192 @@
+"""Steady-state fast path: throughput and latencies of one serving unit under a closed loop of clients with
+fixed input/output lengths, from a handful of iteration times instead of a simulation.
+
+The search evaluates thousands of deployments; simulating each costs tenths of a second, this costs
+tens of microseconds. The search simulates the candidates that matter (the frontier and the best
+under the SLOs) and reports how far this path was from the simulation.
+
+**Aggregated** (one instance, chunked prefill, `C` clients): running requests take their decode token
+first, the rest of `max_num_batched_tokens` goes to prompts (vLLM's FCFS order). With every client
+sending its next request as soon as the last one finishes, completions come in waves and the prompts
+of a wave are packed into the iterations that follow it (a closed loop keeps the stagger the first
+wave's prefill made). Per period, each of the C requests is prefilled once and decodes `osl − 1`
+times:
+
+- the prompts take `n_mix = C · isl / L` packed mixed iterations, `L = max_num_batched_tokens − D`
+  prefill tokens beside the `D` decoding requests;
+- a request lives `N = osl − 1 + k_p` iterations (`k_p = ceil(isl / L)` for its own prompt), so
+  `D = C · (osl − 1) / N` decode on average, and the other `N − n_mix` iterations are decode only;
+- period time `T = n_mix · t_mix + (N − n_mix) · t_dec`; throughput `C / T` requests/s;
+  TTFT `k_p · t_mix`; TPOT the mean iteration time over a request's decode, `(T − k_p·t_mix) / (N − k_p)`.
+
+When the prompts do not fit in the period (`n_mix > N`) every iteration is packed: `D = mnbt · (osl − 1) /
+(isl + osl − 1)` decode, `L = mnbt − D` prompt tokens, the remaining clients queue (TTFT by Little's law).
+
+**Disaggregated** (x prefill instances, y decode instances, `y · C` clients): a decode instance
+decodes `D` requests per iteration (the first step of each is the one recomputed prompt token), a
+prefill instance batches the prompts that arrived during its last iteration, and the link adds
+`latency + bytes / bandwidth`. The clients' cycle `TTFT + (osl − 1) · TPOT` sets the throughput, and
+`D` (Little's law at the decode pool) is found by fixed-point iteration; a prefill pool, or a link,
+that cannot keep up caps the throughput and the clients queue at the prefill pool.
+
+Iteration times come from the same `IterationCost` the simulator uses; every figure carries the worst
+source of the iteration times it used (and of the link for disaggregated TTFT).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from graphsim.serving.pricing import IterationCost
+
+
+@dataclass(frozen=True)
+class SteadyPoint:
+    requests_per_s: float  # per unit (one instance, or one xPyD set)
+    output_tokens_per_s: float
+    ttft_s: float
+    tpot_s: float
+    source: int  # worst SOURCES code of the iteration times used
+    bound: str  # what limits throughput: "decode", "prefill", "prefill pool", "link"
+    decode_batch: float  # mean requests decoding per iteration (per decode instance)
+    transfer_s: float = 0.0  # disaggregated: KV transfer per request
+
+    @property
+    def tokens_per_s_per_user(self) -> float:
+        return 1.0 / self.tpot_s if self.tpot_s > 0 else math.inf
+
+
+class _Timer:
+    """Iteration times with the worst source carried."""
+
+    def __init__(self, cost: IterationCost) -> None:
+        self.cost = cost
+        self.src = 0
+
+    def step(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> float:
+        us, s = self.cost.step_us(int(tokens), int(seqs), int(dec), float(ctx), chunks)
+        self.src = max(self.src, int(s))
+        return us * 1e-6
+
+
+def _chunks(isl: int, budget: int) -> tuple[list[tuple[int, int]], int]:
+    """A packed iteration's prompt chunks for `budget` prefill tokens: whole prompts (and the start of
+    the next) when a prompt fits, else one chunk at the prompt's mean position. Returns (chunks, tokens)."""
+    budget = max(1, int(budget))
+    if isl <= budget:
+        whole, rest = divmod(budget, isl)
+        chunks = [(isl, 0)] * whole + ([(rest, 0)] if rest else [])
+        return chunks, budget
+    k = math.ceil(isl / budget)
+    mean_p = int(round(budget * (k - 1) / 2)) if k > 1 else 0
+    return [(budget, min(mean_p, isl - budget))], budget
+
+
+def _decode_ctx(isl: int, osl: int) -> float:
+    """Mean context of a decoding request: it has computed isl + j tokens at its j-th decode, j < osl − 1."""
+    return isl + max(osl - 2, 0) / 2
+
+
+def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_num_batched_tokens: int) -> SteadyPoint:
+    """One aggregated instance with `clients` requests always in flight (see the module docstring)."""
+    tm = _Timer(cost)
+    C, mnbt = max(1, int(clients)), int(max_num_batched_tokens)
+    ctx = _decode_ctx(isl, osl)
+    dec_iters = max(osl - 1, 0)
+    D = C * dec_iters / max(dec_iters + 1, 1)
+    for _ in range(4):  # D and L depend on each other only through k_p: converges in a few rounds
+        L = max(mnbt - int(round(D)), 1)
+        k_p = math.ceil(isl / L)
+        N = dec_iters + k_p
+        D_new = C * dec_iters / N
+        if abs(D_new - D) < 0.5:
+            D = D_new
+            break
+        D = D_new
+    L = max(mnbt - int(round(D)), 1)
+    k_p = math.ceil(isl / L)
+    N = dec_iters + k_p
+    n_mix = C * isl / L
+    if n_mix <= N:  # prompts fit in the period: decode-bound
+        d = max(int(round(D)), 0)
+        chunks, ptok = _chunks(isl, min(L, C * isl))
+        t_mix = tm.step(d + ptok, d + len(chunks), d, ctx, chunks)
+        t_dec = tm.step(d, d, d, ctx, []) if d else 0.0
+        T = n_mix * t_mix + (N - n_mix) * t_dec
+        rps = C / T
+        ttft = k_p * t_mix
+        tpot = (T - k_p * t_mix) / (N - k_p) if N > k_p else t_mix
+        return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D)
+    # prefill-bound: every iteration packed with mnbt tokens
+    D = mnbt * dec_iters / (isl + dec_iters)
+    d = int(round(D))
+    L = max(mnbt - d, 1)
+    chunks, ptok = _chunks(isl, L)
+    t = tm.step(d + ptok, d + len(chunks), d, ctx, chunks)
+    per_iter = L / isl  # completions per iteration
+    rps = per_iter / t
+    queued = max(C - D, per_iter)  # waiting or prefilling
+    ttft = max(queued / per_iter, math.ceil(isl / L)) * t
+    return SteadyPoint(rps, rps * osl, ttft, t, tm.src, "prefill", D)
+
+
+def _prefill_time(tm: _Timer, isl: int, prompts: float, mnbt: int) -> tuple[float, float]:
+    """(time of the iterations that prefill `prompts` prompts arriving together, their count)."""
+    tokens = max(1, int(round(prompts * isl)))
+    iters = max(1, math.ceil(tokens / mnbt))
+    per = min(tokens, mnbt)
+    chunks, ptok = _chunks(isl, per)
+    return iters * tm.step(ptok, len(chunks), 0, 0.0, chunks), iters
+
+
+def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, osl: int, prefill_instances: int,
+                        decode_instances: int, clients_per_decode: int, mnbt_p: int, mnbt_d: int,
+                        transfer_s: float, transfer_bytes_s: float) -> SteadyPoint:
+    """One xPyD unit with `decode_instances × clients_per_decode` clients (see the module docstring).
+
+    `transfer_s` is one request's KV transfer (latency + bytes / bandwidth), `transfer_bytes_s` its
+    bandwidth part (what occupies a link)."""
+    tp, td = _Timer(cost_p), _Timer(cost_d)
+    x, y = int(prefill_instances), int(decode_instances)
+    clients = y * max(1, int(clients_per_decode))
+    ctx = _decode_ctx(isl, osl)
+    C = max(1, int(clients_per_decode))
+    # prefill capacity per instance: iterations packed with mnbt_p prompt tokens
+    chunks, ptok = _chunks(isl, mnbt_p)
+    t_pack = tp.step(ptok, len(chunks), 0, 0.0, chunks)
+    mu_p = x * (ptok / isl) / t_pack  # requests/s the pool sustains
+    mu_link = min(x, y) / transfer_bytes_s if transfer_bytes_s > 0 else math.inf
+    D = float(min(C, mnbt_d))
+    rps = 0.0
+    bound = "decode"
+    ttft = tpot = math.nan
+    for _ in range(30):
+        d = max(1, int(round(D)))
+        t_d = td.step(d, d, d, ctx, [])
+        lam = rps / x if rps > 0 else 0.0  # arrivals per prefill instance
+        b = 1.0
+        for _ in range(5):  # prompts per prefill iteration: those that arrived during the last one
+            t_b, _ = _prefill_time(tp, isl, b, mnbt_p)
+            b = min(max(1.0, lam * t_b), max(1.0, mnbt_p / isl))
+        t_b, _ = _prefill_time(tp, isl, b, mnbt_p)
+        busy = min(0.95, lam * t_b / b)
+        ttft_p = t_b * (1 + busy / (2 * (1 - busy)))  # its iteration, after an M/D/1-like wait
+        ttft = ttft_p + transfer_s + 1.5 * t_d  # then the decode side's next iteration computes the last token
+        cycle = ttft + (osl - 1) * t_d
+        new = clients / cycle
+        cap = min(mu_p, mu_link)
+        if new >= cap:
+            bound = "prefill pool" if mu_p <= mu_link else "link"
+            new = cap
+            ttft = max(ttft, clients / cap - (osl - 1) * t_d)  # the rest of the cycle: queueing for prefill
+        else:
+            bound = "decode"
+        D_new = min(float(C), new / y * osl * t_d)  # Little's law at one decode instance
+        tpot = t_d
+        if abs(new - rps) <= 1e-6 * max(new, 1e-9) and abs(D_new - D) < 0.25:
+            rps, D = new, D_new
+            break
+        rps, D = new, 0.5 * (D + D_new)
+    src = max(tp.src, td.src)
+    return SteadyPoint(rps, rps * osl, ttft, tpot, src, bound, D, transfer_s)
