@@ -20,7 +20,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-
 from graphsim.costing.dtypes import KernelDtype, PeakClass
 from graphsim.costing.errors import HardwareSpecError
 
@@ -147,7 +146,8 @@ class CpuMeasureSettings:
     repeats: int = 5  # best of
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """This machine's CPU model name (from /proc/cpuinfo where there is one)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -199,7 +199,7 @@ def measure_cpu_spec(settings: CpuMeasureSettings = CpuMeasureSettings(), spec_i
               f"copy of {settings.copy_bytes // 2**20} MiB best of {settings.repeats} (read+write bytes)")
     return HardwareSpec(
         id=spec_id,
-        name=f"{_cpu_name()} ({os.cpu_count()} logical cpus)",
+        name=f"{cpu_name()} ({os.cpu_count()} logical cpus)",
         kind=DeviceKind.CPU,
         memory_bytes=_memory_bytes(),
         memory_bandwidth_bytes_per_s=bandwidth,

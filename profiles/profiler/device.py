@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
 from graphsim.costing.dtypes import KernelDtype
+from graphsim.costing.hardware import cpu_name
+
 from graphsim.errors import GraphsimError
 
 
@@ -36,18 +37,6 @@ class DeviceInfo:
         return self.device.type == "cuda"
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine() or "cpu"
-
-
 def _available_memory_bytes() -> int:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -71,7 +60,7 @@ def open_device(kind: str, threads: int | None = None, memory_fraction: float | 
     torch.set_num_threads(n_threads)
     if kind == "cpu":
         budget = int(_available_memory_bytes() * (memory_fraction or 0.5))
-        return DeviceInfo(torch.device("cpu"), f"cpu: {_cpu_name()} ({os.cpu_count()} logical cpus)", n_threads, 1,
+        return DeviceInfo(torch.device("cpu"), f"cpu: {cpu_name()} ({os.cpu_count()} logical cpus)", n_threads, 1,
                           budget)
     if kind.startswith("cuda"):
         if not torch.cuda.is_available():
