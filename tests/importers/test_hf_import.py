@@ -14,15 +14,8 @@ ALL = [e.name for e in catalog()]
 
 
 @pytest.fixture(scope="module")
-def imported():
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = import_hf(name)
-        return cache[name]
-
-    return get
+def imported(hf_import):
+    return hf_import
 
 
 def _full_param_count_from_graph(g) -> int:

@@ -16,15 +16,8 @@ ALL = [e.name for e in catalog()]
 
 
 @pytest.fixture(scope="module")
-def imported():
-    cache = {}
-
-    def get(name):
-        if name not in cache:
-            cache[name] = import_hf(name)[0]
-        return cache[name]
-
-    return get
+def imported(hf_import):
+    return lambda name: hf_import(name)[0]
 
 
 @pytest.mark.parametrize("name", ALL)
