@@ -170,6 +170,44 @@ class TreeCost:
             self._pre[p_index] = row
         return row
 
+    def warm_decode_rows(self, batches) -> None:
+        """Price the decode-attention rows of many batch sizes in one bulk call (the same rows `_decode_row` prices
+        one call per batch size, which costs more when a simulation will ask for hundreds of them)."""
+        todo = sorted({int(b) for b in batches if 1 <= int(b) <= self.max_seqs} - set(self._dec))
+        if not todo:
+            return
+        n = len(self.ctx_grid)
+        lt, ls = self._leaf_times([Step((SeqGroup(1, int(c), b),)) for b in todo for c in self.ctx_grid])
+        for k, b in enumerate(todo):
+            part = slice(k * n, (k + 1) * n)
+            t, s = self._part(lt[:, part], ls[:, part], self._attn)
+            self._check(t, ls[:, part], f"decode batches of {b}")
+            self._dec[b] = (t, s)
+
+    def warm_prefill_rows(self, max_prefix: int) -> None:
+        """Price the prefill-attention rows of every cached-prefix grid point up to `max_prefix` (and the next) in
+        one bulk call: the rows chunked prompts use, which `_prefill_row` otherwise prices one call each."""
+        g = self.ctx_grid
+        last = min(int(np.searchsorted(g, max_prefix, side="right")), len(g) - 1)
+        todo = [j for j in range(1, last + 1) if j not in self._pre]
+        if not todo:
+            return
+        ns = self.n_grid
+        lt, ls = self._leaf_times([Step((SeqGroup(int(n), int(g[j]), 1),)) for j in todo for n in ns])
+        for k, j in enumerate(todo):
+            part = slice(k * len(ns), (k + 1) * len(ns))
+            t, s = self._part(lt[:, part], ls[:, part], self._attn)
+            self._check(t, ls[:, part], f"prefill chunks after {int(g[j])} cached tokens")
+            self._pre[j] = (t, s)
+
+    def decode_attention_by_batch(self, ctx: int) -> tuple[np.ndarray, np.ndarray]:
+        """Decode attention of B sequences at context `ctx` for every B ≤ max_seqs (entry 0: none), exactly, in
+        one bulk call (the search's steady-state path asks for many batch sizes at one context)."""
+        lt, ls = self._leaf_times([Step((SeqGroup(1, int(ctx), b),)) for b in range(1, self.max_seqs + 1)])
+        t, s = self._part(lt, ls, self._attn, pad=True)
+        self._check(t[1:], ls, f"decode batches at context {ctx}")
+        return t, s
+
     # --- lookups -------------------------------------------------------------------------------
     def decode_attention(self, batch: int, ctx: float) -> tuple[float, int]:
         t, s = self._decode_row(batch)

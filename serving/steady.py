@@ -16,8 +16,10 @@ times:
   prefill tokens beside the `D` decoding requests;
 - a request lives `N = osl − 1 + k_p` iterations (`k_p = ceil(isl / L)` for its own prompt), so
   `D = C · (osl − 1) / N` decode on average, and the other `N − n_mix` iterations are decode only;
-- period time `T = n_mix · t_mix + (N − n_mix) · t_dec`; throughput `C / T` requests/s;
-  TTFT `k_p · t_mix`; TPOT the mean iteration time over a request's decode, `(T − k_p·t_mix) / (N − k_p)`.
+- period time `T = n_mix · t_mix + (N − n_mix) · t_dec`; throughput `C / T` requests/s; TPOT the mean
+  iteration time over a request's decode, `(T − k_p·t_mix) / (N − k_p)`; TTFT `k_p · t_mix` stretched by an
+  M/D/1-like wait behind other prompts, `ρ / (2(1 − ρ))` with `ρ = n_mix / N` (the simulation shows more
+  queueing than this when waves are dense: it is checked there).
 
 When the prompts do not fit in the period (`n_mix > N`) every iteration is packed: `D = mnbt · (osl − 1) /
 (isl + osl − 1)` decode, `L = mnbt − D` prompt tokens, the remaining clients queue (TTFT by Little's law).
@@ -38,7 +40,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from graphsim.serving.pricing import IterationCost
+import numpy as np
+
+from graphsim.serving.pricing import IterationCost, TreeCost
 
 
 @dataclass(frozen=True)
@@ -58,16 +62,41 @@ class SteadyPoint:
 
 
 class _Timer:
-    """Iteration times with the worst source carried."""
+    """Iteration times with the worst source carried, memoised per cost model.
+
+    With a `TreeCost`, decode attention comes from one bulk table per context over every batch size
+    (`TreeCost.decode_attention_by_batch`): the fast path asks for many batch sizes at one context."""
+
+    _memo: dict[tuple[int, tuple], tuple[float, int]] = {}
+    _tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def __init__(self, cost: IterationCost) -> None:
         self.cost = cost
         self.src = 0
+        self._tree = isinstance(cost, TreeCost)
 
     def step(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> float:
-        us, s = self.cost.step_us(int(tokens), int(seqs), int(dec), float(ctx), chunks)
-        self.src = max(self.src, int(s))
-        return us * 1e-6
+        key = (id(self.cost), (int(tokens), int(seqs), int(dec), round(float(ctx), 3), tuple(chunks)))
+        hit = self._memo.get(key)
+        if hit is None:
+            if len(self._memo) > 500_000:
+                self._memo.clear()
+            hit = self._memo[key] = self._price(int(tokens), int(seqs), int(dec), float(ctx), chunks)
+        self.src = max(self.src, hit[1])
+        return hit[0]
+
+    def _price(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> tuple[float, int]:
+        c = self.cost
+        if not self._tree or not dec:
+            us, s = c.step_us(tokens, seqs, dec, ctx, chunks)
+            return us * 1e-6, int(s)
+        assert isinstance(c, TreeCost)
+        us, s = c.step_us(tokens, seqs, 0, 0.0, chunks)
+        key = (id(c), int(round(ctx)))
+        table = self._tables.get(key)
+        if table is None:
+            table = self._tables[key] = c.decode_attention_by_batch(int(round(ctx)))
+        return (us + float(table[0][dec])) * 1e-6, max(int(s), int(table[1][dec]))
 
 
 def _chunks(isl: int, budget: int) -> tuple[list[tuple[int, int]], int]:
@@ -115,7 +144,8 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         t_dec = tm.step(d, d, d, ctx, []) if d else 0.0
         T = n_mix * t_mix + (N - n_mix) * t_dec
         rps = C / T
-        ttft = k_p * t_mix
+        busy = min(n_mix / N, 0.95)  # the prompts' share of the period: queueing behind other prompts, M/D/1-like
+        ttft = k_p * t_mix * (1 + busy / (2 * (1 - busy)))
         tpot = (T - k_p * t_mix) / (N - k_p) if N > k_p else t_mix
         return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D)
     # prefill-bound: every iteration packed with mnbt tokens

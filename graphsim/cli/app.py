@@ -40,6 +40,7 @@ COMMAND_MODULES = [
     "graphsim.cli.profile_cmd",
     "graphsim.cli.analyze_cmd",
     "graphsim.cli.kv_cmd", "graphsim.cli.simulate_cmd",
+    "graphsim.cli.search_cmd",
 ]
 
 

@@ -1,0 +1,100 @@
+"""`graphsim search`: the deployment that serves the most per GPU under the SLOs, and the Pareto frontier."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from graphsim.cli.app import app, console, err_console
+
+
+def _ints(text: Optional[str], what: str) -> Optional[tuple[int, ...]]:
+    from graphsim.serving.search_space import SearchSpecError
+
+    if text is None:
+        return None
+    try:
+        vals = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise SearchSpecError(f"{what} '{text}': give comma-separated integers, e.g. 1,2,4,8") from None
+    if not vals:
+        raise SearchSpecError(f"{what} '{text}': give at least one value")
+    return vals
+
+
+@app.command("search")
+def search_cmd(
+    model: str = typer.Argument(..., help="Catalog name, HF id, config.json or model dir."),
+    gpus: int = typer.Option(8, "--gpus", help="GPU budget."),
+    gpu: str = typer.Option("h200", "--gpu", help="Hardware spec id or alias, or a JSON spec."),
+    isl: str = typer.Option("4000", "--isl", help="Input tokens per request: N or LO:HI."),
+    osl: str = typer.Option("1000", "--osl", help="Output tokens per request: N or LO:HI."),
+    ttft: Optional[float] = typer.Option(None, "--ttft", help="SLO on mean time to first token, ms."),
+    tpot: Optional[float] = typer.Option(None, "--tpot", help="SLO on mean time per output token, ms."),
+    mode: str = typer.Option("both", "--mode", help="agg, disagg or both."),
+    tp: Optional[str] = typer.Option(None, "--tp", help="TP sizes to try, e.g. 1,2,4,8 (default: powers of two to a node)."),
+    max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="Values to try (default 1,2,4,…,1024)."),
+    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="Aggregated values to try (default 2048,4096,8192,16384)."),
+    prefill_batched_tokens: Optional[str] = typer.Option(None, "--prefill-batched-tokens", help="Prefill-pool values to try (default 4096,8192,16384)."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
+    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    profile: Optional[str] = typer.Option(None, "--profile", help="profile.db with measured rows (default: $GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
+    kv_link_gbps: Optional[float] = typer.Option(None, "--kv-link-gbps", help="KV transfer bandwidth per GPU, GB/s (default: the spec's interconnect)."),
+    kv_link_latency_us: Optional[float] = typer.Option(None, "--kv-link-latency-us", help="KV transfer latency, µs (default: the spec's)."),
+    verify: int = typer.Option(4, "--verify", help="Simulate the best N under the SLOs (more while they fail); 0: steady state only."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulated workloads (same seed, same output)."),
+    backend: str = typer.Option("local", "--backend", help="local (worker processes on this machine) or ray."),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray instance)."),
+    workers: int = typer.Option(1, "--workers", help="Local worker processes (1: in this process)."),
+    top: int = typer.Option(8, "--top", help="Runners-up to show."),
+    plot: Optional[str] = typer.Option(None, "--plot", help="Write the Pareto plot to this PNG (needs matplotlib)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Search deployments (TP/EP, replicas, batch settings, aggregated or xPyD) for the most output tokens/s per GPU under the SLOs."""
+    from graphsim.serving import SLO, parse_lengths
+    from graphsim.serving.backends import make_backend
+    from graphsim.serving.search import run_search
+    from graphsim.serving.search_space import (
+        DEFAULT_BATCHED_TOKENS,
+        DEFAULT_PREFILL_BATCHED_TOKENS,
+        DEFAULT_SEQS,
+        SearchSpec,
+        SearchSpecError,
+    )
+
+    modes = {"both": ("agg", "disagg"), "agg": ("agg",), "disagg": ("disagg",)}.get(mode)
+    if modes is None:
+        raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg or both")
+    spec = SearchSpec(model, gpu, gpus, parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"), SLO(ttft, tpot),
+                      _ints(tp, "--tp"), modes, _ints(max_num_seqs, "--max-num-seqs") or DEFAULT_SEQS,
+                      _ints(max_num_batched_tokens, "--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS,
+                      _ints(prefill_batched_tokens, "--prefill-batched-tokens") or DEFAULT_PREFILL_BATCHED_TOKENS,
+                      None, max_model_len, kv_dtype, dtype, gpu_memory_utilization, profile, kv_link_gbps,
+                      kv_link_latency_us, verify, seed).check()
+    if plot and not plot.lower().endswith(".png"):
+        raise SearchSpecError(f"--plot '{plot}': give a .png path")
+    be = make_backend(backend, workers, address)
+    try:
+        if as_json:
+            res = run_search(spec, be)
+        else:
+            with err_console.status("searching…") as status:
+                res = run_search(spec, be, progress=lambda msg: status.update(msg))
+    finally:
+        be.close()
+    if plot:
+        from graphsim.render.search_view import write_pareto_png
+
+        write_pareto_png(res, plot)
+    if as_json:
+        print(json.dumps(res.to_json(), indent=1, default=float))
+        return
+    from graphsim.render.search_view import render_search
+
+    console.print(render_search(res, top))
+    if plot:
+        console.print(f"[dim]wrote the Pareto plot: {plot}[/]")

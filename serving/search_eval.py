@@ -1,0 +1,265 @@
+"""Evaluating search candidates: the context a worker needs, cost models cached per partition, and the two
+evaluations — the steady-state fast path (`steady.py`) and a simulation (`simulator.py` / `disagg.py`).
+
+`SearchContext` is small and picklable (the model's fused kernel graph, not its weights), so a worker in
+another process or on another machine builds what it needs itself: the graph is partitioned per (TP, EP)
+(`tp{size}`, `ep{size}` passes), compiled and tabulated once per process (`TreeCost`, sized for the
+largest batch any candidate uses), and reused by every candidate on that partition. Workers need neither
+torch nor the model's code. Every evaluation is a pure function of (context, candidate): both backends,
+and any order of tasks, give identical results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import pickle
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.interpolate import SOURCES
+from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
+from graphsim.serving.pricing import IterationCost, TreeCost
+from graphsim.serving.requests import ClosedLoop, Lengths
+from graphsim.serving.search_space import Candidate, PoolConfig, SearchSpec
+from graphsim.serving.simulator import SimulationSetup, simulate
+from graphsim.serving.steady import SteadyPoint, aggregated_point, disaggregated_point
+
+from graphsim.catalog import ResolvedModel
+from graphsim.ir import Graph
+
+SIM_GENERATIONS = 4  # a simulation sends this many requests per client; metrics come from the middle two
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    model: ResolvedModel
+    hardware: HardwareSpec
+    graph: Graph  # fused for the engine, not partitioned
+    profile: str | None  # profile.db path (None: roofline)
+    data_note: str
+    kv_dtype: str | None
+    dtype: str | None
+    isl: Lengths
+    osl: Lengths
+    max_model_len: int | None
+    gpu_memory_utilization: float
+    max_tokens: int  # cost-table sizes: the largest batch and sequence count of any candidate
+    max_seqs: int
+    link: KvLink
+    seed: int
+
+    key: str = ""  # identifies the cost models this context builds (a worker's cache key); see make_context
+
+    @property
+    def max_context(self) -> int:
+        return max(self.max_model_len or 0, self.isl.hi + self.osl.hi + 1)
+
+
+def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candidates: list[Candidate],
+                 target: str = "vllm") -> SearchContext:
+    """Trace the model once and fuse it (needs the `trace` extra); size the cost tables for the candidates."""
+    from graphsim.costing.predict import choose_data, default_profile_path
+    from graphsim.importers.hf import import_hf
+    from graphsim.passes import run_pipeline
+
+    db, note = choose_data(hw, spec.profile)
+    profile = spec.profile or (str(default_profile_path(hw.id)) if db is not None else None)
+    graph, _ = import_hf(model, dtype=spec.dtype)
+    graph = run_pipeline(graph, f"fold,fuse{{target={target}}}").graph
+    max_tokens = max(p.max_num_batched_tokens for c in candidates for p in c.pools)
+    max_seqs = max(p.max_num_seqs for c in candidates for p in c.pools)
+    link = KvLink.from_hardware(hw, spec.kv_link_gbps, spec.kv_link_latency_us)
+    ctx = SearchContext(model, hw, graph, profile, note, spec.kv_dtype, spec.dtype, spec.isl, spec.osl,
+                        spec.max_model_len, spec.gpu_memory_utilization, max_tokens, max_seqs, link, spec.seed)
+    return with_key(ctx)
+
+
+def with_key(ctx: SearchContext) -> SearchContext:
+    """The context with its cache key: a hash of everything the cost models depend on."""
+    raw = pickle.dumps((ctx.graph, ctx.model.name, ctx.hardware, ctx.profile, ctx.kv_dtype, ctx.dtype,
+                        ctx.max_tokens, ctx.max_seqs, ctx.max_context))
+    return replace(ctx, key=hashlib.sha1(raw).hexdigest()[:16])
+
+
+# --- per-process caches ---------------------------------------------------------------------------------
+_COSTS: dict[tuple[str, int, int], IterationCost] = {}
+_DBS: dict[str | None, Any] = {}
+_DEPLOYMENTS: dict[tuple, Any] = {}
+
+
+def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
+    key = (ctx.key, tp, ep)
+    cost = _COSTS.get(key)
+    if cost is None:
+        from graphsim.costing.cost_tree import build_tree, compile_tree
+        from graphsim.costing.interpolate import KernelPricer
+        from graphsim.costing.kernel_map import Dtypes
+        from graphsim.costing.profile_db import ProfileDB
+        from graphsim.passes import run_pipeline
+        from graphsim.serving.pricing import iteration_cost
+
+        if ctx.profile not in _DBS:
+            _DBS[ctx.profile] = ProfileDB.open(ctx.profile) if ctx.profile else None
+        passes = [f"tp{{size={tp}}}"] if tp > 1 else []
+        passes += [f"ep{{size={ep}}}"] if ep > 1 else []
+        graph = run_pipeline(ctx.graph, ",".join(passes)).graph if passes else ctx.graph
+        tree = compile_tree(build_tree(graph))
+        cost = iteration_cost(tree, KernelPricer(_DBS[ctx.profile], ctx.hardware),
+                              Dtypes.for_graph(graph.meta, ctx.kv_dtype), ctx.max_tokens, ctx.max_seqs, ctx.max_context)
+        _COSTS[key] = cost
+    return cost
+
+
+def deployment(ctx: SearchContext, pool: PoolConfig):
+    from graphsim.serving.deployment import plan_deployment
+
+    key = (ctx.key, ctx.model.name, pool.tp, pool.max_num_batched_tokens, pool.max_num_seqs)
+    dep = _DEPLOYMENTS.get(key)
+    if dep is None:
+        dep = _DEPLOYMENTS[key] = plan_deployment(
+            ctx.model, ctx.hardware.id, pool.tp, kv_dtype=ctx.kv_dtype, dtype=ctx.dtype,
+            max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs,
+            max_model_len=ctx.max_model_len, gpu_memory_utilization=ctx.gpu_memory_utilization)
+    return dep
+
+
+# --- evaluations ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Evaluation:
+    candidate: int
+    method: str  # "steady-state" or "simulated"
+    requests_per_s: float  # per unit
+    output_tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float  # 1 / TPOT
+    ttft_ms: float  # mean
+    tpot_ms: float  # mean
+    source: str  # worst source of the iteration times used
+    link_source: str | None  # disaggregated: the KV transfer's source
+    bound: str
+    decode_batch: float
+    transfer_ms: float = 0.0
+    ttft_p90_ms: float = math.nan  # simulated only
+    tpot_p90_ms: float = math.nan
+    sim_requests: int = 0
+    sim_wall_s: float = 0.0
+
+    @property
+    def ttft_source(self) -> str:
+        """TTFT includes the transfer in a disaggregated deployment: the worse of the two sources."""
+        if self.link_source is None:
+            return self.source
+        order = [s.value for s in SOURCES]
+        worst = max(order.index(self.source), order.index(self.link_source) if self.link_source in order else 0)
+        return order[worst]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _steady(ctx: SearchContext, c: Candidate) -> Evaluation:
+    isl, osl = int(round(ctx.isl.mean)), int(round(ctx.osl.mean))
+    if c.mode == "agg":
+        (p,) = c.pools
+        sp: SteadyPoint = aggregated_point(partition_cost(ctx, p.tp, p.ep), isl, osl, c.clients,
+                                           p.max_num_batched_tokens)
+        link_src = None
+    else:
+        pp, pd = c.pools
+        setup_bytes = _transfer_bytes(ctx, pp, pd, isl)
+        sp = disaggregated_point(partition_cost(ctx, pp.tp, pp.ep), partition_cost(ctx, pd.tp, pd.ep), isl, osl,
+                                 pp.instances, pd.instances, pd.max_num_seqs, pp.max_num_batched_tokens,
+                                 pd.max_num_batched_tokens, ctx.link.transfer_s(setup_bytes),
+                                 setup_bytes / ctx.link.bandwidth_bytes_per_s)
+        link_src = ctx.link.source
+    return Evaluation(c.id, "steady-state", sp.requests_per_s, sp.output_tokens_per_s / c.unit_gpus,
+                      sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, link_src,
+                      sp.bound, sp.decode_batch, sp.transfer_s * 1e3)
+
+
+_BYTES: dict[tuple, int] = {}
+
+
+def _transfer_bytes(ctx: SearchContext, pp: PoolConfig, pd: PoolConfig, isl: int) -> int:
+    key = (ctx.key, pp.tp, pd.tp, isl)
+    if key not in _BYTES:
+        _BYTES[key] = max(deployment(ctx, pp).layout.bytes_for_request(isl),
+                          deployment(ctx, pd).layout.bytes_for_request(isl))
+    return _BYTES[key]
+
+
+def _setup(ctx: SearchContext, pool: PoolConfig, router: str = "least-outstanding") -> SimulationSetup:
+    dep = deployment(ctx, pool)
+    return dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep), pool.instances, router)
+
+
+def window_metrics(requests, clients: int) -> dict[str, float]:
+    """Steady-state metrics of a closed-loop run that sent SIM_GENERATIONS requests per client: the requests
+    that completed between the `clients`-th and the `3·clients`-th completion (two whole generations, the
+    first wave and the draining tail left out)."""
+    done = sorted((r for r in requests if not r.rejected and not math.isnan(r.finish_t)), key=lambda r: r.finish_t)
+    lo, hi = clients - 1, min(3 * clients - 1, len(done) - 1)
+    if hi <= lo:
+        lo, hi = 0, len(done) - 1
+    ta, tb = done[lo].finish_t, done[hi].finish_t
+    win = [r for r in done[lo + 1:hi + 1]] or done
+    span = tb - ta if tb > ta else max(done[-1].finish_t - done[0].arrival, 1e-9)
+    ttft = np.asarray([r.first_token_t - r.arrival for r in win]) * 1e3
+    multi = [r for r in win if r.maxo > 1]
+    tpot = np.asarray([(r.finish_t - r.first_token_t) / (r.maxo - 1) for r in multi]) * 1e3
+    return {"requests_per_s": len(win) / span, "output_tokens_per_s": sum(r.maxo for r in win) / span,
+            "ttft_ms": float(ttft.mean()), "ttft_p90_ms": float(np.percentile(ttft, 90)),
+            "tpot_ms": float(tpot.mean()) if len(tpot) else math.nan,
+            "tpot_p90_ms": float(np.percentile(tpot, 90)) if len(tpot) else math.nan}
+
+
+def _warm(ctx: SearchContext, c: Candidate) -> None:
+    """Price the table rows a simulation will use in bulk calls (the same numbers, in less time): decode attention
+    for every batch size up to max_num_seqs; prefill attention after a cached prefix when prompts are chunked."""
+    for pool in c.pools:
+        cost = partition_cost(ctx, pool.tp, pool.ep)
+        if not isinstance(cost, TreeCost):
+            continue
+        if pool.role != "prefill":
+            cost.warm_decode_rows(range(1, pool.max_num_seqs + 1))
+        if pool.role != "decode" and ctx.isl.hi > pool.max_num_batched_tokens // 2:
+            cost.warm_prefill_rows(ctx.isl.hi)
+
+
+def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
+    clients = c.clients if c.mode == "disagg" else c.pools[0].max_num_seqs  # agg: one instance stands for all
+    _warm(ctx, c)
+    loop = ClosedLoop(clients, SIM_GENERATIONS * clients, ctx.isl, ctx.osl, ctx.seed)
+    if c.mode == "agg":
+        (p,) = c.pools
+        res = simulate(_setup(ctx, PoolConfig(p.role, p.tp, p.ep, 1, p.max_num_seqs, p.max_num_batched_tokens)), loop)
+        unit_gpus, link_src, xfer = p.tp, None, 0.0
+    else:
+        pp, pd = c.pools
+        setup = DisaggSetup(_setup(ctx, pp), _setup(ctx, pd), ctx.link)
+        res = simulate_disagg(setup, loop)
+        unit_gpus, link_src = c.unit_gpus, ctx.link.source
+        xfer = res.transfer_stats_ms()["mean"]
+    m = window_metrics(res.requests, clients)
+    worst = SOURCES[max(res.source_counts)].value if res.source_counts else "missing"
+    its = res.iterations
+    dec = its["decode_seqs"][its["decode_seqs"] > 0] if len(its["dur_s"]) else np.zeros(0)
+    tpot = m["tpot_ms"]
+    return Evaluation(c.id, "simulated", m["requests_per_s"], m["output_tokens_per_s"] / unit_gpus,
+                      1e3 / tpot if tpot > 0 else math.inf, m["ttft_ms"], tpot, worst, link_src,
+                      "simulated", float(dec.mean()) if len(dec) else 0.0, float(xfer), m["ttft_p90_ms"],
+                      m["tpot_p90_ms"], len(res.requests), float(res.wall_s))
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: str  # "steady" or "simulate"
+    candidates: tuple[Candidate, ...]
+
+
+def run_task(ctx: SearchContext, task: Task) -> list[Evaluation]:
+    """What a worker runs: evaluate the task's candidates, in order."""
+    fn = _steady if task.kind == "steady" else _simulated
+    return [fn(ctx, c) for c in task.candidates]

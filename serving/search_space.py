@@ -1,0 +1,326 @@
+"""The deployments `graphsim search` considers, and the memory check that prunes those that cannot run.
+
+A candidate is one *unit* — an aggregated instance (TP × EP ranks, chunked prefill), or an xPyD set of
+x prefill and y decode instances with their own TP/EP and batch settings — copied `replicas` times over
+the GPU budget, serving a closed loop of clients that keeps every decode slot busy (`max_num_seqs`
+clients per (decode) instance). Per-GPU figures are the unit's figures over the unit's GPUs; copies of a
+unit are independent, so they do not change them.
+
+Memory comes from the KV-capacity model (`plan_deployment`: weights per rank, activation peak, runtime
+overhead and CUDA graphs subtracted from `gpu_memory_utilization × memory`, the rest paged in blocks).
+A pool is pruned when nothing is left for KV, when one `max_model_len` request does not fit (vLLM
+refuses to start), when its KV cache cannot hold `max_num_seqs` requests of `isl + osl` tokens (they
+would queue or be preempted: the same deployment with `max_num_seqs` at the KV limit is enumerated
+instead), or when `max_num_batched_tokens < max_num_seqs` (vLLM refuses).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.serving.engine_config import batch_defaults
+from graphsim.serving.metrics import SLO
+from graphsim.serving.requests import Lengths
+
+from graphsim.catalog import ResolvedModel
+from graphsim.errors import GraphsimError
+
+GiB = 1 << 30
+DEFAULT_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+DEFAULT_BATCHED_TOKENS = (2048, 4096, 8192, 16384)
+DEFAULT_PREFILL_BATCHED_TOKENS = (4096, 8192, 16384)
+
+
+class SearchSpecError(GraphsimError):
+    pass
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    model: str
+    gpu: str = "h200"
+    gpus: int = 8
+    isl: Lengths = Lengths(4000, 4000)
+    osl: Lengths = Lengths(1000, 1000)
+    slo: SLO = SLO()
+    tp: tuple[int, ...] | None = None  # None: powers of two up to min(gpus, GPUs per node)
+    modes: tuple[str, ...] = ("agg", "disagg")
+    max_num_seqs: tuple[int, ...] = DEFAULT_SEQS
+    max_num_batched_tokens: tuple[int, ...] = DEFAULT_BATCHED_TOKENS
+    prefill_batched_tokens: tuple[int, ...] = DEFAULT_PREFILL_BATCHED_TOKENS
+    decode_batched_tokens: int | None = None  # None: the engine default (raised to max_num_seqs)
+    max_model_len: int | None = None
+    kv_dtype: str | None = None
+    dtype: str | None = None
+    gpu_memory_utilization: float = 0.9
+    profile: str | None = None
+    kv_link_gbps: float | None = None
+    kv_link_latency_us: float | None = None
+    verify: int = 4  # simulate the best this many under the SLOs (and more while they fail)
+    seed: int = 0
+
+    def check(self) -> SearchSpec:
+        if self.gpus < 1:
+            raise SearchSpecError(f"--gpus {self.gpus}; give at least 1")
+        bad = [m for m in self.modes if m not in ("agg", "disagg")]
+        if bad or not self.modes:
+            raise SearchSpecError(f"unknown mode(s) {', '.join(bad) or '(none)'}; use agg, disagg or both")
+        for name in ("max_num_seqs", "max_num_batched_tokens", "prefill_batched_tokens"):
+            vals = getattr(self, name)
+            if not vals or min(vals) < 1:
+                raise SearchSpecError(f"--{name.replace('_', '-')} needs values >= 1")
+        if self.tp is not None and (not self.tp or min(self.tp) < 1):
+            raise SearchSpecError("--tp needs values >= 1")
+        if self.verify < 0:
+            raise SearchSpecError("--verify must be >= 0")
+        return self
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """Instances of one engine configuration: TP × EP ranks each."""
+
+    role: str  # "agg", "prefill" or "decode"
+    tp: int
+    ep: int
+    instances: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.instances
+
+    def label(self) -> str:
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        if self.role == "prefill":
+            return f"{self.instances}P tp{self.tp}{ep} (batch {self.max_num_batched_tokens})"
+        if self.role == "decode":
+            return f"{self.instances}D tp{self.tp}{ep} (seqs {self.max_num_seqs})"
+        return f"tp{self.tp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens}"
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    """What the KV-capacity model says about one instance of a pool (per rank)."""
+
+    weights_bytes: int
+    available_kv_bytes: int
+    num_blocks: int
+    blocks_per_request: int  # one request of isl + osl tokens
+    kv_requests: int  # requests of isl + osl tokens the KV cache holds
+
+    def to_json(self) -> dict[str, Any]:
+        return {"weights_gib": self.weights_bytes / GiB, "available_kv_gib": self.available_kv_bytes / GiB,
+                "num_blocks": self.num_blocks, "blocks_per_request": self.blocks_per_request,
+                "kv_requests": self.kv_requests}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: int
+    mode: str  # "agg" or "disagg"
+    pools: tuple[PoolConfig, ...]  # agg: (instance,), disagg: (prefill, decode)
+    replicas: int  # copies of the unit in the GPU budget
+    clients: int  # closed-loop clients per unit
+    memory: tuple[PoolMemory, ...] = field(compare=False, default=())
+
+    @property
+    def unit_gpus(self) -> int:
+        return sum(p.gpus for p in self.pools)
+
+    @property
+    def gpus_used(self) -> int:
+        return self.unit_gpus * self.replicas
+
+    @property
+    def partitions(self) -> tuple[tuple[int, int], ...]:
+        return tuple(sorted({(p.tp, p.ep) for p in self.pools}))
+
+    def label(self) -> str:
+        rep = f" ×{self.replicas}" if self.replicas > 1 else ""
+        if self.mode == "agg":
+            return f"agg {self.pools[0].label()}{rep}"
+        return f"disagg {self.pools[0].label()} + {self.pools[1].label()}{rep}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "mode": self.mode, "label": self.label(), "replicas": self.replicas,
+                "unit_gpus": self.unit_gpus, "gpus_used": self.gpus_used, "clients_per_unit": self.clients,
+                "pools": [{**vars(p), "gpus": p.gpus} for p in self.pools],
+                "memory": [m.to_json() for m in self.memory]}
+
+
+@dataclass(frozen=True)
+class Pruned:
+    label: str
+    reason: str
+    kind: str  # "memory" or "engine"
+
+    def to_json(self) -> dict[str, str]:
+        return {"label": self.label, "reason": self.reason, "kind": self.kind}
+
+
+def _pow2_upto(n: int) -> tuple[int, ...]:
+    out, v = [], 1
+    while v <= n:
+        out.append(v)
+        v *= 2
+    return tuple(out)
+
+
+def _experts(cfg: dict) -> int:
+    for key in ("n_routed_experts", "num_experts", "num_local_experts"):
+        v = cfg.get(key) or (cfg.get("text_config") or {}).get(key)
+        if isinstance(v, int) and v > 1:
+            return v
+    return 0
+
+
+class _Planner:
+    """`plan_deployment` per (tp, batch settings), memoised; errors become prune reasons."""
+
+    def __init__(self, spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec) -> None:
+        self.spec, self.model = spec, model
+        self.default_batched_tokens, self.default_seqs = batch_defaults(hw)
+        self._plans: dict[tuple[int, int, int], Any] = {}
+        self.request_tokens = spec.isl.hi + spec.osl.hi
+
+    def plan(self, tp: int, mnbt: int, seqs: int):
+        key = (tp, mnbt, seqs)
+        if key not in self._plans:
+            from graphsim.serving.deployment import plan_deployment
+
+            s = self.spec
+            try:
+                self._plans[key] = plan_deployment(
+                    self.model, s.gpu, tp, kv_dtype=s.kv_dtype, dtype=s.dtype, max_num_batched_tokens=mnbt,
+                    max_num_seqs=seqs, max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization)
+            except GraphsimError as e:
+                self._plans[key] = e
+        return self._plans[key]
+
+    def memory(self, dep) -> tuple[PoolMemory | None, str]:
+        """(memory, '') if the instance can start, else (None or memory, why not)."""
+        cap, budget = dep.capacity, dep.budget
+        weights = budget.term("weights").bytes if any(t.name == "weights" for t in budget.terms) else 0
+        if cap.available_bytes <= 0:
+            return None, (f"weights {weights / GiB:,.1f} GiB per rank and the rest leave no KV memory on a "
+                          f"{dep.hardware.memory_bytes / GiB:,.0f} GiB GPU at tp{dep.tp}")
+        per_req = dep.layout.admission_blocks(self.request_tokens, dep.engine.max_in_flight_tokens)
+        mem = PoolMemory(weights, cap.available_bytes, cap.num_blocks, per_req,
+                         cap.num_blocks // per_req if per_req else 0)
+        if not cap.fits_one_request:
+            return mem, (f"KV cache {cap.num_blocks:,} blocks; one max_model_len {dep.engine.max_model_len:,} request "
+                         f"needs {cap.blocks_per_request:,} (vLLM refuses to start)")
+        if mem.kv_requests < 1:
+            return mem, f"KV cache holds no request of {self.request_tokens:,} tokens"
+        return mem, ""
+
+
+def tp_options(spec: SearchSpec, hw: HardwareSpec) -> tuple[int, ...]:
+    if spec.tp is not None:
+        return tuple(sorted(set(spec.tp)))
+    return _pow2_upto(min(spec.gpus, max(hw.devices_per_node, 1)))
+
+
+def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec
+                         ) -> tuple[list[Candidate], list[Pruned]]:
+    """Every deployment of the search space that fits, and every one that was pruned, with the reason."""
+    spec.check()
+    planner = _Planner(spec, model, hw)
+    cands: list[Candidate] = []
+    pruned: list[Pruned] = []
+    experts = _experts(model.config)
+    tps = [t for t in tp_options(spec, hw) if t <= spec.gpus]
+    if not tps:
+        raise SearchSpecError(f"no TP size in {spec.tp} fits in {spec.gpus} GPUs")
+    parts = [(t, e) for t in tps for e in ((1, t) if experts and t > 1 and experts % t == 0 else (1,))]
+
+    def add(mode: str, pools: tuple[PoolConfig, ...], clients: int, memory: tuple[PoolMemory, ...]) -> None:
+        unit = sum(p.gpus for p in pools)
+        cands.append(Candidate(len(cands), mode, pools, spec.gpus // unit, clients, memory))
+
+    def seqs_options(tp: int, mnbt: int, role: str, label) -> list[tuple[int, PoolMemory]]:
+        """max_num_seqs values that fit, with the pool's memory; the KV limit itself is added."""
+        out: list[tuple[int, PoolMemory]] = []
+        values = sorted(set(spec.max_num_seqs))
+        limit = None
+        for seqs in values:
+            eff_mnbt = max(mnbt, seqs) if role == "decode" else mnbt
+            dep = planner.plan(tp, eff_mnbt, seqs)
+            if isinstance(dep, GraphsimError):
+                pruned.append(Pruned(label(seqs, eff_mnbt), str(dep), "engine"))
+                continue
+            mem, why = planner.memory(dep)
+            if why:
+                pruned.append(Pruned(label(seqs, eff_mnbt), why, "memory"))
+                continue
+            assert mem is not None
+            if eff_mnbt < seqs:
+                pruned.append(Pruned(label(seqs, eff_mnbt), f"max_num_batched_tokens {eff_mnbt} < max_num_seqs {seqs} "
+                                     "(vLLM refuses)", "engine"))
+                continue
+            if seqs > mem.kv_requests:
+                limit = mem.kv_requests if limit is None else limit
+                pruned.append(Pruned(label(seqs, eff_mnbt), f"KV cache holds {mem.kv_requests:,} requests of "
+                                     f"{planner.request_tokens:,} tokens, fewer than max_num_seqs {seqs}", "memory"))
+                continue
+            out.append((seqs, mem))
+        if limit is not None and limit not in values and limit >= 1:
+            eff_mnbt = max(mnbt, limit) if role == "decode" else mnbt
+            dep = planner.plan(tp, eff_mnbt, limit)
+            if not isinstance(dep, GraphsimError):
+                mem, why = planner.memory(dep)
+                if not why and mem is not None and limit <= mem.kv_requests and eff_mnbt >= limit:
+                    out.append((limit, mem))
+        return out
+
+    if "agg" in spec.modes:
+        for tp, ep in parts:
+            for mnbt in sorted(set(spec.max_num_batched_tokens)):
+                def lab(seqs, m, tp=tp, ep=ep):
+                    return f"agg {PoolConfig('agg', tp, ep, 1, seqs, m).label()}"
+                for seqs, mem in seqs_options(tp, mnbt, "agg", lab):
+                    add("agg", (PoolConfig("agg", tp, ep, 1, seqs, mnbt),), seqs, (mem,))
+
+    if "disagg" in spec.modes and spec.gpus >= 2:
+        # prefill pools: one per (tp, ep, batch); their own max_num_seqs stays the engine default
+        prefill: list[tuple[int, int, int, PoolMemory]] = []
+        for tp, ep in parts:
+            for mnbt in sorted(set(spec.prefill_batched_tokens)):
+                dep = planner.plan(tp, mnbt, planner.default_seqs)
+                label = f"prefill tp{tp}{f' ep{ep}' if ep > 1 else ''} (batch {mnbt})"
+                if isinstance(dep, GraphsimError):
+                    pruned.append(Pruned(label, str(dep), "engine"))
+                    continue
+                mem, why = planner.memory(dep)
+                in_flight = dep.engine.max_concurrent_batches * -(-mnbt // max(spec.isl.lo, 1)) + 1
+                prompt_blocks = dep.layout.admission_blocks(spec.isl.hi, dep.engine.max_in_flight_tokens)
+                if not why and mem is not None and in_flight * prompt_blocks > mem.num_blocks:
+                    why = f"KV cache holds fewer than the {in_flight} prompts two batches of {mnbt} tokens hold"
+                if why:
+                    pruned.append(Pruned(label, why, "memory"))
+                    continue
+                assert mem is not None
+                prefill.append((tp, ep, mnbt, mem))
+        decode: list[tuple[int, int, int, int, PoolMemory]] = []
+        dec_default = spec.decode_batched_tokens
+        for tp, ep in parts:
+            mnbt = dec_default or planner.default_batched_tokens
+
+            def lab(seqs, m, tp=tp, ep=ep):
+                return f"decode {PoolConfig('decode', tp, ep, 1, seqs, m).label()}"
+            for seqs, mem in seqs_options(tp, mnbt, "decode", lab):
+                decode.append((tp, ep, seqs, max(mnbt, seqs), mem))
+        for tp_p, ep_p, mnbt_p, mem_p in prefill:
+            for x in range(1, spec.gpus // tp_p + 1):
+                left = spec.gpus - x * tp_p
+                for tp_d, ep_d, seqs, mnbt_d, mem_d in decode:
+                    for y in range(1, left // tp_d + 1):
+                        pools = (PoolConfig("prefill", tp_p, ep_p, x, planner.default_seqs, mnbt_p),
+                                 PoolConfig("decode", tp_d, ep_d, y, seqs, mnbt_d))
+                        add("disagg", pools, y * seqs, (mem_p, mem_d))
+    return cands, pruned
+
