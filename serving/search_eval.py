@@ -59,15 +59,18 @@ class SearchContext:
 
 
 def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candidates: list[Candidate],
-                 target: str = "vllm") -> SearchContext:
-    """Trace the model once and fuse it (needs the `trace` extra); size the cost tables for the candidates."""
+                 target: str = "vllm", graph: Graph | None = None) -> SearchContext:
+    """Trace the model once (or take its imported `graph`) and fuse it — tracing needs the `trace` extra; size
+    the cost tables for the candidates."""
     from graphsim.costing.predict import choose_data, default_profile_path
-    from graphsim.importers.hf import import_hf
     from graphsim.passes import run_pipeline
 
     db, note = choose_data(hw, spec.profile)
     profile = spec.profile or (str(default_profile_path(hw.id)) if db is not None else None)
-    graph, _ = import_hf(model, dtype=spec.dtype)
+    if graph is None:
+        from graphsim.importers.hf import import_hf
+
+        graph, _ = import_hf(model, dtype=spec.dtype)
     graph = run_pipeline(graph, f"fold,fuse{{target={target}}}").graph
     max_tokens = max(p.max_num_batched_tokens for c in candidates for p in c.pools)
     max_seqs = max(p.max_num_seqs for c in candidates for p in c.pools)
@@ -172,7 +175,7 @@ def _steady(ctx: SearchContext, c: Candidate) -> Evaluation:
         sp = disaggregated_point(partition_cost(ctx, pp.tp, pp.ep), partition_cost(ctx, pd.tp, pd.ep), isl, osl,
                                  pp.instances, pd.instances, pd.max_num_seqs, pp.max_num_batched_tokens,
                                  pd.max_num_batched_tokens, ctx.link.transfer_s(setup_bytes),
-                                 setup_bytes / ctx.link.bandwidth_bytes_per_s)
+                                 setup_bytes / ctx.link.bandwidth_bytes_per_s, pp.max_num_seqs)
         link_src = ctx.link.source
     return Evaluation(c.id, "steady-state", sp.requests_per_s, sp.output_tokens_per_s / c.unit_gpus,
                       sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, link_src,

@@ -38,6 +38,7 @@ source of the iteration times it used (and of the link for disaggregated TTFT).
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,19 +68,22 @@ class _Timer:
     With a `TreeCost`, decode attention comes from one bulk table per context over every batch size
     (`TreeCost.decode_attention_by_batch`): the fast path asks for many batch sizes at one context."""
 
-    _memo: dict[tuple[int, tuple], tuple[float, int]] = {}
-    _tables: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cost model → (step memo, decode tables)
 
     def __init__(self, cost: IterationCost) -> None:
         self.cost = cost
         self.src = 0
         self._tree = isinstance(cost, TreeCost)
+        caches = self._caches.get(cost)
+        if caches is None:
+            caches = self._caches[cost] = ({}, {})
+        self._memo, self._tables = caches
 
     def step(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> float:
-        key = (id(self.cost), (int(tokens), int(seqs), int(dec), round(float(ctx), 3), tuple(chunks)))
+        key = (int(tokens), int(seqs), int(dec), round(float(ctx), 3), tuple(chunks))
         hit = self._memo.get(key)
         if hit is None:
-            if len(self._memo) > 500_000:
+            if len(self._memo) > 200_000:
                 self._memo.clear()
             hit = self._memo[key] = self._price(int(tokens), int(seqs), int(dec), float(ctx), chunks)
         self.src = max(self.src, hit[1])
@@ -92,19 +96,22 @@ class _Timer:
             return us * 1e-6, int(s)
         assert isinstance(c, TreeCost)
         us, s = c.step_us(tokens, seqs, 0, 0.0, chunks)
-        key = (id(c), int(round(ctx)))
+        key = int(round(ctx))
         table = self._tables.get(key)
         if table is None:
             table = self._tables[key] = c.decode_attention_by_batch(int(round(ctx)))
         return (us + float(table[0][dec])) * 1e-6, max(int(s), int(table[1][dec]))
 
 
-def _chunks(isl: int, budget: int) -> tuple[list[tuple[int, int]], int]:
+def _chunks(isl: int, budget: int, max_prompts: int = 1 << 30) -> tuple[list[tuple[int, int]], int]:
     """A packed iteration's prompt chunks for `budget` prefill tokens: whole prompts (and the start of
-    the next) when a prompt fits, else one chunk at the prompt's mean position. Returns (chunks, tokens)."""
-    budget = max(1, int(budget))
+    the next) when a prompt fits, else one chunk at the prompt's mean position; at most `max_prompts`
+    prompts (the free `max_num_seqs` slots). Returns (chunks, tokens)."""
+    budget, max_prompts = max(1, int(budget)), max(1, int(max_prompts))
     if isl <= budget:
         whole, rest = divmod(budget, isl)
+        if whole >= max_prompts:
+            return [(isl, 0)] * max_prompts, isl * max_prompts
         chunks = [(isl, 0)] * whole + ([(rest, 0)] if rest else [])
         return chunks, budget
     k = math.ceil(isl / budget)
@@ -139,8 +146,9 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
     n_mix = C * isl / L
     if n_mix <= N:  # prompts fit in the period: decode-bound
         d = max(int(round(D)), 0)
-        chunks, ptok = _chunks(isl, min(L, C * isl))
-        t_mix = tm.step(d + ptok, d + len(chunks), d, ctx, chunks)
+        chunks, ptok = _chunks(isl, min(L, C * isl), C)
+        dm = max(0, min(d, C - len(chunks)))  # the prompts of a mixed iteration took slots that finished decoding
+        t_mix = tm.step(dm + ptok, dm + len(chunks), dm, ctx, chunks)
         t_dec = tm.step(d, d, d, ctx, []) if d else 0.0
         T = n_mix * t_mix + (N - n_mix) * t_dec
         rps = C / T
@@ -150,9 +158,9 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D)
     # prefill-bound: every iteration packed with mnbt tokens
     D = mnbt * dec_iters / (isl + dec_iters)
-    d = int(round(D))
+    d = min(int(round(D)), C - 1)
     L = max(mnbt - d, 1)
-    chunks, ptok = _chunks(isl, L)
+    chunks, ptok = _chunks(isl, L, C - d)
     t = tm.step(d + ptok, d + len(chunks), d, ctx, chunks)
     per_iter = L / isl  # completions per iteration
     rps = per_iter / t
@@ -161,18 +169,18 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
     return SteadyPoint(rps, rps * osl, ttft, t, tm.src, "prefill", D)
 
 
-def _prefill_time(tm: _Timer, isl: int, prompts: float, mnbt: int) -> tuple[float, float]:
+def _prefill_time(tm: _Timer, isl: int, prompts: float, mnbt: int, seqs: int) -> tuple[float, float]:
     """(time of the iterations that prefill `prompts` prompts arriving together, their count)."""
     tokens = max(1, int(round(prompts * isl)))
     iters = max(1, math.ceil(tokens / mnbt))
     per = min(tokens, mnbt)
-    chunks, ptok = _chunks(isl, per)
+    chunks, ptok = _chunks(isl, per, seqs)
     return iters * tm.step(ptok, len(chunks), 0, 0.0, chunks), iters
 
 
 def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, osl: int, prefill_instances: int,
                         decode_instances: int, clients_per_decode: int, mnbt_p: int, mnbt_d: int,
-                        transfer_s: float, transfer_bytes_s: float) -> SteadyPoint:
+                        transfer_s: float, transfer_bytes_s: float, seqs_p: int = 1 << 30) -> SteadyPoint:
     """One xPyD unit with `decode_instances × clients_per_decode` clients (see the module docstring).
 
     `transfer_s` is one request's KV transfer (latency + bytes / bandwidth), `transfer_bytes_s` its
@@ -183,7 +191,7 @@ def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, 
     ctx = _decode_ctx(isl, osl)
     C = max(1, int(clients_per_decode))
     # prefill capacity per instance: iterations packed with mnbt_p prompt tokens
-    chunks, ptok = _chunks(isl, mnbt_p)
+    chunks, ptok = _chunks(isl, mnbt_p, seqs_p)
     t_pack = tp.step(ptok, len(chunks), 0, 0.0, chunks)
     mu_p = x * (ptok / isl) / t_pack  # requests/s the pool sustains
     mu_link = min(x, y) / transfer_bytes_s if transfer_bytes_s > 0 else math.inf
@@ -197,9 +205,9 @@ def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, 
         lam = rps / x if rps > 0 else 0.0  # arrivals per prefill instance
         b = 1.0
         for _ in range(5):  # prompts per prefill iteration: those that arrived during the last one
-            t_b, _ = _prefill_time(tp, isl, b, mnbt_p)
-            b = min(max(1.0, lam * t_b), max(1.0, mnbt_p / isl))
-        t_b, _ = _prefill_time(tp, isl, b, mnbt_p)
+            t_b, _ = _prefill_time(tp, isl, b, mnbt_p, seqs_p)
+            b = min(max(1.0, lam * t_b), max(1.0, mnbt_p / isl), float(seqs_p))
+        t_b, _ = _prefill_time(tp, isl, b, mnbt_p, seqs_p)
         busy = min(0.95, lam * t_b / b)
         ttft_p = t_b * (1 + busy / (2 * (1 - busy)))  # its iteration, after an M/D/1-like wait
         ttft = ttft_p + transfer_s + 1.5 * t_d  # then the decode side's next iteration computes the last token
