@@ -282,6 +282,6 @@ def _rank(spec: SearchSpec, rows: list[Row]) -> tuple[int | None, list[int], lis
             else:
                 twin = next((k for k in front_ok if xs[k] == xs[i] and ys[k] == ys[i]), None)
                 if twin is not None:
-                    r.reason += f"; ties #{rows[twin].candidate.id}, which has the lower TTFT"
+                    r.reason += f"; same figures as #{rows[twin].candidate.id} on the frontier"
     ids = [rows[i].candidate.id for i in front]
     return (best.candidate.id if best else None), ids, [rows[i].candidate.id for i in front_ok]
