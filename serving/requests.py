@@ -151,7 +151,8 @@ def write_trace(specs: list[RequestSpec], path: str | Path) -> Path:
 @dataclass
 class ClosedLoop:
     """`concurrency` clients, each sending its next request when the previous one finishes (plus
-    `think_s`), until `num_requests` have been sent. Lengths are drawn in order from a seeded stream."""
+    `think_s`), until `num_requests` have been sent. Lengths are drawn in order from a seeded stream.
+    Client i sends its first request at `i · ramp_s / concurrency` (default: all at once)."""
 
     concurrency: int
     num_requests: int
@@ -161,6 +162,10 @@ class ClosedLoop:
     think_s: float = 0.0
     prefix_tokens: int = 0
     prefix_groups: int = 1
+    ramp_s: float = 0.0
+
+    def start_s(self, client: int) -> float:
+        return self.ramp_s * client / self.concurrency
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.num_requests < 1:

@@ -209,7 +209,14 @@ def _verify(spec: SearchSpec, rows: list[Row], backend: Backend, ctx: SearchCont
     done: list[int] = []
     for _ in range(MAX_VERIFY_ROUNDS):
         ranked = sorted((r for r in rows if meets(r.fast, spec)), key=lambda r: _rank_key(r, r.fast))
-        todo = [r for r in ranked if r.sim is None][: spec.verify]
+        seen = {_figures(r.fast) for r in rows if r.sim is not None}
+        todo = []
+        for r in ranked:  # one of each set of candidates with the same steady-state figures
+            if r.sim is None and _figures(r.fast) not in seen:
+                todo.append(r)
+                seen.add(_figures(r.fast))
+            if len(todo) == spec.verify:
+                break
         if not todo:
             break
         good = [r.sim for r in rows if r.sim is not None and meets(r.sim, spec)]
@@ -235,6 +242,10 @@ def _pick(rows: list[Row]) -> Row | None:
     u = max(r.final.tokens_per_s_per_user for r in band)
     band = [r for r in band if r.final.tokens_per_s_per_user >= (1 - TIE) * u]
     return min(band, key=lambda r: (r.final.ttft_ms, _rank_key(r, r.final)))
+
+
+def _figures(ev: Evaluation) -> tuple:
+    return tuple(float(f"{v:.4g}") for v in (ev.output_tokens_per_s_per_gpu, ev.tokens_per_s_per_user, ev.ttft_ms))
 
 
 def _rank(spec: SearchSpec, rows: list[Row]) -> tuple[int | None, list[int], list[int]]:

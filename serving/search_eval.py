@@ -30,7 +30,8 @@ from graphsim.serving.steady import SteadyPoint, aggregated_point, disaggregated
 from graphsim.catalog import ResolvedModel
 from graphsim.ir import Graph
 
-SIM_GENERATIONS = 4  # a simulation sends this many requests per client; metrics come from the middle two
+SIM_GENERATIONS = 6  # a simulation sends this many requests per client
+WINDOW = (3, 5)  # metrics come from the requests completing between these generations (whole ones, settled)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class SearchContext:
 
     @property
     def max_context(self) -> int:
-        return max(self.max_model_len or 0, self.isl.hi + self.osl.hi + 1)
+        """The longest context a request of the search reaches: the cost tables' context grid ends there."""
+        return self.isl.hi + self.osl.hi + 1
 
 
 def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candidates: list[Candidate],
@@ -198,12 +200,12 @@ def _setup(ctx: SearchContext, pool: PoolConfig, router: str = "least-outstandin
     return dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep), pool.instances, router)
 
 
-def window_metrics(requests, clients: int) -> dict[str, float]:
-    """Steady-state metrics of a closed-loop run that sent SIM_GENERATIONS requests per client: the requests
-    that completed between the `clients`-th and the `3·clients`-th completion (two whole generations, the
-    first wave and the draining tail left out)."""
+def window_metrics(requests, clients: int, window: tuple[int, int] = (1, 3)) -> dict[str, float]:
+    """Steady-state metrics of a closed-loop run: the requests that completed between the `window[0]·clients`-th
+    and the `window[1]·clients`-th completion (whole generations: the start-up transient and the draining tail
+    left out)."""
     done = sorted((r for r in requests if not r.rejected and not math.isnan(r.finish_t)), key=lambda r: r.finish_t)
-    lo, hi = clients - 1, min(3 * clients - 1, len(done) - 1)
+    lo, hi = window[0] * clients - 1, min(window[1] * clients - 1, len(done) - 1)
     if hi <= lo:
         lo, hi = 0, len(done) - 1
     ta, tb = done[lo].finish_t, done[hi].finish_t
@@ -220,21 +222,22 @@ def window_metrics(requests, clients: int) -> dict[str, float]:
 
 def _warm(ctx: SearchContext, c: Candidate) -> None:
     """Price the table rows a simulation will use in bulk calls (the same numbers, in less time): decode attention
-    for every batch size up to max_num_seqs; prefill attention after a cached prefix when prompts are chunked."""
+    for every batch size up to max_num_seqs; prefill attention after a cached prefix for a prefill pool."""
     for pool in c.pools:
         cost = partition_cost(ctx, pool.tp, pool.ep)
         if not isinstance(cost, TreeCost):
             continue
         if pool.role != "prefill":
             cost.warm_decode_rows(range(1, pool.max_num_seqs + 1))
-        if pool.role != "decode" and ctx.isl.hi > pool.max_num_batched_tokens // 2:
+        if pool.role == "prefill":  # packed prompts split at every position: nearly every row is used
             cost.warm_prefill_rows(ctx.isl.hi)
 
 
 def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
     clients = c.clients if c.mode == "disagg" else c.pools[0].max_num_seqs  # agg: one instance stands for all
     _warm(ctx, c)
-    loop = ClosedLoop(clients, SIM_GENERATIONS * clients, ctx.isl, ctx.osl, ctx.seed)
+    ramp = clients / _steady(ctx, c).requests_per_s  # clients start over one predicted cycle, not all at once
+    loop = ClosedLoop(clients, SIM_GENERATIONS * clients, ctx.isl, ctx.osl, ctx.seed, ramp_s=ramp)
     if c.mode == "agg":
         (p,) = c.pools
         res = simulate(_setup(ctx, PoolConfig(p.role, p.tp, p.ep, 1, p.max_num_seqs, p.max_num_batched_tokens)), loop)
@@ -245,7 +248,7 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
         res = simulate_disagg(setup, loop)
         unit_gpus, link_src = c.unit_gpus, ctx.link.source
         xfer = res.transfer_stats_ms()["mean"]
-    m = window_metrics(res.requests, clients)
+    m = window_metrics(res.requests, clients, WINDOW)
     worst = SOURCES[max(res.source_counts)].value if res.source_counts else "missing"
     its = res.iterations
     dec = its["decode_seqs"][its["decode_seqs"] > 0] if len(its["dur_s"]) else np.zeros(0)

@@ -76,8 +76,8 @@ class _Arrivals:
             self.loop = workload
             self.total = workload.num_requests
             self._sent = 0
-            for _ in range(min(workload.concurrency, workload.num_requests)):
-                self._emit(0.0)
+            for i in range(min(workload.concurrency, workload.num_requests)):
+                self._emit(workload.start_s(i))
         else:
             self.loop = None
             specs = sorted(workload, key=lambda s: s.arrival_s)

@@ -17,9 +17,10 @@ times:
 - a request lives `N = osl − 1 + k_p` iterations (`k_p = ceil(isl / L)` for its own prompt), so
   `D = C · (osl − 1) / N` decode on average, and the other `N − n_mix` iterations are decode only;
 - period time `T = n_mix · t_mix + (N − n_mix) · t_dec`; throughput `C / T` requests/s; TPOT the mean
-  iteration time over a request's decode, `(T − k_p·t_mix) / (N − k_p)`; TTFT `k_p · t_mix` stretched by an
-  M/D/1-like wait behind other prompts, `ρ / (2(1 − ρ))` with `ρ = n_mix / N` (the simulation shows more
-  queueing than this when waves are dense: it is checked there).
+  iteration time over a request's decode, `(T − k_p·t_mix) / (N − k_p)`; TTFT the `k_p` iterations of its
+  own prompt beside the decodes, plus half of that when it arrives while another prompt is in progress
+  (with probability `ρ = C·k_p / N`): clients that start spread out stay spread out, and paced arrivals
+  rarely queue deeper. (Throughput is the same whether the prompts come packed or spread out, to ~1%.)
 
 When the prompts do not fit in the period (`n_mix > N`) every iteration is packed: `D = mnbt · (osl − 1) /
 (isl + osl − 1)` decode, `L = mnbt − D` prompt tokens, the remaining clients queue (TTFT by Little's law).
@@ -27,7 +28,8 @@ When the prompts do not fit in the period (`n_mix > N`) every iteration is packe
 **Disaggregated** (x prefill instances, y decode instances, `y · C` clients): a decode instance
 decodes `D` requests per iteration (the first step of each is the one recomputed prompt token), a
 prefill instance batches the prompts that arrived during its last iteration, and the link adds
-`latency + bytes / bandwidth`. The clients' cycle `TTFT + (osl − 1) · TPOT` sets the throughput, and
+`latency + bytes / bandwidth`. A prompt waits for half an iteration in progress (with the prefill
+instance's utilisation as probability). The clients' cycle `TTFT + (osl − 1) · TPOT` sets the throughput, and
 `D` (Little's law at the decode pool) is found by fixed-point iteration; a prefill pool, or a link,
 that cannot keep up caps the throughput and the clients queue at the prefill pool.
 
@@ -152,8 +154,12 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         t_dec = tm.step(d, d, d, ctx, []) if d else 0.0
         T = n_mix * t_mix + (N - n_mix) * t_dec
         rps = C / T
-        busy = min(n_mix / N, 0.95)  # the prompts' share of the period: queueing behind other prompts, M/D/1-like
-        ttft = k_p * t_mix * (1 + busy / (2 * (1 - busy)))
+        # TTFT: a prompt's own iterations beside the decodes, after half a prompt's iterations when it arrives
+        # while another prompt is in progress (closed-loop arrivals are paced: they rarely queue deeper)
+        one, otok = _chunks(isl, min(L, isl), 1)
+        d1 = min(d, C - 1)
+        busy = min(C * k_p / N, 1.0)  # share of iterations that carry a prompt when prompts arrive spread out
+        ttft = k_p * tm.step(d1 + otok, d1 + 1, d1, ctx, one) * (1 + busy / 2)
         tpot = (T - k_p * t_mix) / (N - k_p) if N > k_p else t_mix
         return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D)
     # prefill-bound: every iteration packed with mnbt tokens
@@ -208,8 +214,8 @@ def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, 
             t_b, _ = _prefill_time(tp, isl, b, mnbt_p, seqs_p)
             b = min(max(1.0, lam * t_b), max(1.0, mnbt_p / isl), float(seqs_p))
         t_b, _ = _prefill_time(tp, isl, b, mnbt_p, seqs_p)
-        busy = min(0.95, lam * t_b / b)
-        ttft_p = t_b * (1 + busy / (2 * (1 - busy)))  # its iteration, after an M/D/1-like wait
+        busy = min(1.0, lam * t_b / b)
+        ttft_p = t_b * (1 + busy / 2)  # its iteration, after the rest of one in progress (paced arrivals)
         ttft = ttft_p + transfer_s + 1.5 * t_d  # then the decode side's next iteration computes the last token
         cycle = ttft + (osl - 1) * t_d
         new = clients / cycle

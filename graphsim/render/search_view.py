@@ -128,7 +128,7 @@ def render_search(res: SearchResult, top: int = 8) -> Group:
             f"[dim]steady state vs simulation over {int(cmp['simulated'])} simulated candidate(s): tok/s per GPU "
             f"within {cmp.get('output_tokens_per_s_per_gpu_max_abs', math.nan):.1%}, TPOT within "
             f"{cmp.get('tpot_ms_max_abs', math.nan):.1%}, TTFT within {cmp.get('ttft_ms_max_abs', math.nan):.0%} "
-            "(TTFT is the loose one: queueing in closed-loop waves)[/]")
+            "(TTFT is the loose one)[/]")
     return Group(*parts)
 
 

@@ -57,3 +57,12 @@ def test_prefill_bound_aggregated_queues_its_clients():
 
 def test_layouts_are_llamas():
     assert llama_layout().bytes_per_token == 131_072
+
+
+def test_a_closed_loop_can_ramp_its_clients_up():
+    loop = ClosedLoop(4, 8, Lengths(ISL, ISL), Lengths(OSL, OSL), ramp_s=2.0)
+    assert [loop.start_s(i) for i in range(4)] == [0.0, 0.5, 1.0, 1.5]
+    res = simulate(small_setup(num_blocks=20_000, max_num_seqs=4, mnbt=4096), loop)
+    arrivals = [r.arrival for r in res.requests]
+    assert {0.0, 0.5, 1.0, 1.5} <= set(arrivals) and len(res.completed) == 8
+    assert min(a for a in arrivals if a not in (0.0, 0.5, 1.0, 1.5)) > 0.0  # re-sends come after completions
