@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from graphsim.costing.hardware import HardwareSpec
+from graphsim.serving.blocks import BlockPool
 from graphsim.serving.records import IterationLog, Request, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import Engine
-from graphsim.serving.blocks import BlockPool
 from graphsim.serving.simulator import SimulationError, SimulationSetup, _Arrivals
 
 from graphsim.errors import GraphsimError
@@ -125,8 +125,7 @@ class DecodeEngine(Engine):
         self.waiting.popleft()
         self.remote.pop(r.id, None)  # once admitted, a preemption recomputes locally
         r.nshared, r.comp = 0, comp0
-        if r.hit_tokens < 0:
-            r.hit_tokens = 0  # transferred KV is not a prefix-cache hit
+        r.hit_tokens = max(r.hit_tokens, 0)  # transferred KV is not a prefix-cache hit
         r.held = self.layout.held_blocks_one(comp0, new)
         self.pool.alloc(r.held)
         if np.isnan(r.admitted_t):

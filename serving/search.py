@@ -24,8 +24,19 @@ from typing import Any
 from graphsim.costing.hardware import load_hardware
 from graphsim.serving.backends import Backend, LocalBackend
 from graphsim.serving.pareto import dominated_by, pareto_front
-from graphsim.serving.search_eval import Evaluation, SearchContext, Task, make_context, run_task
-from graphsim.serving.search_space import Candidate, Pruned, SearchSpec, enumerate_candidates
+from graphsim.serving.search_eval import (
+    Evaluation,
+    SearchContext,
+    Task,
+    make_context,
+    run_task,
+)
+from graphsim.serving.search_space import (
+    Candidate,
+    Pruned,
+    SearchSpec,
+    enumerate_candidates,
+)
 
 from graphsim.catalog import resolve_model
 from graphsim.errors import GraphsimError

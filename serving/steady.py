@@ -43,8 +43,6 @@ import math
 import weakref
 from dataclasses import dataclass
 
-import numpy as np
-
 from graphsim.serving.pricing import IterationCost, TreeCost
 
 

@@ -5,16 +5,20 @@ import json
 import math
 
 import pytest
+from graphsim.costing.hardware import load_hardware
+from graphsim.serving.deployment import plan_deployment
+from graphsim.serving.pareto import dominated_by, pareto_front
+from graphsim.serving.search import meets, run_search
+from graphsim.serving.search_space import (
+    SearchSpec,
+    SearchSpecError,
+    enumerate_candidates,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from search_helpers import comparable, small_spec
 
 from graphsim.catalog import resolve_model
-from graphsim.costing.hardware import load_hardware
-from graphsim.serving.deployment import plan_deployment
-from graphsim.serving.pareto import dominated_by, pareto_front
-from graphsim.serving.search import meets, run_search
-from graphsim.serving.search_space import SearchSpec, SearchSpecError, enumerate_candidates
 
 
 def dominates(a, b):
