@@ -38,7 +38,7 @@ from graphsim.serving.records import IterationLog, Request, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import Engine
-from graphsim.serving.simulator import SimulationError, SimulationSetup, _Arrivals
+from graphsim.serving.simulator import SimulationError, SimulationResult, SimulationSetup, _Arrivals
 
 from graphsim.errors import GraphsimError
 
@@ -134,26 +134,16 @@ class DecodeEngine(Engine):
 
 
 @dataclass
-class DisaggResult:
-    setup: DisaggSetup
-    requests: list[Request]  # decode-side records, all, in arrival order (rejected ones included)
-    iterations: dict[str, np.ndarray]  # both pools; replica < prefill instances is a prefill instance
-    itl_values: np.ndarray
-    itl_weights: np.ndarray
-    source_counts: dict[int, int]
-    preemptions: int
-    wall_s: float
-    per_replica: list[dict[str, int]] = field(default_factory=list)
+class DisaggResult(SimulationResult):
+    """A SimulationResult whose `setup` is a DisaggSetup: `requests` are the decode-side records,
+    `iterations` hold both pools (replica < prefill instances is a prefill instance)."""
+
     prefill_done_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per request id (NaN if none)
     transfer_start_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     transfer_end_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
     transfer_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))
     prefill_tokens: int = 0  # tokens the prefill pool computed
     decode_tokens: int = 0  # tokens the decode pool computed
-
-    @property
-    def completed(self) -> list[Request]:
-        return [r for r in self.requests if not r.rejected and not math.isnan(r.finish_t)]
 
     @property
     def gpus(self) -> int:
