@@ -28,3 +28,18 @@ def hf_import():
         return copy.deepcopy(graph), report
 
     return get
+
+
+@pytest.fixture(scope="session")
+def modules_loaded_by():
+    """`modules_loaded_by(code)` → the names in sys.modules after running `code` in a fresh Python."""
+    import json
+    import subprocess
+    import sys
+
+    def run(code: str) -> list[str]:
+        code += "\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))\n"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    return run
