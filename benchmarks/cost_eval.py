@@ -48,7 +48,7 @@ def main() -> None:
     n = args.batches
     t0 = time.perf_counter()
     steps = []
-    for i, (b, c, p) in enumerate(zip(rng.integers(1, 257, n), rng.integers(1, 32768, n), rng.integers(16, 8193, n))):
+    for i, (b, c, p) in enumerate(zip(rng.integers(1, 257, n), rng.integers(1, 32768, n), rng.integers(16, 8193, n), strict=False)):
         if i % 4 == 0:  # a quarter are mixed steps: one prefill chunk plus a decode batch
             steps.append(Step((SeqGroup(int(p), 0, 1), SeqGroup(1, int(c), int(b)))))
         else:

@@ -35,9 +35,10 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # ---- models and cases ------------------------------------------------------------------------
 
@@ -86,10 +87,9 @@ def tiny_config(spec: ModelSpec) -> dict[str, Any]:
 
 
 def fused_graph(cfg: dict[str, Any], name: str):
+    from graphsim.catalog import ResolvedModel
     from graphsim.importers.hf import import_hf
     from graphsim.passes import run_pipeline
-
-    from graphsim.catalog import ResolvedModel
 
     graph, _ = import_hf(ResolvedModel(name, cfg, "path", f"benchmarks/validate_cpu.py:{name}"), dtype="float32")
     return run_pipeline(graph, "fold,fuse{target=eager}").graph
@@ -123,10 +123,10 @@ def case_grid(steps) -> Any:
     return Grid(
         gemm_m=tokens, tokens=tokens, moe_tokens=tokens,
         prefill_batch=_cover(1, max((g.count for g in pre), default=1)),
-        prefill_q=_cover(min([16] + q), max(q)),
+        prefill_q=_cover(min([16, *q]), max(q)),
         prefill_max_kv=_cover(1, max(kv))[-1],
         decode_batch=_cover(1, max((g.count for g in dec), default=1)),
-        decode_kv=_cover(min([128] + dec_kv), max(dec_kv)),
+        decode_kv=_cover(min([128, *dec_kv]), max(dec_kv)),
     )
 
 
@@ -174,6 +174,7 @@ def _code_warmer(key) -> Callable[[], Any] | None:
     weights or KV caches; None for per-token kernels, whose inputs a real forward has just written."""
     import torch
     import torch.nn.functional as F
+
     from graphsim.costing.kernels import (
         AttentionDecodeKey,
         AttentionPrefillKey,
@@ -202,6 +203,7 @@ def profile_cpu(graph, db_path: Path, *, threads: int, grid, timing, log: Callab
     """Measure every distinct key of the eager graph with the profiler's benchmarks (`make_bench`,
     `points_for_key`) and `ThreadClockTimer` into `db_path` (resumable: rows already there are kept)."""
     import torch
+
     from graphsim.costing.kernel_map import Dtypes
     from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
     from graphsim.profiles.profiler import (
@@ -252,6 +254,7 @@ def profile_cpu(graph, db_path: Path, *, threads: int, grid, timing, log: Callab
 
 def build_model(cfg: dict[str, Any]):
     import torch
+
     from graphsim.importers.hf.build import make_hf_config, model_class
 
     torch.manual_seed(0)
@@ -369,7 +372,6 @@ def validate_model(spec: ModelSpec, cases: list[str], out: Path, *, threads: int
     from graphsim.costing.predict import predict
     from graphsim.costing.profile_db import ProfileDB
     from graphsim.profiles.profiler import TimingOptions, open_device, profile_graph
-
     from graphsim.workload import parse_batch_spec
 
     steps = [parse_batch_spec(c) for c in cases]
@@ -399,7 +401,7 @@ def validate_model(spec: ModelSpec, cases: list[str], out: Path, *, threads: int
         pred = predict(graph, None, db, steps, list(cases))
     model = build_model(cfg)
     results = []
-    for case, step, b in zip(cases, steps, pred.batches):
+    for case, step, b in zip(cases, steps, pred.batches, strict=False):
         fn = forward_fn(model, cfg, step)
         cpu, wall = time_us(fn, min_repeats=min_repeats, min_time_s=min_time_s)
         med = statistics.median(cpu)

@@ -7,7 +7,13 @@ CostTree location against the accountant's necessary work (`graphsim.work.analyz
 """
 
 from graphsim.analysis.deployment import (
-    Prepared, analyze_model, analyze_prepared, pipeline_for, prepare_graph, prepare_model, write_draft_map,
+    Prepared,
+    analyze_model,
+    analyze_prepared,
+    pipeline_for,
+    prepare_graph,
+    prepare_model,
+    write_draft_map,
 )
 
 __all__ = ["Prepared", "analyze_model", "analyze_prepared", "pipeline_for", "prepare_graph", "prepare_model",

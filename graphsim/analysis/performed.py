@@ -13,8 +13,16 @@ import numpy as np
 
 from graphsim.costing.kernel_map import Dtypes, points_for
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey,
-    MlaPrefillKey, MoeKey, point_coords,
+    AttentionDecodeKey,
+    AttentionPrefillKey,
+    CollectiveKey,
+    ElementwiseKey,
+    GemmKey,
+    KernelKey,
+    MlaDecodeKey,
+    MlaPrefillKey,
+    MoeKey,
+    point_coords,
 )
 from graphsim.costing.roofline import kernel_work
 from graphsim.ir.kernel import KernelAttrs

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 
+from graphsim.analysis.performed import performed_work
 from graphsim.costing.cost_tree import CompiledTree, Evaluation
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
 from graphsim.costing.kernel_map import Dtypes
-from graphsim.analysis.performed import performed_work
 from graphsim.ir import Graph
 from graphsim.work.analyzer import OUTSIDE, Performed, Site, location_ids, scope_role
 from graphsim.workload import Step
@@ -33,7 +33,7 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
         region = OUTSIDE if leaf.layer is None else tags[leaf.layer]
         keys.append((region, scope_role(node.scope, stack, leaf.layer is not None), leaf.attrs.name))
     sites = []
-    for i, (leaf, location) in enumerate(zip(tree.leaves, location_ids(keys))):
+    for i, (leaf, location) in enumerate(zip(tree.leaves, location_ids(keys), strict=False)):
         a = leaf.attrs
         count = int(tree.multiplicity[i])
         t = float(ev.leaf_time_us[i, batch])

@@ -4,7 +4,6 @@ against a real capture (decision table), and with a profile, predicted vs measur
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -17,21 +16,21 @@ from graphsim.errors import GraphsimError
 def align_cmd(
     model: str = typer.Argument(..., help="Catalog name, HF id, model dir, ONNX file, or a saved (fused) graph (.json)."),
     capture: str = typer.Option(..., "--capture", "-c", help="torch.profiler trace, nsys SQLite export or JSON kernel list."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="profile.db: add predicted vs measured time per kernel."),
-    batch: Optional[str] = typer.Option(None, "--batch", "-b", help="The step the captured iteration ran "
+    profile: str | None = typer.Option(None, "--profile", help="profile.db: add predicted vs measured time per kernel."),
+    batch: str | None = typer.Option(None, "--batch", "-b", help="The step the captured iteration ran "
                                         "(prefill:BxN[@P], decode:BxC, mixed:...); default: the iteration's label "
                                         "when it is a batch spec."),
-    target: Optional[str] = typer.Option(None, "--target", help="Fuse target: vllm or eager (default: eager for a "
+    target: str | None = typer.Option(None, "--target", help="Fuse target: vllm or eager (default: eager for a "
                                          "CPU capture, vllm otherwise)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (the capture is one rank's)."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Hardware spec for the roofline fallback (default: the "
+    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Hardware spec for the roofline fallback (default: the "
                                       "profile's own, if any)."),
-    iteration: Optional[int] = typer.Option(None, "--iteration", "-i", help="Iteration index (default: the last "
+    iteration: int | None = typer.Option(None, "--iteration", "-i", help="Iteration index (default: the last "
                                             "of --phase, else the last of the capture)."),
-    phase: Optional[str] = typer.Option(None, "--phase", help="Phase whose last iteration to align."),
-    range_: Optional[str] = typer.Option(None, "--range", help="Regex over range names that delimit iterations."),
+    phase: str | None = typer.Option(None, "--phase", help="Phase whose last iteration to align."),
+    range_: str | None = typer.Option(None, "--range", help="Regex over range names that delimit iterations."),
     limit: int = typer.Option(25, "--limit", help="Rows in the measured-launch and deviation tables."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

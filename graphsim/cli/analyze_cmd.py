@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import typer
 
@@ -18,13 +17,13 @@ def analyze_cmd(
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size: 1 or equal to --tp (experts over the TP ranks)."),
     batch: str = typer.Option("decode:64x2048", "--batch", "-b",
                               help="One exact batch: prefill:BxN[@P], decode:BxC or mixed:BxN@P+BxC."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="profile.db with measured rows (default: "
+    profile: str | None = typer.Option(None, "--profile", help="profile.db with measured rows (default: "
                                           "$GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
-    maps: Optional[List[str]] = typer.Option(None, "--map", help="Location map file(s) to use instead of the "
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
+    maps: list[str] | None = typer.Option(None, "--map", help="Location map file(s) to use instead of the "
                                              "shipped ones (repeatable)."),
-    draft_map: Optional[str] = typer.Option(None, "--draft-map", help="Write a skeleton location map of this "
+    draft_map: str | None = typer.Option(None, "--draft-map", help="Write a skeleton location map of this "
                                             "deployment (every location, no rows yet) to this file."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show the per-location table."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

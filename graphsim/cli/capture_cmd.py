@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -17,8 +16,8 @@ app.add_typer(capture_app, name="capture")
 @capture_app.command("show")
 def capture_show_cmd(
     file: str = typer.Argument(..., help="torch.profiler Chrome trace (.json/.json.gz), nsys SQLite export, or a JSON kernel list."),
-    phase: Optional[str] = typer.Option(None, "--phase", help="Show one phase only (a range name without its counter)."),
-    range_: Optional[str] = typer.Option(None, "--range", help="Regex over range names that delimit iterations "
+    phase: str | None = typer.Option(None, "--phase", help="Show one phase only (a range name without its counter)."),
+    range_: str | None = typer.Option(None, "--range", help="Regex over range names that delimit iterations "
                                          "(default: ProfilerStep#N, prefill/decode batch specs, step/iteration ranges)."),
     limit: int = typer.Option(25, "--limit", help="Rows per phase table."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (every launch with --launches)."),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -28,8 +27,8 @@ def _check_output(path: Path) -> None:
 @app.command("import")
 def import_model(
     model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model directory, or .onnx file."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the graph as JSON here."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the config's dtype (bfloat16, float16, float32)."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Write the graph as JSON here."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Override the config's dtype (bfloat16, float16, float32)."),
     as_json: bool = typer.Option(False, "--json", help="Print the import report as JSON instead of the tree."),
     max_ops: int = typer.Option(40, "--max-ops", help="Ops shown per module in the tree."),
     text: bool = typer.Option(False, "--text", help="Print the compact text form instead of the tree."),

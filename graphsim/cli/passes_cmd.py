@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -16,12 +15,12 @@ DEFAULT_PIPELINE = "fold,fuse{target=vllm}"
 
 @app.command("passes")
 def passes(
-    source: Optional[str] = typer.Argument(None, help="A saved graph (.json), an ONNX file, or a model (catalog name, HF id, config)."),
+    source: str | None = typer.Argument(None, help="A saved graph (.json), an ONNX file, or a model (catalog name, HF id, config)."),
     pipeline: str = typer.Option(DEFAULT_PIPELINE, "--pipeline", "-p",
                                  help="Passes to run, e.g. 'fold,fuse{target=vllm},tp{size=4},ep{size=8}'."),
     show: bool = typer.Option(True, "--show/--no-show", help="Show each pass and one layer of each type."),
     list_passes: bool = typer.Option(False, "--list", help="List the registered passes and their options."),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the resulting graph as JSON."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Write the resulting graph as JSON."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run passes (fold, fuse, tp, ep) and show counts per rule and the kernels of each layer type."""

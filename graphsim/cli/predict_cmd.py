@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import List, Optional
 
 import typer
 
@@ -17,13 +16,13 @@ def predict_cmd(
     gpu: str = typer.Option("h200", "--gpu", help="Hardware spec id or alias (h100, h200, b200, a100, l40s) or a JSON spec."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
     ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE models)."),
-    batch: Optional[List[str]] = typer.Option(None, "--batch", "-b",
+    batch: list[str] | None = typer.Option(None, "--batch", "-b",
                                               help="prefill:BxN[@P], decode:BxC or mixed:BxN@P+BxC (repeatable)."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="profile.db with measured rows (default: "
+    profile: str | None = typer.Option(None, "--profile", help="profile.db with measured rows (default: "
                                           "$GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
     target: str = typer.Option("vllm", "--target", help="Fuse target: vllm or eager."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
     limit: int = typer.Option(25, "--limit", help="Rows in the per-kernel table."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

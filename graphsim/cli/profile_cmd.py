@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.markup import escape
@@ -20,17 +19,17 @@ def profile_cmd(
     out: Path = typer.Option(..., "-o", "--output", help="profile.db to write (resumed if it exists for this device)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N for one GPU)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size: kernels are measured at one rank's shapes."),
-    target: Optional[str] = typer.Option(None, "--target", help="Fuse target whose kernels to measure: eager or vllm "
+    target: str | None = typer.Option(None, "--target", help="Fuse target whose kernels to measure: eager or vllm "
                                          "(default: eager on cpu, vllm on cuda)."),
-    kinds: Optional[str] = typer.Option(None, "--kinds", help="Comma-separated kernel kinds, e.g. gemm,attention,rms_norm "
+    kinds: str | None = typer.Option(None, "--kinds", help="Comma-separated kernel kinds, e.g. gemm,attention,rms_norm "
                                         "(also moe, norm, attention_prefill, attention_decode). Default: all."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Model dtype to import with (default: the config's)."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Model dtype to import with (default: the config's)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
     quick: bool = typer.Option(False, "--quick", help="Trimmed generic grid and shorter timing (CPU-friendly)."),
-    max_m: Optional[int] = typer.Option(None, "--max-m", help="Largest GEMM m / token count to measure."),
-    max_kv: Optional[int] = typer.Option(None, "--max-kv", help="Largest attention kv_len to measure."),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: all cores)."),
-    max_points: Optional[int] = typer.Option(None, "--max-points", help="Stop after this many new rows (rerun to resume)."),
+    max_m: int | None = typer.Option(None, "--max-m", help="Largest GEMM m / token count to measure."),
+    max_kv: int | None = typer.Option(None, "--max-kv", help="Largest attention kv_len to measure."),
+    threads: int | None = typer.Option(None, "--threads", help="torch CPU threads (default: all cores)."),
+    max_points: int | None = typer.Option(None, "--max-points", help="Stop after this many new rows (rerun to resume)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Optional
 
 import typer
 
@@ -17,11 +16,11 @@ def simulate_cmd(
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel size per replica."),
     replicas: int = typer.Option(1, "--replicas", help="Data-parallel replicas behind the router."),
     router: str = typer.Option("round-robin", "--router", help="round-robin or least-outstanding."),
-    rate: Optional[float] = typer.Option(None, "--rate", help="Open loop: requests per second."),
+    rate: float | None = typer.Option(None, "--rate", help="Open loop: requests per second."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: clients, each sending its next request when the last one finishes."),
-    trace: Optional[str] = typer.Option(None, "--trace", help="Replay a JSONL trace (arrival_s, input_tokens, output_tokens[, prefix_id, prefix_tokens])."),
+    concurrency: int | None = typer.Option(None, "--concurrency", help="Closed loop: clients, each sending its next request when the last one finishes."),
+    trace: str | None = typer.Option(None, "--trace", help="Replay a JSONL trace (arrival_s, input_tokens, output_tokens[, prefix_id, prefix_tokens])."),
     num_requests: int = typer.Option(1000, "--num-requests", "-n", help="Requests to send (synthetic workloads)."),
     input_len: str = typer.Option("1024:4096", "--input-len", help="N (fixed) or LO:HI (uniform)."),
     output_len: str = typer.Option("100:500", "--output-len", help="N (fixed) or LO:HI (uniform)."),
@@ -30,21 +29,21 @@ def simulate_cmd(
     think_s: float = typer.Option(0.0, "--think-s", help="Closed loop: pause before a client's next request."),
     seed: int = typer.Option(0, "--seed", help="Random seed (same seed, same output)."),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
-    kv_memory: Optional[str] = typer.Option(None, "--kv-memory", help="Available KV memory per rank, as vLLM logs it (e.g. 17.78GiB)."),
-    max_model_len: Optional[int] = typer.Option(None, "--max-model-len"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs"),
-    block_size: Optional[int] = typer.Option(None, "--block-size"),
+    kv_memory: str | None = typer.Option(None, "--kv-memory", help="Available KV memory per rank, as vLLM logs it (e.g. 17.78GiB)."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len"),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens"),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs"),
+    block_size: int | None = typer.Option(None, "--block-size"),
     prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching"),
     chunked_prefill: bool = typer.Option(True, "--chunked-prefill/--no-chunked-prefill"),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Override the model dtype."),
-    profile: Optional[str] = typer.Option(None, "--profile", help="profile.db with measured rows (default: $GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
-    slo_ttft_ms: Optional[float] = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
-    slo_tpot_ms: Optional[float] = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
-    slo_e2e_ms: Optional[float] = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
-    iteration_log: Optional[str] = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
-    chrome_trace: Optional[str] = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
+    profile: str | None = typer.Option(None, "--profile", help="profile.db with measured rows (default: $GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
+    slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
+    slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
+    slo_e2e_ms: float | None = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
+    iteration_log: str | None = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
+    chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import List, Optional
 
 import typer
 from rich.markup import escape
@@ -101,16 +100,16 @@ def _render_step(report: WorkReport) -> None:
 @app.command("work")
 def work(
     model: str = typer.Argument(..., help="Catalog name, HF id (local cache), config.json or model directory."),
-    prefill: Optional[List[str]] = typer.Option(
+    prefill: list[str] | None = typer.Option(
         None, "--prefill", help="N@P: N new tokens after P cached (repeatable; K*N@P for K sequences)."
     ),
-    decode: Optional[List[str]] = typer.Option(
+    decode: list[str] | None = typer.Option(
         None, "--decode", help="BxC: B sequences, one new token each after C cached (repeatable)."
     ),
     params: bool = typer.Option(False, "--params", help="Show parameter counts (the default without a workload)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Parameter dtype (default: the config's)."),
-    kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8 (default: --dtype)."),
-    state_dtype: Optional[str] = typer.Option(None, "--state-dtype", help="Recurrent-state dtype (default: --dtype)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="Parameter dtype (default: the config's)."),
+    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8 (default: --dtype)."),
+    state_dtype: str | None = typer.Option(None, "--state-dtype", help="Recurrent-state dtype (default: --dtype)."),
     ignore_quant: bool = typer.Option(False, "--ignore-quant", help="Ignore quantization_config; weights in --dtype."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

@@ -7,8 +7,9 @@ stage (importer or pass) that broke one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import networkx as nx
 
@@ -52,7 +53,7 @@ class Node:
     target: str = ""  # framework op it came from, e.g. aten.linear.default
     provenance: str = ""  # importer or pass/rule that made it
 
-    def with_(self, **changes: Any) -> "Node":
+    def with_(self, **changes: Any) -> Node:
         return replace(self, **changes)
 
 
@@ -215,7 +216,7 @@ class Graph:
             if stray:
                 fail(f"nodes belong to layers {sorted(stray)} that represent no tag")
 
-    def copy(self, nodes: Iterable[Node] | None = None) -> "Graph":
+    def copy(self, nodes: Iterable[Node] | None = None) -> Graph:
         return Graph(
             name=self.name,
             inputs=dict(self.inputs),

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Union
 
-GeometryValue = Union[int, float, str, bool]
+GeometryValue = int | float | str | bool
 
 
 class KernelKind(str, Enum):
@@ -67,7 +66,7 @@ class KernelAttrs:
                 return v
         return default
 
-    def with_geometry(self, **changes: GeometryValue) -> "KernelAttrs":
+    def with_geometry(self, **changes: GeometryValue) -> KernelAttrs:
         from dataclasses import replace
 
         geo = dict(self.geometry)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import reduce
 from operator import mul
-from typing import Union
 
 import sympy
 
@@ -16,7 +15,7 @@ import sympy
 T = sympy.Symbol("T", positive=True, integer=True)
 WORKLOAD_SYMBOLS: dict[str, sympy.Symbol] = {"T": T}
 
-Dim = Union[int, sympy.Expr]
+Dim = int | sympy.Expr
 
 
 class DType(str, Enum):
@@ -161,7 +160,7 @@ class TensorSpec:
         return f"{self.dtype.value}[{','.join(dim_to_str(d) for d in self.shape)}]"
 
     @classmethod
-    def from_str(cls, s: str) -> "TensorSpec":
+    def from_str(cls, s: str) -> TensorSpec:
         dtype, rest = s.split("[", 1)
         body = rest.rstrip("]")
         dims = tuple(parse_dim(p) for p in _split_dims(body)) if body else ()

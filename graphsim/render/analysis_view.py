@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich import box
 from rich.console import Console, Group
-from rich.measure import Measurement
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from graphsim.render.cost_view import SOURCE_STYLE, fmt_us

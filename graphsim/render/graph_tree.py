@@ -83,7 +83,7 @@ def graph_tree(g: Graph, max_ops: int = 1000) -> Tree:
 def _span(idx: list[int]) -> str:
     runs: list[str] = []
     start = prev = idx[0]
-    for i in idx[1:] + [None]:
+    for i in [*idx[1:], None]:
         if i is not None and i == prev + 1:
             prev = i
             continue

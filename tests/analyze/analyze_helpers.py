@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from graphsim.analysis import analyze_prepared, prepare_model
 
 
-@lru_cache(maxsize=None)
+@cache
 def imported(model: str):
     """The unfused graph of a catalog model, traced once per test session."""
     from graphsim.importers.hf import import_hf

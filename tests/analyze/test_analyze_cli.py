@@ -11,7 +11,7 @@ from graphsim.work.analyzer import load_map, shipped_map_paths
 
 pytest.importorskip("torch")
 
-from analyze_helpers import imported  # noqa: E402
+from analyze_helpers import imported
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +86,7 @@ def test_draft_map_is_written(capsys, tmp_path):
     (["not-a-model"], "not-a-model"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, args, message):
-    code, out, err = run(capsys, *args)
+    code, _out, err = run(capsys, *args)
     assert code == 2
     assert message in err and err.strip().count("\n") == 0
 

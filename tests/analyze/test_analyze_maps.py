@@ -15,8 +15,18 @@ import pytest
 from graphsim.catalog import resolve_model
 from graphsim.work import accounting
 from graphsim.work.analyzer import (
-    Deployment, LocationMapError, Site, analyze, check_map, draft_map, load_map, necessary_rows, select_map,
-    shipped_map_paths, shipped_maps, validate_map_data,
+    Deployment,
+    LocationMapError,
+    Site,
+    analyze,
+    check_map,
+    draft_map,
+    load_map,
+    necessary_rows,
+    select_map,
+    shipped_map_paths,
+    shipped_maps,
+    validate_map_data,
 )
 from graphsim.workload import parse_batch_spec
 
@@ -116,7 +126,7 @@ def test_duplicate_json_keys_are_rejected(tmp_path):
     text = json.dumps(gqa_dense(), indent=1).replace('"outside": [', '"full.dense": [], "outside": [', 1)
     path = tmp_path / "dup.json"
     path.write_text(text)
-    with pytest.raises(LocationMapError, match="duplicate key 'full.dense'"):
+    with pytest.raises(LocationMapError, match=r"duplicate key 'full\.dense'"):
         load_map(path)
 
 

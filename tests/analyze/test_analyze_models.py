@@ -16,7 +16,7 @@ from graphsim.workload import parse_batch_spec
 
 pytest.importorskip("torch")
 
-from analyze_helpers import analysis  # noqa: E402
+from analyze_helpers import analysis
 
 FAMILIES = [
     ("llama-3.1-8b", "gqa-dense", 2), ("mistral-7b-v0.3", "gqa-dense", 4), ("qwen2.5-7b-instruct", "gqa-dense", 4),

@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from analyze_helpers import analysis  # noqa: E402
+from analyze_helpers import analysis
 
 ATTN = "full.moe/self_attn/flash_attn_varlen"
 ROUTER = "full.moe/mlp.gate/gate"

@@ -4,9 +4,8 @@ kineto print them) per graph kernel, to build captures from."""
 import copy
 import json
 
-from graphsim.costing.align import iteration_kernels
-
 from graphsim.catalog import resolve_model
+from graphsim.costing.align import iteration_kernels
 
 
 def tiny_llama_config() -> dict:

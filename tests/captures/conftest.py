@@ -40,8 +40,9 @@ def cpu_trace(tiny_cfg, tmp_path_factory):
     """A Chrome trace of two real forwards of the tiny Llama on CPU, each in a `prefill:1x8` range."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from graphsim.importers.hf.build import make_hf_config, model_class
     from torch.profiler import ProfilerActivity, profile, record_function
+
+    from graphsim.importers.hf.build import make_hf_config, model_class
 
     torch.manual_seed(0)
     model = model_class(tiny_cfg["architectures"][0])._from_config(make_hf_config(tiny_cfg), dtype=torch.float32,

@@ -1,6 +1,7 @@
 """Alignment of fused kernels with captures: the DP against a brute-force reference, vLLM-shaped captures
 (fused, unfused, missing and unknown kernels), a real CPU trace against the eager target, per-kernel prices."""
 
+import functools
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from capture_helpers import (
     vllm_kernel_names,
     write_json,
 )
+
 from graphsim.costing.align import align_scores, iteration_kernels
 from graphsim.costing.align_report import (
     ABSENT,
@@ -33,9 +35,8 @@ NEG = -np.inf
 def reference(S, P, gg, gm):
     """Best score by exhaustive recursion over the same moves (small sizes only)."""
     n, m = S.shape
-    from functools import lru_cache
 
-    @lru_cache(maxsize=None)
+    @functools.cache
     def best(i, j):  # first i graph kernels and first j launches consumed
         if i == 0:
             return -sum(gm[:j])
@@ -176,7 +177,6 @@ def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
     from graphsim.costing.kernels import GemmKey, GemmPoint, Measurement
     from graphsim.costing.predict import predict
     from graphsim.costing.profile_db import ProfileDB, ProfileMeta
-
     from graphsim.workload import parse_batch_spec
 
     db = ProfileDB.create(tmp_path / "p.db", ProfileMeta(device="test gpu", engine="vllm"))
@@ -205,7 +205,6 @@ def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
 def test_scores_for_eager_moe_and_gemm_shapes():
     from graphsim.costing.align_rules import match_score, part_score
     from graphsim.importers.captures import Launch, LaunchClass
-
     from graphsim.ir.kernel import KernelAttrs, KernelKind
 
     moe = KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", (("hidden_size", 64),), "f32")

@@ -78,7 +78,7 @@ def test_align_with_profile(saved_vllm, vllm_capture, vllm_graph, tmp_path, caps
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "largest deviations for decode:4x100" in out and "measured" in out and "roofline" in out
-    assert main(args + ["--json"]) == 0
+    assert main([*args, "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["batch"] == "decode:4x100" and d["predicted_us"] > 0 and d["predicted_source"] == "roofline"
     qkv = next(k for k in d["kernels"] if k["kernel"] == "qkv_proj")

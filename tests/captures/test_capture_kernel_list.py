@@ -2,6 +2,7 @@
 
 import pytest
 from capture_helpers import ADD, MEMCPY_IN, NAMES, SAMPLING, write_json
+
 from graphsim.importers.captures import CaptureError, LaunchClass, load_capture
 from graphsim.importers.captures.classify import (
     classify_cpu_op,

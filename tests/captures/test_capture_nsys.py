@@ -4,6 +4,7 @@ import sqlite3
 
 import pytest
 from capture_helpers import ADD, NAMES
+
 from graphsim.importers.captures import CaptureError, LaunchClass, load_capture
 
 SCHEMA = """

@@ -5,6 +5,7 @@ import json
 
 import pytest
 from capture_helpers import write_json
+
 from graphsim.importers.captures import CaptureError, LaunchClass, load_capture
 from graphsim.importers.captures.summary import find_fold, summarize
 

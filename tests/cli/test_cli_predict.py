@@ -15,7 +15,7 @@ def isolated_home(tmp_path, monkeypatch):
 
 
 def run_json(capsys, *args):
-    code = main(list(args) + ["--json"])
+    code = main([*list(args), "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err
     return json.loads(out.out)
@@ -49,7 +49,7 @@ def test_measured_rows_are_used_and_labelled(capsys, tmp_path):
     db.close()
     p = run_json(capsys, "predict", "llama-3.1-8b", "--gpu", "h200", "--profile", str(db_path),
                  "--batch", "prefill:1x2048", "--batch", "prefill:1x3000", "--batch", "decode:8x100")
-    qkv = [[k for k in b["kernels"] if k["kernel"] == "qkv_proj"][0] for b in p["batches"]]
+    qkv = [next(k for k in b["kernels"] if k["kernel"] == "qkv_proj") for b in p["batches"]]
     assert qkv[0]["source"] == "measured" and qkv[0]["time_us"] == pytest.approx(10.0 * 2048 ** 0.5)
     assert qkv[1]["source"] == "interpolated"
     assert 10.0 * 2048 ** 0.5 < qkv[1]["time_us"] < 10.0 * 4096 ** 0.5
@@ -78,7 +78,7 @@ def test_tree_output_mentions_sources(capsys):
     (["--tp", "3"], "not divisible by 3"),
 ])
 def test_bad_input_is_one_line(capsys, args, fragment):
-    code = main(["predict", "llama-3.1-8b"] + args)
+    code = main(["predict", "llama-3.1-8b", *args])
     err = capsys.readouterr().err
     assert code == 2 and fragment in err
     assert len([line for line in err.strip().splitlines() if line.strip()]) == 1

@@ -32,7 +32,7 @@ def test_group_spot_checks():
     assert Op.ALL_REDUCE.group is OpGroup.COLLECTIVE
     assert Op.MOE_EXPERTS.group is OpGroup.MOE
     assert Op.OPAQUE.group is OpGroup.OPAQUE
-    assert VIEW_LIKE <= {op for op in Op if op.group is OpGroup.DATA_MOVEMENT}
+    assert {op for op in Op if op.group is OpGroup.DATA_MOVEMENT} >= VIEW_LIKE
     assert set(ATTRS_FOR_OP) <= set(Op)
 
 

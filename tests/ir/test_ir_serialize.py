@@ -13,9 +13,31 @@ from hypothesis import strategies as st
 
 from graphsim.errors import GraphError, GraphsimError
 from graphsim.ir import (
-    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, LayerSchedule,
-    LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node, NoAttrs, NormAttrs, Op, OpaqueAttrs, ReduceAttrs, T,
-    TensorSpec, dim_symbol, graph_from_json, graph_to_json, graph_to_text, load_graph, save_graph,
+    AttentionAttrs,
+    CastAttrs,
+    CollectiveAttrs,
+    ConvAttrs,
+    DType,
+    EmbeddingAttrs,
+    Graph,
+    LayerSchedule,
+    LinearAttentionAttrs,
+    LinearAttrs,
+    MoEAttrs,
+    NoAttrs,
+    Node,
+    NormAttrs,
+    Op,
+    OpaqueAttrs,
+    ReduceAttrs,
+    T,
+    TensorSpec,
+    dim_symbol,
+    graph_from_json,
+    graph_to_json,
+    graph_to_text,
+    load_graph,
+    save_graph,
     value_name,
 )
 from graphsim.ir.attrs import allowed_attrs
@@ -96,7 +118,7 @@ def graphs(draw) -> Graph:
     outputs = draw(st.lists(st.sampled_from(defined), max_size=3)) if defined else []
     if schedule is not None:  # every representative layer needs nodes
         missing = set(schedule.representative.values()) - {n.layer for n in nodes}
-        for j, layer in enumerate(sorted(missing)):
+        for _j, layer in enumerate(sorted(missing)):
             nodes.append(Node(f"layer{layer}", Op.ADD, (), (TensorSpec((T,), DType.FLOAT32),), layer=layer))
     g = Graph(name=draw(name_text), inputs=inputs, params=params, nodes=nodes, outputs=outputs, schedule=schedule,
               meta=draw(meta))
@@ -253,7 +275,7 @@ def test_load_graph_that_breaks_an_invariant(tmp_path):
     d["outputs"] = ["ghost"]
     p = tmp_path / "g.json"
     p.write_text(json.dumps(d))
-    with pytest.raises(GraphError, match="loading g.json broke graph 'tiny': graph output 'ghost'"):
+    with pytest.raises(GraphError, match=r"loading g\.json broke graph 'tiny': graph output 'ghost'"):
         load_graph(p)
 
 
@@ -293,7 +315,7 @@ def test_failed_write_leaves_nothing_behind(tmp_path, monkeypatch):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(os, "replace", refuse)
-    with pytest.raises(GraphsimError, match="cannot write .*Permission denied"):
+    with pytest.raises(GraphsimError, match=r"cannot write .*Permission denied"):
         save_graph(_tiny(), target)
     assert os.listdir(tmp_path) == ["g.json"]
     assert target.read_text() == "previous"

@@ -23,12 +23,12 @@ def roofline_home(tmp_path_factory):
 @pytest.fixture(scope="session")
 def small_search(roofline_home, hf_import):
     """(spec, context) of a small search: Llama-3.1-8B on 4 H100s, traced once per session."""
-    from graphsim.costing.hardware import load_hardware
-    from graphsim.serving.search_eval import make_context
-    from graphsim.serving.search_space import enumerate_candidates
     from search_helpers import small_spec
 
     from graphsim.catalog import resolve_model
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.serving.search_eval import make_context
+    from graphsim.serving.search_space import enumerate_candidates
 
     spec = small_spec()
     model, hw = resolve_model(spec.model), load_hardware(spec.gpu)

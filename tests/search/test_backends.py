@@ -2,9 +2,10 @@
 results for the same seed."""
 
 import pytest
+from search_helpers import comparable
+
 from graphsim.serving.backends import BackendError, LocalBackend, make_backend
 from graphsim.serving.search import run_search
-from search_helpers import comparable
 
 
 def test_local_pool_matches_in_process(small_search, small_result):

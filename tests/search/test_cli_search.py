@@ -33,7 +33,7 @@ def test_search_prints_the_best_the_frontier_and_why_others_lost(capsys, tmp_pat
 
 def test_search_json(capsys):
     pytest.importorskip("torch")
-    assert main(ARGS + ["--json", "--mode", "agg"]) == 0
+    assert main([*ARGS, "--json", "--mode", "agg"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["best"] is not None and d["all_roofline"] and d["source"] == "roofline"
     assert {r["candidate"]["mode"] for r in d["rows"]} == {"agg"}

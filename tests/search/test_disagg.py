@@ -5,10 +5,11 @@ import math
 
 import numpy as np
 import pytest
+from serving_helpers import AffineCost, llama_layout, small_setup
+
 from graphsim.costing.hardware import load_hardware
 from graphsim.serving import ClosedLoop, parse_lengths, summarize, synthetic
 from graphsim.serving.disagg import DisaggSetup, KvLink, KvLinkError, simulate_disagg
-from serving_helpers import AffineCost, llama_layout, small_setup
 
 
 def disagg(x=2, y=2, p_blocks=4000, d_blocks=4000, d_seqs=64, link=None, fast_forward=True, tp_p=1, tp_d=1):

@@ -5,6 +5,11 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from search_helpers import comparable, small_spec
+
+from graphsim.catalog import resolve_model
 from graphsim.costing.hardware import load_hardware
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.pareto import dominated_by, pareto_front
@@ -14,11 +19,6 @@ from graphsim.serving.search_space import (
     SearchSpecError,
     enumerate_candidates,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from search_helpers import comparable, small_spec
-
-from graphsim.catalog import resolve_model
 
 
 def dominates(a, b):
@@ -52,7 +52,7 @@ def test_search_returns_only_deployments_that_fit(small_result):
     for row in res.rows:
         c = row.candidate
         assert c.gpus_used <= spec.gpus and c.replicas >= 1
-        for pool, mem in zip(c.pools, c.memory):
+        for pool, mem in zip(c.pools, c.memory, strict=False):
             dep = plan_deployment(model, spec.gpu, pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
                                   max_num_seqs=pool.max_num_seqs)
             cap = dep.capacity

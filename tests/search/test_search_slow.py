@@ -1,6 +1,7 @@
 """Slow end-to-end searches: a MoE model with expert parallelism, and the benchmark configuration's size and speed."""
 
 import pytest
+
 from graphsim.serving import SLO, Lengths
 from graphsim.serving.search import meets, run_search
 from graphsim.serving.search_space import SearchSpec

@@ -1,12 +1,13 @@
 """The steady-state fast path against the simulator it stands in for (affine iteration cost: fast)."""
 
 import pytest
+from serving_helpers import AffineCost, llama_layout, small_setup
+
 from graphsim.costing.hardware import load_hardware
 from graphsim.serving import ClosedLoop, Lengths, simulate
 from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
 from graphsim.serving.search_eval import window_metrics
 from graphsim.serving.steady import aggregated_point, disaggregated_point
-from serving_helpers import AffineCost, llama_layout, small_setup
 
 ISL, OSL = 1500, 200
 
