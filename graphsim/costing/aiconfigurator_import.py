@@ -17,13 +17,23 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from graphsim.costing.aiconfigurator_tables import (
-    Columns, Converted, MlaGeometry, convert_context_attention, convert_context_mla, convert_custom_allreduce,
-    convert_gemm, convert_generation_attention, convert_generation_mla, convert_mla_context_module,
-    convert_mla_generation_module, convert_moe, convert_nccl,
+    Columns,
+    Converted,
+    MlaGeometry,
+    convert_context_attention,
+    convert_context_mla,
+    convert_custom_allreduce,
+    convert_gemm,
+    convert_generation_attention,
+    convert_generation_mla,
+    convert_mla_context_module,
+    convert_mla_generation_module,
+    convert_moe,
+    convert_nccl,
 )
 from graphsim.costing.errors import ImportDataError, OptionalDependencyError
 from graphsim.costing.hardware import list_hardware
@@ -188,7 +198,7 @@ def locate_tables(root: Path, system: str, backend: str, version: str) -> tuple[
 # ---- MLA geometry from the graphsim catalog ---------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def catalog_mla_geometry(model: str) -> MlaGeometry | None:
     from graphsim.catalog import resolve_model
     from graphsim.errors import GraphsimError

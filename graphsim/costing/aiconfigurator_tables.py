@@ -16,9 +16,26 @@ from dataclasses import dataclass, field
 
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
-    CollectiveOp, GemmKey, GemmPoint, KernelKey, Measurement, MessagePoint, MlaDecodeKey, MlaModuleDecodeKey,
-    MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, Point, TokensPoint, check_point,
+    AttentionDecodeKey,
+    AttentionDecodePoint,
+    AttentionPrefillKey,
+    AttentionPrefillPoint,
+    CollectiveKey,
+    CollectiveOp,
+    GemmKey,
+    GemmPoint,
+    KernelKey,
+    Measurement,
+    MessagePoint,
+    MlaDecodeKey,
+    MlaModuleDecodeKey,
+    MlaModulePrefillKey,
+    MlaPrefillKey,
+    MoeKey,
+    MoeRouting,
+    Point,
+    TokensPoint,
+    check_point,
 )
 
 Columns = Mapping[str, Sequence[object]]
@@ -46,7 +63,7 @@ class MlaGeometry:
     q_lora_rank: int  # 0 when the model has no low-rank query projection
 
     @classmethod
-    def from_config(cls, config: Mapping[str, object]) -> "MlaGeometry":
+    def from_config(cls, config: Mapping[str, object]) -> MlaGeometry:
         return cls(
             kv_lora_rank=int(config["kv_lora_rank"]),  # type: ignore[call-overload]
             qk_nope_head_dim=int(config["qk_nope_head_dim"]),  # type: ignore[call-overload]

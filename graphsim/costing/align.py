@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from graphsim.capture import Launch
 from graphsim.costing.align_rules import (
     GAP_MEASURED,
     gap_graph,
     match_score,
     part_score,
 )
-from graphsim.capture import Launch
-
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op
 from graphsim.ir.kernel import KernelAttrs
@@ -172,7 +172,7 @@ def align_scores(S: np.ndarray, P: np.ndarray, gap_g: np.ndarray, gap_m: np.ndar
         Bi = _scan(X, left_pen)
         B[i] = Bi
         left = np.concatenate([[NEG], Bi[:-1]]) + left_pen
-        code = np.where(A >= np.maximum(up, left), 0, np.where(up >= left, 1, 2)).astype(np.int8)
+        code = np.where(np.maximum(up, left) <= A, 0, np.where(up >= left, 1, 2)).astype(np.int8)
         code[0] = 1
         code_b[i] = code
 

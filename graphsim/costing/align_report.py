@@ -6,10 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphsim.capture import Capture, Iteration, LaunchClass
 from graphsim.costing.align import GraphKernel, align_sequences, iteration_kernels
 from graphsim.costing.align_rules import accepted_classes
-from graphsim.capture import Capture, Iteration, LaunchClass
-
 from graphsim.ir import Graph
 
 # Verdicts: matched; partly matched (some instances); absent (from the capture); unmatched (a measured

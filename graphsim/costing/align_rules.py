@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from graphsim.capture import Launch
 from graphsim.capture import LaunchClass as C
-
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.ir.kernel import KernelKind as K
 

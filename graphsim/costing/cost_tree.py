@@ -37,29 +37,29 @@ class Leaf:
 
 @dataclass(frozen=True)
 class Sum:
-    children: tuple["Tree", ...]
+    children: tuple[Tree, ...]
 
 
 @dataclass(frozen=True)
 class Max:
-    children: tuple["Tree", ...]
+    children: tuple[Tree, ...]
 
 
 @dataclass(frozen=True)
 class Parallel:
-    children: tuple["Tree", ...]
+    children: tuple[Tree, ...]
 
 
 @dataclass(frozen=True)
 class Scale:
     n: int
-    child: "Tree"
+    child: Tree
 
 
 @dataclass(frozen=True)
 class Labeled:
     label: str
-    child: "Tree"
+    child: Tree
 
 
 Tree = Union[Leaf, Sum, Max, Parallel, Scale, Labeled]
@@ -119,7 +119,7 @@ class CompiledTree:
     def root(self) -> int:
         return len(self.kinds) - 1
 
-    def evaluate(self, steps: list[Step], pricer: KernelPricer, dtypes: Dtypes) -> "Evaluation":
+    def evaluate(self, steps: list[Step], pricer: KernelPricer, dtypes: Dtypes) -> Evaluation:
         leaf_t, leaf_s = price_leaves(self.leaves, steps, pricer, dtypes)
         n_b = len(steps)
         node_t = np.zeros((len(self.kinds), n_b))

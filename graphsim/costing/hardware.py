@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
 from graphsim.costing.dtypes import KernelDtype, PeakClass
 from graphsim.costing.errors import HardwareSpecError
 
@@ -78,7 +79,7 @@ class HardwareSpec:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, object], origin: str = "") -> "HardwareSpec":
+    def from_json(cls, data: dict[str, object], origin: str = "") -> HardwareSpec:
         try:
             return cls(
                 id=str(data["id"]),

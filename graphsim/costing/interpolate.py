@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.costing.geometry_interp import gemm_geometry_curve
+from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.costing.kernels import AttentionPrefillPoint, GemmKey, KernelKey, Point, check_point, point_coords
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
-from graphsim.costing.timing import Timing, TimeSource
+from graphsim.costing.timing import TimeSource, Timing
 
 # Source codes used in vectorised results: index into SOURCES.
 SOURCES: tuple[TimeSource, ...] = tuple(TimeSource)
@@ -46,7 +46,7 @@ class _Level:
     """One axis of a grid (in `grid_coordinates` space): sorted distinct values, and per value
     either a time (last axis) or the sub-grid over the remaining axes."""
 
-    __slots__ = ("logx", "times", "children")
+    __slots__ = ("children", "logx", "times")
 
     def __init__(self, coords: np.ndarray, times: np.ndarray) -> None:
         order = np.lexsort(coords.T[::-1])

@@ -15,12 +15,26 @@ from typing import Any
 
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
-    CollectiveOp, ElementwiseKey, GemmKey, GemmPoint, KernelKey, MessagePoint, MlaDecodeKey, MlaPrefillKey,
-    MoeKey, Point, TokensPoint,
+    AttentionDecodeKey,
+    AttentionDecodePoint,
+    AttentionPrefillKey,
+    AttentionPrefillPoint,
+    CollectiveKey,
+    CollectiveOp,
+    ElementwiseKey,
+    GemmKey,
+    GemmPoint,
+    KernelKey,
+    MessagePoint,
+    MlaDecodeKey,
+    MlaPrefillKey,
+    MoeKey,
+    Point,
+    TokensPoint,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.workload import Step
+
 
 class NoKernelKey(ValueError):
     """A kernel that no profile.db table can hold (its time is reported missing)."""
@@ -50,7 +64,7 @@ class Dtypes:
         return parse_kernel_dtype(name)
 
     @classmethod
-    def for_graph(cls, meta: dict[str, Any], kv_dtype: str | None = None) -> "Dtypes":
+    def for_graph(cls, meta: dict[str, Any], kv_dtype: str | None = None) -> Dtypes:
         q = meta.get("quantization_config") or {}
         block = q.get("quant_method") == "fp8" and bool(q.get("weight_block_size"))
         model = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(str(meta.get("dtype")), "bf16")

@@ -13,9 +13,9 @@ from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, com
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes, NoKernelKey, points_for
+from graphsim.costing.kernels import point_coords
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.roofline import kernel_work
-from graphsim.costing.kernels import point_coords
 from graphsim.ir import Graph
 from graphsim.workload import Step
 

@@ -23,10 +23,18 @@ from pathlib import Path
 import numpy as np
 
 from graphsim.costing.errors import (
-    ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError,
+    ProfileDBCorruptError,
+    ProfileDBError,
+    ProfileDBMismatchError,
+    ProfileDBVersionError,
 )
 from graphsim.costing.kernels import (
-    KernelKey, TableKind, Measurement, Point, check_point, point_coords,
+    KernelKey,
+    Measurement,
+    Point,
+    TableKind,
+    check_point,
+    point_coords,
 )
 from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
 
@@ -69,7 +77,7 @@ class ProfileMeta:
         return out
 
     @classmethod
-    def from_rows(cls, rows: dict[str, str]) -> "ProfileMeta":
+    def from_rows(cls, rows: dict[str, str]) -> ProfileMeta:
         return cls(
             device=rows.get("device", ""),
             hardware=rows.get("hardware", ""),
@@ -109,7 +117,7 @@ class ProfileDB:
     # ---- opening ------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "ProfileDB":
+    def open(cls, path: str | os.PathLike[str]) -> ProfileDB:
         """Open an existing profile.db read-only (for lookups)."""
         p = Path(path)
         if not p.is_file():
@@ -121,7 +129,7 @@ class ProfileDB:
         return cls(conn, p, meta, readonly=True)
 
     @classmethod
-    def create(cls, path: str | os.PathLike[str], meta: ProfileMeta, *, overwrite: bool = False) -> "ProfileDB":
+    def create(cls, path: str | os.PathLike[str], meta: ProfileMeta, *, overwrite: bool = False) -> ProfileDB:
         """Open `path` for writing. A new file gets the schema and `meta`; an existing one is
         resumed if it was made for the same device and engine (else `ProfileDBMismatchError`),
         or replaced when `overwrite`."""
@@ -158,7 +166,7 @@ class ProfileDB:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "ProfileDB":
+    def __enter__(self) -> ProfileDB:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -11,7 +11,7 @@ import typing
 from dataclasses import dataclass, fields
 from enum import Enum
 
-from graphsim.costing.kernels import KEY_CLASSES, TableKind, Measurement
+from graphsim.costing.kernels import KEY_CLASSES, Measurement, TableKind
 
 SCHEMA_VERSION = 1
 

@@ -25,7 +25,7 @@ class TimeSource(str, Enum):
 _RANK = {s: i for i, s in enumerate(TimeSource)}
 
 
-def worst_source(sources: "list[TimeSource] | tuple[TimeSource, ...]") -> TimeSource:
+def worst_source(sources: list[TimeSource] | tuple[TimeSource, ...]) -> TimeSource:
     """The least trustworthy of several sources (for a composed time)."""
     if not sources:
         return TimeSource.MISSING
@@ -53,5 +53,5 @@ class Timing:
         return self.source is TimeSource.MISSING
 
     @classmethod
-    def missing(cls, detail: str = "") -> "Timing":
+    def missing(cls, detail: str = "") -> Timing:
         return cls(None, TimeSource.MISSING, detail)

@@ -48,15 +48,26 @@ import itertools
 import keyword
 import re
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import sympy
 
 from graphsim.errors import GraphsimError
 from graphsim.importers.onnx_ops import DEFAULT_DOMAINS, ONNX_DTYPES, NodeView, map_node, onnx_target
 from graphsim.ir import (
-    DType, Graph, Node, Op, OpaqueAttrs, T, TensorSpec, dim_symbol, parse_dim, split_value, value_name,
+    DType,
+    Graph,
+    Node,
+    Op,
+    OpaqueAttrs,
+    T,
+    TensorSpec,
+    dim_symbol,
+    parse_dim,
+    split_value,
+    value_name,
 )
 from graphsim.ir.tensor import Dim
 
@@ -93,8 +104,8 @@ def import_onnx(path: str | Path, *, dim_symbols: Mapping[str, str | int] | None
 def _require_onnx() -> Any:
     try:
         import onnx
-        import onnx.numpy_helper  # noqa: F401
-        import onnx.shape_inference  # noqa: F401
+        import onnx.numpy_helper
+        import onnx.shape_inference
     except ImportError:
         raise GraphsimError("reading .onnx files needs the onnx package; install it with `pip install onnx`") from None
     return onnx

@@ -9,14 +9,24 @@ Anything absent from both tables is OPAQUE too. Nothing here imports onnx.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from graphsim.ir import (
-    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, LinearAttrs, NoAttrs, NormAttrs, Op,
-    ReduceAttrs, TensorSpec,
+    AttentionAttrs,
+    CastAttrs,
+    ConvAttrs,
+    DType,
+    EmbeddingAttrs,
+    LinearAttrs,
+    NoAttrs,
+    NormAttrs,
+    Op,
+    ReduceAttrs,
+    TensorSpec,
 )
 
 DEFAULT_DOMAINS = ("", "ai.onnx")

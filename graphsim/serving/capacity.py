@@ -20,9 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from graphsim.serving.kv_layout import KvLayout
-
 from graphsim.errors import GraphsimError
+from graphsim.serving.kv_layout import KvLayout
 
 GiB = 1 << 30
 

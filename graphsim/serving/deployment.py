@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from graphsim.catalog import ResolvedModel, resolve_model
 from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.engine_config import EngineConfig, engine_config
@@ -19,8 +20,6 @@ from graphsim.serving.pricing import IterationCost, iteration_cost
 from graphsim.serving.simulator import SimulationSetup
 from graphsim.work import accounting
 from graphsim.work.api import Accounting
-
-from graphsim.catalog import ResolvedModel, resolve_model
 
 
 @dataclass(frozen=True)

@@ -32,15 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from graphsim.costing.hardware import HardwareSpec
+from graphsim.errors import GraphsimError
 from graphsim.serving.blocks import BlockPool
 from graphsim.serving.records import IterationLog, Request, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import Engine
 from graphsim.serving.simulator import SimulationError, SimulationResult, SimulationSetup, _Arrivals
-
-from graphsim.errors import GraphsimError
 
 
 class KvLinkError(GraphsimError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from graphsim.costing.hardware import HardwareSpec
-
 from graphsim.errors import GraphsimError
 
 GiB = 1 << 30

@@ -30,10 +30,10 @@ from enum import Enum
 from functools import cached_property
 
 import numpy as np
-from graphsim.work.dtypes import DType, Precision
-from graphsim.work.specs import GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec
 
 from graphsim.errors import GraphsimError
+from graphsim.work.dtypes import DType, Precision
+from graphsim.work.specs import GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec
 
 
 class KvLayoutError(GraphsimError):

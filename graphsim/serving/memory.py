@@ -106,7 +106,7 @@ def weight_bytes_per_rank(spec: ModelSpec, precision: Precision, tp: int) -> int
         leaf = placed.path.rsplit(".", 1)[-1]
         if w.kind in (WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR):
             share = 1.0
-        elif w.part == "router" or not w.quantizable and w.kind is WeightKind.MATRIX and placed.segment != "head":
+        elif w.part == "router" or (not w.quantizable and w.kind is WeightKind.MATRIX and placed.segment != "head"):
             share = 1.0  # routers, shared-expert gates
         elif leaf in _REPLICATED_MLA:
             share = 1.0

@@ -18,6 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+
 from graphsim.costing.interpolate import SOURCES
 from graphsim.serving.simulator import SimulationResult
 

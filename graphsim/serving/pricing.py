@@ -35,10 +35,10 @@ from __future__ import annotations
 from typing import Protocol
 
 import numpy as np
+
 from graphsim.costing.cost_tree import CompiledTree
 from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes
-
 from graphsim.errors import GraphsimError
 from graphsim.ir.kernel import KernelKind, Rows
 from graphsim.workload import SeqGroup, Step

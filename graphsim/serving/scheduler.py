@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+
 from graphsim.serving.blocks import BlockPool
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout

@@ -21,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphsim.catalog import resolve_model
 from graphsim.costing.hardware import load_hardware
+from graphsim.errors import GraphsimError
 from graphsim.serving.backends import Backend, LocalBackend
 from graphsim.serving.pareto import dominated_by, pareto_front
 from graphsim.serving.search_eval import (
@@ -37,9 +39,6 @@ from graphsim.serving.search_space import (
     SearchSpec,
     enumerate_candidates,
 )
-
-from graphsim.catalog import resolve_model
-from graphsim.errors import GraphsimError
 
 MAX_VERIFY_ROUNDS = 4
 

@@ -18,17 +18,17 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from graphsim.catalog import ResolvedModel
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
+from graphsim.ir import Graph
 from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
 from graphsim.serving.pricing import IterationCost, TreeCost
 from graphsim.serving.requests import ClosedLoop, Lengths
 from graphsim.serving.search_space import Candidate, PoolConfig, SearchSpec
 from graphsim.serving.simulator import SimulationSetup, simulate
 from graphsim.serving.steady import SteadyPoint, aggregated_point, disaggregated_point
-
-from graphsim.catalog import ResolvedModel
-from graphsim.ir import Graph
 
 SIM_GENERATIONS = 6  # a simulation sends this many requests per client
 WINDOW = (3, 5)  # metrics come from the requests completing between these generations (whole ones, settled)

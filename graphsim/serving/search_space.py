@@ -19,13 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from graphsim.catalog import ResolvedModel
 from graphsim.costing.hardware import HardwareSpec
+from graphsim.errors import GraphsimError
 from graphsim.serving.engine_config import batch_defaults
 from graphsim.serving.metrics import SLO
 from graphsim.serving.requests import Lengths
-
-from graphsim.catalog import ResolvedModel
-from graphsim.errors import GraphsimError
 
 GiB = 1 << 30
 DEFAULT_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from graphsim.errors import GraphsimError
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost
@@ -24,8 +26,6 @@ from graphsim.serving.records import IterationLog, Request, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import Engine
-
-from graphsim.errors import GraphsimError
 
 
 class SimulationError(GraphsimError):

@@ -158,7 +158,7 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         d1 = min(d, C - 1)
         busy = min(C * k_p / N, 1.0)  # share of iterations that carry a prompt when prompts arrive spread out
         ttft = k_p * tm.step(d1 + otok, d1 + 1, d1, ctx, one) * (1 + busy / 2)
-        tpot = (T - k_p * t_mix) / (N - k_p) if N > k_p else t_mix
+        tpot = (T - k_p * t_mix) / (N - k_p) if k_p < N else t_mix
         return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D)
     # prefill-bound: every iteration packed with mnbt tokens
     D = mnbt * dec_iters / (isl + dec_iters)

@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+
 from graphsim.costing.interpolate import SOURCES
 from graphsim.serving.simulator import SimulationResult
 

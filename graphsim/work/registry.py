@@ -6,8 +6,9 @@ fallback to a similar family.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.work.builders import gqa, hybrid, mla

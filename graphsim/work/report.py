@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 from graphsim.work.dtypes import Precision
 from graphsim.workload import Step

@@ -9,12 +9,31 @@ import pytest
 
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.errors import (
-    ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError,
+    ProfileDBCorruptError,
+    ProfileDBError,
+    ProfileDBMismatchError,
+    ProfileDBVersionError,
 )
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey,
-    CollectiveOp, ElementwiseKey, GemmKey, GemmPoint, TableKind, Measurement, MessagePoint, MlaDecodeKey,
-    MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, TokensPoint,
+    AttentionDecodeKey,
+    AttentionDecodePoint,
+    AttentionPrefillKey,
+    AttentionPrefillPoint,
+    CollectiveKey,
+    CollectiveOp,
+    ElementwiseKey,
+    GemmKey,
+    GemmPoint,
+    Measurement,
+    MessagePoint,
+    MlaDecodeKey,
+    MlaModuleDecodeKey,
+    MlaModulePrefillKey,
+    MlaPrefillKey,
+    MoeKey,
+    MoeRouting,
+    TableKind,
+    TokensPoint,
 )
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
 from graphsim.costing.schema import SCHEMA_VERSION, TABLES
@@ -83,10 +102,9 @@ def test_exception_inside_transaction_keeps_committed_rows(tmp_path):
     key = GemmKey(256, 256, D.FP32)
     with ProfileDB.create(path, META) as db:
         db.put(key, GemmPoint(1), Measurement(1.0))
-        with pytest.raises(RuntimeError):
-            with db.transaction():
-                db.put(key, GemmPoint(2), Measurement(2.0))
-                raise RuntimeError("interrupted")
+        with pytest.raises(RuntimeError), db.transaction():
+            db.put(key, GemmPoint(2), Measurement(2.0))
+            raise RuntimeError("interrupted")
         assert db.missing(key, [GemmPoint(1), GemmPoint(2)]) == [GemmPoint(2)]
 
 

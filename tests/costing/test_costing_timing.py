@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from graphsim.costing.timing import Timing, TimeSource, worst_source
+from graphsim.costing.timing import TimeSource, Timing, worst_source
 
 
 def test_missing_has_no_time():

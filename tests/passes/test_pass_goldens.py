@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from passes_helpers import tiny_config  # noqa: E402
+from passes_helpers import tiny_config
 
-from graphsim.catalog import ResolvedModel  # noqa: E402
-from graphsim.importers.hf import import_hf  # noqa: E402
-from graphsim.ir import graph_to_text  # noqa: E402
-from graphsim.passes import run_pipeline  # noqa: E402
+from graphsim.catalog import ResolvedModel
+from graphsim.importers.hf import import_hf
+from graphsim.ir import graph_to_text
+from graphsim.passes import run_pipeline
 
 GOLDENS = Path(__file__).parent / "goldens"
 CASES = {

@@ -4,13 +4,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from passes_helpers import attention_width, gemm_flops_per_token, is_kind, kernels_of_layer, tiny_config  # noqa: E402
+from passes_helpers import attention_width, gemm_flops_per_token, is_kind, kernels_of_layer, tiny_config
 
-from graphsim.catalog import catalog  # noqa: E402
-from graphsim.importers.hf import import_hf  # noqa: E402
-from graphsim.ir import graph_from_json, graph_to_json  # noqa: E402
-from graphsim.ir.kernel import KernelKind  # noqa: E402
-from graphsim.passes import PassError, run_pipeline  # noqa: E402
+from graphsim.catalog import catalog
+from graphsim.importers.hf import import_hf
+from graphsim.ir import graph_from_json, graph_to_json
+from graphsim.ir.kernel import KernelKind
+from graphsim.passes import PassError, run_pipeline
 
 ALL = [e.name for e in catalog()]
 

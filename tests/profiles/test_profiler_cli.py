@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from profiler_helpers import tiny_config  # noqa: E402
+from profiler_helpers import tiny_config
 
-from graphsim.cli.app import main  # noqa: E402
+from graphsim.cli.app import main
 
 
 def test_cuda_without_cuda_is_one_line_exit_2(tmp_path, capsys):

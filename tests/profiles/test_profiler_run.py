@@ -9,14 +9,18 @@ import pytest
 
 pytest.importorskip("torch")
 
-from profiler_helpers import fast_timing, tiny_grid, tiny_model  # noqa: E402
+from profiler_helpers import fast_timing, tiny_grid, tiny_model
 
-from graphsim.costing.kernel_map import Dtypes  # noqa: E402
-from graphsim.costing.kernels import ElementwiseKey, point_coords  # noqa: E402
-from graphsim.costing.profile_db import ProfileDB  # noqa: E402
-from graphsim.ir import Op  # noqa: E402
-from graphsim.profiles.profiler import (  # noqa: E402
-    collect_targets, open_device, points_for_key, profile_graph, profile_model,
+from graphsim.costing.kernel_map import Dtypes
+from graphsim.costing.kernels import ElementwiseKey, point_coords
+from graphsim.costing.profile_db import ProfileDB
+from graphsim.ir import Op
+from graphsim.profiles.profiler import (
+    collect_targets,
+    open_device,
+    points_for_key,
+    profile_graph,
+    profile_model,
 )
 
 

@@ -6,21 +6,28 @@ import pytest
 
 pytest.importorskip("torch")
 
-from profiler_helpers import fast_timing  # noqa: E402
+from profiler_helpers import fast_timing
 
-from graphsim.costing.dtypes import KernelDtype  # noqa: E402
-from graphsim.costing.kernels import (  # noqa: E402
-    AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, ElementwiseKey, GemmKey, GemmPoint,
-    MlaPrefillKey, MoeKey, TokensPoint,
+from graphsim.costing.dtypes import KernelDtype
+from graphsim.costing.kernels import (
+    AttentionDecodePoint,
+    AttentionPrefillKey,
+    AttentionPrefillPoint,
+    ElementwiseKey,
+    GemmKey,
+    GemmPoint,
+    MlaPrefillKey,
+    MoeKey,
+    TokensPoint,
 )
-from graphsim.errors import GraphsimError  # noqa: E402
-from graphsim.ir.kernel import KernelAttrs, KernelKind  # noqa: E402
-from graphsim.profiles.profiler import Grid, KernelTarget, Unmeasurable, open_device, parse_kinds  # noqa: E402
-from graphsim.profiles.profiler.attention import attention_mask  # noqa: E402
-from graphsim.profiles.profiler.benches import make_bench  # noqa: E402
-from graphsim.profiles.profiler.grid import pow2_and_midpoints  # noqa: E402
-from graphsim.profiles.profiler.moe import balanced_assignment  # noqa: E402
-from graphsim.profiles.profiler.timer import CpuTimer, summarise  # noqa: E402
+from graphsim.errors import GraphsimError
+from graphsim.ir.kernel import KernelAttrs, KernelKind
+from graphsim.profiles.profiler import Grid, KernelTarget, Unmeasurable, open_device, parse_kinds
+from graphsim.profiles.profiler.attention import attention_mask
+from graphsim.profiles.profiler.benches import make_bench
+from graphsim.profiles.profiler.grid import pow2_and_midpoints
+from graphsim.profiles.profiler.moe import balanced_assignment
+from graphsim.profiles.profiler.timer import CpuTimer, summarise
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+
+from graphsim.catalog import resolve_model
 from graphsim.costing.interpolate import ROOFLINE
 from graphsim.serving import EngineConfig, SimulationSetup, kv_layout
 from graphsim.work import accounting
-
-from graphsim.catalog import resolve_model
 
 
 class AffineCost:

@@ -4,13 +4,13 @@ import json
 import math
 
 import pytest
+
+from graphsim.catalog import resolve_model
 from graphsim.serving import kv_capacity, kv_layout, parse_bytes, weight_bytes_per_rank
 from graphsim.serving.capacity import CapacityError
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.memory import activation_peak
 from graphsim.work import accounting
-
-from graphsim.catalog import resolve_model
 
 GiB = 2**30
 

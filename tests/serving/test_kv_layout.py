@@ -1,11 +1,11 @@
 """KV bytes per token per rank, hand-derived from the configs, and vLLM's paging of them."""
 
 import pytest
+
+from graphsim.catalog import resolve_model
 from graphsim.serving import KvKind, kv_layout
 from graphsim.serving.kv_layout import KvLayoutError
 from graphsim.work import accounting
-
-from graphsim.catalog import resolve_model
 
 
 def layout(name, tp=1, kv_dtype=None, block_size=None):

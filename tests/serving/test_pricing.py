@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+
 from graphsim.costing.cost_tree import Leaf, Parallel, Sum, compile_tree
 from graphsim.costing.interpolate import ROOFLINE
 from graphsim.serving.pricing import (
@@ -12,7 +13,6 @@ from graphsim.serving.pricing import (
     is_additive,
     iteration_cost,
 )
-
 from graphsim.workload import SeqGroup, Step
 
 
@@ -104,9 +104,10 @@ def test_missing_kernel_times_stop_with_the_kernel_named(llama_tree):
 
 
 def test_summary_carries_the_worst_source():
+    from serving_helpers import AffineCost, small_setup
+
     from graphsim.costing.interpolate import EXTRAPOLATED, INTERPOLATED, MEASURED
     from graphsim.serving import parse_lengths, simulate, summarize, synthetic
-    from serving_helpers import AffineCost, small_setup
 
     class Mixed(AffineCost):  # decode measured/interpolated, prefill extrapolated
         def step_us(self, tokens, seqs, dec_count, dec_ctx_mean, chunks):

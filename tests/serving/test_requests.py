@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from serving_helpers import small_setup
+
 from graphsim.serving import (
     Lengths,
     load_trace,
@@ -11,7 +13,6 @@ from graphsim.serving import (
     synthetic,
 )
 from graphsim.serving.requests import WorkloadSpecError, write_trace
-from serving_helpers import small_setup
 
 
 def test_parse_lengths():

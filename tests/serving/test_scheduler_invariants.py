@@ -5,6 +5,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from serving_helpers import AffineCost, llama_layout, small_setup
+
+from graphsim.catalog import resolve_model
 from graphsim.serving import (
     ClosedLoop,
     Lengths,
@@ -16,9 +19,6 @@ from graphsim.serving import (
 )
 from graphsim.serving.scheduler import Engine
 from graphsim.work import accounting
-from serving_helpers import AffineCost, llama_layout, small_setup
-
-from graphsim.catalog import resolve_model
 
 
 @pytest.fixture

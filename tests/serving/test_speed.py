@@ -3,6 +3,7 @@
 import time
 
 import pytest
+
 from graphsim.serving import parse_lengths, simulate, summarize, synthetic
 from graphsim.serving.deployment import build_cost, plan_deployment
 

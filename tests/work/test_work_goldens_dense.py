@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from work_helpers import buckets, check
 
-
 # --- Llama-3.1-8B: h 4096, 32 layers, 32 heads, 8 KV heads, head_dim 4096/32 = 128, ffn 14336,
 # vocab 128256, bf16 (2 B), untied head.
 # Matrices per layer: q 4096·4096 + k 4096·1024 + v 4096·1024 + o 4096·4096 + mlp 3·4096·14336

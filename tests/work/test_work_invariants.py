@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +15,7 @@ STEMS = catalog_stems()
 FAST = settings(max_examples=12, deadline=None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def acc(stem: str) -> Accounting:
     return accounting(load_config(stem))
 

@@ -23,8 +23,16 @@ from graphsim.capture import (
 )
 from graphsim.importers.captures.ranges import DEFAULT_ITERATION_PATTERN
 
-__all__ = ["Capture", "CaptureError", "Iteration", "Launch", "LaunchClass", "load_capture", "phase_of",
-           "DEFAULT_ITERATION_PATTERN"]
+__all__ = [
+    "DEFAULT_ITERATION_PATTERN",
+    "Capture",
+    "CaptureError",
+    "Iteration",
+    "Launch",
+    "LaunchClass",
+    "load_capture",
+    "phase_of",
+]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from graphsim.importers.aten_map import ATEN_OPS
 from graphsim.capture import LaunchClass as C
-
+from graphsim.importers.aten_map import ATEN_OPS
 from graphsim.ir import Op, OpGroup
 from graphsim.ir.ops import VIEW_LIKE
 

@@ -17,8 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from graphsim.importers.captures.classify import classify_kernel
 from graphsim.capture import Capture, CaptureError, Iteration, Launch
+from graphsim.importers.captures.classify import classify_kernel
 
 _DURATION_KEYS = (("duration_us", 1.0), ("time_us", 1.0), ("dur_us", 1.0), ("duration_ns", 1e-3))
 

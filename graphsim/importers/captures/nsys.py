@@ -15,7 +15,6 @@ import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
-from graphsim.importers.captures.classify import classify_kernel
 from graphsim.capture import (
     Capture,
     CaptureError,
@@ -23,6 +22,7 @@ from graphsim.capture import (
     Launch,
     LaunchClass,
 )
+from graphsim.importers.captures.classify import classify_kernel
 from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"

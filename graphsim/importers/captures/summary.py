@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from graphsim.capture import Capture, Iteration, Launch, LaunchClass
 
 

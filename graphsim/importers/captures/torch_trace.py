@@ -23,7 +23,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from graphsim.importers.captures.classify import classify_cpu_op, classify_kernel
 from graphsim.capture import (
     Capture,
     CaptureError,
@@ -31,6 +30,7 @@ from graphsim.capture import (
     Launch,
     LaunchClass,
 )
+from graphsim.importers.captures.classify import classify_cpu_op, classify_kernel
 from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
 
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F

@@ -9,8 +9,8 @@ everything else becomes a memory-bound elementwise placeholder, and the pass rep
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
 
 import networkx as nx
 
@@ -31,9 +31,9 @@ class Candidate:
 class Rule:
     name: str
     source: str  # engine source the rule follows (file:function)
-    match: Callable[["FuseContext"], Iterable[Candidate]]
-    build: Callable[["FuseContext", Candidate], KernelAttrs | None]  # None: absorb (no launch)
-    check: Callable[["FuseContext", Candidate], str | None] = lambda ctx, c: None
+    match: Callable[[FuseContext], Iterable[Candidate]]
+    build: Callable[[FuseContext, Candidate], KernelAttrs | None]  # None: absorb (no launch)
+    check: Callable[[FuseContext, Candidate], str | None] = lambda ctx, c: None
 
 
 class FuseContext:

@@ -102,7 +102,7 @@ def _router_linears(ctx: FuseContext) -> set[str]:
 def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
     q = ctx.graph.meta.get("quantization_config") or {}
     if any(n.name in _router_linears(ctx) for n in nodes):
-        return _MODEL_DTYPES.get(str(ctx.graph.meta.get("dtype")), None)
+        return _MODEL_DTYPES.get(str(ctx.graph.meta.get("dtype")))
     if q.get("quant_method") == "fp8":
         skip = q.get("modules_to_not_convert") or []
         if not any(any(s in n.scope for s in skip) for n in nodes):

@@ -9,14 +9,19 @@ per-head keys of qk_nope + qk_rope dims and values of v_head_dim, as HF eager co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, MlaDecodeKey,
+    AttentionDecodeKey,
+    AttentionDecodePoint,
+    AttentionPrefillKey,
+    AttentionPrefillPoint,
+    MlaDecodeKey,
     MlaPrefillKey,
 )
 from graphsim.ir.kernel import KernelAttrs

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, ElementwiseKey, GemmKey, MlaDecodeKey, MlaPrefillKey,
+    AttentionDecodeKey,
+    AttentionPrefillKey,
+    CollectiveKey,
+    ElementwiseKey,
+    GemmKey,
+    MlaDecodeKey,
+    MlaPrefillKey,
     MoeKey,
 )
 from graphsim.profiles.profiler.base import KernelBench

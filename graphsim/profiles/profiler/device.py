@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import cpu_name
-
 from graphsim.errors import GraphsimError
 
 

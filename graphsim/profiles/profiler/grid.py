@@ -11,8 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, ElementwiseKey, GemmKey,
-    GemmPoint, KernelKey, MlaDecodeKey, MlaPrefillKey, MoeKey, Point, TokensPoint,
+    AttentionDecodeKey,
+    AttentionDecodePoint,
+    AttentionPrefillKey,
+    AttentionPrefillPoint,
+    ElementwiseKey,
+    GemmKey,
+    GemmPoint,
+    KernelKey,
+    MlaDecodeKey,
+    MlaPrefillKey,
+    MoeKey,
+    Point,
+    TokensPoint,
 )
 
 
@@ -54,7 +65,7 @@ class Grid:
     decode_kv: tuple[int, ...]
 
     @classmethod
-    def full(cls) -> "Grid":
+    def full(cls) -> Grid:
         """The full generic range: m and tokens 1…16384, prefill q 16…8192 with
         kv = q, 2q, … ≤ 32768, decode batch 1…256 × kv 128…32768."""
         return cls(
@@ -69,13 +80,13 @@ class Grid:
         )
 
     @classmethod
-    def quick(cls) -> "Grid":
+    def quick(cls) -> Grid:
         """The same generic grids with the top trimmed, for a CPU run in minutes."""
         return cls.full().trimmed(max_m=64, max_tokens=2048, max_moe_tokens=256, max_q=512, max_kv=2048,
                                   max_batch=16)
 
     def trimmed(self, *, max_m: int | None = None, max_tokens: int | None = None, max_moe_tokens: int | None = None,
-                max_q: int | None = None, max_kv: int | None = None, max_batch: int | None = None) -> "Grid":
+                max_q: int | None = None, max_kv: int | None = None, max_batch: int | None = None) -> Grid:
         """A copy with every axis cut at the given maxima (None: unchanged)."""
 
         def cut(values: tuple[int, ...], hi: int | None) -> tuple[int, ...]:

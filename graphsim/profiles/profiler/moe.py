@@ -10,8 +10,9 @@ weighted scatter-add into the output (vLLM's fused_moe does the same work in two
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -10,8 +10,9 @@ forward pass, where each layer's weights are evicted by the other layers'.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ class TimingOptions:
     flush_l2: bool = True  # CUDA only
 
     @classmethod
-    def quick(cls) -> "TimingOptions":
+    def quick(cls) -> TimingOptions:
         return cls(warmup_calls=1, warmup_time_s=0.01, min_samples=20, min_time_s=0.05, max_time_s=0.5,
                    floor_samples=3)
 
@@ -44,7 +45,7 @@ def summarise(samples_s: list[float], kernel: str = "") -> Measurement:
         p10_us=float(np.percentile(us, 10)),
         p90_us=float(np.percentile(us, 90)),
         std_us=float(np.std(us, ddof=1)) if len(us) > 1 else 0.0,
-        samples=int(len(us)),
+        samples=len(us),
         kernel=kernel,
     )
 

@@ -44,11 +44,11 @@ class Necessary:
         return self.param_bytes + self.state_bytes
 
     @classmethod
-    def of(cls, work: SegmentWork) -> "Necessary":
+    def of(cls, work: SegmentWork) -> Necessary:
         return cls(float(work.flops), work.param_read_bytes, work.param_read_bytes_worst,
                    work.state_read_bytes + work.state_write_bytes)
 
-    def __add__(self, o: "Necessary") -> "Necessary":
+    def __add__(self, o: Necessary) -> Necessary:
         return Necessary(self.flops + o.flops, self.param_bytes + o.param_bytes,
                          self.param_bytes_worst + o.param_bytes_worst, self.state_bytes + o.state_bytes)
 
@@ -62,7 +62,7 @@ class Redundancy:
     state_bytes: float = 0.0
 
     @classmethod
-    def between(cls, p: Performed, n: Necessary) -> "Redundancy":
+    def between(cls, p: Performed, n: Necessary) -> Redundancy:
         def clean(a: float, b: float) -> float:  # float noise is not redundancy
             d = a - b
             return 0.0 if abs(d) <= _REL * max(abs(a), abs(b), 1.0) else d

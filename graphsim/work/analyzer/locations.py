@@ -64,11 +64,11 @@ class Performed:
     def bytes(self) -> float:
         return self.param_bytes + self.state_bytes + self.activation_bytes
 
-    def scaled(self, factor: float) -> "Performed":
+    def scaled(self, factor: float) -> Performed:
         return Performed(self.flops * factor, self.param_bytes * factor, self.state_bytes * factor,
                          self.activation_bytes * factor)
 
-    def __add__(self, other: "Performed") -> "Performed":
+    def __add__(self, other: Performed) -> Performed:
         return Performed(self.flops + other.flops, self.param_bytes + other.param_bytes,
                          self.state_bytes + other.state_bytes, self.activation_bytes + other.activation_bytes)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from graphsim.errors import ConfigError
 from graphsim.work.config import ConfigView
 from graphsim.work.quant import parse_quantization
