@@ -22,15 +22,16 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from serving_helpers import small_setup
+
+from graphsim.catalog import resolve_model
 from graphsim.serving import ClosedLoop, kv_layout, parse_lengths, simulate, summarize, synthetic
 from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
 from graphsim.work import accounting
-from serving_helpers import llama_layout, small_setup
-
-from graphsim.catalog import resolve_model
 
 GOLDEN = Path(__file__).parent / "goldens" / "simulator_pin.json"
 REQUEST_FIELDS = ("id", "arrival", "replica", "admitted_t", "first_token_t", "finish_t", "preemptions",
@@ -38,7 +39,7 @@ REQUEST_FIELDS = ("id", "arrival", "replica", "admitted_t", "first_token_t", "fi
 DISAGG_ARRAYS = ("prefill_done_s", "transfer_start_s", "transfer_end_s", "transfer_bytes")
 
 
-def _plain(v):
+def _plain(v) -> Any:
     """JSON-exact: numpy scalars to Python, NaN to None (floats keep every bit through repr)."""
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
@@ -143,8 +144,8 @@ def test_fixed_seed_run_matches_the_pin(golden, name):
                 assert got[key][col] == want[key][col], f"{name}: iteration column {col} differs"
         elif key == "requests":
             for g, w in zip(got[key], want[key], strict=True):
-                assert g == w, f"{name}: request {w[0]} differs: {dict(zip(REQUEST_FIELDS, g))} != " \
-                               f"{dict(zip(REQUEST_FIELDS, w))}"
+                assert g == w, (f"{name}: request {w[0]} differs: {dict(zip(REQUEST_FIELDS, g, strict=True))} != "
+                                f"{dict(zip(REQUEST_FIELDS, w, strict=True))}")
         else:
             assert got[key] == want[key], f"{name}: {key} differs"
 
