@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from graphsim.cli.app import err_console
-from graphsim.ir import Graph
+
+if TYPE_CHECKING:  # graphsim.ir pulls in sympy: the CLI starts (and reports a usage error) without it
+    from graphsim.ir import Graph
 
 
 def load_source(arg: str, dtype: str | None = None) -> Graph:
