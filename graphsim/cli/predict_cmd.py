@@ -7,25 +7,37 @@ import json
 import typer
 
 from graphsim.cli.app import app, console
+from graphsim.cli.options import (
+    DEFAULT_GPU,
+    Batches,
+    Dtype,
+    Ep,
+    Gpu,
+    GraphModel,
+    Json,
+    KvDtype,
+    Limit,
+    Profile,
+    Target,
+    Tp,
+)
 from graphsim.cli.sources import load_source
 
 
 @app.command("predict")
 def predict_cmd(
-    model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model dir, ONNX file, or a saved graph (.json)."),
-    gpu: str = typer.Option("h200", "--gpu", help="Hardware spec id or alias (h100, h200, b200, a100, l40s) or a JSON spec."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel size (MoE models)."),
-    batch: list[str] | None = typer.Option(None, "--batch", "-b",
-                                              help="prefill:BxN[@P], decode:BxC or mixed:BxN@P+BxC (repeatable)."),
-    profile: str | None = typer.Option(None, "--profile", help="profile.db with measured rows (default: "
-                                          "$GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
-    target: str = typer.Option("vllm", "--target", help="Fuse target: vllm or eager."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
+    model: GraphModel,
+    gpu: Gpu = DEFAULT_GPU,
+    tp: Tp = 1,
+    ep: Ep = 1,
+    batch: Batches = None,
+    profile: Profile = None,
+    target: Target = "vllm",
+    kv_dtype: KvDtype = None,
+    dtype: Dtype = None,
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
-    limit: int = typer.Option(25, "--limit", help="Rows in the per-kernel table."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    limit: Limit = 25,
+    as_json: Json = False,
 ) -> None:
     """Predict iteration times for explicit batches; every number says where it came from."""
     from graphsim.costing.hardware import load_hardware

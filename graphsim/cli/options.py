@@ -1,0 +1,136 @@
+"""Options several commands share, declared once: one name, one meaning, one check everywhere.
+
+A command takes one as `tp: Tp = 1` (typer reads the declaration from the annotation, the default from
+the `=`); shared defaults are the constants here (`gpu: Gpu = DEFAULT_GPU`). Where vLLM names the same
+concept, vLLM's name is an alias with the same meaning (`--tensor-parallel-size` and `-tp` for `--tp`,
+`--kv-cache-dtype` for `--kv-dtype`, `--enable-prefix-caching` for `--prefix-caching`), and vLLM's
+spellings of values are accepted (`--kv-cache-dtype auto`, `--dtype half`). A bad value is a usage
+error: one line naming the option, exit 2, before any work starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DEFAULT_GPU = "h200"
+GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
+
+# --kv-dtype / --kv-cache-dtype: vLLM's values (CacheDType) that graphsim models, and graphsim's own
+# spellings → the name graphsim's dtype parsers take; None: the model dtype (vLLM's `auto`).
+KV_CACHE_DTYPES: dict[str, str | None] = {
+    "auto": None,
+    "bfloat16": "bf16", "bf16": "bf16",
+    "float16": "fp16", "fp16": "fp16", "half": "fp16",
+    "float32": "fp32", "fp32": "fp32",
+    "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2",
+    "int8": "int8",
+}
+
+
+def _kv_cache_dtype(value: str | None) -> str | None:
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if key not in KV_CACHE_DTYPES:
+        raise typer.BadParameter(f"'{value}' is not a KV-cache dtype graphsim models; use auto (the model dtype), "
+                                 "bfloat16, float16, fp8 (= fp8_e4m3), fp8_e5m2 or int8")
+    return KV_CACHE_DTYPES[key]
+
+
+def _model_dtype(value: str | None) -> str | None:
+    if value is None or value.strip().lower() == "auto":
+        return None
+    from graphsim.errors import GraphsimError
+    from graphsim.work.dtypes import parse_dtype
+
+    try:
+        parse_dtype(value, "dtype")
+    except GraphsimError as e:
+        raise typer.BadParameter(f"{e}, or auto (the config's)") from None
+    return value
+
+
+def _fuse_target(value: str | None) -> str | None:
+    from graphsim.passes.fuse.fuse_pass import TARGETS
+
+    if value is not None and value not in TARGETS:
+        raise typer.BadParameter(f"unknown fuse target '{value}'; use {' or '.join(TARGETS)}")
+    return value
+
+
+def _fraction(value: float) -> float:
+    if not 0 < value <= 1:
+        raise typer.BadParameter(f"{value:g} is not a fraction in (0, 1]; vLLM's default is {GPU_MEMORY_UTILIZATION}")
+    return value
+
+
+# The model a command reads.
+ConfigModel = Annotated[str, typer.Argument(help="Catalog name, HF id, config.json or model directory.")]
+GraphModel = Annotated[str, typer.Argument(
+    help="Catalog name, HF id, config.json, model directory, ONNX file, or a saved (fused) graph (.json).")]
+
+# The deployment.
+Gpu = Annotated[str, typer.Option(
+    "--gpu", help="GPU: a hardware spec id or alias (h100, h200, b200, a100, l40s; `graphsim profiles hardware` "
+                  "lists them) or a JSON spec file.")]
+Tp = Annotated[int, typer.Option(
+    "--tp", "--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size (vLLM's --tensor-parallel-size).")]
+Ep = Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel size of the MoE layers (1: every rank "
+                                                      "holds every expert).")]
+Dtype = Annotated[str | None, typer.Option(
+    "--dtype", callback=_model_dtype, metavar="DTYPE",
+    help="Model dtype: auto (the config's), bfloat16, float16 (half), float32 (float), as vLLM's --dtype.")]
+KvDtype = Annotated[str | None, typer.Option(
+    "--kv-dtype", "--kv-cache-dtype", callback=_kv_cache_dtype, metavar="DTYPE",
+    help="KV-cache dtype (vLLM's --kv-cache-dtype): auto (the model dtype), bfloat16, float16, fp8 (= fp8_e4m3), "
+         "fp8_e5m2 or int8.")]
+
+
+def _target_option() -> typer.models.OptionInfo:
+    return typer.Option("--target", callback=_fuse_target,
+                        help="Fuse target, the engine whose kernels to model: vllm or eager.")
+
+
+Target = Annotated[str, _target_option()]
+TargetOrAuto = Annotated[str | None, _target_option()]  # None: the command picks by device (eager on a CPU)
+
+# vLLM's engine settings, under vLLM's names.
+GpuMemoryUtilization = Annotated[float, typer.Option(
+    "--gpu-memory-utilization", callback=_fraction, help="Fraction of GPU memory vLLM may use.")]
+MaxModelLen = Annotated[int | None, typer.Option(
+    "--max-model-len", min=1, help="Context length (default: the config's max_position_embeddings).")]
+MaxNumBatchedTokens = Annotated[int | None, typer.Option(
+    "--max-num-batched-tokens", min=1, help="Token budget per iteration (default: vllm serve's for the GPU).")]
+MaxNumSeqs = Annotated[int | None, typer.Option(
+    "--max-num-seqs", min=1, help="Most sequences per iteration (default: vllm serve's for the GPU).")]
+BlockSize = Annotated[int | None, typer.Option(
+    "--block-size", min=1, help="Tokens per KV block (default 16; 64 for MLA).")]
+KvMemory = Annotated[str | None, typer.Option(
+    "--kv-memory", help="Available KV memory per rank as vLLM logs it ('Available KV cache memory: 17.78 GiB'): "
+                        "17.78GiB, 17.78 (GiB) or bytes with B.")]
+
+# Measured data.
+Profile = Annotated[str | None, typer.Option(
+    "--profile", help="profile.db with measured rows (default: $GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present).")]
+
+# Batches (no square brackets: typer's help reads them as rich markup).
+BATCH_SPEC = ("prefill:BxN or prefill:BxN@P (B sequences of N new tokens after P cached), decode:BxC "
+              "or mixed:BxN@P+BxC")
+Batches = Annotated[list[str] | None, typer.Option("--batch", "-b", help=f"{BATCH_SPEC} (repeatable).")]
+Batch = Annotated[str, typer.Option("--batch", "-b", help=f"One exact batch: {BATCH_SPEC}.")]
+
+# Captures.
+IterationRange = Annotated[str | None, typer.Option(
+    "--range", help="Regex over range names that delimit iterations (default: ProfilerStep#N, prefill/decode "
+                    "batch specs, step/iteration ranges).")]
+
+# Output.
+Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+Limit = Annotated[int, typer.Option("--limit", min=0, help="Rows shown per table.")]
+GraphOutput = Annotated[Path | None, typer.Option("-o", "--output", help="Write the resulting graph as JSON here.")]
+MaxOps = Annotated[int, typer.Option("--max-ops", min=0, help="Ops shown per module in the tree.")]
+Text = Annotated[bool, typer.Option("--text", help="Print the compact text form instead of the tree.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the simulated workloads (same seed, same output).")]
