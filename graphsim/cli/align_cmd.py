@@ -8,31 +8,40 @@ import json
 import typer
 
 from graphsim.cli.app import app, console
+from graphsim.cli.options import (
+    BATCH_SPEC,
+    Dtype,
+    Ep,
+    GpuOfProfile,
+    GraphModel,
+    IterationRange,
+    Json,
+    Limit,
+    TargetOrAuto,
+    Tp,
+)
 from graphsim.cli.sources import load_source
 from graphsim.errors import GraphsimError
 
 
 @app.command("align")
 def align_cmd(
-    model: str = typer.Argument(..., help="Catalog name, HF id, model dir, ONNX file, or a saved (fused) graph (.json)."),
+    model: GraphModel,
     capture: str = typer.Option(..., "--capture", "-c", help="torch.profiler trace, nsys SQLite export or JSON kernel list."),
     profile: str | None = typer.Option(None, "--profile", help="profile.db: add predicted vs measured time per kernel."),
-    batch: str | None = typer.Option(None, "--batch", "-b", help="The step the captured iteration ran "
-                                        "(prefill:BxN[@P], decode:BxC, mixed:...); default: the iteration's label "
-                                        "when it is a batch spec."),
-    target: str | None = typer.Option(None, "--target", help="Fuse target: vllm or eager (default: eager for a "
-                                         "CPU capture, vllm otherwise)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (the capture is one rank's)."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel size."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
-    gpu: str | None = typer.Option(None, "--gpu", help="Hardware spec for the roofline fallback (default: the "
-                                      "profile's own, if any)."),
+    batch: str | None = typer.Option(None, "--batch", "-b", help=f"The step the captured iteration ran ({BATCH_SPEC}); "
+                                                                 "default: the iteration's label when it is a batch spec."),
+    target: TargetOrAuto = None,
+    tp: Tp = 1,
+    ep: Ep = 1,
+    dtype: Dtype = None,
+    gpu: GpuOfProfile = None,
     iteration: int | None = typer.Option(None, "--iteration", "-i", help="Iteration index (default: the last "
                                             "of --phase, else the last of the capture)."),
     phase: str | None = typer.Option(None, "--phase", help="Phase whose last iteration to align."),
-    range_: str | None = typer.Option(None, "--range", help="Regex over range names that delimit iterations."),
-    limit: int = typer.Option(25, "--limit", help="Rows in the measured-launch and deviation tables."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    range_: IterationRange = None,
+    limit: Limit = 25,
+    as_json: Json = False,
 ) -> None:
     """Align one captured iteration with the fused kernel graph and print the decision table."""
     from graphsim.costing.align_report import build_report

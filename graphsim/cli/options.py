@@ -73,9 +73,10 @@ GraphModel = Annotated[str, typer.Argument(
     help="Catalog name, HF id, config.json, model directory, ONNX file, or a saved (fused) graph (.json).")]
 
 # The deployment.
-Gpu = Annotated[str, typer.Option(
-    "--gpu", help="GPU: a hardware spec id or alias (h100, h200, b200, a100, l40s; `graphsim profiles hardware` "
-                  "lists them) or a JSON spec file.")]
+GPU_HELP = ("GPU: a hardware spec id or alias (h100, h200, b200, a100, l40s; `graphsim profiles hardware` lists "
+            "them) or a JSON spec file.")
+Gpu = Annotated[str, typer.Option("--gpu", help=GPU_HELP)]
+GpuOfProfile = Annotated[str | None, typer.Option("--gpu", help=f"{GPU_HELP} Default: the profile's own.")]
 Tp = Annotated[int, typer.Option(
     "--tp", "--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size (vLLM's --tensor-parallel-size).")]
 Ep = Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel size of the MoE layers (1: every rank "
@@ -89,13 +90,13 @@ KvDtype = Annotated[str | None, typer.Option(
          "fp8_e5m2 or int8.")]
 
 
-def _target_option() -> typer.models.OptionInfo:
+def _target_option(default: str = "") -> typer.models.OptionInfo:
     return typer.Option("--target", callback=_fuse_target,
-                        help="Fuse target, the engine whose kernels to model: vllm or eager.")
+                        help=f"Fuse target, the engine whose kernels to model: vllm or eager.{default}")
 
 
 Target = Annotated[str, _target_option()]
-TargetOrAuto = Annotated[str | None, _target_option()]  # None: the command picks by device (eager on a CPU)
+TargetOrAuto = Annotated[str | None, _target_option(" Default: eager on a CPU (capture or device), vllm otherwise.")]
 
 # vLLM's engine settings, under vLLM's names.
 GpuMemoryUtilization = Annotated[float, typer.Option(
