@@ -7,26 +7,25 @@ import json
 import typer
 
 from graphsim.cli.app import app, console
+from graphsim.cli.options import DEFAULT_GPU, Batch, ConfigModel, Dtype, Ep, Gpu, Json, KvDtype, Profile, Tp
 
 
 @app.command("analyze")
 def analyze_cmd(
-    model: str = typer.Argument(..., help="Catalog name, HF id, config.json or model directory."),
-    gpu: str = typer.Option("h200", "--gpu", help="Hardware spec id or alias (h100, h200, b200, a100, l40s) or a JSON spec."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
-    ep: int = typer.Option(1, "--ep", help="Expert-parallel size: 1 or equal to --tp (experts over the TP ranks)."),
-    batch: str = typer.Option("decode:64x2048", "--batch", "-b",
-                              help="One exact batch: prefill:BxN[@P], decode:BxC or mixed:BxN@P+BxC."),
-    profile: str | None = typer.Option(None, "--profile", help="profile.db with measured rows (default: "
-                                          "$GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present)."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
+    model: ConfigModel,
+    gpu: Gpu = DEFAULT_GPU,
+    tp: Tp = 1,
+    ep: Ep = 1,
+    batch: Batch = "decode:64x2048",
+    profile: Profile = None,
+    kv_dtype: KvDtype = None,
+    dtype: Dtype = None,
     maps: list[str] | None = typer.Option(None, "--map", help="Location map file(s) to use instead of the "
                                              "shipped ones (repeatable)."),
     draft_map: str | None = typer.Option(None, "--draft-map", help="Write a skeleton location map of this "
                                             "deployment (every location, no rows yet) to this file."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show the per-location table."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: Json = False,
 ) -> None:
     """Necessary-work coverage (R6) and redundancy (R7) of one batch on one deployment."""
     from graphsim.analysis import analyze_prepared, prepare_model, write_draft_map
@@ -38,7 +37,7 @@ def analyze_cmd(
     with err_console.status(f"tracing {model} on the meta device, fusing and pricing…"):
         prepared = prepare_model(model, gpu=gpu, tp=tp, ep=ep, batch=batch, profile=profile, kv_dtype=kv_dtype,
                                  dtype=dtype)
-    analysis = analyze_prepared(prepared, maps)
+    analysis = analyze_prepared(prepared, [*maps] if maps else None)
     if draft_map:
         write_draft_map(prepared, draft_map)
     if as_json:
