@@ -7,25 +7,41 @@ import json
 import typer
 
 from graphsim.cli.app import app, console
+from graphsim.cli.options import (
+    DEFAULT_GPU,
+    GPU_MEMORY_UTILIZATION,
+    BlockSize,
+    ConfigModel,
+    Dtype,
+    Gpu,
+    GpuMemoryUtilization,
+    Json,
+    KvDtype,
+    KvMemory,
+    MaxModelLen,
+    MaxNumBatchedTokens,
+    MaxNumSeqs,
+    Tp,
+)
 
 
 @app.command("kv")
 def kv_cmd(
-    model: str = typer.Argument(..., help="Catalog name, HF id, config.json or model dir."),
-    gpu: str = typer.Option("h100", "--gpu", help="Hardware spec id or alias (h100, h200, b200, a100, l40s) or a JSON spec."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size."),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use."),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context length (default: the config's max_position_embeddings)."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8 (default: the model dtype)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Override the model dtype."),
-    block_size: int | None = typer.Option(None, "--block-size", help="Tokens per block (default 16; 64 for MLA)."),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", help="Token budget per iteration (default: vllm serve's for the GPU)."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Most sequences per iteration (default: vllm serve's for the GPU)."),
-    kv_memory: str | None = typer.Option(None, "--kv-memory", help="Available KV memory per rank as vLLM logs it ('Available KV cache memory: 17.78 GiB'): 17.78GiB, 17.78 (GiB) or bytes with B."),
+    model: ConfigModel,
+    gpu: Gpu = DEFAULT_GPU,
+    tp: Tp = 1,
+    gpu_memory_utilization: GpuMemoryUtilization = GPU_MEMORY_UTILIZATION,
+    max_model_len: MaxModelLen = None,
+    kv_dtype: KvDtype = None,
+    dtype: Dtype = None,
+    block_size: BlockSize = None,
+    max_num_batched_tokens: MaxNumBatchedTokens = None,
+    max_num_seqs: MaxNumSeqs = None,
+    kv_memory: KvMemory = None,
     activation_gib: float | None = typer.Option(None, "--activation-gib", help="Activation peak instead of the estimate."),
     overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory instead of the assumed 0.5 GiB."),
     cudagraph_gib: float | None = typer.Option(None, "--cudagraph-gib", help="CUDA-graph memory instead of the assumed 0.5 GiB."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: Json = False,
 ) -> None:
     """KV bytes per token per rank, the memory budget term by term, and the capacity vLLM would log."""
     from graphsim.serving.capacity import parse_bytes

@@ -109,6 +109,12 @@ MaxNumSeqs = Annotated[int | None, typer.Option(
     "--max-num-seqs", min=1, help="Most sequences per iteration (default: vllm serve's for the GPU).")]
 BlockSize = Annotated[int | None, typer.Option(
     "--block-size", min=1, help="Tokens per KV block (default 16; 64 for MLA).")]
+PrefixCaching = Annotated[bool, typer.Option(
+    "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching/--no-enable-prefix-caching",
+    help="Automatic prefix caching (vLLM's --enable-prefix-caching).")]
+ChunkedPrefill = Annotated[bool, typer.Option(
+    "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill/--no-enable-chunked-prefill",
+    help="Chunked prefill (vLLM's --enable-chunked-prefill).")]
 KvMemory = Annotated[str | None, typer.Option(
     "--kv-memory", help="Available KV memory per rank as vLLM logs it ('Available KV cache memory: 17.78 GiB'): "
                         "17.78GiB, 17.78 (GiB) or bytes with B.")]
