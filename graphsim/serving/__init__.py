@@ -1,10 +1,26 @@
 """KV-cache capacity and iteration-level serving simulation (`graphsim.serving`).
 
-    from graphsim.serving import plan_deployment, kv_capacity, simulate
-    dep = plan_deployment("llama-3.1-8b", gpu="h100", tp=1)        # layout, memory budget, capacity
-    dep.capacity.vllm_log_lines()
-    setup = dep.simulation_setup(cost)                              # cost: an IterationCost (build_cost)
-    result = simulate(setup, synthetic(1000, rate=5, ...))
+Plan a deployment (config only: KV layout, memory budget, capacity), price its iterations with a cost
+model, and simulate a workload on one pool of replicas or on a prefill pool and a decode pool:
+
+>>> from graphsim.serving import ClosedLoop, Lengths, simulate, summarize, synthetic
+>>> from graphsim.serving.deployment import build_cost, plan_deployment
+>>> dep = plan_deployment("llama-3.1-8b", "h100", tp=1)
+>>> print(dep.capacity.vllm_log_lines()[0])  # doctest: +ELLIPSIS
+GPU KV cache size: ... tokens
+>>> cost, data_note, kernels = build_cost(dep)  # traces the model (torch, the `trace` extra)
+>>> setup = dep.simulation_setup(cost, replicas=2, router="least-outstanding")
+>>> result = simulate(setup, synthetic(200, 5.0, Lengths(1024, 4096), Lengths(100, 500), seed=0))
+>>> summary = summarize(result)  # TTFT, TPOT, ITL, E2E, throughput, goodput, each with its source
+>>> summary.completed, summary.gpus
+(200, 2)
+
+Disaggregated (1P1D here), the KV cache going over the GPU's interconnect:
+
+>>> from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
+>>> xpyd = DisaggSetup(dep.simulation_setup(cost), dep.simulation_setup(cost), KvLink.from_hardware(dep.hardware))
+>>> summarize(simulate_disagg(xpyd, ClosedLoop(16, 100, Lengths(1024, 1024), Lengths(128, 128)))).completed
+100
 
 The library imports neither torch nor the importers; `build_cost` (tracing the model into a cost tree)
 does, lazily.

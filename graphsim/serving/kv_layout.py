@@ -179,7 +179,7 @@ class KvLayout:
         return sum(g.admission_blocks(tokens, in_flight_tokens) for g in self.groups)
 
     # --- blocks held by running requests (vectorised) ------------------------------------------
-    def held_blocks(self, computed: np.ndarray, new: np.ndarray) -> np.ndarray:
+    def held_blocks(self, computed: np.ndarray, new: np.ndarray | int) -> np.ndarray:
         """Blocks a request holds once slots for `new` tokens after `computed` ones are allocated.
 
         Full/MLA groups hold every token's block; a sliding-window group frees the blocks wholly

@@ -48,7 +48,7 @@ class Stats:
         def q(f: float) -> float:  # the smallest value whose cumulative weight reaches f
             return float(v[min(int(np.searchsorted(cum, f * total, side="left")), len(v) - 1)])
 
-        return cls(int(round(total)), float((v * w).sum() / total), q(0.5), q(0.9), q(0.99))
+        return cls(int(round(total)), float((v * w).sum() / total), q(0.5), q(0.9), q(0.99))  # noqa: RUF046 (numpy round)
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,8 @@ def summarize(res: SimulationResult, slo: SLO = SLO()) -> Summary:
     arrival = np.asarray([r.arrival for r in done])
     first = np.asarray([r.first_token_t for r in done])
     finish = np.asarray([r.finish_t for r in done])
-    outs = np.asarray([r.maxo for r in done], dtype=np.float64)
-    prompts = np.asarray([r.prompt for r in done], dtype=np.float64)
+    outs = np.asarray([r.max_tokens for r in done], dtype=np.float64)
+    prompts = np.asarray([r.num_prompt_tokens for r in done], dtype=np.float64)
     span = float(finish.max() - min(r.arrival for r in res.requests)) if done else 0.0
     ttft = first - arrival
     e2e = finish - arrival

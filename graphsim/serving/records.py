@@ -7,42 +7,51 @@ import numpy as np
 
 
 class Request:
+    """One request: what was asked (vLLM's names: `num_prompt_tokens`, `max_tokens`), its progress while it
+    runs (`num_computed_tokens`, `num_tokens`, `num_output_tokens`, the KV blocks it holds) and its outcome
+    (times in seconds of simulated time: `arrival`, `admitted_t`, `first_token_t`, `finish_t`)."""
+
     __slots__ = (
         "admitted_t",
         "arrival",
-        "comp",
         "finish_t",
         "first_token_t",
-        "held",
         "hit_tokens",
         "id",
-        "last_t",
-        "maxo",
-        "nshared",
-        "ntok",
-        "outc",
-        "pid",
-        "plen",
+        "last_token_t",
+        "max_tokens",
+        "num_computed_tokens",
+        "num_held_blocks",
+        "num_output_tokens",
+        "num_prompt_tokens",
+        "num_shared_blocks",
+        "num_tokens",
         "preemptions",
-        "prompt",
+        "prefix_id",
+        "prefix_tokens",
         "rejected",
         "replica",
-        "requested_out",
+        "requested_output_tokens",
     )
 
-    def __init__(self, rid: int, arrival: float, prompt: int, out: int, pid: str | None, plen: int,
-                 max_model_len: int) -> None:
-        self.id, self.arrival, self.prompt = rid, arrival, prompt
-        self.requested_out = out
-        self.rejected = prompt >= max_model_len
-        self.maxo = max(1, min(out, max_model_len - prompt))
-        self.pid, self.plen = pid, (plen if pid is not None else 0)
+    def __init__(self, request_id: int, arrival: float, num_prompt_tokens: int, output_tokens: int,
+                 prefix_id: str | None, prefix_tokens: int, max_model_len: int) -> None:
+        self.id, self.arrival, self.num_prompt_tokens = request_id, arrival, num_prompt_tokens
+        self.requested_output_tokens = output_tokens
+        self.rejected = num_prompt_tokens >= max_model_len
+        self.max_tokens = max(1, min(output_tokens, max_model_len - num_prompt_tokens))
+        self.prefix_id = prefix_id
+        self.prefix_tokens = prefix_tokens if prefix_id is not None else 0
         self.replica = -1
         self.admitted_t = self.first_token_t = self.finish_t = float("nan")
         self.preemptions = 0
         self.hit_tokens = -1  # prefix-cache hit at first admission
-        self.nshared = 0
-        self.comp, self.ntok, self.outc, self.last_t, self.held = 0, prompt, 0, float("nan"), 0
+        self.num_shared_blocks = 0  # prefix-cache blocks it holds with other requests (the first of its blocks)
+        self.num_held_blocks = 0  # all the KV blocks it holds, shared ones included
+        self.num_computed_tokens = 0
+        self.num_tokens = num_prompt_tokens  # prompt + output tokens so far
+        self.num_output_tokens = 0
+        self.last_token_t = float("nan")
 
 
 class IterationLog:

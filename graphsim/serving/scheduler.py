@@ -26,6 +26,8 @@ would produce.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,31 +37,97 @@ from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost
 from graphsim.serving.records import IterationLog, Request, Samples
 
-SEGMENT_CAP = 2048  # longest decode segment priced in one call
+MAX_SEGMENT_ITERATIONS = 2048  # longest decode segment priced in one call
 
 
-_FIELDS = ("comp", "ntok", "outc", "maxo", "held")
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """One iteration: `num_scheduled_tokens[i]` new tokens for the i-th running request."""
+
+    start_t: float
+    end_t: float
+    num_scheduled_tokens: np.ndarray
+    source: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentPlan:
+    """`num_iterations` decode-only iterations in a row, every running request one token each."""
+
+    start_t: float
+    end_t: float
+    num_iterations: int
+    durations_s: np.ndarray
+
+
+class RunningBatch:
+    """The running requests in admission order. While a request runs its counters live here, in numpy
+    arrays (the first `size` entries), and go back to its `Request` when it leaves (`sync`)."""
+
+    COUNTERS = ("num_computed_tokens", "num_tokens", "num_output_tokens", "max_tokens", "num_held_blocks")
+
+    def __init__(self, capacity: int) -> None:
+        self.num_computed_tokens = np.zeros(capacity, dtype=np.int64)
+        self.num_tokens = np.zeros(capacity, dtype=np.int64)
+        self.num_output_tokens = np.zeros(capacity, dtype=np.int64)
+        self.max_tokens = np.zeros(capacity, dtype=np.int64)
+        self.num_held_blocks = np.zeros(capacity, dtype=np.int64)
+        self.last_token_t = np.zeros(capacity)
+        self.requests: list[Request] = []
+        self.size = 0
+
+    def append(self, r: Request) -> int:
+        i = self.size
+        for name in self.COUNTERS:
+            getattr(self, name)[i] = getattr(r, name)
+        self.last_token_t[i] = r.last_token_t
+        self.requests.append(r)
+        self.size += 1
+        return i
+
+    def sync(self, i: int) -> Request:
+        """The i-th running request with its counters written back."""
+        r = self.requests[i]
+        for name in self.COUNTERS:
+            setattr(r, name, int(getattr(self, name)[i]))
+        r.last_token_t = float(self.last_token_t[i])
+        return r
+
+    def keep(self, keep: np.ndarray) -> None:
+        """Keep the requests where `keep` is true, in order."""
+        n = self.size
+        m = int(keep.sum())
+        for name in self.COUNTERS:
+            arr = getattr(self, name)
+            arr[:m] = arr[:n][keep]
+        self.last_token_t[:m] = self.last_token_t[:n][keep]
+        self.requests = [r for r, k in zip(self.requests, keep, strict=True) if k]
+        self.size = m
+
+    def pop(self) -> Request:
+        """Remove the last running request, its counters written back."""
+        r = self.sync(self.size - 1)
+        self.requests.pop()
+        self.size -= 1
+        return r
 
 
 class Engine:
     """One replica. `start(t, horizon)` plans the next iteration (or decode segment) and returns its end
-    time (None when idle); `finish()` applies it at that time."""
+    time (None when idle); `finish()` applies it at that time and calls `on_finish` for each request done."""
 
-    def __init__(self, index: int, cfg: EngineConfig, layout: KvLayout, num_blocks: int, cost: IterationCost,
-                 log: IterationLog, itl: Samples, on_finish) -> None:
-        self.index, self.cfg, self.layout, self.cost = index, cfg, layout, cost
-        self.bs = layout.block_size
-        self.caching = cfg.enable_prefix_caching and layout.prefix_cacheable
-        self.pool = BlockPool(num_blocks, self.caching)
+    def __init__(self, index: int, config: EngineConfig, layout: KvLayout, num_blocks: int, cost: IterationCost,
+                 log: IterationLog, itl: Samples, on_finish: Callable[[Request], None]) -> None:
+        self.index, self.config, self.layout, self.cost = index, config, layout, cost
+        self.block_size = layout.block_size
+        self.prefix_caching = config.enable_prefix_caching and layout.prefix_cacheable
+        self.pool = BlockPool(num_blocks, self.prefix_caching)
         self.log, self.itl, self.on_finish = log, itl, on_finish
         self.waiting: deque[Request] = deque()
-        cap = cfg.max_num_seqs
-        self.a = {k: np.zeros(cap, dtype=np.int64) for k in _FIELDS}
-        self.last_t = np.zeros(cap)
-        self.reqs: list[Request] = []
-        self.n = 0
+        self.running = RunningBatch(config.max_num_seqs)
         self.busy_until: float | None = None
-        self._plan: dict | None = None
+        self.plan: StepPlan | SegmentPlan | None = None
+        self.now_t = 0.0
         self.iterations = 0
         self.preemptions = 0
         self.registering: dict[int, Request] = {}  # insertion-ordered: deterministic
@@ -69,151 +137,125 @@ class Engine:
     # --- bookkeeping ---------------------------------------------------------------------------
     @property
     def outstanding(self) -> int:
-        return self.n + len(self.waiting)
+        return self.running.size + len(self.waiting)
 
     def has_work(self) -> bool:
-        return self.n > 0 or bool(self.waiting)
+        return self.running.size > 0 or bool(self.waiting)
 
     def add(self, r: Request) -> None:
         r.replica = self.index
         self.waiting.append(r)
 
-    def _append(self, r: Request) -> int:
-        i = self.n
-        for k in _FIELDS:
-            self.a[k][i] = getattr(r, k)
-        self.last_t[i] = r.last_t
-        self.reqs.append(r)
-        self.n += 1
-        return i
-
-    def _sync(self, i: int) -> Request:
-        r = self.reqs[i]
-        for k in _FIELDS:
-            setattr(r, k, int(self.a[k][i]))
-        r.last_t = float(self.last_t[i])
-        return r
-
-    def _compact(self, keep: np.ndarray) -> None:
-        n = self.n
-        m = int(keep.sum())
-        for k in _FIELDS:
-            arr = self.a[k]
-            arr[:m] = arr[:n][keep]
-        self.last_t[:m] = self.last_t[:n][keep]
-        self.reqs = [r for r, k in zip(self.reqs, keep) if k]
-        self.n = m
-
-    def _free(self, r: Request, preempt: bool) -> None:
+    def _free_blocks(self, r: Request, preempt: bool) -> None:
         pool = self.pool
-        for i in reversed(range(r.nshared)):
-            pool.release_shared((r.pid, i))
-        private = r.held - r.nshared
+        for i in reversed(range(r.num_shared_blocks)):
+            pool.release_shared((r.prefix_id, i))
+        private = r.num_held_blocks - r.num_shared_blocks
         pool.release(private)
-        if preempt and self.caching:
-            full = r.comp // self.bs - r.nshared
-            pool.cache_run(r.id, r.nshared, min(full, private))
-        r.nshared = 0
-        r.held = 0
+        if preempt and self.prefix_caching:
+            full = r.num_computed_tokens // self.block_size - r.num_shared_blocks
+            pool.cache_run(r.id, r.num_shared_blocks, min(full, private))
+        r.num_shared_blocks = 0
+        r.num_held_blocks = 0
         self.registering.pop(r.id, None)
 
-    def _preempt_last(self, t: float) -> Request:
-        i = self.n - 1
-        r = self._sync(i)
-        self._free(r, preempt=True)
-        r.comp = 0
+    def _preempt_last(self) -> Request:
+        r = self.running.pop()
+        self._free_blocks(r, preempt=True)
+        r.num_computed_tokens = 0
         r.preemptions += 1
         self.preemptions += 1
-        self.reqs.pop()
-        self.n -= 1
         self.waiting.appendleft(r)
         return r
 
     # --- admission ---------------------------------------------------------------------------------
-    def _hits(self, r: Request) -> tuple[int, int, int, int]:
-        """(hit blocks, of which shared, of which currently evictable, run blocks)."""
-        if not self.caching:
+    def _prefix_hits(self, r: Request) -> tuple[int, int, int, int]:
+        """(hit blocks, of which shared, of which currently evictable, blocks hit in its own cached run)."""
+        if not self.prefix_caching:
             return 0, 0, 0, 0
-        bs, pool = self.bs, self.pool
-        max_hit = (r.ntok - 1) // bs
-        npref = min(r.plen // bs, max_hit) if r.pid is not None else 0
-        hits = evict = 0
-        while hits < npref:
-            key = (r.pid, hits)
+        block_size, pool = self.block_size, self.pool
+        max_hit = (r.num_tokens - 1) // block_size
+        prefix_blocks = min(r.prefix_tokens // block_size, max_hit) if r.prefix_id is not None else 0
+        hits = evictable = 0
+        while hits < prefix_blocks:
+            key = (r.prefix_id, hits)
             if key in pool.shared_ref:
                 hits += 1
             elif pool.is_evictable(key):
                 hits += 1
-                evict += 1
+                evictable += 1
             else:
                 break
         shared = hits
         run = pool.run(r.id)
-        run_hit = 0
+        run_hits = 0
         if run is not None and run[0] <= hits < run[0] + run[1]:
-            run_hit = min(run[0] + run[1], max_hit) - hits
-            evict += run_hit
-            hits += run_hit
-        return hits, shared, evict, run_hit
+            run_hits = min(run[0] + run[1], max_hit) - hits
+            evictable += run_hits
+            hits += run_hits
+        return hits, shared, evictable, run_hits
 
-    def _admit(self, budget: int) -> tuple[Request, int, int] | None:
-        """Try the head of the waiting queue; returns (request, index, scheduled tokens) or None."""
+    def _blocks_to_admit(self, r: Request, hits: int, evictable: int) -> int:
+        """Free blocks the head of the queue needs to be admitted (`scheduler_reserve_full_isl`)."""
+        tokens = min(r.num_tokens, self.config.max_model_len)
+        return self.layout.admission_blocks(tokens, self.config.max_in_flight_tokens) - hits + evictable
+
+    def _admit(self, token_budget: int) -> tuple[Request, int, int] | None:
+        """Try the head of the waiting queue; returns (request, running index, scheduled tokens) or None."""
         r = self.waiting[0]
-        hits, shared, evict, run_hit = self._hits(r)
-        comp0 = hits * self.bs
-        new = r.ntok - comp0
-        if not self.cfg.enable_chunked_prefill and new > budget:
+        hits, shared, evictable, run_hits = self._prefix_hits(r)
+        computed = hits * self.block_size
+        new = r.num_tokens - computed
+        if not self.config.enable_chunked_prefill and new > token_budget:
             return None
-        new = min(new, budget)
-        full = min(r.ntok, self.cfg.max_model_len)
-        required = self.layout.admission_blocks(full, self.cfg.max_in_flight_tokens) - hits + evict
-        if required > self.pool.free:
+        new = min(new, token_budget)
+        if self._blocks_to_admit(r, hits, evictable) > self.pool.free:
             return None
         self.waiting.popleft()
         pool = self.pool
         for i in range(shared):
-            pool.acquire((r.pid, i))
-        if run_hit:
-            pool.take_run(r.id, run_hit)
+            pool.acquire((r.prefix_id, i))
+        if run_hits:
+            pool.take_run(r.id, run_hits)
         elif pool.run(r.id) is not None:  # a run that cannot be used any more
             pool.take_run(r.id, 0)
-        r.nshared, r.held, r.comp = shared, hits, comp0
+        r.num_shared_blocks, r.num_held_blocks, r.num_computed_tokens = shared, hits, computed
         if r.hit_tokens < 0:
-            r.hit_tokens = comp0
-        held = self.layout.held_blocks_one(comp0, new)
-        pool.alloc(held - r.held)
-        r.held = held
+            r.hit_tokens = computed
+        held = self.layout.held_blocks_one(computed, new)
+        pool.alloc(held - r.num_held_blocks)
+        r.num_held_blocks = held
         if np.isnan(r.admitted_t):
-            r.admitted_t = self._now
-        if r.pid is not None and r.nshared < r.plen // self.bs:
+            r.admitted_t = self.now_t
+        if r.prefix_id is not None and r.num_shared_blocks < r.prefix_tokens // self.block_size:
             self.registering[r.id] = r
-        return r, self._append(r), new
+        return r, self.running.append(r), new
 
     # --- planning ----------------------------------------------------------------------------------
     def start(self, t: float, horizon: float) -> float | None:
         """Plan the iteration starting at t (a decode segment may run up to the first iteration that
         starts at or after `horizon`). Returns its end time, or None if there is nothing to run."""
-        self._now = t
-        cfg, a, pool = self.cfg, self.a, self.pool
-        budget = cfg.max_num_batched_tokens
+        self.now_t = t
+        config, running, pool = self.config, self.running, self.pool
+        token_budget = config.max_num_batched_tokens
         preempted = 0
-        n = self.n
+        n = running.size
         all_decode = False
         if n:
-            comp, ntok, held = a["comp"][:n], a["ntok"][:n], a["held"][:n]
-            need = ntok - comp
-            total = int(need.sum())
-            if total <= budget:  # everyone gets all it needs
-                sched = need
-                new_held = self.layout.held_blocks(comp, sched)
+            computed, held = running.num_computed_tokens[:n], running.num_held_blocks[:n]
+            remaining = running.num_tokens[:n] - computed
+            total = int(remaining.sum())
+            if total <= token_budget:  # everyone gets all it needs
+                scheduled = remaining
+                new_held = self.layout.held_blocks(computed, scheduled)
                 all_decode = total == n
             else:
-                sched = np.minimum(need, np.maximum(budget - (np.cumsum(need) - need), 0))
-                new_held = np.where(sched > 0, self.layout.held_blocks(comp, sched), held)
+                scheduled = np.minimum(remaining, np.maximum(token_budget - (np.cumsum(remaining) - remaining), 0))
+                new_held = np.where(scheduled > 0, self.layout.held_blocks(computed, scheduled), held)
             delta = new_held - held
             grow = int(delta.sum())
             if grow > pool.free:
-                sched, preempted = self._allocate_with_preemption(sched, new_held)
+                scheduled, preempted = self._allocate_with_preemption(scheduled, new_held)
                 all_decode = False
             else:
                 if self.layout.hybrid:
@@ -223,12 +265,12 @@ class Engine:
                     pool.alloc(grow)
                 held[:] = new_held
         else:
-            sched = np.zeros(0, dtype=np.int64)
+            scheduled = np.zeros(0, dtype=np.int64)
         admitted = 0
         if not preempted and self.waiting:
-            left = budget - int(sched.sum())
+            left = token_budget - int(scheduled.sum())
             added = []
-            while left > 0 and self.waiting and self.n < cfg.max_num_seqs:
+            while left > 0 and self.waiting and running.size < config.max_num_seqs:
                 got = self._admit(left)
                 if got is None:
                     break
@@ -236,62 +278,63 @@ class Engine:
                 left -= got[2]
                 admitted += 1
             if added:
-                sched = np.concatenate([sched[: self.n - admitted], np.asarray(added, dtype=np.int64)])
-        n = self.n
-        if n == 0 or not sched.any():
+                scheduled = np.concatenate([scheduled[: running.size - admitted], np.asarray(added, dtype=np.int64)])
+        n = running.size
+        if n == 0 or not scheduled.any():
             if preempted:
                 return self.start(t, horizon)  # everything was preempted: admit from the queue now
-            self._plan = None
+            self.plan = None
             self.busy_until = None
             return None
-        comp = a["comp"][:n]
+        computed = running.num_computed_tokens[:n]
         if all_decode and not admitted:
             # a decode segment: every running request decodes, nothing else can change
-            if (self.fast_forward and not self.registering and int(a["outc"][:n].min()) >= 1
+            if (self.fast_forward and not self.registering and int(running.num_output_tokens[:n].min()) >= 1
                     and self._waiting_blocked()):
-                k, times, src, held_per_iter = self._segment_length(t, horizon)
+                k, times_us, sources, held_per_iteration = self._segment_length(t, horizon)
                 if k > 1:
-                    return self._plan_segment(t, k, times, src, held_per_iter)
-            dec_count, ctx_mean, chunks, prefill = n, float(comp.sum()) / n, [], 0
+                    return self._plan_segment(t, k, times_us, sources, held_per_iteration)
+            num_decodes, decode_context_mean, chunks, prefill_tokens = n, float(computed.sum()) / n, [], 0
         else:
-            dec = sched == 1
-            dec_count = int(dec.sum())
-            ctx_mean = float(comp[dec].sum()) / dec_count if dec_count else 0.0
-            chunk = sched > 1
-            chunks = list(zip(sched[chunk].tolist(), comp[chunk].tolist()))
-            prefill = int(sched[chunk].sum())
-        tokens, seqs = int(sched.sum()), int(np.count_nonzero(sched))
-        dur_us, src = self.cost.step_us(tokens, seqs, dec_count, ctx_mean, chunks)
-        dur = dur_us * 1e-6
-        end = t + dur
-        self._plan = {"kind": "step", "t": t, "end": end, "sched": sched, "src": src}
-        self.log.row(t, dur, tokens, seqs, prefill, dec_count, n, len(self.waiting), pool.used, preempted, src,
-                     self.index)
+            decodes = scheduled == 1
+            num_decodes = int(decodes.sum())
+            decode_context_mean = float(computed[decodes].sum()) / num_decodes if num_decodes else 0.0
+            chunked = scheduled > 1
+            chunks = list(zip(scheduled[chunked].tolist(), computed[chunked].tolist(), strict=True))
+            prefill_tokens = int(scheduled[chunked].sum())
+        tokens, seqs = int(scheduled.sum()), int(np.count_nonzero(scheduled))
+        duration_us, source = self.cost.step_us(tokens, seqs, num_decodes, decode_context_mean, chunks)
+        duration_s = duration_us * 1e-6
+        end = t + duration_s
+        self.plan = StepPlan(t, end, scheduled, source)
+        self.log.row(t, duration_s, tokens, seqs, prefill_tokens, num_decodes, n, len(self.waiting), pool.used,
+                     preempted, source, self.index)
         self.iterations += 1
-        self.source_counts[src] = self.source_counts.get(src, 0) + 1
+        self.source_counts[source] = self.source_counts.get(source, 0) + 1
         self.busy_until = end
         return end
 
-    def _allocate_with_preemption(self, sched: np.ndarray, new_held: np.ndarray) -> tuple[np.ndarray, int]:
+    def _allocate_with_preemption(self, scheduled: np.ndarray, new_held: np.ndarray) -> tuple[np.ndarray, int]:
         """Allocate in running order; when short, preempt the last running request (vLLM FCFS)."""
-        held, pool = self.a["held"], self.pool
+        running, pool = self.running, self.pool
+        held = running.num_held_blocks
         preempted = 0
         i = 0
-        while i < self.n:
-            if sched[i] > 0:
-                d = int(new_held[i] - held[i])
-                while d > pool.free and self.n > i:
-                    self._preempt_last(self._now)
+        while i < running.size:
+            if scheduled[i] > 0:
+                need = int(new_held[i] - held[i])
+                while need > pool.free and running.size > i:
+                    self._preempt_last()
                     preempted += 1
-                if self.n <= i:  # request i itself was preempted
+                if running.size <= i:  # request i itself was preempted
                     break
-                if d >= 0:
-                    pool.alloc(d)
+                if need >= 0:
+                    pool.alloc(need)
                 else:
-                    pool.release(-d)
+                    pool.release(-need)
                 held[i] = new_held[i]
             i += 1
-        return sched[: self.n].copy(), preempted
+        return scheduled[: running.size].copy(), preempted
 
     def _waiting_blocked(self) -> bool:
         """True if no waiting request can be admitted in the coming decode-only iterations."""
@@ -299,104 +342,109 @@ class Engine:
             return True
         if self.layout.hybrid:
             return False  # sliding windows free blocks as they slide: re-check every iteration
-        if self.n >= self.cfg.max_num_seqs or self.cfg.max_num_batched_tokens - self.n <= 0:
+        n = self.running.size
+        if n >= self.config.max_num_seqs or self.config.max_num_batched_tokens - n <= 0:
             return True
         r = self.waiting[0]
-        hits, _, evict, _ = self._hits(r)
-        full = min(r.ntok, self.cfg.max_model_len)
-        required = self.layout.admission_blocks(full, self.cfg.max_in_flight_tokens) - hits + evict
-        return required > self.pool.free  # free blocks only shrink while decoding
+        hits, _, evictable, _ = self._prefix_hits(r)
+        return self._blocks_to_admit(r, hits, evictable) > self.pool.free  # free blocks only shrink while decoding
 
     def _segment_blocks(self, k: int) -> np.ndarray:
         """Blocks the running requests hold during each of k decode iterations (iteration j allocates
-        slots up to token comp + j); entry 0 is what they hold now."""
-        n, comp = self.n, self.a["comp"][: self.n]
-        bs = self.layout.single_block_size
-        held0 = int(self.a["held"][:n].sum())
-        if bs:  # a request needs a new block at iteration j when (comp + j) % bs == 0
-            per_offset = np.bincount((-comp) % bs, minlength=bs)
-            inc = per_offset[np.arange(1, k) % bs]
-            return held0 + np.concatenate([[0], np.cumsum(inc)])
-        steps = comp[:, None] + np.arange(k, dtype=np.int64)[None, :]
+        slots up to token num_computed_tokens + j); entry 0 is what they hold now."""
+        running = self.running
+        n = running.size
+        computed = running.num_computed_tokens[:n]
+        block_size = self.layout.single_block_size
+        held0 = int(running.num_held_blocks[:n].sum())
+        if block_size:  # a request needs a new block at iteration j when (computed + j) % block_size == 0
+            per_offset = np.bincount((-computed) % block_size, minlength=block_size)
+            new_blocks = per_offset[np.arange(1, k) % block_size]
+            return held0 + np.concatenate([[0], np.cumsum(new_blocks)])
+        steps = computed[:, None] + np.arange(k, dtype=np.int64)[None, :]
         return self.layout.held_blocks(steps, np.ones_like(steps)).sum(axis=0)
 
     def _segment_length(self, t: float, horizon: float) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        a, n = self.a, self.n
-        k = int(min(int((a["maxo"][:n] - a["outc"][:n]).min()), SEGMENT_CAP))
+        running = self.running
+        n = running.size
+        k = int(min(int((running.max_tokens[:n] - running.num_output_tokens[:n]).min()), MAX_SEGMENT_ITERATIONS))
         if not self.layout.single_block_size:
             k = min(k, max(2, 200_000 // n))
         if k <= 1:
             return 1, np.zeros(0), np.zeros(0), np.zeros(0)
-        c0 = float(a["comp"][:n].sum()) / n
+        context_mean0 = float(running.num_computed_tokens[:n].sum()) / n
         first = min(k, 32)  # price a few first: the next arrival usually comes sooner
-        times, src = self.cost.decode_run_us(n, c0, first)
-        ends = t + np.cumsum(times) * 1e-6
+        times_us, sources = self.cost.decode_run_us(n, context_mean0, first)
+        ends = t + np.cumsum(times_us) * 1e-6
         if ends[-1] < horizon and first < k:
-            times, src = self.cost.decode_run_us(n, c0, k)
-            ends = t + np.cumsum(times) * 1e-6
-        k = min(len(times), 1 + int(np.searchsorted(ends[:-1], horizon, side="left")))
+            times_us, sources = self.cost.decode_run_us(n, context_mean0, k)
+            ends = t + np.cumsum(times_us) * 1e-6
+        k = min(len(times_us), 1 + int(np.searchsorted(ends[:-1], horizon, side="left")))
         held = self._segment_blocks(k)
         grow = held - held[0]
         if grow[-1] > self.pool.free:  # stop before the first iteration that would need preemption
             k = int(np.searchsorted(grow, self.pool.free, side="right"))
-        return k, times[:k], src[:k], held[:k]
+        return k, times_us[:k], sources[:k], held[:k]
 
-    def _plan_segment(self, t: float, k: int, times: np.ndarray, src: np.ndarray, held_per_iter: np.ndarray) -> float:
-        n = self.n
-        durs = times * 1e-6
-        ends = t + np.cumsum(durs)
+    def _plan_segment(self, t: float, k: int, times_us: np.ndarray, sources: np.ndarray,
+                      held_per_iteration: np.ndarray) -> float:
+        running = self.running
+        n = running.size
+        durations_s = times_us * 1e-6
+        ends = t + np.cumsum(durations_s)
         starts = np.empty(k)
         starts[0] = t
         starts[1:] = ends[:-1]
         end = float(ends[-1])
-        a = self.a
-        comp, held = a["comp"][:n], a["held"][:n]
-        kv_used = self.pool.used + held_per_iter - held_per_iter[0]
-        last_held = self.layout.held_blocks(comp + k - 1, 1)
-        extra = int(held_per_iter[-1] - held_per_iter[0])
+        computed, held = running.num_computed_tokens[:n], running.num_held_blocks[:n]
+        kv_used = self.pool.used + held_per_iteration - held_per_iteration[0]
+        last_held = self.layout.held_blocks(computed + k - 1, 1)
+        extra = int(held_per_iteration[-1] - held_per_iteration[0])
         if extra > 0:
             self.pool.alloc(extra)
         elif extra < 0:
             self.pool.release(-extra)
         held[:] = last_held
-        self._plan = {"kind": "segment", "t": t, "end": end, "k": k, "durs": durs}
-        self.log.block(starts, durs, n, n, 0, n, n, len(self.waiting), kv_used, 0, src, self.index)
+        self.plan = SegmentPlan(t, end, k, durations_s)
+        self.log.block(starts, durations_s, n, n, 0, n, n, len(self.waiting), kv_used, 0, sources, self.index)
         self.iterations += k
-        lo, hi = int(src.min()), int(src.max())
+        lo, hi = int(sources.min()), int(sources.max())
         if lo == hi:
             self.source_counts[lo] = self.source_counts.get(lo, 0) + k
         else:
             for code in range(lo, hi + 1):
-                self.source_counts[code] = self.source_counts.get(code, 0) + int((src == code).sum())
+                self.source_counts[code] = self.source_counts.get(code, 0) + int((sources == code).sum())
         self.busy_until = end
         return end
 
     # --- applying ------------------------------------------------------------------------------
     def finish(self) -> list[Request]:
         """Apply the planned iteration (or segment) at its end time; returns finished requests."""
-        plan, self._plan = self._plan, None
+        plan, self.plan = self.plan, None
         self.busy_until = None
         if plan is None:
             return []
-        a, n, end = self.a, self.n, plan["end"]
-        comp, ntok, outc, maxo = a["comp"][:n], a["ntok"][:n], a["outc"][:n], a["maxo"][:n]
-        last_t = self.last_t[:n]
-        if plan["kind"] == "segment":
-            k, durs = plan["k"], plan["durs"]
-            self.itl.add(plan["t"] + durs[0] - last_t)
+        running, end = self.running, plan.end_t
+        n = running.size
+        computed, num_tokens = running.num_computed_tokens[:n], running.num_tokens[:n]
+        num_output_tokens, max_tokens = running.num_output_tokens[:n], running.max_tokens[:n]
+        last_token_t = running.last_token_t[:n]
+        if isinstance(plan, SegmentPlan):
+            k, durations_s = plan.num_iterations, plan.durations_s
+            self.itl.add(plan.start_t + durations_s[0] - last_token_t)
             if k > 1:
-                self.itl.add(durs[1:], n)
-            comp += k
-            ntok += k
-            outc += k
-            last_t[:] = end
-            done = outc >= maxo
+                self.itl.add(durations_s[1:], n)
+            computed += k
+            num_tokens += k
+            num_output_tokens += k
+            last_token_t[:] = end
+            done = num_output_tokens >= max_tokens
         else:
-            comp += plan["sched"]
-            produced = comp == ntok  # all it needed is computed (unscheduled requests still need ≥ 1)
-            ntok[produced] += 1
-            outc[produced] += 1
-            gaps = last_t[produced]
+            computed += plan.num_scheduled_tokens
+            produced = computed == num_tokens  # all it needed is computed (unscheduled requests still need ≥ 1)
+            num_tokens[produced] += 1
+            num_output_tokens[produced] += 1
+            gaps = last_token_t[produced]
             fresh = np.isnan(gaps)  # first tokens: TTFT, not ITL
             if fresh.all():
                 pass
@@ -406,35 +454,69 @@ class Engine:
                 self.itl.add(end - gaps)
             if fresh.any():
                 for i in np.flatnonzero(produced)[fresh]:
-                    self.reqs[i].first_token_t = end
-            last_t[produced] = end
+                    running.requests[i].first_token_t = end
+            last_token_t[produced] = end
             if self.registering:
                 self._register()
-            done = produced & (outc >= maxo)
+            done = produced & (num_output_tokens >= max_tokens)
         finished: list[Request] = []
         if done.any():
             for i in np.flatnonzero(done):
-                r = self._sync(int(i))
+                r = running.sync(int(i))
                 r.finish_t = end
-                self._free(r, preempt=False)
+                self._free_blocks(r, preempt=False)
                 finished.append(r)
-            self._compact(~done)
+            running.keep(~done)
         for r in finished:
             self.on_finish(r)
         return finished
 
     def _register(self) -> None:
         """Full prefix blocks just computed become shared cached blocks (vLLM caches full blocks)."""
-        index = {id(r): i for i, r in enumerate(self.reqs)}
+        index = {id(r): i for i, r in enumerate(self.running.requests)}
         for r in list(self.registering.values()):
             i = index.get(id(r))
             if i is None:
                 self.registering.pop(r.id, None)
                 continue
-            comp = int(self.a["comp"][i])
-            upto = min(comp, r.plen) // self.bs
-            while r.nshared < upto and self.pool.register((r.pid, r.nshared)):
-                r.nshared += 1
-            if r.nshared < upto or r.nshared >= r.plen // self.bs:
+            computed = int(self.running.num_computed_tokens[i])
+            upto = min(computed, r.prefix_tokens) // self.block_size
+            while r.num_shared_blocks < upto and self.pool.register((r.prefix_id, r.num_shared_blocks)):
+                r.num_shared_blocks += 1
+            if r.num_shared_blocks < upto or r.num_shared_blocks >= r.prefix_tokens // self.block_size:
                 self.registering.pop(r.id, None)
 
+
+class DecodeEngine(Engine):
+    """A decode instance of a disaggregated deployment: requests arrive with their prompt's KV (all but the
+    last token) in place; prefix caching is the prefill side's business."""
+
+    def __init__(self, index: int, config: EngineConfig, layout: KvLayout, num_blocks: int, cost: IterationCost,
+                 log: IterationLog, itl: Samples, on_finish: Callable[[Request], None]) -> None:
+        super().__init__(index, config, layout, num_blocks, cost, log, itl, on_finish)
+        self.prefix_caching = False
+        self.pool = BlockPool(num_blocks, False)
+        self.transferred: dict[int, int] = {}  # request id → tokens whose KV arrived
+
+    def receive(self, r: Request) -> None:
+        self.transferred[r.id] = r.num_prompt_tokens - 1
+        self.add(r)
+
+    def _admit(self, token_budget: int) -> tuple[Request, int, int] | None:
+        r = self.waiting[0]
+        computed = self.transferred.get(r.id, 0)
+        new = r.num_tokens - computed
+        if not self.config.enable_chunked_prefill and new > token_budget:
+            return None
+        new = min(new, token_budget)
+        if self._blocks_to_admit(r, 0, 0) > self.pool.free:
+            return None
+        self.waiting.popleft()
+        self.transferred.pop(r.id, None)  # once admitted, a preemption recomputes locally
+        r.num_shared_blocks, r.num_computed_tokens = 0, computed
+        r.hit_tokens = max(r.hit_tokens, 0)  # transferred KV is not a prefix-cache hit
+        r.num_held_blocks = self.layout.held_blocks_one(computed, new)
+        self.pool.alloc(r.num_held_blocks)
+        if np.isnan(r.admitted_t):
+            r.admitted_t = self.now_t
+        return r, self.running.append(r), new

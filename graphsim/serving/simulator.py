@@ -1,11 +1,15 @@
-"""The discrete-event loop: arrivals, a router, and replicas that run iterations.
+"""The discrete-event loop: arrivals, routers, replicas that run iterations and, in a disaggregated
+deployment, the KV transfers between a prefill pool and a decode pool.
 
-Events are processed in time order: an arrival is routed (at its instant, with the replicas' state at
-that instant) and wakes an idle replica; a replica's iteration end applies the iteration and plans
-the next one. Each replica is an `Engine` (scheduler.py). A decode segment (several iterations priced
-at once) never runs past the next arrival, and never past a completion; in closed-loop runs with
-several replicas not past another replica's next iteration end either (a completion there may send a
-new request here).
+One loop runs both deployments. Aggregated: one pool of replicas takes the arrivals and finishes the
+requests. Disaggregated (disagg.py): the prefill pool takes the arrivals; a request whose prefill ends
+goes over the link (`KvLink`) to a decode instance picked by the decode router, which finishes it.
+
+Events are processed in time order, at equal times: an iteration end, then a transfer end, then an
+arrival, then an idle engine starting. An arrival is routed at its instant, with the engines' state at
+that instant, and wakes an idle engine; an engine's iteration end applies the iteration and plans the
+next one. Each engine is an `Engine` (scheduler.py). A decode segment (several iterations priced at
+once) never runs past the next instant a request may be added to its engine (`_EventLoop.horizon`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,7 +30,12 @@ from graphsim.serving.pricing import IterationCost
 from graphsim.serving.records import IterationLog, Request, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec
 from graphsim.serving.router import Router
-from graphsim.serving.scheduler import Engine
+from graphsim.serving.scheduler import DecodeEngine, Engine
+
+if TYPE_CHECKING:
+    from graphsim.serving.disagg import DisaggSetup
+
+PROGRESS_EVERY = 250  # requests between progress calls
 
 
 class SimulationError(GraphsimError):
@@ -43,10 +53,14 @@ class SimulationSetup:
     tp: int = 1
     fast_forward: bool = True
 
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.tp
 
-@dataclass
+
+@dataclass(frozen=True)
 class SimulationResult:
-    setup: SimulationSetup
+    setup: SimulationSetup | DisaggSetup
     requests: list[Request]  # all, in arrival order (rejected ones included)
     iterations: dict[str, np.ndarray]
     itl_values: np.ndarray
@@ -54,7 +68,7 @@ class SimulationResult:
     source_counts: dict[int, int]
     preemptions: int
     wall_s: float
-    per_replica: list[dict[str, int]] = field(default_factory=list)
+    per_replica: list[dict[str, int | str]] = field(default_factory=list)
 
     @property
     def completed(self) -> list[Request]:
@@ -62,10 +76,10 @@ class SimulationResult:
 
     @property
     def gpus(self) -> int:
-        return self.setup.replicas * self.setup.tp
+        return self.setup.gpus
 
 
-class _Arrivals:
+class Arrivals:
     """Open loop (a sorted list) or closed loop (a heap fed by completions)."""
 
     def __init__(self, workload: list[RequestSpec] | ClosedLoop) -> None:
@@ -106,84 +120,244 @@ class _Arrivals:
             self._emit(t + self.loop.think_s)
 
 
+class _DecodeLoad:
+    """A decode instance as the decode router sees it: queued and running requests plus those on the link."""
+
+    __slots__ = ("engine", "incoming")
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine, self.incoming = engine, 0
+
+    @property
+    def outstanding(self) -> int:
+        return self.engine.outstanding + self.incoming
+
+
+@dataclass
+class KvTransfers:
+    """Per request id (NaN where none): when its prefill ended, its KV transfer started and ended, and the
+    bytes it moved."""
+
+    prefill_done_s: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+    bytes: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> KvTransfers:
+        return cls(*(np.full(n, np.nan) for _ in range(4)))
+
+
+class _EventLoop:
+    """The engines of a deployment and the state between them; `run()` processes every event."""
+
+    def __init__(self, setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
+                 progress: Callable[[int, int], None] | None) -> None:
+        self.arrivals = Arrivals(workload)
+        self.progress = progress
+        self.log, self.itl = IterationLog(), Samples()
+        self.requests: list[Request] = []  # as the clients see them, in arrival order
+        self.finished = self.rejected = 0
+        self.ready: dict[int, float] = {}  # idle engines with work, by index → time they may start
+        self.transfers: list[tuple[float, int, int, Request]] = []  # (end, seq, decode instance, request)
+        if isinstance(setup, SimulationSetup):
+            self.disaggregated = None
+            self.max_model_len = setup.engine.max_model_len
+            self.entry = [self._engine(Engine, i, setup, self.itl, self._on_done) for i in range(setup.replicas)]
+            self.exit = self.engines = self.entry
+            self.roles = ["replica"] * setup.replicas
+            self.entry_router = Router(setup.router)
+            return
+        # disaggregated: the prefill pool's first tokens are discarded (its own inter-token samples)
+        p, d = setup.prefill, setup.decode
+        self.disaggregated = setup
+        self.max_model_len = min(p.engine.max_model_len, d.engine.max_model_len)
+        prefill_itl = Samples()
+        self.entry = [self._engine(Engine, i, p, prefill_itl, self._on_prefilled) for i in range(p.replicas)]
+        self.decode = [self._engine(DecodeEngine, p.replicas + j, d, self.itl, self._on_done)
+                       for j in range(d.replicas)]
+        self.exit = self.decode
+        self.engines = self.entry + self.decode
+        self.roles = ["prefill instance"] * p.replicas + ["decode instance"] * d.replicas
+        self.entry_router, self.exit_router = Router(p.router), Router(d.router)
+        self.loads = [_DecodeLoad(e) for e in self.decode]
+        self.transfer_seq = 0
+        self.kv = KvTransfers.empty(self.arrivals.total)
+        self.egress_free_s = [0.0] * p.replicas  # when each prefill instance's link is next free
+        self.ingress_free_s = [0.0] * d.replicas
+        # A request reaches a decode instance no sooner than its prefill and the link latency after it reaches
+        # the prefill pool. Lower bounds on that delay, with a factor 2 of margin (iteration times are near
+        # affine in tokens, so splitting a prompt over iterations does not make it faster): one token for a
+        # request already in the prefill pool; in a closed loop, a new request's shortest prompt less its
+        # shareable prefix.
+        self.lead_s = self._lower_bound_s(1)
+        self.lead_new_s = (self._lower_bound_s(workload.input_len.lo - workload.prefix_tokens)
+                           if isinstance(workload, ClosedLoop) else self.lead_s)
+
+    def _engine(self, kind: type[Engine], index: int, setup: SimulationSetup, itl: Samples,
+                on_finish: Callable[[Request], None]) -> Engine:
+        e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
+        e.fast_forward = setup.fast_forward
+        return e
+
+    def _lower_bound_s(self, tokens: int) -> float:
+        assert self.disaggregated is not None
+        p = self.disaggregated.prefill
+        tokens = max(1, min(tokens, p.engine.max_num_batched_tokens))
+        one = min(p.cost.step_us(1, 1, 1, 0.0, [])[0], p.cost.step_us(1, 1, 0, 0.0, [(1, 0)])[0])
+        t_us = one if tokens == 1 else max(one, p.cost.step_us(tokens, 1, 0, 0.0, [(tokens, 0)])[0])
+        return 0.5 * t_us * 1e-6 + self.disaggregated.link.latency_s
+
+    # --- what happens to a request -------------------------------------------------------------------
+    def _on_done(self, r: Request) -> None:
+        self.finished += 1
+        self.arrivals.on_finish(r.finish_t)
+        total = self.finished + self.rejected
+        if self.progress is not None and (self.finished % PROGRESS_EVERY == 0 or total == self.arrivals.total):
+            self.progress(total, self.arrivals.total)
+
+    def _on_prefilled(self, prefilled: Request) -> None:
+        """Its prefill ended: its KV goes to the decode instance the decode router picks now, after the
+        transfers ahead of it on either end of the link."""
+        setup = self.disaggregated
+        assert setup is not None
+        r = self.requests[prefilled.id]
+        j = self.exit_router.pick(self.loads)
+        self.loads[j].incoming += 1
+        t = prefilled.finish_t
+        start = max(t, self.egress_free_s[prefilled.replica], self.ingress_free_s[j])
+        nbytes = setup.transfer_bytes(r.num_prompt_tokens)
+        end = start + setup.link.transfer_s(nbytes)
+        self.egress_free_s[prefilled.replica] = self.ingress_free_s[j] = end
+        kv, i = self.kv, prefilled.id
+        kv.prefill_done_s[i], kv.start_s[i], kv.end_s[i], kv.bytes[i] = t, start, end, nbytes
+        self.transfer_seq += 1
+        heapq.heappush(self.transfers, (end, self.transfer_seq, j, r))
+
+    def _arrive(self, t: float) -> None:
+        spec = self.arrivals.pop()
+        rid = len(self.requests)
+        if self.disaggregated is None:
+            r = Request(rid, spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.prefix_id,
+                        spec.prefix_tokens, self.max_model_len)
+            routed = r
+        else:  # the prefill pool gets it as a request for one token; the client's request waits for it
+            r = Request(rid, spec.arrival_s, spec.input_tokens, spec.output_tokens, None, 0, self.max_model_len)
+            routed = Request(rid, spec.arrival_s, spec.input_tokens, 1, spec.prefix_id, spec.prefix_tokens,
+                             self.max_model_len)
+        self.requests.append(r)
+        if r.rejected:  # vLLM rejects prompts that do not fit max_model_len
+            self.rejected += 1
+            self.arrivals.on_finish(t)
+            return
+        e = self.entry[self.entry_router.pick(self.entry)]
+        e.add(routed)
+        if e.busy_until is None and e.index not in self.ready:
+            self.ready[e.index] = t
+
+    def _transferred(self, t: float) -> None:
+        _, _, j, r = heapq.heappop(self.transfers)
+        self.loads[j].incoming -= 1
+        e = self.decode[j]
+        assert isinstance(e, DecodeEngine)
+        e.receive(r)
+        if e.busy_until is None and e.index not in self.ready:
+            self.ready[e.index] = t
+
+    # --- horizons ----------------------------------------------------------------------------------
+    def horizon(self, e: Engine) -> float:
+        """The earliest instant a request may be added to e (a decode segment may not run past it)."""
+        h = self.arrivals.next_time()
+        closed = self.arrivals.closed
+        if e.index < len(self.entry):  # new arrivals; in a closed loop also completions elsewhere
+            if closed:
+                for o in self.exit:
+                    if o is not e and o.busy_until is not None:
+                        h = min(h, o.busy_until)
+            return h
+        assert self.disaggregated is not None
+        if self.transfers:
+            h = min(h, self.transfers[0][0])
+        h_new = h + self.lead_new_s  # an arrival needs a prefill and a transfer first
+        latency_s = self.disaggregated.link.latency_s
+        for o in self.engines:
+            if o is e or o.busy_until is None:
+                continue
+            if o.index < len(self.entry):  # a prefill ending starts a transfer
+                h = min(h, o.busy_until + latency_s)
+            elif closed:
+                h_new = min(h_new, o.busy_until + self.lead_new_s)
+        for i, t in self.ready.items():  # about to start: a prefill instance may end a prompt, a decode one a request
+            if i < len(self.entry):
+                h = min(h, t + self.lead_s)
+            elif closed and i != e.index:
+                h_new = min(h_new, t + self.lead_new_s)
+        return min(h, h_new)
+
+    # --- the loop ------------------------------------------------------------------------------------
+    def _start(self, i: int) -> None:
+        e = self.engines[i]
+        if e.start(self.ready.pop(i), self.horizon(e)) is None and e.has_work():
+            raise SimulationError(f"{self.roles[i]} {i} cannot admit its next request with an empty batch "
+                                  "(KV cache too small); raise --gpu-memory-utilization or lower --max-model-len")
+
+    def run(self) -> None:
+        arrivals, ready = self.arrivals, self.ready
+        engines = self.engines
+        single = engines[0] if len(engines) == 1 else None
+        transfers = self.transfers
+        while True:
+            t_arrival = arrivals.next_time()
+            if single is not None:
+                ending = single if single.busy_until is not None else None
+            else:
+                busy = [e for e in engines if e.busy_until is not None]
+                ending = min(busy, key=lambda e: (e.busy_until, e.index)) if busy else None
+            t_end = ending.busy_until if ending is not None and ending.busy_until is not None else math.inf
+            t_transfer = transfers[0][0] if transfers else math.inf
+            t_ready = min(ready.values()) if ready else math.inf
+            if min(t_arrival, t_end, t_transfer, t_ready) == math.inf:
+                break
+            if ending is not None and t_end <= t_arrival and t_end <= t_transfer and t_end <= t_ready:
+                ending.finish()  # an iteration ends first: it frees blocks before arrivals are routed
+                if ending.has_work():
+                    ready[ending.index] = t_end
+            elif t_transfer <= t_arrival and t_transfer <= t_ready:
+                self._transferred(t_transfer)
+            elif t_arrival <= t_ready:
+                self._arrive(t_arrival)
+            else:
+                self._start(min(ready, key=lambda j: (ready[j], j)))
+
+    def totals(self) -> tuple[dict[int, int], int]:
+        """Iterations by cost source, over all engines; preemptions."""
+        counts: dict[int, int] = {}
+        for e in self.engines:
+            for k, v in e.source_counts.items():
+                counts[k] = counts.get(k, 0) + v
+        return counts, sum(e.preemptions for e in self.engines)
+
+
+def run_events(setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
+               progress: Callable[[int, int], None] | None = None) -> _EventLoop:
+    """Run the workload to completion on an aggregated or a disaggregated deployment; the loop's state
+    after the run (`simulate` and `disagg.simulate_disagg` turn it into their results)."""
+    loop = _EventLoop(setup, workload, progress)
+    loop.run()
+    return loop
+
+
 def simulate(setup: SimulationSetup, workload: list[RequestSpec] | ClosedLoop,
              progress: Callable[[int, int], None] | None = None) -> SimulationResult:
     """Run the workload to completion; deterministic for a given setup and workload."""
     if setup.replicas < 1:
         raise SimulationError(f"{setup.replicas} replicas; give --replicas >= 1")
     wall0 = time.perf_counter()
-    cfg = setup.engine
-    arrivals = _Arrivals(workload)
-    log, itl = IterationLog(), Samples()
-    requests: list[Request] = []
-    finished = [0]
-    rejected = [0]
-
-    def on_finish(r: Request) -> None:
-        finished[0] += 1
-        arrivals.on_finish(r.finish_t)
-        if progress is not None and (finished[0] % 250 == 0 or finished[0] + rejected[0] == arrivals.total):
-            progress(finished[0] + rejected[0], arrivals.total)
-
-    engines = [Engine(i, cfg, setup.layout, setup.num_blocks, setup.cost, log, itl, on_finish)
-               for i in range(setup.replicas)]
-    for e in engines:
-        e.fast_forward = setup.fast_forward
-    router = Router(setup.router)
-    multi_closed = arrivals.closed and len(engines) > 1
-
-    def horizon(e: Engine) -> float:
-        h = arrivals.next_time()
-        if multi_closed:
-            for o in engines:
-                if o is not e and o.busy_until is not None:
-                    h = min(h, o.busy_until)
-        return h
-
-    def start(e: Engine, t: float) -> None:
-        if e.start(t, horizon(e)) is None and e.has_work():
-            raise SimulationError(f"replica {e.index} cannot admit its next request with an empty batch "
-                                  "(KV cache too small); raise --gpu-memory-utilization or lower --max-model-len")
-
-    single = len(engines) == 1
-    ready: dict[int, float] = {}  # idle replicas with work, by index → time they may start
-    while True:
-        na = arrivals.next_time()
-        if single:
-            nb = engines[0] if engines[0].busy_until is not None else None
-        else:
-            busy = [e for e in engines if e.busy_until is not None]
-            nb = min(busy, key=lambda e: (e.busy_until, e.index)) if busy else None
-        tb = nb.busy_until if nb is not None else math.inf
-        tr = min(ready.values()) if ready else math.inf
-        if min(na, tb, tr) == math.inf:
-            break
-        if nb is not None and tb <= na and tb <= tr:  # iteration ends first: frees before arrivals route
-            nb.finish()
-            if nb.has_work():
-                ready[nb.index] = tb
-        elif na <= tr:
-            spec = arrivals.pop()
-            r = Request(len(requests), spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.prefix_id,
-                        spec.prefix_tokens, cfg.max_model_len)
-            requests.append(r)
-            if r.rejected:  # vLLM rejects prompts that do not fit max_model_len
-                rejected[0] += 1
-                arrivals.on_finish(na)
-                continue
-            e = engines[router.pick(engines)]
-            e.add(r)
-            if e.busy_until is None and e.index not in ready:
-                ready[e.index] = na
-        else:
-            i = min(ready, key=lambda j: (ready[j], j))
-            start(engines[i], ready.pop(i))
-    counts: dict[int, int] = {}
-    for e in engines:
-        for k, v in e.source_counts.items():
-            counts[k] = counts.get(k, 0) + v
-    values, weights = itl.arrays()
-    per = [{"replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions,
-            "evicted_blocks": e.pool.evicted} for e in engines]
-    return SimulationResult(setup, requests, log.arrays(), values, weights, counts,
-                            sum(e.preemptions for e in engines), time.perf_counter() - wall0, per)
+    loop = run_events(setup, workload, progress)
+    counts, preemptions = loop.totals()
+    values, weights = loop.itl.arrays()
+    per: list[dict[str, int | str]] = [
+        {"replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions, "evicted_blocks": e.pool.evicted}
+        for e in loop.engines]
+    return SimulationResult(setup, loop.requests, loop.log.arrays(), values, weights, counts, preemptions,
+                            time.perf_counter() - wall0, per)

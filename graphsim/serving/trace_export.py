@@ -30,11 +30,11 @@ def write_iteration_log(res: SimulationResult, path: str | Path) -> Path:
         if p.suffix.lower() == ".csv":
             w = csv.writer(f)
             w.writerow(names)
-            for row in zip(*cols):
-                w.writerow([src_names[int(v)] if k == "source" else _py(v) for k, v in zip(names, row)])
+            for row in zip(*cols, strict=True):
+                w.writerow([src_names[int(v)] if k == "source" else _py(v) for k, v in zip(names, row, strict=True)])
         else:
-            for row in zip(*cols):
-                d = {k: (src_names[int(v)] if k == "source" else _py(v)) for k, v in zip(names, row)}
+            for row in zip(*cols, strict=True):
+                d = {k: (src_names[int(v)] if k == "source" else _py(v)) for k, v in zip(names, row, strict=True)}
                 f.write(json.dumps(d) + "\n")
     return p
 
@@ -74,7 +74,7 @@ def chrome_trace(res: SimulationResult, max_requests: int = 2000, max_counters: 
         for name, a, b in phases:
             if b > a:
                 events.append(dict(base, name=name, ph="b", ts=a * 1e6,
-                                   args={"request": r.id, "input_tokens": r.prompt, "output_tokens": r.maxo,
+                                   args={"request": r.id, "input_tokens": r.num_prompt_tokens, "output_tokens": r.max_tokens,
                                          "preemptions": r.preemptions}))
                 events.append(dict(base, name=name, ph="e", ts=b * 1e6))
     return {"traceEvents": events, "displayTimeUnit": "ms",

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 import pytest
-from serving_helpers import AffineCost, llama_layout, small_setup
+from serving_helpers import AffineCost, llama_layout, small_setup  # pyright: ignore[reportMissingImports] (conftest path)
 
 from graphsim.costing.hardware import load_hardware
 from graphsim.serving import ClosedLoop, parse_lengths, summarize, synthetic
@@ -30,13 +30,13 @@ def test_requests_and_tokens_are_conserved():
     res = simulate_disagg(disagg(), w)
     done = res.completed
     assert len(res.requests) == len(w) and len(done) == len(w) and res.preemptions == 0
-    assert sorted((r.arrival, r.prompt, r.maxo) for r in done) == sorted((s.arrival_s, s.input_tokens, s.output_tokens)
+    assert sorted((r.arrival, r.num_prompt_tokens, r.max_tokens) for r in done) == sorted((s.arrival_s, s.input_tokens, s.output_tokens)
                                                                            for s in w)
     # the prefill pool computes every prompt once; the decode pool the last prompt token (recomputed) and the
     # output tokens after the first: one token per output token
-    assert res.prefill_tokens == sum(r.prompt for r in done)
-    assert res.decode_tokens == sum(r.maxo for r in done)
-    assert all(r.outc == r.maxo for r in done)
+    assert res.prefill_tokens == sum(r.num_prompt_tokens for r in done)
+    assert res.decode_tokens == sum(r.max_tokens for r in done)
+    assert all(r.num_output_tokens == r.max_tokens for r in done)
     ok = ~np.isnan(res.transfer_end_s)
     assert ok.sum() == len(done)
     s = summarize(res)
@@ -50,7 +50,7 @@ def test_transfer_precedes_the_first_token_and_links_do_not_overlap():
         i = r.id
         assert res.prefill_done_s[i] >= r.arrival
         assert res.transfer_start_s[i] >= res.prefill_done_s[i]
-        assert math.isclose(res.transfer_end_s[i] - res.transfer_start_s[i], setup.transfer_s(r.prompt), rel_tol=1e-9)
+        assert math.isclose(res.transfer_end_s[i] - res.transfer_start_s[i], setup.transfer_s(r.num_prompt_tokens), rel_tol=1e-9)
         assert r.first_token_t > res.transfer_end_s[i]  # then the decode side computes the last prompt token
         assert r.admitted_t >= res.transfer_end_s[i]
     # one prefill instance: its egress carries one transfer at a time
@@ -85,7 +85,7 @@ def test_closed_loop_with_kv_pressure_finishes_every_request():
     setup = disagg(x=1, y=1, d_blocks=900, d_seqs=64)
     res = simulate_disagg(setup, ClosedLoop(48, 300, parse_lengths("500:1500", "in"), parse_lengths("50:400", "out")))
     assert len(res.completed) == 300 and res.preemptions > 0  # preempted decodes recompute their prompt locally
-    assert all(r.outc == r.maxo for r in res.completed)
+    assert all(r.num_output_tokens == r.max_tokens for r in res.completed)
 
 
 def test_fast_forward_is_the_same_simulation():

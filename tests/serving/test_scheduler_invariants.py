@@ -27,13 +27,13 @@ def checked(monkeypatch):
     calls = Counter()
 
     def check(e: Engine) -> None:
-        n = e.n
-        held = int(e.a["held"][:n].sum())
-        shared = sum(r.nshared for r in e.reqs)
+        n = e.running.size
+        held = int(e.running.num_held_blocks[:n].sum())
+        shared = sum(r.num_shared_blocks for r in e.running.requests)
         assert e.pool.used == held - shared + len(e.pool.shared_ref)
         assert 0 <= e.pool.used <= e.pool.num_blocks
         assert e.pool.cached_free <= e.pool.free
-        assert n <= e.cfg.max_num_seqs
+        assert n <= e.config.max_num_seqs
         calls["checks"] += 1
 
     start, finish = Engine.start, Engine.finish
@@ -72,10 +72,10 @@ def test_invariants_under_kv_pressure(checked, prefix):
     assert it["kv_used_blocks"].max() <= 500 and it["kv_used_blocks"].min() >= 0
     # no request lost or duplicated: every request finished once, with all its output tokens
     assert len(res.requests) == len(work) and set(finished.values()) == {1}
-    assert all(not np.isnan(r.finish_t) and r.outc == r.maxo for r in res.requests)
+    assert all(not np.isnan(r.finish_t) and r.num_output_tokens == r.max_tokens for r in res.requests)
     assert sorted(r.id for r in res.completed) == list(range(len(work)))
     # tokens computed = prompt tokens + output tokens − 1 per request, plus recomputation after preemption
-    produced = sum(r.maxo for r in res.requests)
+    produced = sum(r.max_tokens for r in res.requests)
     assert summarize(res).itl_ms.count == produced - len(work)
     # the pool ran short: requests were preempted, and every preempted request finished
     preempted = [r for r in res.requests if r.preemptions]
@@ -121,7 +121,7 @@ def test_chunked_prefill_off_never_splits_a_prompt():
     it = res.iterations
     assert it["tokens"].max() <= 4096 and res.preemptions == 0
     # prompts go in whole: every prefill iteration's tokens are a sum of whole prompts, in arrival order
-    prompts = iter(r.prompt for r in sorted(res.requests, key=lambda r: r.admitted_t))
+    prompts = iter(r.num_prompt_tokens for r in sorted(res.requests, key=lambda r: r.admitted_t))
     for pre in it["prefill_tokens"][it["prefill_tokens"] > 0]:
         while pre > 0:
             pre -= next(prompts)
@@ -196,7 +196,7 @@ def test_prompts_longer_than_max_model_len_are_rejected():
     too_long = sum(1 for w in work if w.input_tokens >= 2048)
     assert too_long and s.rejected == too_long and s.completed == 50 - too_long
     # outputs are capped at max_model_len − prompt
-    assert all(r.prompt + r.maxo <= 2048 for r in res.completed)
+    assert all(r.num_prompt_tokens + r.max_tokens <= 2048 for r in res.completed)
 
 
 def test_gamma_arrivals_are_burstier():
