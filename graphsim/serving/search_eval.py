@@ -212,9 +212,9 @@ def window_metrics(requests, clients: int, window: tuple[int, int] = (1, 3)) -> 
     win = [r for r in done[lo + 1:hi + 1]] or done
     span = tb - ta if tb > ta else max(done[-1].finish_t - done[0].arrival, 1e-9)
     ttft = np.asarray([r.first_token_t - r.arrival for r in win]) * 1e3
-    multi = [r for r in win if r.maxo > 1]
-    tpot = np.asarray([(r.finish_t - r.first_token_t) / (r.maxo - 1) for r in multi]) * 1e3
-    return {"requests_per_s": len(win) / span, "output_tokens_per_s": sum(r.maxo for r in win) / span,
+    multi = [r for r in win if r.max_tokens > 1]
+    tpot = np.asarray([(r.finish_t - r.first_token_t) / (r.max_tokens - 1) for r in multi]) * 1e3
+    return {"requests_per_s": len(win) / span, "output_tokens_per_s": sum(r.max_tokens for r in win) / span,
             "ttft_ms": float(ttft.mean()), "ttft_p90_ms": float(np.percentile(ttft, 90)),
             "tpot_ms": float(tpot.mean()) if len(tpot) else math.nan,
             "tpot_p90_ms": float(np.percentile(tpot, 90)) if len(tpot) else math.nan}
