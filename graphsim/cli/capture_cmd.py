@@ -7,6 +7,7 @@ import json
 import typer
 
 from graphsim.cli.app import app, console
+from graphsim.cli.options import IterationRange, Json, Limit
 
 capture_app = typer.Typer(help="Real kernel captures: torch profiler traces, nsys SQLite exports, JSON kernel lists.",
                           no_args_is_help=True)
@@ -17,10 +18,9 @@ app.add_typer(capture_app, name="capture")
 def capture_show_cmd(
     file: str = typer.Argument(..., help="torch.profiler Chrome trace (.json/.json.gz), nsys SQLite export, or a JSON kernel list."),
     phase: str | None = typer.Option(None, "--phase", help="Show one phase only (a range name without its counter)."),
-    range_: str | None = typer.Option(None, "--range", help="Regex over range names that delimit iterations "
-                                         "(default: ProfilerStep#N, prefill/decode batch specs, step/iteration ranges)."),
-    limit: int = typer.Option(25, "--limit", help="Rows per phase table."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON (every launch with --launches)."),
+    range_: IterationRange = None,
+    limit: Limit = 25,
+    as_json: Json = False,
     launches: bool = typer.Option(False, "--launches", help="With --json: include every launch of every iteration."),
 ) -> None:
     """Show the launches of each phase: the repeating block and every launch name by share of time."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from graphsim.cli.app import app, console, err_console
+from graphsim.cli.options import Dtype, GraphOutput, Json, MaxOps, Text
 from graphsim.errors import GraphsimError
 
 
@@ -27,11 +28,11 @@ def _check_output(path: Path) -> None:
 @app.command("import")
 def import_model(
     model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model directory, or .onnx file."),
-    output: Path | None = typer.Option(None, "-o", "--output", help="Write the graph as JSON here."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Override the config's dtype (bfloat16, float16, float32)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the import report as JSON instead of the tree."),
-    max_ops: int = typer.Option(40, "--max-ops", help="Ops shown per module in the tree."),
-    text: bool = typer.Option(False, "--text", help="Print the compact text form instead of the tree."),
+    output: GraphOutput = None,
+    dtype: Dtype = None,
+    as_json: Json = False,
+    max_ops: MaxOps = 40,
+    text: Text = False,
 ) -> None:
     """Trace a model on the meta device (no weights) into graphsim's IR and show it as a tree."""
     if output is not None:
@@ -69,9 +70,9 @@ def import_model(
 @app.command("show")
 def show(
     file: Path = typer.Argument(..., help="A graph JSON written by `graphsim import -o`."),
-    as_json: bool = typer.Option(False, "--json", help="Print totals as JSON."),
-    max_ops: int = typer.Option(40, "--max-ops", help="Ops shown per module in the tree."),
-    text: bool = typer.Option(False, "--text", help="Print the compact text form."),
+    as_json: Json = False,
+    max_ops: MaxOps = 40,
+    text: Text = False,
 ) -> None:
     """Render a saved graph."""
     from graphsim.ir import graph_to_text, load_graph

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-import typer
 from rich.table import Table
 
 from graphsim.catalog import catalog, catalog_config
 from graphsim.cli.app import app, console
+from graphsim.cli.options import Json
 
 
 @app.command("models")
-def models(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def models(as_json: Json = False) -> None:
     """List the bundled model catalog (offline config.json files)."""
     rows = []
     for e in catalog():

@@ -47,7 +47,7 @@ def _model_dtype(value: str | None) -> str | None:
     from graphsim.work.dtypes import parse_dtype
 
     try:
-        parse_dtype(value, "dtype")
+        parse_dtype(value, "--dtype")
     except GraphsimError as e:
         raise typer.BadParameter(f"{e}, or auto (the config's)") from None
     return value

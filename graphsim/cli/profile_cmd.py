@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from graphsim.cli.app import app, console, err_console
+from graphsim.cli.options import Dtype, Json, KvDtype, TargetOrAuto, Tp
 
 
 @app.command("profile")
@@ -18,20 +19,19 @@ def profile_cmd(
     model: str = typer.Option(..., "--model", "-m", help="Model: catalog name, HF id, config.json or model dir."),
     out: Path = typer.Option(..., "-o", "--output", help="profile.db to write (resumed if it exists for this device)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N for one GPU)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size: kernels are measured at one rank's shapes."),
-    target: str | None = typer.Option(None, "--target", help="Fuse target whose kernels to measure: eager or vllm "
-                                         "(default: eager on cpu, vllm on cuda)."),
+    tp: Tp = 1,
+    target: TargetOrAuto = None,
     kinds: str | None = typer.Option(None, "--kinds", help="Comma-separated kernel kinds, e.g. gemm,attention,rms_norm "
                                         "(also moe, norm, attention_prefill, attention_decode). Default: all."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Model dtype to import with (default: the config's)."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype (default: the model dtype)."),
+    dtype: Dtype = None,
+    kv_dtype: KvDtype = None,
     quick: bool = typer.Option(False, "--quick", help="Trimmed generic grid and shorter timing (CPU-friendly)."),
     max_m: int | None = typer.Option(None, "--max-m", help="Largest GEMM m / token count to measure."),
     max_kv: int | None = typer.Option(None, "--max-kv", help="Largest attention kv_len to measure."),
     threads: int | None = typer.Option(None, "--threads", help="torch CPU threads (default: all cores)."),
     max_points: int | None = typer.Option(None, "--max-points", help="Stop after this many new rows (rerun to resume)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: Json = False,
 ) -> None:
     """Measure the model's kernels (GEMM, attention, norms, MoE, elementwise, ...) over generic grids."""
     from graphsim.profiles.profiler import profile_model

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from graphsim.catalog import resolve_model
 from graphsim.cli.app import app, console
+from graphsim.cli.options import ConfigModel, Dtype, Json, KvDtype
 from graphsim.work import ParamReport, WorkReport, accounting, parse_step
 from graphsim.work.api import Accounting
 
@@ -99,7 +100,7 @@ def _render_step(report: WorkReport) -> None:
 
 @app.command("work")
 def work(
-    model: str = typer.Argument(..., help="Catalog name, HF id (local cache), config.json or model directory."),
+    model: ConfigModel,
     prefill: list[str] | None = typer.Option(
         None, "--prefill", help="N@P: N new tokens after P cached (repeatable; K*N@P for K sequences)."
     ),
@@ -107,11 +108,11 @@ def work(
         None, "--decode", help="BxC: B sequences, one new token each after C cached (repeatable)."
     ),
     params: bool = typer.Option(False, "--params", help="Show parameter counts (the default without a workload)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="Parameter dtype (default: the config's)."),
-    kv_dtype: str | None = typer.Option(None, "--kv-dtype", help="KV-cache dtype, e.g. fp8 (default: --dtype)."),
+    dtype: Dtype = None,
+    kv_dtype: KvDtype = None,
     state_dtype: str | None = typer.Option(None, "--state-dtype", help="Recurrent-state dtype (default: --dtype)."),
     ignore_quant: bool = typer.Option(False, "--ignore-quant", help="Ignore quantization_config; weights in --dtype."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: Json = False,
 ) -> None:
     """Necessary work of a model from its config alone: FLOPs, bytes and parameters per segment.
 

@@ -78,6 +78,9 @@ _ALIASES: dict[str, KernelDtype] = {
     "bfloat16": KernelDtype.BF16, "float16": KernelDtype.FP16, "half": KernelDtype.FP16,
     "f16": KernelDtype.FP16, "float8_e4m3fn": KernelDtype.FP8, "f8e4m3": KernelDtype.FP8,
     "sq": KernelDtype.INT8_SQ, "i8": KernelDtype.INT8, "fp4": KernelDtype.NVFP4,
+    # vLLM's --kv-cache-dtype names; an e5m2 cache moves the same bytes at the same fp8 peak as e4m3
+    "fp8_e4m3": KernelDtype.FP8, "e4m3": KernelDtype.FP8, "fp8_e5m2": KernelDtype.FP8, "e5m2": KernelDtype.FP8,
+    "float8_e5m2": KernelDtype.FP8,
 }
 
 
