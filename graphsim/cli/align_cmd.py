@@ -7,41 +7,30 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import (
-    BATCH_SPEC,
-    Dtype,
-    Ep,
-    GpuOfProfile,
-    GraphModel,
-    IterationRange,
-    Json,
-    Limit,
-    TargetOrAuto,
-    Tp,
-)
 from graphsim.cli.sources import load_source
 from graphsim.errors import GraphsimError
 
 
 @app.command("align")
 def align_cmd(
-    model: GraphModel,
+    model: opt.GraphModel,
     capture: str = typer.Option(..., "--capture", "-c", help="torch.profiler trace, nsys SQLite export or JSON kernel list."),
     profile: str | None = typer.Option(None, "--profile", help="profile.db: add predicted vs measured time per kernel."),
-    batch: str | None = typer.Option(None, "--batch", "-b", help=f"The step the captured iteration ran ({BATCH_SPEC}); "
+    batch: str | None = typer.Option(None, "--batch", "-b", help=f"The step the captured iteration ran ({opt.BATCH_SPEC}); "
                                                                  "default: the iteration's label when it is a batch spec."),
-    target: TargetOrAuto = None,
-    tp: Tp = 1,
-    ep: Ep = 1,
-    dtype: Dtype = None,
-    gpu: GpuOfProfile = None,
+    target: opt.TargetOrAuto = None,
+    tp: opt.Tp = 1,
+    ep: opt.Ep = 1,
+    dtype: opt.Dtype = None,
+    gpu: opt.GpuOfProfile = None,
     iteration: int | None = typer.Option(None, "--iteration", "-i", help="Iteration index (default: the last "
                                             "of --phase, else the last of the capture)."),
     phase: str | None = typer.Option(None, "--phase", help="Phase whose last iteration to align."),
-    range_: IterationRange = None,
-    limit: Limit = 25,
-    as_json: Json = False,
+    range_: opt.IterationRange = None,
+    limit: opt.Limit = 25,
+    as_json: opt.Json = False,
 ) -> None:
     """Align one captured iteration with the fused kernel graph and print the decision table."""
     from graphsim.costing.align_report import build_report

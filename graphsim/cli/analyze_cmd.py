@@ -6,26 +6,26 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import DEFAULT_GPU, Batch, ConfigModel, Dtype, Ep, Gpu, Json, KvDtype, Profile, Tp
 
 
 @app.command("analyze")
 def analyze_cmd(
-    model: ConfigModel,
-    gpu: Gpu = DEFAULT_GPU,
-    tp: Tp = 1,
-    ep: Ep = 1,
-    batch: Batch = "decode:64x2048",
-    profile: Profile = None,
-    kv_dtype: KvDtype = None,
-    dtype: Dtype = None,
+    model: opt.ConfigModel,
+    gpu: opt.Gpu = opt.DEFAULT_GPU,
+    tp: opt.Tp = 1,
+    ep: opt.Ep = 1,
+    batch: opt.Batch = "decode:64x2048",
+    profile: opt.Profile = None,
+    kv_dtype: opt.KvDtype = None,
+    dtype: opt.Dtype = None,
     maps: list[str] | None = typer.Option(None, "--map", help="Location map file(s) to use instead of the "
                                              "shipped ones (repeatable)."),
     draft_map: str | None = typer.Option(None, "--draft-map", help="Write a skeleton location map of this "
                                             "deployment (every location, no rows yet) to this file."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show the per-location table."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Necessary-work coverage (R6) and redundancy (R7) of one batch on one deployment."""
     from graphsim.analysis import analyze_prepared, prepare_model, write_draft_map

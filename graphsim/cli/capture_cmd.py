@@ -6,8 +6,8 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import IterationRange, Json, Limit
 
 capture_app = typer.Typer(help="Real kernel captures: torch profiler traces, nsys SQLite exports, JSON kernel lists.",
                           no_args_is_help=True)
@@ -18,9 +18,9 @@ app.add_typer(capture_app, name="capture")
 def capture_show_cmd(
     file: str = typer.Argument(..., help="torch.profiler Chrome trace (.json/.json.gz), nsys SQLite export, or a JSON kernel list."),
     phase: str | None = typer.Option(None, "--phase", help="Show one phase only (a range name without its counter)."),
-    range_: IterationRange = None,
-    limit: Limit = 25,
-    as_json: Json = False,
+    range_: opt.IterationRange = None,
+    limit: opt.Limit = 25,
+    as_json: opt.Json = False,
     launches: bool = typer.Option(False, "--launches", help="With --json: include every launch of every iteration."),
 ) -> None:
     """Show the launches of each phase: the repeating block and every launch name by share of time."""

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
-from graphsim.cli.options import Dtype, GraphOutput, Json, MaxOps, Text
 from graphsim.errors import GraphsimError
 
 
@@ -28,11 +28,11 @@ def _check_output(path: Path) -> None:
 @app.command("import")
 def import_model(
     model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model directory, or .onnx file."),
-    output: GraphOutput = None,
-    dtype: Dtype = None,
-    as_json: Json = False,
-    max_ops: MaxOps = 40,
-    text: Text = False,
+    output: opt.GraphOutput = None,
+    dtype: opt.Dtype = None,
+    as_json: opt.Json = False,
+    max_ops: opt.MaxOps = 40,
+    text: opt.Text = False,
 ) -> None:
     """Trace a model on the meta device (no weights) into graphsim's IR and show it as a tree."""
     if output is not None:
@@ -70,9 +70,9 @@ def import_model(
 @app.command("show")
 def show(
     file: Path = typer.Argument(..., help="A graph JSON written by `graphsim import -o`."),
-    as_json: Json = False,
-    max_ops: MaxOps = 40,
-    text: Text = False,
+    as_json: opt.Json = False,
+    max_ops: opt.MaxOps = 40,
+    text: opt.Text = False,
 ) -> None:
     """Render a saved graph."""
     from graphsim.ir import graph_to_text, load_graph

@@ -6,42 +6,27 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import (
-    DEFAULT_GPU,
-    GPU_MEMORY_UTILIZATION,
-    BlockSize,
-    ConfigModel,
-    Dtype,
-    Gpu,
-    GpuMemoryUtilization,
-    Json,
-    KvDtype,
-    KvMemory,
-    MaxModelLen,
-    MaxNumBatchedTokens,
-    MaxNumSeqs,
-    Tp,
-)
 
 
 @app.command("kv")
 def kv_cmd(
-    model: ConfigModel,
-    gpu: Gpu = DEFAULT_GPU,
-    tp: Tp = 1,
-    gpu_memory_utilization: GpuMemoryUtilization = GPU_MEMORY_UTILIZATION,
-    max_model_len: MaxModelLen = None,
-    kv_dtype: KvDtype = None,
-    dtype: Dtype = None,
-    block_size: BlockSize = None,
-    max_num_batched_tokens: MaxNumBatchedTokens = None,
-    max_num_seqs: MaxNumSeqs = None,
-    kv_memory: KvMemory = None,
+    model: opt.ConfigModel,
+    gpu: opt.Gpu = opt.DEFAULT_GPU,
+    tp: opt.Tp = 1,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
+    max_model_len: opt.MaxModelLen = None,
+    kv_dtype: opt.KvDtype = None,
+    dtype: opt.Dtype = None,
+    block_size: opt.BlockSize = None,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
+    max_num_seqs: opt.MaxNumSeqs = None,
+    kv_memory: opt.KvMemory = None,
     activation_gib: float | None = typer.Option(None, "--activation-gib", help="Activation peak instead of the estimate."),
     overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory instead of the assumed 0.5 GiB."),
     cudagraph_gib: float | None = typer.Option(None, "--cudagraph-gib", help="CUDA-graph memory instead of the assumed 0.5 GiB."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """KV bytes per token per rank, the memory budget term by term, and the capacity vLLM would log."""
     from graphsim.serving.capacity import parse_bytes

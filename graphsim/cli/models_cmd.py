@@ -7,12 +7,12 @@ import json
 from rich.table import Table
 
 from graphsim.catalog import catalog, catalog_config
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import Json
 
 
 @app.command("models")
-def models(as_json: Json = False) -> None:
+def models(as_json: opt.Json = False) -> None:
     """List the bundled model catalog (offline config.json files)."""
     rows = []
     for e in catalog():

@@ -6,8 +6,8 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import GraphOutput, Json
 from graphsim.cli.sources import load_source
 
 DEFAULT_PIPELINE = "fold,fuse{target=vllm}"
@@ -20,8 +20,8 @@ def passes(
                                  help="Passes to run, e.g. 'fold,fuse{target=vllm},tp{size=4},ep{size=8}'."),
     show: bool = typer.Option(True, "--show/--no-show", help="Show each pass and one layer of each type."),
     list_passes: bool = typer.Option(False, "--list", help="List the registered passes and their options."),
-    output: GraphOutput = None,
-    as_json: Json = False,
+    output: opt.GraphOutput = None,
+    as_json: opt.Json = False,
 ) -> None:
     """Run passes (fold, fuse, tp, ep) and show counts per rule and the kernels of each layer type."""
     from graphsim.errors import GraphsimError

@@ -6,38 +6,25 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import (
-    DEFAULT_GPU,
-    Batches,
-    Dtype,
-    Ep,
-    Gpu,
-    GraphModel,
-    Json,
-    KvDtype,
-    Limit,
-    Profile,
-    Target,
-    Tp,
-)
 from graphsim.cli.sources import load_source
 
 
 @app.command("predict")
 def predict_cmd(
-    model: GraphModel,
-    gpu: Gpu = DEFAULT_GPU,
-    tp: Tp = 1,
-    ep: Ep = 1,
-    batch: Batches = None,
-    profile: Profile = None,
-    target: Target = "vllm",
-    kv_dtype: KvDtype = None,
-    dtype: Dtype = None,
+    model: opt.GraphModel,
+    gpu: opt.Gpu = opt.DEFAULT_GPU,
+    tp: opt.Tp = 1,
+    ep: opt.Ep = 1,
+    batch: opt.Batches = None,
+    profile: opt.Profile = None,
+    target: opt.Target = "vllm",
+    kv_dtype: opt.KvDtype = None,
+    dtype: opt.Dtype = None,
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
-    limit: Limit = 25,
-    as_json: Json = False,
+    limit: opt.Limit = 25,
+    as_json: opt.Json = False,
 ) -> None:
     """Predict iteration times for explicit batches; every number says where it came from."""
     from graphsim.costing.hardware import load_hardware

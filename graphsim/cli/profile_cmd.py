@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
-from graphsim.cli.options import Dtype, Json, KvDtype, TargetOrAuto, Tp
 
 
 @app.command("profile")
@@ -19,19 +19,19 @@ def profile_cmd(
     model: str = typer.Option(..., "--model", "-m", help="Model: catalog name, HF id, config.json or model dir."),
     out: Path = typer.Option(..., "-o", "--output", help="profile.db to write (resumed if it exists for this device)."),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N for one GPU)."),
-    tp: Tp = 1,
-    target: TargetOrAuto = None,
+    tp: opt.Tp = 1,
+    target: opt.TargetOrAuto = None,
     kinds: str | None = typer.Option(None, "--kinds", help="Comma-separated kernel kinds, e.g. gemm,attention,rms_norm "
                                         "(also moe, norm, attention_prefill, attention_decode). Default: all."),
-    dtype: Dtype = None,
-    kv_dtype: KvDtype = None,
+    dtype: opt.Dtype = None,
+    kv_dtype: opt.KvDtype = None,
     quick: bool = typer.Option(False, "--quick", help="Trimmed generic grid and shorter timing (CPU-friendly)."),
     max_m: int | None = typer.Option(None, "--max-m", help="Largest GEMM m / token count to measure."),
     max_kv: int | None = typer.Option(None, "--max-kv", help="Largest attention kv_len to measure."),
     threads: int | None = typer.Option(None, "--threads", help="torch CPU threads (default: all cores)."),
     max_points: int | None = typer.Option(None, "--max-points", help="Stop after this many new rows (rerun to resume)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Measure the model's kernels (GEMM, attention, norms, MoE, elementwise, ...) over generic grids."""
     from graphsim.profiles.profiler import profile_model

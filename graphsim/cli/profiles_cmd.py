@@ -10,8 +10,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
-from graphsim.cli.options import Json
 
 profiles_app = typer.Typer(
     help="profile.db files: import measured kernel data, inspect them, list hardware specs.",
@@ -28,7 +28,7 @@ def import_aiconfigurator_cmd(
     out: Path = typer.Option(None, "-o", "--output", help="profile.db to write (merged into if it exists for the same device and backend; default: $GRAPHSIM_HOME/profiles/<system>_<backend>.db, where `graphsim predict` looks)."),
     tables: str = typer.Option(None, "--tables", help="Comma-separated table stems to import (default: all), e.g. gemm_perf,nccl_perf."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing output file."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Convert the measured GPU tables shipped in aiconfigurator-core into a profile.db."""
     from graphsim.costing.aiconfigurator_import import aiconfigurator_root, import_aiconfigurator
@@ -74,7 +74,7 @@ def import_aiconfigurator_cmd(
 @profiles_app.command("show")
 def show_cmd(
     db: Path = typer.Argument(..., help="profile.db file."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Print a profile.db's meta table and row counts per kernel table."""
     from graphsim.costing.profile_db import ProfileDB
@@ -112,7 +112,7 @@ def show_cmd(
 
 
 @profiles_app.command("hardware")
-def hardware_cmd(as_json: Json = False) -> None:
+def hardware_cmd(as_json: opt.Json = False) -> None:
     """List the shipped hardware specs (datasheet peaks used by the roofline fallback)."""
     from graphsim.costing.hardware import list_hardware
 

@@ -6,20 +6,8 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
-from graphsim.cli.options import (
-    DEFAULT_GPU,
-    GPU_MEMORY_UTILIZATION,
-    ConfigModel,
-    Dtype,
-    Gpu,
-    GpuMemoryUtilization,
-    Json,
-    KvDtype,
-    MaxModelLen,
-    Profile,
-    Seed,
-)
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -38,9 +26,9 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 @app.command("search")
 def search_cmd(
-    model: ConfigModel,
+    model: opt.ConfigModel,
     gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget."),
-    gpu: Gpu = DEFAULT_GPU,
+    gpu: opt.Gpu = opt.DEFAULT_GPU,
     isl: str = typer.Option("4000", "--isl", help="Input tokens per request: N or LO:HI."),
     osl: str = typer.Option("1000", "--osl", help="Output tokens per request: N or LO:HI."),
     ttft: float | None = typer.Option(None, "--ttft", help="SLO on mean time to first token, ms."),
@@ -51,21 +39,21 @@ def search_cmd(
     max_num_seqs: str | None = typer.Option(None, "--max-num-seqs", help="Values to try (default 1,2,4,…,1024)."),
     max_num_batched_tokens: str | None = typer.Option(None, "--max-num-batched-tokens", help="Aggregated values to try (default 2048,4096,8192,16384)."),
     prefill_batched_tokens: str | None = typer.Option(None, "--prefill-batched-tokens", help="Prefill-pool values to try (default 4096,8192,16384)."),
-    max_model_len: MaxModelLen = None,
-    kv_dtype: KvDtype = None,
-    dtype: Dtype = None,
-    gpu_memory_utilization: GpuMemoryUtilization = GPU_MEMORY_UTILIZATION,
-    profile: Profile = None,
+    max_model_len: opt.MaxModelLen = None,
+    kv_dtype: opt.KvDtype = None,
+    dtype: opt.Dtype = None,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
+    profile: opt.Profile = None,
     kv_link_gbps: float | None = typer.Option(None, "--kv-link-gbps", help="KV transfer bandwidth per GPU, GB/s (default: the spec's interconnect)."),
     kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="KV transfer latency, µs (default: the spec's)."),
     verify: int = typer.Option(4, "--verify", min=0, help="Simulate the best N under the SLOs (more while they fail); 0: steady state only."),
-    seed: Seed = 0,
+    seed: opt.Seed = 0,
     backend: str = typer.Option("local", "--backend", help="local (worker processes on this machine) or ray."),
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray instance)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Local worker processes (1: in this process)."),
     top: int = typer.Option(8, "--top", min=0, help="Runners-up to show."),
     plot: str | None = typer.Option(None, "--plot", help="Write the Pareto plot to this PNG (needs matplotlib)."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Search deployments (TP/EP, replicas, batch settings, aggregated or xPyD) for the most output tokens/s per GPU under the SLOs."""
     from graphsim.serving import SLO, parse_lengths

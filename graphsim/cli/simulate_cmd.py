@@ -6,34 +6,15 @@ import json
 
 import typer
 
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
-from graphsim.cli.options import (
-    DEFAULT_GPU,
-    GPU_MEMORY_UTILIZATION,
-    BlockSize,
-    ChunkedPrefill,
-    ConfigModel,
-    Dtype,
-    Gpu,
-    GpuMemoryUtilization,
-    Json,
-    KvDtype,
-    KvMemory,
-    MaxModelLen,
-    MaxNumBatchedTokens,
-    MaxNumSeqs,
-    PrefixCaching,
-    Profile,
-    Seed,
-    Tp,
-)
 
 
 @app.command("simulate")
 def simulate_cmd(
-    model: ConfigModel,
-    gpu: Gpu = DEFAULT_GPU,
-    tp: Tp = 1,
+    model: opt.ConfigModel,
+    gpu: opt.Gpu = opt.DEFAULT_GPU,
+    tp: opt.Tp = 1,
     replicas: int = typer.Option(1, "--replicas", min=1, help="Data-parallel replicas behind the router."),
     router: str = typer.Option("round-robin", "--router", help="round-robin or least-outstanding."),
     rate: float | None = typer.Option(None, "--rate", help="Open loop: requests per second."),
@@ -47,24 +28,24 @@ def simulate_cmd(
     shared_prefix: int = typer.Option(0, "--shared-prefix", min=0, help="Tokens of a shared prompt prefix (synthetic workloads)."),
     prefix_groups: int = typer.Option(1, "--prefix-groups", min=1, help="Distinct shared prefixes, drawn uniformly."),
     think_s: float = typer.Option(0.0, "--think-s", min=0, help="Closed loop: pause before a client's next request."),
-    seed: Seed = 0,
-    gpu_memory_utilization: GpuMemoryUtilization = GPU_MEMORY_UTILIZATION,
-    kv_memory: KvMemory = None,
-    max_model_len: MaxModelLen = None,
-    max_num_batched_tokens: MaxNumBatchedTokens = None,
-    max_num_seqs: MaxNumSeqs = None,
-    block_size: BlockSize = None,
-    prefix_caching: PrefixCaching = True,
-    chunked_prefill: ChunkedPrefill = True,
-    kv_dtype: KvDtype = None,
-    dtype: Dtype = None,
-    profile: Profile = None,
+    seed: opt.Seed = 0,
+    gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
+    kv_memory: opt.KvMemory = None,
+    max_model_len: opt.MaxModelLen = None,
+    max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
+    max_num_seqs: opt.MaxNumSeqs = None,
+    block_size: opt.BlockSize = None,
+    prefix_caching: opt.PrefixCaching = True,
+    chunked_prefill: opt.ChunkedPrefill = True,
+    kv_dtype: opt.KvDtype = None,
+    dtype: opt.Dtype = None,
+    profile: opt.Profile = None,
     slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
     slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
     slo_e2e_ms: float | None = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
     iteration_log: str | None = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
     chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json)."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
     from graphsim.serving import (

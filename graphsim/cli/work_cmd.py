@@ -10,8 +10,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from graphsim.catalog import resolve_model
+from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.cli.options import ConfigModel, Dtype, Json, KvDtype
 from graphsim.work import ParamReport, WorkReport, accounting, parse_step
 from graphsim.work.api import Accounting
 
@@ -100,7 +100,7 @@ def _render_step(report: WorkReport) -> None:
 
 @app.command("work")
 def work(
-    model: ConfigModel,
+    model: opt.ConfigModel,
     prefill: list[str] | None = typer.Option(
         None, "--prefill", help="N@P: N new tokens after P cached (repeatable; K*N@P for K sequences)."
     ),
@@ -108,11 +108,11 @@ def work(
         None, "--decode", help="BxC: B sequences, one new token each after C cached (repeatable)."
     ),
     params: bool = typer.Option(False, "--params", help="Show parameter counts (the default without a workload)."),
-    dtype: Dtype = None,
-    kv_dtype: KvDtype = None,
+    dtype: opt.Dtype = None,
+    kv_dtype: opt.KvDtype = None,
     state_dtype: str | None = typer.Option(None, "--state-dtype", help="Recurrent-state dtype (default: --dtype)."),
     ignore_quant: bool = typer.Option(False, "--ignore-quant", help="Ignore quantization_config; weights in --dtype."),
-    as_json: Json = False,
+    as_json: opt.Json = False,
 ) -> None:
     """Necessary work of a model from its config alone: FLOPs, bytes and parameters per segment.
 
