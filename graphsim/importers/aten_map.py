@@ -79,7 +79,7 @@ def qualified_name(target) -> str:
     name = getattr(target, "name", None)
     if callable(name):
         try:
-            return name()
+            return str(name())
         except TypeError:
             pass
     return getattr(target, "__name__", str(target))

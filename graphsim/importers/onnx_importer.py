@@ -169,7 +169,7 @@ def scope_of(node: Any) -> tuple[str, str] | None:
 
 def layer_of(scope: str) -> int | None:
     parts = scope.split(".")
-    for prev, part in zip(parts, parts[1:]):
+    for prev, part in itertools.pairwise(parts):
         if part.isdigit() and not prev.isdigit():
             return int(part)
     return None
@@ -234,7 +234,7 @@ class _Importer:
         if _is_expression(s):
             try:
                 local = {n: _DIM_FUNCTIONS.get(n) or self._param_dim(n) for n in _IDENT.findall(s)}
-                parsed = sympy.sympify(s, locals=local)
+                parsed = sympy.sympify(s, locals=local)  # pyright: ignore[reportCallIssue]  (sympy's overloads omit `locals`)
                 if isinstance(parsed, sympy.Expr):
                     expr = int(parsed) if parsed.is_Integer else parsed
             except (sympy.SympifyError, SyntaxError, TypeError, ValueError):

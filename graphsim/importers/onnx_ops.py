@@ -106,6 +106,13 @@ def _ints(*dims: Any) -> bool:
     return all(isinstance(d, int) for d in dims)
 
 
+def _as_ints(*dims: object) -> tuple[int, ...] | None:
+    """The values as ints when every one is a plain int (not symbolic, not None), else None."""
+    if all(isinstance(d, int) for d in dims):
+        return tuple(d for d in dims if isinstance(d, int))
+    return None
+
+
 def _norm_axis(axis: int, rank: int | None) -> int:
     return axis % rank if rank and axis < 0 else axis
 
@@ -113,42 +120,45 @@ def _norm_axis(axis: int, rank: int | None) -> int:
 # --- matmul-like --------------------------------------------------------------------------------
 def _matmul(v: NodeView) -> Mapped:
     w = v.spec(1)
-    if v.is_weight(1) and not v.is_weight(0) and w is not None and w.rank == 2 and _ints(*w.shape):
-        return Op.LINEAR, LinearAttrs(in_features=w.shape[0], out_features=w.shape[1])
+    kn = _as_ints(*w.shape) if w is not None and w.rank == 2 else None
+    if v.is_weight(1) and not v.is_weight(0) and kn is not None:
+        return Op.LINEAR, LinearAttrs(in_features=kn[0], out_features=kn[1])
     return Op.MATMUL, NoAttrs()
 
 
 def _gemm(v: NodeView) -> Mapped:
     w = v.spec(1)
-    if (v.is_weight(1) and not v.is_weight(0) and not v.attrs.get("transA", 0) and w is not None
-            and w.rank == 2 and _ints(*w.shape)):
-        k, n = (w.shape[1], w.shape[0]) if v.attrs.get("transB", 0) else w.shape
+    shape = _as_ints(*w.shape) if w is not None and w.rank == 2 else None
+    if v.is_weight(1) and not v.is_weight(0) and not v.attrs.get("transA", 0) and shape is not None:
+        k, n = (shape[1], shape[0]) if v.attrs.get("transB", 0) else shape
         return Op.LINEAR, LinearAttrs(in_features=k, out_features=n, has_bias=v.has_input(2))
     return Op.MATMUL, NoAttrs()
 
 
 def _matmul_nbits(v: NodeView) -> Mapped:
     """com.microsoft MatMulNBits: a weight-only quantised linear layer; K, N are attributes."""
-    k, n = v.attrs.get("K"), v.attrs.get("N")
-    if not _ints(k, n):
+    kn = _as_ints(v.attrs.get("K"), v.attrs.get("N"))
+    if kn is None:
         return None
+    k, n = kn
     return Op.LINEAR, LinearAttrs(in_features=k, out_features=n, has_bias=v.has_input(5))
 
 
 def _conv(v: NodeView) -> Mapped:
     w = v.spec(1)
-    if w is None or w.rank != 3 or not _ints(w.shape[0], w.shape[2]):
+    dims = _as_ints(w.shape[0], w.shape[2]) if w is not None and w.rank == 3 else None
+    if dims is None:
         return None  # only 1-D convolutions have an IR kind
-    return Op.CONV1D, ConvAttrs(channels=w.shape[0], kernel_size=w.shape[2], groups=int(v.attrs.get("group", 1)))
+    return Op.CONV1D, ConvAttrs(channels=dims[0], kernel_size=dims[1], groups=int(v.attrs.get("group", 1)))
 
 
 # --- embedding / indexing -----------------------------------------------------------------------
 def _gather(v: NodeView) -> Mapped:
     table, idx = v.spec(0), v.spec(1)
     axis = v.attrs.get("axis", 0)
-    if (v.is_weight(0) and not v.is_weight(1) and axis == 0 and table is not None
-            and table.rank == 2 and _ints(*table.shape)):
-        return Op.EMBEDDING, EmbeddingAttrs(num_embeddings=table.shape[0], embedding_dim=table.shape[1])
+    rows_cols = _as_ints(*table.shape) if table is not None and table.rank == 2 else None
+    if v.is_weight(0) and not v.is_weight(1) and axis == 0 and rows_cols is not None:
+        return Op.EMBEDDING, EmbeddingAttrs(num_embeddings=rows_cols[0], embedding_dim=rows_cols[1])
     if idx is not None and idx.rank == 0:
         return Op.SELECT, NoAttrs()
     return Op.INDEX, NoAttrs()
@@ -187,7 +197,7 @@ def _reduced_dims(x: TensorSpec | None, out: TensorSpec, keepdim: bool) -> tuple
     if x is None or out.rank > x.rank or (keepdim and out.rank != x.rank):
         return None
     if keepdim:
-        dims = tuple(i for i, (a, b) in enumerate(zip(x.shape, out.shape)) if a != b)
+        dims = tuple(i for i, (a, b) in enumerate(zip(x.shape, out.shape, strict=True)) if a != b)
         return dims if all(out.shape[i] == 1 for i in dims) and dims else None
     dims, j = [], 0
     for i, d in enumerate(x.shape):
@@ -201,8 +211,9 @@ def _reduced_dims(x: TensorSpec | None, out: TensorSpec, keepdim: bool) -> tuple
 # --- casts and layout ---------------------------------------------------------------------------
 def _cast(v: NodeView) -> Mapped:
     to = ONNX_DTYPES.get(v.attrs["to"]) if "to" in v.attrs else None
-    if to is None and v.op_type == "CastLike" and v.spec(1) is not None:
-        to = v.spec(1).dtype
+    like = v.spec(1) if v.op_type == "CastLike" else None
+    if to is None and like is not None:
+        to = like.dtype
     return Op.CAST, CastAttrs(to=(to or v.output_specs[0].dtype).value)
 
 
@@ -232,10 +243,11 @@ def _heads_and_dim(spec: TensorSpec | None, heads: int | None) -> tuple[int, int
     """(heads, head_dim) of a 4-D [B, H, S, D] or 3-D [B, S, H·D] attention input."""
     if spec is None:
         return None
-    if spec.rank == 4 and _ints(spec.shape[1], spec.shape[3]):
-        return spec.shape[1], spec.shape[3]
-    if spec.rank == 3 and heads and _ints(spec.shape[2]) and spec.shape[2] % heads == 0:
-        return heads, spec.shape[2] // heads
+    if spec.rank == 4 and (hd := _as_ints(spec.shape[1], spec.shape[3])) is not None:
+        return hd[0], hd[1]
+    width = spec.shape[2] if spec.rank == 3 else None
+    if heads and isinstance(width, int) and width % heads == 0:
+        return heads, width // heads
     return None
 
 
@@ -256,14 +268,15 @@ def _attention(v: NodeView) -> Mapped:
 
 def _group_query_attention(v: NodeView) -> Mapped:
     """com.microsoft GroupQueryAttention: causal GQA over [B, S, H·D] (or packed QKV) inputs."""
-    heads, kv_heads = v.attrs.get("num_heads"), v.attrs.get("kv_num_heads")
     q = v.spec(0)
-    if not _ints(heads, kv_heads) or q is None or q.rank != 3 or not _ints(q.shape[2]):
+    dims = _as_ints(v.attrs.get("num_heads"), v.attrs.get("kv_num_heads"), q.shape[2] if q is not None and q.rank == 3 else None)
+    if dims is None:
         return None
+    heads, kv_heads, q_width = dims
     width = heads if v.has_input(1) else heads + 2 * kv_heads  # no key input: packed QKV
-    if q.shape[2] % width:
+    if q_width % width:
         return None
-    head_dim = q.shape[2] // width
+    head_dim = q_width // width
     window = int(v.attrs.get("local_window_size", -1))
     softcap = v.attrs.get("softcap") or None
     return Op.ATTENTION, AttentionAttrs(

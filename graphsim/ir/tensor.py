@@ -7,7 +7,6 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from functools import reduce
-from operator import mul
 
 import sympy
 
@@ -107,7 +106,7 @@ def parse_dim(s: str | int) -> Dim:
     # its own constants or functions (E, I, N, S, beta, ...) stay dims, and a parsed symbol equals
     # the one that was written (same assumptions).
     names = {n: _DIM_FUNCTIONS.get(n) or dim_symbol(n) for n in _IDENTIFIER.findall(s)}
-    expr = sympy.sympify(s, locals=names)
+    expr = sympy.sympify(s, locals=names)  # pyright: ignore[reportCallIssue]  (sympy's overloads omit `locals`)
     if not isinstance(expr, sympy.Expr):
         raise ValueError(f"'{s}' is not a dim expression")
     if expr.is_Integer:
@@ -143,7 +142,7 @@ class TensorSpec:
 
     @property
     def numel(self) -> Dim:
-        return normalize_dim(reduce(mul, self.shape, 1))
+        return normalize_dim(reduce(lambda a, b: a * b, self.shape, 1))
 
     @property
     def nbytes(self) -> Dim:

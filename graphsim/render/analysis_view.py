@@ -178,8 +178,8 @@ def render_analysis(a: Analysis, show_table: bool = True, console: Console | Non
     parts: list = ["\n".join(head)]
     if show_table:
         table = location_table(a)
-        wide = console.options.update(max_width=100_000) if console is not None else None
-        fits = console is None or Measurement.get(console, wide, table).maximum <= console.width
+        fits = console is None or Measurement.get(
+            console, console.options.update(max_width=100_000), table).maximum <= console.width
         parts.append(table if fits else location_lines(a))
     parts.append(summary(a))
     return Group(*parts)

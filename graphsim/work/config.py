@@ -6,7 +6,7 @@ Messages name the architecture, the field and the fix, e.g.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from graphsim.errors import ConfigError
 from graphsim.work.dtypes import DType, parse_dtype
@@ -36,6 +36,11 @@ class ConfigView:
         if value is _MISSING:
             raise ConfigError(f"{self._where()} is missing required field '{key}'; add it to the config")
         return self._check_int(key, value, minimum)
+
+    @overload
+    def opt_int(self, key: str, default: int, minimum: int = 1) -> int: ...
+    @overload
+    def opt_int(self, key: str, default: None, minimum: int = 1) -> int | None: ...
 
     def opt_int(self, key: str, default: int | None, minimum: int = 1) -> int | None:
         value = self._get(key)

@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 from math import prod
-from typing import Union
 
 from graphsim.work.dtypes import DType
 from graphsim.work.quant import Quantization
@@ -158,7 +157,7 @@ class GatedDeltaNet:
         return self.conv_dim * (self.conv_kernel - 1)
 
 
-AttentionSpec = Union[GqaAttention, MlaAttention, GatedDeltaNet]
+AttentionSpec = GqaAttention | MlaAttention | GatedDeltaNet
 
 
 class FfnKind(Enum):
@@ -201,7 +200,7 @@ class MoeFfn:
     kind = FfnKind.MOE
 
 
-FfnSpec = Union[DenseFfn, MoeFfn]
+FfnSpec = DenseFfn | MoeFfn
 
 
 @dataclass(frozen=True)

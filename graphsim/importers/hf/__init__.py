@@ -54,10 +54,7 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
     param_count = sum(p.numel() for p in m.parameters())
     plan = plan_layers(m)
     representative = dict(plan.representative)
-    if full_depth:
-        kept = list(range(len(plan.tags)))
-    else:
-        kept = keep_representatives(m, plan, built.config)
+    kept = list(range(len(plan.tags))) if full_depth else keep_representatives(m, plan, built.config)
 
     t1 = time.perf_counter()
     with semantic_kernels(m) as swapped:

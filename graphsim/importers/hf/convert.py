@@ -16,12 +16,27 @@ import sympy
 import torch
 import torch.fx
 
+from graphsim.errors import GraphError
 from graphsim.importers.aten_map import ALIASES, ATEN_OPS, DROPPED, packet_name, qualified_name
 from graphsim.ir import (
-    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, LinearAttentionAttrs,
-    LinearAttrs, MoEAttrs, NoAttrs, Node, NormAttrs, OpaqueAttrs, ReduceAttrs, TensorSpec,
+    AttentionAttrs,
+    CastAttrs,
+    ConvAttrs,
+    DType,
+    EmbeddingAttrs,
+    Graph,
+    LinearAttentionAttrs,
+    LinearAttrs,
+    MoEAttrs,
+    NoAttrs,
+    Node,
+    NormAttrs,
+    OpaqueAttrs,
+    ReduceAttrs,
+    TensorSpec,
     value_name,
 )
+from graphsim.ir.attrs import Attrs
 from graphsim.ir.ops import Op
 
 _TORCH_TO_DTYPE = {
@@ -82,7 +97,7 @@ def _scope_of(n: torch.fx.Node, ctx: ConvertContext) -> tuple[str, str, int | No
     if not stack:
         return "", "", None
     path, cls = list(stack.values())[-1]
-    if path.startswith("L['self']") or path.startswith("_empty"):
+    if path.startswith(("L['self']", "_empty")):
         return "", "", None
     cls_name = cls.rsplit(".", 1)[-1] if isinstance(cls, str) else getattr(cls, "__name__", str(cls))
     scope, layer = remap_scope(path, ctx)
@@ -95,20 +110,44 @@ def _arg(n: torch.fx.Node, i: int, name: str, default=None):
     return n.kwargs.get(name, default)
 
 
-def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: TensorSpec | None):
+def _int(a: object, default: int = 0) -> int:
+    """An integer argument of an aten call (an int, a bool, or a constant SymInt); `default` for None."""
+    if a is None:
+        return default
+    if isinstance(a, (int, float, torch.SymInt, torch.SymFloat)):
+        return int(a)
+    raise GraphError(f"expected an integer argument, got {type(a).__name__}: {a!r}")
+
+
+def _float(a: object, default: float = 0.0) -> float:
+    if a is None:
+        return default
+    if isinstance(a, (int, float, torch.SymInt, torch.SymFloat)):
+        return float(a)
+    raise GraphError(f"expected a number argument, got {type(a).__name__}: {a!r}")
+
+
+def _tensor(specs: list[TensorSpec | None], i: int, n: torch.fx.Node) -> TensorSpec:
+    """The i-th tensor argument's spec; an error naming the node when the trace gave none."""
+    s = specs[i] if i < len(specs) else None
+    if s is None:
+        raise GraphError(f"import.hf: {n.name} ({qualified_name(n.target)}) has no tensor at argument {i}")
+    return s
+
+
+def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: TensorSpec | None) -> Attrs:
     """Typed attributes for the ops that carry them."""
     if op is Op.LINEAR:
-        w = in_specs[1]
+        w = _tensor(in_specs, 1, n)
         has_bias = len(n.args) > 2 and n.args[2] is not None
         return LinearAttrs(int(w.shape[1]), int(w.shape[0]), has_bias)
     if op is Op.EMBEDDING:
-        w = in_specs[0]
+        w = _tensor(in_specs, 0, n)
         return EmbeddingAttrs(int(w.shape[0]), int(w.shape[1]))
     if op in (Op.MEAN, Op.SUM, Op.MAX, Op.SOFTMAX):
-        dims = _arg(n, 1, "dim", ())
-        if isinstance(dims, int):
-            dims = (dims,)
-        dims = tuple(int(d) for d in (dims or ()) if isinstance(d, int))
+        dim_arg = _arg(n, 1, "dim", ())
+        dim_list = [dim_arg] if isinstance(dim_arg, int) else dim_arg if isinstance(dim_arg, (list, tuple)) else []
+        dims = tuple(int(d) for d in dim_list if isinstance(d, int))
         if op is Op.SOFTMAX:
             return ReduceAttrs(dims, True)
         return ReduceAttrs(dims, bool(_arg(n, 2, "keepdim", False)))
@@ -118,28 +157,28 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
         eps = n.kwargs.get("eps")
         return NormAttrs(float(eps) if isinstance(eps, (int, float)) else None, None)
     if op is Op.CONV1D:
-        w = in_specs[1]
-        groups = int(_arg(n, 8, "groups", 1) if packet_name(n.target) == "convolution" else _arg(n, 6, "groups", 1))
+        w = _tensor(in_specs, 1, n)
+        groups = _int(_arg(n, 8, "groups", 1) if packet_name(n.target) == "convolution" else _arg(n, 6, "groups", 1), 1)
         return ConvAttrs(int(w.shape[0]), int(w.shape[-1]), groups)
     if op is Op.ATTENTION:
-        q, k, v = in_specs[0], in_specs[1], in_specs[2]
-        sinks, scale, causal, window, softcap, lora, rope = (n.args + (None,) * 10)[3:10]
+        q, k, v = _tensor(in_specs, 0, n), _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)
+        sinks, scale, causal, window, softcap, lora, rope = (tuple(n.args) + (None,) * 10)[3:10]
         return AttentionAttrs(
             num_heads=int(q.shape[1]), num_kv_heads=int(k.shape[1]), head_dim=int(q.shape[-1]),
-            v_head_dim=int(v.shape[-1]), causal=bool(causal), sliding_window=int(window) or None,
-            has_sinks=sinks is not None, softcap=float(softcap) or None, scale=float(scale),
-            kv_lora_rank=int(lora) or None, qk_rope_head_dim=int(rope) or None,
+            v_head_dim=int(v.shape[-1]), causal=bool(causal), sliding_window=_int(window) or None,
+            has_sinks=sinks is not None, softcap=_float(softcap) or None, scale=_float(scale),
+            kv_lora_rank=_int(lora) or None, qk_rope_head_dim=_int(rope) or None,
         )
     if op is Op.MOE_EXPERTS:
-        hidden, idx, _, w_up, w_down = in_specs[:5]
+        hidden, idx, w_down = _tensor(in_specs, 0, n), _tensor(in_specs, 1, n), _tensor(in_specs, 4, n)
         num_experts, gated, transposed, _, activation = n.args[7:12]
         inter = int(w_down.shape[2] if transposed is False else w_down.shape[1])
         return MoEAttrs(
-            num_experts=int(num_experts), top_k=int(idx.shape[-1]), hidden_size=int(hidden.shape[-1]),
+            num_experts=_int(num_experts), top_k=int(idx.shape[-1]), hidden_size=int(hidden.shape[-1]),
             intermediate_size=inter, gated=bool(gated), has_bias=n.args[5] is not None, activation=str(activation),
         )
     if op is Op.LINEAR_ATTENTION:
-        q, k, v = in_specs[0], in_specs[1], in_specs[2]
+        k, v = _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)
         return LinearAttentionAttrs(
             kind="gated_delta_rule", num_k_heads=int(k.shape[2]), num_v_heads=int(v.shape[2]),
             k_head_dim=int(k.shape[3]), v_head_dim=int(v.shape[3]), chunked=bool(n.args[7]),
@@ -159,7 +198,7 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
                   ctx: ConvertContext) -> Graph:
     """placeholders: fx placeholder name → (kind, IR name) with kind in param/buffer/input."""
     g = Graph(name=name)
-    env: dict[str, str | list[str | None]] = {}  # fx node name → IR value name(s)
+    env: dict[str, str | list[str | None] | None] = {}  # fx node name → IR value name(s)
     specs: dict[str, TensorSpec] = {}
     used_names: set[str] = set()
 
@@ -232,11 +271,9 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
                 name=base, op=op, inputs=tuple(inputs), outputs=tuple(outs), attrs=attrs, scope=scope,
                 module_type=cls, layer=layer, target=qualified_name(n.target), provenance="import.hf",
             ))
-            for nm, s in zip(names, [(_spec(v, ctx)) for v in vals]):
-                if nm is not None:
-                    specs[nm] = s
+            specs.update({nm: spec for nm, spec in zip(names, [_spec(v, ctx) for v in vals], strict=True)
+                          if nm is not None and spec is not None})
             env[n.name] = names if isinstance(val, (list, tuple)) else names[0]
         elif n.op == "output":
-            outs = ref(n.args[0])
-            g.outputs = [o for o in outs if o in specs]
+            g.outputs = [o for o in ref(n.args[0]) if o in specs]
     return g

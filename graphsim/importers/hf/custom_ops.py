@@ -192,7 +192,7 @@ def gated_delta_rule_op(
 
 @gated_delta_rule_op.register_fake
 def _gated_delta_rule_fake(q, k, v, g, beta, initial_state, l2norm_qk, chunked):
-    b, s, hk, dk = k.shape
+    b, s, _, dk = k.shape
     hv, dv = v.shape[-2:]
     return v.new_empty((b, s, hv, dv)), v.new_empty((b, hv, dk, dv), dtype=torch.float32)
 

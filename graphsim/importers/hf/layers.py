@@ -21,9 +21,8 @@ def find_layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
     """The longest ModuleList of decoder layers (path, list)."""
     best: tuple[str, torch.nn.ModuleList] | None = None
     for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.ModuleList) and len(mod) > 0:
-            if best is None or len(mod) > len(best[1]):
-                best = (name, mod)
+        if isinstance(mod, torch.nn.ModuleList) and len(mod) > 0 and (best is None or len(mod) > len(best[1])):
+            best = (name, mod)
     if best is None:
         raise ValueError("model has no ModuleList of decoder layers")
     return best
@@ -53,7 +52,7 @@ def layer_signature(layer: torch.nn.Module) -> str:
 def _readable_tag(layer: torch.nn.Module) -> str:
     """A short name from what the layer does: its attention kind and FFN kind."""
     attn = None
-    for k, v in sorted(vars(layer).items()):  # e.g. layer_type / attention_type / block_type
+    for _, v in sorted(vars(layer).items()):  # e.g. layer_type / attention_type / block_type
         if isinstance(v, str) and v.endswith("_attention"):
             attn = v
             break
@@ -78,7 +77,7 @@ class LayerPlan:
 
 def plan_layers(model: torch.nn.Module) -> LayerPlan:
     path, stack = find_layer_stack(model)
-    sigs = [layer_signature(l) for l in stack]
+    sigs = [layer_signature(layer) for layer in stack]
     sig_tag: dict[str, str] = {}
     used: dict[str, int] = {}
     for i, s in enumerate(sigs):
@@ -90,7 +89,7 @@ def plan_layers(model: torch.nn.Module) -> LayerPlan:
     rep: dict[str, int] = {}
     for i, t in enumerate(tags):
         rep.setdefault(t, i)
-    params = tuple(sum(p.numel() for p in l.parameters()) for l in stack)
+    params = tuple(sum(p.numel() for p in layer.parameters()) for layer in stack)
     return LayerPlan(path, tags, rep, params)
 
 

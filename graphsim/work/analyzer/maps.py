@@ -171,6 +171,7 @@ def validate_map_data(data: Any, where: str = "location map") -> LocationMap:
                 problems.append(f"row {region}:{ref} is consumed twice (by part '{part}' at {seen_refs[part]} and at {at})")
     if problems:
         raise LocationMapError(_summary(where, problems))
+    assert isinstance(map_id, str) and isinstance(version, int)  # checked above: problems raise
     return LocationMap(map_id, version, data["title"], data["fuse_target"], tuple(entries), tuple(notes))
 
 
