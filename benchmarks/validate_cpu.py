@@ -88,11 +88,10 @@ def tiny_config(spec: ModelSpec) -> dict[str, Any]:
 
 def fused_graph(cfg: dict[str, Any], name: str):
     from graphsim.catalog import ResolvedModel
-    from graphsim.importers.hf import import_hf
-    from graphsim.passes import run_pipeline
+    from graphsim.cost_model import build_cost_model
 
-    graph, _ = import_hf(ResolvedModel(name, cfg, "path", f"benchmarks/validate_cpu.py:{name}"), dtype="float32")
-    return run_pipeline(graph, "fold,fuse{target=eager}").graph
+    model = ResolvedModel(name, cfg, "path", f"benchmarks/validate_cpu.py:{name}")
+    return build_cost_model(model, None, dtype="float32", target="eager").graph
 
 
 # ---- grid ------------------------------------------------------------------------------------
@@ -369,6 +368,7 @@ def validate_model(spec: ModelSpec, cases: list[str], out: Path, *, threads: int
                    log: Callable[[str], None] = lambda s: None) -> ModelRun:
     """`profiler`: `thread` (thread CPU time, cache flushed before weight-reading kernels; the default) or
     `graphsim` (`graphsim.profiles.profiler.profile_graph` as `graphsim profile` runs it: wall clock)."""
+    from graphsim.cost_model import build_cost_model
     from graphsim.costing.predict import predict
     from graphsim.costing.profile_db import ProfileDB
     from graphsim.profiles.profiler import TimingOptions, open_device, profile_graph
@@ -398,7 +398,7 @@ def validate_model(spec: ModelSpec, cases: list[str], out: Path, *, threads: int
     profile_s = time.perf_counter() - t0
     log(f"[{spec.name}] profiled {rows} new rows in {profile_s:.0f} s")
     with ProfileDB.open(db_path) as db:
-        pred = predict(graph, None, db, steps, list(cases))
+        pred = predict(build_cost_model(graph, profile=db), steps, list(cases))
     model = build_model(cfg)
     results = []
     for case, step, b in zip(cases, steps, pred.batches, strict=False):

@@ -11,10 +11,11 @@ from graphsim.analysis.deployment import (
     analyze_model,
     analyze_prepared,
     pipeline_for,
+    prepare_cost_model,
     prepare_graph,
     prepare_model,
     write_draft_map,
 )
 
-__all__ = ["Prepared", "analyze_model", "analyze_prepared", "pipeline_for", "prepare_graph", "prepare_model",
-           "write_draft_map"]
+__all__ = ["Prepared", "analyze_model", "analyze_prepared", "pipeline_for", "prepare_cost_model", "prepare_graph",
+           "prepare_model", "write_draft_map"]

@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op
@@ -31,9 +31,15 @@ from graphsim.work.analyzer import (
 )
 from graphsim.workload import parse_batch_spec
 
+if TYPE_CHECKING:
+    from graphsim.costing.cost_model import CostModel
+
 
 def pipeline_for(target: str, tp: int, ep: int) -> str:
-    return f"fold,fuse{{target={target}}}" + (f",tp{{size={tp}}}" if tp > 1 else "") + (f",ep{{size={ep}}}" if ep > 1 else "")
+    """`graphsim.cost_model.pipeline_for`: the passes `prepare_model` runs."""
+    from graphsim.cost_model import pipeline_for as pipeline
+
+    return pipeline(target, tp, ep)
 
 
 def gpus_for(tp: int, ep: int) -> int:
@@ -62,31 +68,37 @@ class Prepared:
 def prepare_graph(graph: Graph, config: dict[str, Any], hardware, batch: str, *, db=None, data_note: str = "",
                   model: str = "", kv_dtype: str | None = None, dtype: str | None = None) -> Prepared:
     """Price `batch` on a fused (and partitioned) kernel graph and account the same step from `config`."""
-    from graphsim.analysis.sites import read_sites
-    from graphsim.costing.cost_tree import build_tree, compile_tree
-    from graphsim.costing.interpolate import KernelPricer
-    from graphsim.costing.kernel_map import Dtypes
-    from graphsim.work import accounting
+    from graphsim.costing.cost_model import CostModel
 
     if not any(n.op is Op.KERNEL for n in graph.nodes):
         raise GraphsimError("analyze needs a fused kernel graph; run the fold and fuse passes first")
+    cm = CostModel.of_kernel_graph(graph, hardware, db, kv_dtype=kv_dtype, dtype=dtype, data_note=data_note)
+    return prepare_cost_model(cm, config, batch, model=model)
+
+
+def prepare_cost_model(cm: CostModel, config: dict[str, Any], batch: str, *, model: str = "") -> Prepared:
+    """Price `batch` on a cost model (`graphsim.cost_model.build_cost_model`) and account the same step from
+    `config` with the cost model's dtype and KV dtype."""
+    from graphsim.analysis.sites import read_sites
+    from graphsim.work import accounting
+
     step = parse_batch_spec(batch)
-    tp, ep = int(graph.meta.get("tp", 1)), int(graph.meta.get("ep", 1))
+    graph, tp, ep, hardware = cm.graph, cm.tp, cm.ep, cm.hardware
     gpus = gpus_for(tp, ep)
-    tree = compile_tree(build_tree(graph))
-    dtypes = Dtypes.for_graph(graph.meta, kv_dtype)
-    ev = tree.evaluate([step], KernelPricer(db, hardware), dtypes)
+    if hardware is None:
+        raise GraphsimError("analyze needs a hardware spec (--gpu)")
+    ev = cm.evaluate([step])
     total = float(ev.total_us()[0])
-    sites = read_sites(graph, tree, ev, step, dtypes, hardware)
+    sites = read_sites(graph, cm.tree, ev, step, cm.dtypes, hardware)
     dep = Deployment(
         model=model or graph.name, architecture=str(graph.meta.get("architecture", "")),
-        hardware=f"{hardware.id} ({hardware.name})", data_note=data_note, tp=tp, ep=ep, gpus=gpus, batch=batch,
+        hardware=f"{hardware.id} ({hardware.name})", data_note=cm.data_note, tp=tp, ep=ep, gpus=gpus, batch=batch,
         step=step, memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
         iteration_us=None if math.isnan(total) else total, iteration_source=ev.total_source(0).value,
-        dtype=dtype, kv_dtype=kv_dtype)
-    target = str(graph.meta.get("fuse_target", ""))
+        dtype=cm.dtype, kv_dtype=cm.kv_dtype)
+    target = cm.target
     try:
-        acc = accounting(config, dtype=dtype, kv_dtype=kv_dtype)
+        acc = accounting(config, dtype=cm.dtype, kv_dtype=cm.kv_dtype)
         if graph.schedule is None:
             raise UnsupportedDeployment("the graph has no layer schedule; run the fold pass")
         rows = necessary_rows(acc, step, graph.schedule.tags)
@@ -101,22 +113,16 @@ def prepare_model(model: str, *, gpu: str = "h200", tp: int = 1, ep: int = 1, ba
     """Trace `model` (catalog name, HF id, config.json or model dir), fuse and partition it, price `batch`.
     `graph` reuses an already imported (unfused) graph of the same model."""
     from graphsim.catalog import resolve_model
+    from graphsim.cost_model import build_cost_model
     from graphsim.costing.hardware import load_hardware
-    from graphsim.costing.predict import choose_data
-    from graphsim.passes import run_pipeline
 
     gpus_for(tp, ep)
     parse_batch_spec(batch)
     hw = load_hardware(gpu)
-    db, note = choose_data(hw, profile)
     resolved = resolve_model(model)
-    if graph is None:
-        from graphsim.importers.hf import import_hf
-
-        graph, _ = import_hf(resolved, dtype=dtype)
-    fused = run_pipeline(graph, pipeline_for(target, tp, ep)).graph
-    return prepare_graph(fused, resolved.config, hw, batch, db=db, data_note=note, model=model, kv_dtype=kv_dtype,
-                         dtype=dtype)
+    cm = build_cost_model(graph if graph is not None else resolved, hw, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
+                          profile=profile, target=target)
+    return prepare_cost_model(cm, resolved.config, batch, model=model)
 
 
 def analyze_prepared(p: Prepared, map_paths: list[str | Path] | None = None) -> Analysis:

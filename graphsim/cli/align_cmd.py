@@ -33,10 +33,9 @@ def align_cmd(
     as_json: opt.Json = False,
 ) -> None:
     """Align one captured iteration with the fused kernel graph and print the decision table."""
+    from graphsim.cost_model import build_cost_model
     from graphsim.costing.align_report import build_report
     from graphsim.importers.captures import load_capture
-    from graphsim.ir import Op
-    from graphsim.passes import run_pipeline
 
     cap = load_capture(capture, range_)
     it = cap.select(iteration, phase)
@@ -45,28 +44,23 @@ def align_cmd(
     if profile and spec is None:
         raise GraphsimError(f"--profile needs the step the capture ran: give --batch (e.g. --batch decode:64x2048); "
                             f"the iteration's label '{it.label}' is not a batch spec")
-    graph = load_source(model, dtype)
-    if not any(n.op is Op.KERNEL for n in graph.nodes):
-        pipe = (f"fold,fuse{{target={target}}}" + (f",tp{{size={tp}}}" if tp > 1 else "")
-                + (f",ep{{size={ep}}}" if ep > 1 else ""))
-        graph = run_pipeline(graph, pipe).graph
+    # only the given profile is priced from (no default db): without --profile nothing is priced
+    cm = build_cost_model(lambda: load_source(model, dtype), gpu, tp=tp, ep=ep, dtype=dtype, profile=profile,
+                          default_profile=False, target=target)
+    graph = cm.graph
     predicted = total = None
     note = ""
-    if profile:
-        from graphsim.costing.hardware import load_hardware
+    if profile and cm.db is not None:
         from graphsim.costing.predict import predict
-        from graphsim.costing.profile_db import ProfileDB
         from graphsim.workload import parse_batch_spec
 
-        db = ProfileDB.open(profile)
-        hw = load_hardware(gpu) if gpu else None
-        pred = predict(graph, hw, db, [parse_batch_spec(spec)], [spec])
+        assert spec is not None
+        pred = predict(cm, [parse_batch_spec(spec)], [spec])
         b = pred.batches[0]
         predicted = {r.node: (r.total_us, r.source) for r in b.rows}
         total = (b.total_us, b.source)
-        spec_id = hw.id if hw else db.meta.hardware
-        fallback = f"the {spec_id} roofline" if spec_id else "missing (no hardware spec for a roofline)"
-        note = f"rows of {profile} ({db.meta.device}); where the rows do not reach: {fallback}"
+        fallback = f"the {cm.hardware.id} roofline" if cm.hardware else "missing (no hardware spec for a roofline)"
+        note = f"rows of {profile} ({cm.db.meta.device}); where the rows do not reach: {fallback}"
     report = build_report(graph, cap, it, target=target if not str(model).endswith(".json") else "saved graph",
                           predicted=predicted, batch=spec if profile else None, predicted_total=total, data_note=note)
     if as_json:

@@ -27,22 +27,15 @@ def predict_cmd(
     as_json: opt.Json = False,
 ) -> None:
     """Predict iteration times for explicit batches; every number says where it came from."""
-    from graphsim.costing.hardware import load_hardware
-    from graphsim.costing.predict import choose_data, predict
-    from graphsim.passes import run_pipeline
+    from graphsim.cost_model import build_cost_model
+    from graphsim.costing.predict import predict
     from graphsim.workload import parse_batch_spec
 
     specs = batch or ["prefill:1x2048", "decode:64x2048"]
     steps = [parse_batch_spec(s) for s in specs]
-    hw = load_hardware(gpu)
-    db, note = choose_data(hw, profile)
-    graph = load_source(model, dtype)
-    from graphsim.ir import Op
-
-    if not any(n.op is Op.KERNEL for n in graph.nodes):
-        pipe = f"fold,fuse{{target={target}}}" + (f",tp{{size={tp}}}" if tp > 1 else "") + (f",ep{{size={ep}}}" if ep > 1 else "")
-        graph = run_pipeline(graph, pipe).graph
-    pred = predict(graph, hw, db, steps, specs, kv_dtype, note)
+    cm = build_cost_model(lambda: load_source(model, dtype), gpu, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
+                          profile=profile, target=target)
+    pred = predict(cm, steps, specs)
     if as_json:
         print(json.dumps(pred.to_json(), indent=1, default=str))
         return

@@ -9,14 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
+from graphsim.costing.cost_model import CostModel
+from graphsim.costing.cost_tree import CompiledTree, Evaluation, NodeKind
 from graphsim.costing.hardware import HardwareSpec
-from graphsim.costing.interpolate import SOURCES, KernelPricer
-from graphsim.costing.kernel_map import Dtypes, NoKernelKey, points_for
-from graphsim.costing.kernels import point_coords
+from graphsim.costing.interpolate import SOURCES
+from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.profile_db import ProfileDB
-from graphsim.costing.roofline import kernel_work
-from graphsim.ir import Graph
 from graphsim.workload import Step
 
 
@@ -98,7 +96,7 @@ def _regions(c: CompiledTree) -> dict[int, str]:
     out: dict[int, str] = {}
 
     def walk(i: int, label: str) -> None:
-        if c.kinds[i] == 5:  # Labeled
+        if c.kinds[i] is NodeKind.LABELED:
             label = c.labels[i]
         if c.leaf_of[i] >= 0:
             out[c.leaf_of[i]] = label
@@ -109,16 +107,14 @@ def _regions(c: CompiledTree) -> dict[int, str]:
     return out
 
 
-def predict(graph: Graph, hardware: HardwareSpec | None, db: ProfileDB | None, steps: list[Step],
-            specs: list[str], kv_dtype: str | None = None, data_note: str = "") -> Prediction:
-    tree = compile_tree(build_tree(graph))
-    pricer = KernelPricer(db, hardware)
-    dtypes = Dtypes.for_graph(graph.meta, kv_dtype)
-    ev = tree.evaluate(steps, pricer, dtypes)
+def predict(cm: CostModel, steps: list[Step], specs: list[str]) -> Prediction:
+    """Price `steps` (labelled `specs`) on a cost model (`graphsim.cost_model.build_cost_model`)."""
+    tree, dtypes = cm.tree, cm.dtypes
+    ev = cm.evaluate(steps)
     regions = _regions(tree)
     batches = [_batch_report(tree, ev, b, spec, regions, dtypes) for b, spec in enumerate(specs)]
-    return Prediction(graph.name, hardware.id if hardware else "none", str(db.path) if db else None, data_note,
-                      int(graph.meta.get("tp", 1)), int(graph.meta.get("ep", 1)), batches)
+    return Prediction(cm.graph.name, cm.hardware.id if cm.hardware else "none", cm.profile, cm.data_note, cm.tp,
+                      cm.ep, batches)
 
 
 def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions: dict[int, str],
@@ -131,24 +127,16 @@ def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions
     rows: list[KernelRow] = []
     tally: dict[str, int] = {}
     missing: list[str] = []
+    leaf_flops, leaf_bytes = ev.leaf_work()
     for i, leaf in enumerate(tree.leaves):
         src = SOURCES[int(ev.leaf_source[i, b])].value
         count = int(tree.multiplicity[i])
         tally[src] = tally.get(src, 0) + 1
-        flops = bytes_ = 0.0
-        try:
-            points = points_for(leaf.attrs, step, dtypes)
-        except NoKernelKey:
-            points = []
-        for key, point in points:
-            w = kernel_work(key, np.asarray([point_coords(point)], dtype=np.float64))
-            if w is not None:
-                flops += float(np.sum(w.flops))
-                bytes_ += float(np.sum(w.bytes))
+        flops, bytes_ = float(leaf_flops[i, b]), float(leaf_bytes[i, b])
         per = ev.leaf_time_us[i, b]
         tot = None if np.isnan(per) else float(per) * count
         if tot is None:
-            missing.append(f"{leaf.name} ({leaf.attrs.kind.value} {leaf.attrs.name} {dict(leaf.attrs.geometry)})")
+            missing.append(f"{leaf.name} ({leaf.attrs.kind.value} {leaf.attrs.name} {leaf.attrs.geometry.as_dict()})")
         rows.append(KernelRow(leaf.name, regions.get(i, ""), leaf.attrs.kind.value, leaf.attrs.name, count,
                               None if np.isnan(per) else float(per), tot,
                               tot / known if (tot is not None and known > 0) else None, src, flops * count,

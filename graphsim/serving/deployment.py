@@ -1,8 +1,9 @@
 """A deployment: model + GPU + TP + engine settings → KV layout, memory budget, capacity, and the
 iteration-cost model the simulator prices with.
 
-`plan_deployment` is config-only (no torch); `build_cost` traces the model into a fused, partitioned
-graph and compiles its cost tree (`graphsim predict`'s flow), so it needs the `trace` extra.
+`plan_deployment` is config-only (no torch); `Deployment.cost_model` / `build_cost` trace the model into a
+fused, partitioned graph and compile its cost tree (`graphsim.cost_model.build_cost_model`, the flow of every
+command), so they need the `trace` extra.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from graphsim.catalog import ResolvedModel, resolve_model
+from graphsim.costing.cost_model import CostModel
 from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.engine_config import EngineConfig, engine_config
@@ -45,6 +47,15 @@ class Deployment:
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, replicas, router, self.tp,
                                fast_forward)
 
+    def cost_model(self, profile: str | None = None, target: str = "vllm") -> CostModel:
+        """The deployment's cost model: its model traced with its dtype, fused for `target`, split over its TP
+        ranks (no expert parallelism), priced with its KV dtype on its hardware from `profile` (default: the
+        hardware's default profile.db when present). Needs the `trace` extra (torch)."""
+        from graphsim.cost_model import build_cost_model
+
+        return build_cost_model(self.model, self.hardware, tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                                profile=profile, target=target)
+
     def to_json(self) -> dict[str, Any]:
         e = self.engine
         return {
@@ -73,8 +84,8 @@ class Deployment:
         }
 
 
-def plan_deployment(model: str | ResolvedModel, gpu: str = "h100", tp: int = 1, *, kv_dtype: str | None = None,
-                    dtype: str | None = None, state_dtype: str | None = None, ignore_quant: bool = False,
+def plan_deployment(model: str | ResolvedModel, gpu: str | HardwareSpec = "h100", tp: int = 1, *,
+                    kv_dtype: str | None = None, dtype: str | None = None, state_dtype: str | None = None, ignore_quant: bool = False,
                     max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
                     max_model_len: int | None = None, block_size: int | None = None,
                     gpu_memory_utilization: float = 0.9, enable_prefix_caching: bool = True,
@@ -82,7 +93,7 @@ def plan_deployment(model: str | ResolvedModel, gpu: str = "h100", tp: int = 1, 
                     kv_memory_bytes: int | None = None, activation_gib: float | None = None,
                     overhead_gib: float | None = None, cudagraph_gib: float | None = None) -> Deployment:
     resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
-    hw = load_hardware(gpu)
+    hw = load_hardware(gpu) if isinstance(gpu, str) else gpu
     cfg = resolved.config
     acc = accounting(cfg, dtype=dtype, kv_dtype=kv_dtype, state_dtype=state_dtype, ignore_quant=ignore_quant)
     eng = engine_config(hw, cfg, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
@@ -98,22 +109,9 @@ def plan_deployment(model: str | ResolvedModel, gpu: str = "h100", tp: int = 1, 
 
 
 def build_cost(dep: Deployment, profile: str | None = None, target: str = "vllm") -> tuple[IterationCost, str, int]:
-    """Trace, fuse and partition the model, compile its cost tree, and wrap it for the simulator.
-    Returns (cost, what the numbers rest on, kernels in the tree)."""
-    from graphsim.costing.cost_tree import build_tree, compile_tree
-    from graphsim.costing.interpolate import KernelPricer
-    from graphsim.costing.kernel_map import Dtypes
-    from graphsim.costing.predict import choose_data
-    from graphsim.importers.hf import import_hf
-    from graphsim.passes import run_pipeline
-
-    db, note = choose_data(dep.hardware, profile)
-    graph, _ = import_hf(dep.model, dtype=dep.dtype)
-    pipe = f"fold,fuse{{target={target}}}" + (f",tp{{size={dep.tp}}}" if dep.tp > 1 else "")
-    graph = run_pipeline(graph, pipe).graph
-    tree = compile_tree(build_tree(graph))
-    dtypes = Dtypes.for_graph(graph.meta, dep.kv_dtype)
+    """Trace, fuse and partition the model (`graphsim.cost_model.build_cost_model`), and wrap its cost tree for
+    the simulator. Returns (cost, what the numbers rest on, kernels in the tree)."""
+    cm = dep.cost_model(profile, target)
     e = dep.engine
-    cost = iteration_cost(tree, KernelPricer(db, dep.hardware), dtypes, e.max_num_batched_tokens, e.max_num_seqs,
-                          e.max_model_len)
-    return cost, note, len(tree.leaves)
+    cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len)
+    return cost, cm.data_note, cm.kernels

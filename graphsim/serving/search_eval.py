@@ -64,16 +64,12 @@ def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candi
                  target: str = "vllm", graph: Graph | None = None) -> SearchContext:
     """Trace the model once (or take its imported `graph`) and fuse it — tracing needs the `trace` extra; size
     the cost tables for the candidates."""
-    from graphsim.costing.predict import choose_data, default_profile_path
-    from graphsim.passes import run_pipeline
+    from graphsim.cost_model import build_cost_model
 
-    db, note = choose_data(hw, spec.profile)
-    profile = spec.profile or (str(default_profile_path(hw.id)) if db is not None else None)
-    if graph is None:
-        from graphsim.importers.hf import import_hf
-
-        graph, _ = import_hf(model, dtype=spec.dtype)
-    graph = run_pipeline(graph, f"fold,fuse{{target={target}}}").graph
+    # fused, not partitioned (tp = ep = 1): the partitions are made per candidate (partition_cost)
+    cm = build_cost_model(graph if graph is not None else model, hw, dtype=spec.dtype, kv_dtype=spec.kv_dtype,
+                          profile=spec.profile, target=target)
+    graph, profile, note = cm.graph, cm.profile, cm.data_note
     max_tokens = max(p.max_num_batched_tokens for c in candidates for p in c.pools)
     max_seqs = max(p.max_num_seqs for c in candidates for p in c.pools)
     link = KvLink.from_hardware(hw, spec.kv_link_gbps, spec.kv_link_latency_us)
@@ -99,21 +95,16 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
     key = (ctx.key, tp, ep)
     cost = _COSTS.get(key)
     if cost is None:
-        from graphsim.costing.cost_tree import build_tree, compile_tree
-        from graphsim.costing.interpolate import KernelPricer
-        from graphsim.costing.kernel_map import Dtypes
+        from graphsim.cost_model import build_cost_model
         from graphsim.costing.profile_db import ProfileDB
-        from graphsim.passes import run_pipeline
         from graphsim.serving.pricing import iteration_cost
 
         if ctx.profile not in _DBS:
             _DBS[ctx.profile] = ProfileDB.open(ctx.profile) if ctx.profile else None
-        passes = [f"tp{{size={tp}}}"] if tp > 1 else []
-        passes += [f"ep{{size={ep}}}"] if ep > 1 else []
-        graph = run_pipeline(ctx.graph, ",".join(passes)).graph if passes else ctx.graph
-        tree = compile_tree(build_tree(graph))
-        cost = iteration_cost(tree, KernelPricer(_DBS[ctx.profile], ctx.hardware),
-                              Dtypes.for_graph(graph.meta, ctx.kv_dtype), ctx.max_tokens, ctx.max_seqs, ctx.max_context)
+        # the fused graph gets only its partition passes; the profile is the one make_context chose (no default)
+        cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.dtype, kv_dtype=ctx.kv_dtype,
+                              profile=_DBS[ctx.profile], default_profile=False)
+        cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, ctx.max_tokens, ctx.max_seqs, ctx.max_context)
         _COSTS[key] = cost
     return cost
 
@@ -125,7 +116,7 @@ def deployment(ctx: SearchContext, pool: PoolConfig):
     dep = _DEPLOYMENTS.get(key)
     if dep is None:
         dep = _DEPLOYMENTS[key] = plan_deployment(
-            ctx.model, ctx.hardware.id, pool.tp, kv_dtype=ctx.kv_dtype, dtype=ctx.dtype,
+            ctx.model, ctx.hardware, pool.tp, kv_dtype=ctx.kv_dtype, dtype=ctx.dtype,
             max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs,
             max_model_len=ctx.max_model_len, gpu_memory_utilization=ctx.gpu_memory_utilization)
     return dep
@@ -165,7 +156,7 @@ class Evaluation:
 
 
 def _steady(ctx: SearchContext, c: Candidate) -> Evaluation:
-    isl, osl = int(round(ctx.isl.mean)), int(round(ctx.osl.mean))
+    isl, osl = round(ctx.isl.mean), round(ctx.osl.mean)
     if c.mode == "agg":
         (p,) = c.pools
         sp: SteadyPoint = aggregated_point(partition_cost(ctx, p.tp, p.ep), isl, osl, c.clients,

@@ -41,9 +41,9 @@ class SearchSpec:
     model: str
     gpu: str = "h200"
     gpus: int = 8
-    isl: Lengths = Lengths(4000, 4000)
-    osl: Lengths = Lengths(1000, 1000)
-    slo: SLO = SLO()
+    isl: Lengths = field(default_factory=lambda: Lengths(4000, 4000))
+    osl: Lengths = field(default_factory=lambda: Lengths(1000, 1000))
+    slo: SLO = field(default_factory=SLO)
     tp: tuple[int, ...] | None = None  # None: powers of two up to min(gpus, GPUs per node)
     modes: tuple[str, ...] = ("agg", "disagg")
     max_num_seqs: tuple[int, ...] = DEFAULT_SEQS
@@ -181,7 +181,7 @@ class _Planner:
     """`plan_deployment` per (tp, batch settings), memoised; errors become prune reasons."""
 
     def __init__(self, spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec) -> None:
-        self.spec, self.model = spec, model
+        self.spec, self.model, self.hardware = spec, model, hw
         self.default_batched_tokens, self.default_seqs = batch_defaults(hw)
         self._plans: dict[tuple[int, int, int], Any] = {}
         self.request_tokens = spec.isl.hi + spec.osl.hi
@@ -194,7 +194,7 @@ class _Planner:
             s = self.spec
             try:
                 self._plans[key] = plan_deployment(
-                    self.model, s.gpu, tp, kv_dtype=s.kv_dtype, dtype=s.dtype, max_num_batched_tokens=mnbt,
+                    self.model, self.hardware, tp, kv_dtype=s.kv_dtype, dtype=s.dtype, max_num_batched_tokens=mnbt,
                     max_num_seqs=seqs, max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization)
             except GraphsimError as e:
                 self._plans[key] = e

@@ -173,6 +173,7 @@ def test_real_cpu_trace_against_the_eager_target(eager_graph, cpu_trace):
 
 
 def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
+    from graphsim.cost_model import build_cost_model
     from graphsim.costing.dtypes import KernelDtype
     from graphsim.costing.kernels import GemmKey, GemmPoint, Measurement
     from graphsim.costing.predict import predict
@@ -185,7 +186,7 @@ def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
     db.close()
     db = ProfileDB.open(tmp_path / "p.db")
     spec = "decode:4x100"
-    b = predict(vllm_graph, None, db, [parse_batch_spec(spec)], [spec]).batches[0]
+    b = predict(build_cost_model(vllm_graph, profile=db), [parse_batch_spec(spec)], [spec]).batches[0]
     names = [n for _, n in vllm_kernel_names(vllm_graph)]
     r = _report(vllm_graph, tmp_path, names, spec, predicted={x.node: (x.total_us, x.source) for x in b.rows},
                 batch=spec, predicted_total=(b.total_us, b.source), data_note="test rows")

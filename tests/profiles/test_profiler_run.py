@@ -73,13 +73,14 @@ def test_times_are_positive_and_finite_with_spread(profiled, eager_graph):
 
 
 def test_rows_are_found_by_the_cost_tree(profiled, eager_graph):
+    from graphsim.cost_model import build_cost_model
     from graphsim.costing.predict import predict
     from graphsim.workload import parse_batch_spec
 
     path, _ = profiled
     specs = ["prefill:1x16", "decode:2x127"]  # grid points: m=16 / tokens=16; decode batch 2, kv 128
     with ProfileDB.open(path) as db:
-        pred = predict(eager_graph, None, db, [parse_batch_spec(s) for s in specs], specs)
+        pred = predict(build_cost_model(eager_graph, profile=db), [parse_batch_spec(s) for s in specs], specs)
     for batch in pred.batches:
         assert not batch.missing, batch.missing
         assert set(batch.tally) == {"measured"}, batch.tally

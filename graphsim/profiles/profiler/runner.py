@@ -76,6 +76,8 @@ class ProfileReport:
 
 
 def pipeline_for(target: str, tp: int) -> str:
+    """The profiler's pipeline, recorded in the db's provenance: it names the TP size even when it is 1
+    (`tp{size=1}` changes nothing but the graph's meta)."""
     return f"fold,fuse{{target={target}}},tp{{size={tp}}}"
 
 
@@ -110,23 +112,18 @@ def profile_model(model: str | ResolvedModel, out: str | os.PathLike[str], *, de
         grid = grid.trimmed(max_m=max_m, max_tokens=max_m, max_moe_tokens=max_m, max_kv=max_kv)
     timing = timing or (TimingOptions.quick() if quick else TimingOptions())
 
-    from graphsim.importers.hf import import_hf
-    from graphsim.passes import run_pipeline
+    from graphsim.cost_model import build_cost_model
 
-    if on_graph:
-        on_graph("tracing the model on the meta device")
-    graph, _ = import_hf(model, dtype=dtype)
     pipeline = pipeline_for(target, tp)
-    if on_graph:
-        on_graph(f"running {pipeline}")
-    try:
-        fused = run_pipeline(graph, pipeline).graph
+    try:  # no hardware spec and no profile.db: only the kernel graph and its dtypes are used
+        cm = build_cost_model(model, None, tp=tp, dtype=dtype, kv_dtype=kv_dtype, default_profile=False,
+                              target=target, pipeline=pipeline, on_stage=on_graph)
     except GraphsimError as e:
         if target == "eager" and tp > 1:
             raise GraphsimError(f"{e} (the eager target is not built for tensor parallelism; "
                                 "profile --tp with --target vllm)") from None
         raise
-    return profile_graph(fused, out, info, grid=grid, timing=timing, kinds=wanted, prefill=prefill, decode=decode,
+    return profile_graph(cm.graph, out, info, grid=grid, timing=timing, kinds=wanted, prefill=prefill, decode=decode,
                          kv_dtype=kv_dtype, target=target, pipeline=pipeline, max_points=max_points,
                          overwrite=overwrite, flush_every=flush_every, progress=progress)
 
@@ -197,7 +194,7 @@ def profile_graph(graph: Graph, out: str | os.PathLike[str], info: DeviceInfo, *
     for t in targets:
         for conflict in t.geometry_conflicts():
             report.notes.append(f"{t.describe()} is shared by kernels that differ in {conflict}; measured with "
-                                f"the first ({dict(t.attrs.geometry)})")
+                                f"the first ({t.attrs.geometry.as_dict()})")
     path = Path(out)
     _check_resume(path, info, overwrite)
     db = ProfileDB.create(path, _meta(info, target, pipeline, graph, grid, timing), overwrite=overwrite)
@@ -214,7 +211,7 @@ def profile_graph(graph: Graph, out: str | os.PathLike[str], info: DeviceInfo, *
         with torch.inference_mode():
             _measure(db, plan, info, timing, report, total, max_points, flush_every, progress)
         db.update_provenance({"fuse_targets": ",".join(sorted(set(
-            filter(None, (db.meta.provenance.get("fuse_targets", "").split(",") + [target])))))})
+            filter(None, [*db.meta.provenance.get("fuse_targets", "").split(","), target]))))})
     finally:
         db.close()
     report.elapsed_s = time.perf_counter() - t_start
@@ -283,7 +280,7 @@ def _measure(db: ProfileDB, plan: list[tuple[KernelTarget, KeyReport, list[Point
                 kr.failed += len(points)
                 report.points_failed += len(points)
                 report.failures.append({"key": t.describe(), "reason": reason, "points": len(points),
-                                        "first": dict(zip(_coord_names(points[0]), point_coords(points[0])))})
+                                        "first": dict(zip(_coord_names(points[0]), point_coords(points[0]), strict=True))})
             del bench
             if info.is_cuda:
                 torch.cuda.empty_cache()

@@ -1,0 +1,64 @@
+"""`CostModel`: one deployment's pricing — the kernel graph after passes, its compiled cost tree, the pricer
+(profile.db rows, the hardware spec for the roofline) and the dtypes it prices with.
+
+Build one with `graphsim.cost_model.build_cost_model` (model → import → passes → this); every command, the
+simulator, search, alignment, the analyzer and the profiler use that one recipe. This module holds only the
+costing half — `CostModel.of_kernel_graph` compiles an already fused graph — so it imports without torch and
+without the importers or passes (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.interpolate import KernelPricer
+from graphsim.costing.kernel_map import Dtypes
+from graphsim.costing.profile_db import ProfileDB
+from graphsim.ir import Graph
+from graphsim.workload import Step
+
+
+@dataclass(frozen=True, eq=False)
+class CostModel:
+    """A fused (and partitioned) kernel graph, compiled and ready to price steps."""
+
+    graph: Graph  # the kernel graph after passes
+    tree: CompiledTree  # compiled once from `graph`
+    pricer: KernelPricer  # profile.db lookup → interpolation → roofline fallback
+    dtypes: Dtypes  # activation / KV dtypes the kernels are priced with
+    hardware: HardwareSpec | None  # the spec the roofline uses (given, or named by the profile's meta); None: none
+    profile: str | None  # path of the profile.db priced from (None: no measured rows)
+    data_note: str  # a plain statement of what the numbers rest on
+    tp: int  # tensor-parallel size of the graph (its meta)
+    ep: int  # expert-parallel size of the graph (its meta)
+    target: str  # fuse target the graph was fused for ('' when unknown)
+    pipeline: str  # the passes this model's builder ran ('' when it was handed a finished kernel graph)
+    dtype: str | None  # model dtype override asked for (None: the checkpoint's)
+    kv_dtype: str | None  # KV-cache dtype asked for (None: the model dtype)
+
+    @classmethod
+    def of_kernel_graph(cls, graph: Graph, hardware: HardwareSpec | None = None, db: ProfileDB | None = None, *,
+                        kv_dtype: str | None = None, dtype: str | None = None, data_note: str = "",
+                        pipeline: str = "") -> CostModel:
+        """Compile a fused kernel graph's cost tree and pair it with a pricer for `db` and `hardware` (with no
+        `hardware`, the spec the db's meta names, if any)."""
+        tree = compile_tree(build_tree(graph))
+        pricer = KernelPricer(db, hardware)
+        return cls(graph, tree, pricer, Dtypes.for_graph(graph.meta, kv_dtype), pricer.hardware,
+                   str(db.path) if db is not None else None, data_note, int(graph.meta.get("tp", 1)),
+                   int(graph.meta.get("ep", 1)), str(graph.meta.get("fuse_target", "")), pipeline, dtype, kv_dtype)
+
+    @property
+    def db(self) -> ProfileDB | None:
+        return self.pricer.db
+
+    @property
+    def kernels(self) -> int:
+        """Leaves of the cost tree (distinct kernel launches of one rank's iteration, before layer scaling)."""
+        return len(self.tree.leaves)
+
+    def evaluate(self, steps: list[Step]) -> Evaluation:
+        """Price `steps` (one column per step) on the compiled tree."""
+        return self.tree.evaluate(steps, self.pricer, self.dtypes)
