@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphsim.catalog import resolve_model
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
-from graphsim.work import ParamReport, WorkReport, accounting, parse_step
-from graphsim.work.api import Accounting
+
+if TYPE_CHECKING:  # imported when the command runs: the CLI starts without them
+    from graphsim.work import ParamReport, WorkReport
+    from graphsim.work.api import Accounting
 
 
 def _si(value: float, unit: str = "") -> str:
@@ -118,6 +120,9 @@ def work(
 
     Several --prefill/--decode options together form one mixed step.
     """
+    from graphsim.catalog import resolve_model
+    from graphsim.work import accounting, parse_step
+
     resolved = resolve_model(model)
     acc = accounting(resolved.config, dtype, kv_dtype, state_dtype, ignore_quant)
     has_step = bool(prefill or decode)
