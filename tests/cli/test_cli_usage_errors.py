@@ -49,7 +49,7 @@ def ran() -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
     """Every case run once, a few at a time (each is a fresh interpreter)."""
     argvs = [tuple(c.values[0]) for c in CASES]
     with ThreadPoolExecutor(max_workers=4) as pool:
-        return dict(zip(argvs, pool.map(lambda a: run_cli(list(a)), argvs)))
+        return dict(zip(argvs, pool.map(lambda a: run_cli(list(a)), argvs), strict=True))
 
 
 def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
