@@ -78,7 +78,7 @@ GPU_HELP = ("GPU: a hardware spec id or alias (h100, h200, b200, a100, l40s; `gr
 Gpu = Annotated[str, typer.Option("--gpu", help=GPU_HELP)]
 GpuOfProfile = Annotated[str | None, typer.Option("--gpu", help=f"{GPU_HELP} Default: the profile's own.")]
 Tp = Annotated[int, typer.Option(
-    "--tp", "--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size (vLLM's --tensor-parallel-size).")]
+    "--tp", "--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size.")]
 Ep = Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel size of the MoE layers (1: every rank "
                                                       "holds every expert).")]
 Dtype = Annotated[str | None, typer.Option(
@@ -86,7 +86,7 @@ Dtype = Annotated[str | None, typer.Option(
     help="Model dtype: auto (the config's), bfloat16, float16 (half), float32 (float), as vLLM's --dtype.")]
 KvDtype = Annotated[str | None, typer.Option(
     "--kv-dtype", "--kv-cache-dtype", callback=_kv_cache_dtype, metavar="DTYPE",
-    help="KV-cache dtype (vLLM's --kv-cache-dtype): auto (the model dtype), bfloat16, float16, fp8 (= fp8_e4m3), "
+    help="KV-cache dtype: auto (the model dtype), bfloat16, float16, fp8 (= fp8_e4m3), "
          "fp8_e5m2 or int8.")]
 
 
