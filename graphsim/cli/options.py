@@ -1,7 +1,8 @@
 """Options several commands share, declared once: one name, one meaning, one check everywhere.
 
-A command takes one as `tp: Tp = 1` (typer reads the declaration from the annotation, the default from
-the `=`); shared defaults are the constants here (`gpu: Gpu = DEFAULT_GPU`). Where vLLM names the same
+A command imports this module as `opt` and takes an option as `tp: opt.Tp = 1` (typer reads the declaration
+from the annotation, the default from the `=`); shared defaults are the constants here
+(`gpu: opt.Gpu = opt.DEFAULT_GPU`). Where vLLM names the same
 concept, vLLM's name is an alias with the same meaning (`--tensor-parallel-size` and `-tp` for `--tp`,
 `--kv-cache-dtype` for `--kv-dtype`, `--enable-prefix-caching` for `--prefix-caching`), and vLLM's
 spellings of values are accepted (`--kv-cache-dtype auto`, `--dtype half`). A bad value is a usage
