@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import Enum
 from functools import lru_cache
 
+from graphsim.ir.tensor import DTYPE_ALIASES, DType
+
 
 class PeakClass(str, Enum):
     """Which tensor-core peak a dtype runs at; keys of `HardwareSpec.peak_flops_per_s`."""
@@ -72,24 +74,35 @@ _PEAK: dict[KernelDtype, PeakClass] = {
     KernelDtype.W4AFP8: PeakClass.FP8,
 }
 
-# Other spellings (torch, HF configs, aiconfigurator tables) → KernelDtype.
-_ALIASES: dict[str, KernelDtype] = {
-    "float32": KernelDtype.FP32, "float": KernelDtype.FP32, "f32": KernelDtype.FP32,
-    "bfloat16": KernelDtype.BF16, "float16": KernelDtype.FP16, "half": KernelDtype.FP16,
-    "f16": KernelDtype.FP16, "float8_e4m3fn": KernelDtype.FP8, "f8e4m3": KernelDtype.FP8,
-    "sq": KernelDtype.INT8_SQ, "i8": KernelDtype.INT8, "fp4": KernelDtype.NVFP4,
-    # vLLM's --kv-cache-dtype names; an e5m2 cache moves the same bytes at the same fp8 peak as e4m3
-    "fp8_e4m3": KernelDtype.FP8, "e4m3": KernelDtype.FP8, "fp8_e5m2": KernelDtype.FP8, "e5m2": KernelDtype.FP8,
-    "float8_e5m2": KernelDtype.FP8,
+# An element type's plain kernel mode. Every spelling of an element type (torch, HF configs, vLLM's
+# --kv-cache-dtype) is read through the IR's one alias table; an e5m2 cache moves the same bytes at
+# the same fp8 peak as e4m3, so both are `fp8`. Element types no kernel table holds (int4 without a
+# scheme, 64-bit, bool, complex) have no entry.
+_FROM_ELEMENT: dict[DType, KernelDtype] = {
+    DType.FLOAT32: KernelDtype.FP32, DType.BFLOAT16: KernelDtype.BF16, DType.FLOAT16: KernelDtype.FP16,
+    DType.FLOAT8_E4M3: KernelDtype.FP8, DType.FLOAT8_E5M2: KernelDtype.FP8, DType.INT8: KernelDtype.INT8,
+    DType.FLOAT4: KernelDtype.NVFP4,
 }
+# aiconfigurator's name for SmoothQuant W8A8.
+_KERNEL_ALIASES: dict[str, KernelDtype] = {"sq": KernelDtype.INT8_SQ}
+
+
+def kernel_dtype_of(dtype: DType) -> KernelDtype:
+    """The plain kernel mode of an element type (ValueError for types no kernel table holds)."""
+    if dtype not in _FROM_ELEMENT:
+        raise ValueError(f"no kernel dtype runs {dtype.label} elements")
+    return _FROM_ELEMENT[dtype]
 
 
 @lru_cache(maxsize=256)
 def parse_kernel_dtype(name: str) -> KernelDtype:
     """`bfloat16`, `torch.bfloat16`, `bf16`, `half`, `fp8_block`, ... → KernelDtype (ValueError if unknown)."""
     key = name.strip().lower().removeprefix("torch.")
-    if key in _ALIASES:
-        return _ALIASES[key]
+    if key in _KERNEL_ALIASES:
+        return _KERNEL_ALIASES[key]
+    element = DTYPE_ALIASES.get(key) or next((d for d in DType if d.value == key), None)
+    if element in _FROM_ELEMENT:
+        return _FROM_ELEMENT[element]
     try:
         return KernelDtype(key)
     except ValueError:

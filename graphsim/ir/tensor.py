@@ -39,6 +39,16 @@ class DType(str, Enum):
         return _DTYPE_BYTES[self]
 
     @property
+    def bytes_per_element(self) -> float:
+        """Bytes per element as a float (the accountant's arithmetic; `bytes` keeps ints for exact shapes)."""
+        return float(_DTYPE_BYTES[self])
+
+    @property
+    def label(self) -> str:
+        """The name configs and vLLM's flags use (`bf16`, `fp8`, `fp8_e5m2`, `int4`, …)."""
+        return _LABELS[self]
+
+    @property
     def is_float(self) -> bool:
         return self in _FLOATS
 
@@ -49,16 +59,23 @@ _DTYPE_BYTES = {
     DType.INT16: 2, DType.INT8: 1, DType.UINT8: 1, DType.INT4: 0.5, DType.BOOL: 1,
     DType.COMPLEX64: 8,
 }
+_LABELS = {
+    DType.FLOAT32: "fp32", DType.FLOAT16: "fp16", DType.BFLOAT16: "bf16", DType.FLOAT8_E4M3: "fp8",
+    DType.FLOAT8_E5M2: "fp8_e5m2", DType.FLOAT4: "fp4", DType.FLOAT64: "fp64", DType.INT64: "int64",
+    DType.INT32: "int32", DType.INT16: "int16", DType.INT8: "int8", DType.UINT8: "uint8", DType.INT4: "int4",
+    DType.BOOL: "bool", DType.COMPLEX64: "complex64",
+}
 _FLOATS = {DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.FLOAT8_E4M3, DType.FLOAT8_E5M2,
            DType.FLOAT4, DType.FLOAT64}
 
-# Config / torch spellings → DType
+# Config / torch / vLLM spellings → DType: the one alias table (the accountant and the kernel dtypes read it too).
 DTYPE_ALIASES: dict[str, DType] = {
     "float32": DType.FLOAT32, "float": DType.FLOAT32, "fp32": DType.FLOAT32,
     "float16": DType.FLOAT16, "half": DType.FLOAT16, "fp16": DType.FLOAT16,
     "bfloat16": DType.BFLOAT16, "bf16": DType.BFLOAT16,
     "float8_e4m3fn": DType.FLOAT8_E4M3, "fp8": DType.FLOAT8_E4M3, "float8": DType.FLOAT8_E4M3,
-    "float8_e5m2": DType.FLOAT8_E5M2,
+    "fp8_e4m3": DType.FLOAT8_E4M3, "e4m3": DType.FLOAT8_E4M3,
+    "float8_e5m2": DType.FLOAT8_E5M2, "fp8_e5m2": DType.FLOAT8_E5M2, "e5m2": DType.FLOAT8_E5M2,
     "float64": DType.FLOAT64, "double": DType.FLOAT64,
     "int64": DType.INT64, "long": DType.INT64, "int32": DType.INT32, "int": DType.INT32,
     "int16": DType.INT16, "int8": DType.INT8, "uint8": DType.UINT8, "bool": DType.BOOL,

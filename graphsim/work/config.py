@@ -115,7 +115,7 @@ class ConfigView:
             value = self._get(key)
             if value is not _MISSING:
                 return parse_dtype(str(value), f"config {key}"), f"config {key}"
-        return DType.BF16, "default: config names no dtype"
+        return DType.BFLOAT16, "default: config names no dtype"
 
     def layer_types(self, layers: int) -> tuple[str, ...] | None:
         types = self.opt_str_list("layer_types")
