@@ -21,6 +21,7 @@ from graphsim.importers.onnx_importer import import_onnx, layer_of  # noqa: E402
 from graphsim.ir import (  # noqa: E402
     AttentionAttrs,
     CastAttrs,
+    ConvAttrs,
     DType,
     EmbeddingAttrs,
     LinearAttrs,
@@ -266,7 +267,7 @@ def test_tiny_llama_dynamo_export(llama_dynamo):
     assert sum(int(g.params[v].numel) for v in read) == torch_counts
 
     # Opaque nodes (e.g. the causal mask's Trilu) are kept and reported, never dropped.
-    assert sorted({n.attrs.target for n in g.opaque_nodes()}) == g.meta["opaque_ops"]
+    assert sorted({n.attrs_as(OpaqueAttrs).target for n in g.opaque_nodes()}) == g.meta["opaque_ops"]
     assert sum(g.meta["opaque_counts"].values()) == len(g.opaque_nodes())
     assert "unknown_shapes" not in g.meta
 
@@ -408,7 +409,8 @@ def test_conv1d_and_unknown_conv(tmp_path):
     outs = [helper.make_tensor_value_info(o, TP.UNDEFINED, None) for o in ("c1", "c2")]
     g = import_onnx(_save(tmp_path, nodes, inputs, outs, [_init("w1", [8, 1, 4]), _init("w2", [4, 3, 3, 3])]))
     c1, c2 = g.nodes
-    assert (c1.op, c1.attrs.channels, c1.attrs.kernel_size, c1.attrs.groups) == (Op.CONV1D, 8, 4, 8)
+    conv = c1.attrs_as(ConvAttrs)
+    assert (c1.op, conv.channels, conv.kernel_size, conv.groups) == (Op.CONV1D, 8, 4, 8)
     assert c2.op is Op.OPAQUE and g.meta["opaque_ops"] == ["onnx::Conv"]
 
 
