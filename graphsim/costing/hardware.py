@@ -18,11 +18,14 @@ from datetime import datetime, timezone
 from enum import Enum
 from importlib import resources
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
+from pydantic import Field
 
 from graphsim.costing.dtypes import KernelDtype, PeakClass
 from graphsim.costing.errors import HardwareSpecError
+from graphsim.validation import Strict, read_json, validate
 
 
 class DeviceKind(str, Enum):
@@ -55,7 +58,7 @@ class HardwareSpec:
         if cls in self.peak_flops_per_s:
             return self.peak_flops_per_s[cls]
         twin = {PeakClass.BF16: PeakClass.FP16, PeakClass.FP16: PeakClass.BF16}.get(cls)
-        if twin in self.peak_flops_per_s:
+        if twin is not None and twin in self.peak_flops_per_s:
             return self.peak_flops_per_s[twin]
         if self.kind is DeviceKind.CPU:
             return self.peak_flops_per_s.get(PeakClass.FP32)
@@ -79,26 +82,44 @@ class HardwareSpec:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, object], origin: str = "") -> HardwareSpec:
+    def from_json(cls, data: object, origin: str = "") -> HardwareSpec:
+        """A spec from its JSON document, checked field by field (HardwareSpecError naming every problem)."""
+        where = origin or (str(data.get("id", "?")) if isinstance(data, dict) else "?")
         try:
-            return cls(
-                id=str(data["id"]),
-                name=str(data["name"]),
-                kind=DeviceKind(data["kind"]),
-                memory_bytes=int(data["memory_bytes"]),  # type: ignore[arg-type]
-                memory_bandwidth_bytes_per_s=float(data["memory_bandwidth_bytes_per_s"]),  # type: ignore[arg-type]
-                peak_flops_per_s={PeakClass(k): float(v) for k, v in dict(data["peak_dense_flops_per_s"]).items()},  # type: ignore[call-overload]
-                interconnect=str(data.get("interconnect", "")),
-                interconnect_bandwidth_bytes_per_s=float(data.get("interconnect_bandwidth_bytes_per_s", 0.0)),  # type: ignore[arg-type]
-                interconnect_latency_us=float(data.get("interconnect_latency_us", 0.0)),  # type: ignore[arg-type]
-                devices_per_node=int(data.get("devices_per_node", 1)),  # type: ignore[call-overload]
-                source=str(data.get("source", "")),
-                notes=str(data.get("notes", "")),
-                aliases=tuple(str(a) for a in data.get("aliases", ())),  # type: ignore[union-attr]
-            )
-        except (KeyError, ValueError, TypeError) as e:
-            raise HardwareSpecError(f"malformed hardware spec {origin or data.get('id', '?')}: {e!r}; "
-                                    "see profiles/hardware/*.json for the format") from e
+            f = validate(HardwareSpecFile, data, f"malformed hardware spec {where}",
+                         "see graphsim/profiles/hardware/*.json for the format")
+        except ValueError as e:
+            raise HardwareSpecError(str(e)) from None
+        return cls(id=f.id, name=f.name, kind=f.kind, memory_bytes=f.memory_bytes,
+                   memory_bandwidth_bytes_per_s=f.memory_bandwidth_bytes_per_s,
+                   peak_flops_per_s=dict(f.peak_dense_flops_per_s), interconnect=f.interconnect,
+                   interconnect_bandwidth_bytes_per_s=f.interconnect_bandwidth_bytes_per_s,
+                   interconnect_latency_us=f.interconnect_latency_us, devices_per_node=f.devices_per_node,
+                   source=f.source, notes=f.notes, aliases=f.aliases)
+
+
+# Upper bounds are sanity limits, each far above any device shipped today (an H200 has 141 GB at
+# 4.8 TB/s and ~2 PFLOP/s dense fp8; a B200 192 GB at 8 TB/s, per the specs in profiles/hardware/):
+# a value past them is a unit slip (bits for bytes, TB for B), not a faster GPU.
+_PEAK = Annotated[float, Field(gt=0, le=1e17)]  # 100 EFLOP/s
+
+
+class HardwareSpecFile(Strict):
+    """The JSON form of a hardware spec (profiles/hardware/*.json, or a user's file)."""
+
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    kind: DeviceKind
+    memory_bytes: int = Field(gt=0, le=1 << 50)  # 1 PiB
+    memory_bandwidth_bytes_per_s: float = Field(gt=0, le=1e15)  # 1 PB/s
+    peak_dense_flops_per_s: dict[PeakClass, _PEAK] = Field(min_length=1)
+    interconnect: str = ""
+    interconnect_bandwidth_bytes_per_s: float = Field(0.0, ge=0, le=1e15)
+    interconnect_latency_us: float = Field(0.0, ge=0, le=1e6)  # 1 s
+    devices_per_node: int = Field(1, ge=1, le=4096)
+    source: str = ""
+    notes: str = ""
+    aliases: tuple[str, ...] = ()
 
 
 def _hardware_dir():
@@ -120,7 +141,11 @@ def load_hardware(name: str) -> HardwareSpec:
         p = Path(name)
         if not p.is_file():
             raise HardwareSpecError(f"no hardware spec file '{name}'")
-        return HardwareSpec.from_json(json.loads(p.read_text()), str(p))
+        try:
+            data = read_json(p, "hardware spec")
+        except ValueError as e:
+            raise HardwareSpecError(f"{e}; pass a hardware spec .json (see graphsim/profiles/hardware/)") from None
+        return HardwareSpec.from_json(data, str(p))
     want = name.strip().lower().replace("-", "_")
     specs = list_hardware()
     for spec in specs:

@@ -1,0 +1,60 @@
+"""Validation of the files a user hands in (hardware specs, traces, …) at the boundary.
+
+Each file format is a pydantic model with the ranges a value must lie in (finite, positive where it
+must be, sizes below physical limits). `validate_file` reads and checks one document and turns every
+problem into one line that names the file, each bad field with its location and what it must be,
+and the fix — all problems at once, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base of the file models: unknown keys are errors (a typo is not silently ignored), no NaN/inf."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(document)"
+
+
+def problems(e: ValidationError) -> list[str]:
+    """One short phrase per problem: `field.sub: message (got value)`."""
+    out = []
+    for err in e.errors(include_url=False):
+        got = err.get("input")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {got!r})"
+        msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"][0].lower() + err["msg"][1:]
+        out.append(f"{_where(tuple(err['loc']))}: {msg}{shown}")
+    return out
+
+
+def validate(model: type[M], data: Any, what: str, fix: str) -> M:
+    """`data` checked against `model`; a ValueError naming every problem and the fix otherwise."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"{what}: {'; '.join(problems(e))}; {fix}") from None
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in `path` (ValueError naming the file and the problem: unreadable, not UTF-8, not JSON)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what} {path} is not UTF-8 text (is it a binary file?)") from None
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what} {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
