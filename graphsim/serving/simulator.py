@@ -9,7 +9,7 @@ Events are processed in time order, at equal times: an iteration end, then a tra
 arrival, then an idle engine starting. An arrival is routed at its instant, with the engines' state at
 that instant, and wakes an idle engine; an engine's iteration end applies the iteration and plans the
 next one. Each engine is an `Engine` (scheduler.py). A decode segment (several iterations priced at
-once) never runs past the next instant a request may be added to its engine (`_EventLoop.horizon`).
+once) never runs past the next instant a request may be added to its engine (`EventLoop.horizon`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from graphsim.serving.disagg import DisaggSetup
 
 PROGRESS_EVERY = 250  # requests between progress calls
+EngineT = TypeVar("EngineT", bound=Engine)
 
 
 class SimulationError(GraphsimError):
@@ -148,7 +149,7 @@ class KvTransfers:
         return cls(*(np.full(n, np.nan) for _ in range(4)))
 
 
-class _EventLoop:
+class EventLoop:
     """The engines of a deployment and the state between them; `run()` processes every event."""
 
     def __init__(self, setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
@@ -164,38 +165,38 @@ class _EventLoop:
             self.disaggregated = None
             self.max_model_len = setup.engine.max_model_len
             self.entry = [self._engine(Engine, i, setup, self.itl, self._on_done) for i in range(setup.replicas)]
-            self.exit = self.engines = self.entry
+            self.exit: Sequence[Engine] = self.entry
+            self.engines = self.entry
             self.roles = ["replica"] * setup.replicas
             self.entry_router = Router(setup.router)
-            return
-        # disaggregated: the prefill pool's first tokens are discarded (its own inter-token samples)
-        p, d = setup.prefill, setup.decode
-        self.disaggregated = setup
-        self.max_model_len = min(p.engine.max_model_len, d.engine.max_model_len)
-        prefill_itl = Samples()
-        self.entry = [self._engine(Engine, i, p, prefill_itl, self._on_prefilled) for i in range(p.replicas)]
-        self.decode = [self._engine(DecodeEngine, p.replicas + j, d, self.itl, self._on_done)
-                       for j in range(d.replicas)]
-        self.exit = self.decode
-        self.engines = self.entry + self.decode
-        self.roles = ["prefill instance"] * p.replicas + ["decode instance"] * d.replicas
-        self.entry_router, self.exit_router = Router(p.router), Router(d.router)
-        self.loads = [_DecodeLoad(e) for e in self.decode]
-        self.transfer_seq = 0
-        self.kv = KvTransfers.empty(self.arrivals.total)
-        self.egress_free_s = [0.0] * p.replicas  # when each prefill instance's link is next free
-        self.ingress_free_s = [0.0] * d.replicas
-        # A request reaches a decode instance no sooner than its prefill and the link latency after it reaches
-        # the prefill pool. Lower bounds on that delay, with a factor 2 of margin (iteration times are near
-        # affine in tokens, so splitting a prompt over iterations does not make it faster): one token for a
-        # request already in the prefill pool; in a closed loop, a new request's shortest prompt less its
-        # shareable prefix.
-        self.lead_s = self._lower_bound_s(1)
-        self.lead_new_s = (self._lower_bound_s(workload.input_len.lo - workload.prefix_tokens)
-                           if isinstance(workload, ClosedLoop) else self.lead_s)
+        else:  # disaggregated: the prefill pool's first tokens are discarded (its own inter-token samples)
+            p, d = setup.prefill, setup.decode
+            self.disaggregated = setup
+            self.max_model_len = min(p.engine.max_model_len, d.engine.max_model_len)
+            prefill_itl = Samples()
+            self.entry = [self._engine(Engine, i, p, prefill_itl, self._on_prefilled) for i in range(p.replicas)]
+            self.decode = [self._engine(DecodeEngine, p.replicas + j, d, self.itl, self._on_done)
+                           for j in range(d.replicas)]
+            self.exit = self.decode
+            self.engines = self.entry + self.decode
+            self.roles = ["prefill instance"] * p.replicas + ["decode instance"] * d.replicas
+            self.entry_router, self.exit_router = Router(p.router), Router(d.router)
+            self.loads = [_DecodeLoad(e) for e in self.decode]
+            self.transfer_seq = 0
+            self.kv = KvTransfers.empty(self.arrivals.total)
+            self.egress_free_s = [0.0] * p.replicas  # when each prefill instance's link is next free
+            self.ingress_free_s = [0.0] * d.replicas
+            # A request reaches a decode instance no sooner than its prefill and the link latency after it reaches
+            # the prefill pool. Lower bounds on that delay, with a factor 2 of margin (iteration times are near
+            # affine in tokens, so splitting a prompt over iterations does not make it faster): one token for a
+            # request already in the prefill pool; in a closed loop, a new request's shortest prompt less its
+            # shareable prefix.
+            self.lead_s = self._lower_bound_s(1)
+            self.lead_new_s = (self._lower_bound_s(workload.input_len.lo - workload.prefix_tokens)
+                               if isinstance(workload, ClosedLoop) else self.lead_s)
 
-    def _engine(self, kind: type[Engine], index: int, setup: SimulationSetup, itl: Samples,
-                on_finish: Callable[[Request], None]) -> Engine:
+    def _engine(self, kind: type[EngineT], index: int, setup: SimulationSetup, itl: Samples,
+                on_finish: Callable[[Request], None]) -> EngineT:
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
         return e
@@ -259,7 +260,6 @@ class _EventLoop:
         _, _, j, r = heapq.heappop(self.transfers)
         self.loads[j].incoming -= 1
         e = self.decode[j]
-        assert isinstance(e, DecodeEngine)
         e.receive(r)
         if e.busy_until is None and e.index not in self.ready:
             self.ready[e.index] = t
@@ -339,10 +339,10 @@ class _EventLoop:
 
 
 def run_events(setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
-               progress: Callable[[int, int], None] | None = None) -> _EventLoop:
+               progress: Callable[[int, int], None] | None = None) -> EventLoop:
     """Run the workload to completion on an aggregated or a disaggregated deployment; the loop's state
     after the run (`simulate` and `disagg.simulate_disagg` turn it into their results)."""
-    loop = _EventLoop(setup, workload, progress)
+    loop = EventLoop(setup, workload, progress)
     loop.run()
     return loop
 
