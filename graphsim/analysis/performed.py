@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphsim.costing.kernel_map import Dtypes, points_for
+from graphsim.costing.kernel_map import KernelRows
 from graphsim.costing.kernels import (
     AttentionDecodeKey,
     AttentionPrefillKey,
@@ -22,46 +22,46 @@ from graphsim.costing.kernels import (
     MlaDecodeKey,
     MlaPrefillKey,
     MoeKey,
-    point_coords,
 )
 from graphsim.costing.roofline import kernel_work
-from graphsim.ir.kernel import KernelAttrs
 from graphsim.work.analyzer import Performed
-from graphsim.workload import Step
 
 
-def _split(key: KernelKey, c: np.ndarray, nbytes: float) -> tuple[float, float]:
-    """(weight bytes, state bytes) of one point `c` (a 1-D coordinate array in the point's field order)."""
+def _split(key: KernelKey, c: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(weight bytes, state bytes) per row of `c` (N, d), coordinates in the point's field order."""
+    zero = np.zeros(len(c))
     if isinstance(key, GemmKey):
-        return key.k * key.n * key.dtype.element_bytes, 0.0
+        return zero + key.k * key.n * key.dtype.element_bytes, zero
     if isinstance(key, (AttentionPrefillKey, AttentionDecodeKey)):
-        batch, kv_len = c[0], c[-1]
-        keys_read = min(kv_len, key.window) if key.window > 0 else kv_len
-        return 0.0, batch * keys_read * 2 * key.head_dim * key.kv_dtype.activation_bytes * key.num_kv_heads
+        batch, kv_len = c[:, 0], c[:, -1]
+        keys_read = np.minimum(kv_len, key.window) if key.window > 0 else kv_len
+        return zero, batch * keys_read * 2 * key.head_dim * key.kv_dtype.activation_bytes * key.num_kv_heads
     if isinstance(key, (MlaPrefillKey, MlaDecodeKey)):
-        batch, kv_len = c[0], c[-1]
-        return 0.0, batch * kv_len * (key.kv_lora_rank + key.qk_rope_head_dim) * key.kv_dtype.activation_bytes
+        batch, kv_len = c[:, 0], c[:, -1]
+        return zero, batch * kv_len * (key.kv_lora_rank + key.qk_rope_head_dim) * key.kv_dtype.activation_bytes
     if isinstance(key, MoeKey):
-        tokens = c[0]
+        tokens = c[:, 0]
         local = key.num_experts / key.ep
         touched = local * (1 - (1 - 1 / key.num_experts) ** (tokens * key.topk))
-        return touched * 3 * key.hidden_size * key.inter_size / key.tp * key.dtype.element_bytes, 0.0
+        return touched * 3 * key.hidden_size * key.inter_size / key.tp * key.dtype.element_bytes, zero
     if isinstance(key, ElementwiseKey) and key.op == "embedding":
-        return nbytes / 2, 0.0  # the table rows read; the other half is the output written
-    return 0.0, 0.0
+        return nbytes / 2, zero  # the table rows read; the other half is the output written
+    return zero, zero
 
 
-def performed_work(attrs: KernelAttrs, step: Step, dtypes: Dtypes) -> Performed:
-    """FLOPs and bytes one instance of the kernel performs on one rank for `step` (zero for collectives)."""
-    total = Performed()
-    for key, point in points_for(attrs, step, dtypes):
-        if isinstance(key, CollectiveKey):
-            continue
-        coords = np.asarray([point_coords(point)], dtype=np.float64)
-        work = kernel_work(key, coords)
+def performed_work(rows: KernelRows, n_steps: int) -> list[Performed]:
+    """FLOPs and bytes one instance of the kernel performs on one rank in each of `n_steps` steps, from
+    the (key, coordinates) rows it was priced at (`Evaluation.rows`; zero for collectives)."""
+    cols: tuple[list[np.ndarray], ...] = ([], [], [], [])
+    for part in rows.parts:
+        work = None if isinstance(part.key, CollectiveKey) else kernel_work(part.key, part.coords)
         if work is None:
+            zero = np.zeros(len(part.coords))
+            for col in cols:
+                col.append(zero)
             continue
-        flops, nbytes = float(np.sum(work.flops)), float(np.sum(work.bytes))
-        param, state = (float(v) for v in _split(key, coords[0], nbytes))
-        total = total + Performed(flops, param, state, nbytes - param - state)
-    return total
+        param, state = _split(part.key, part.coords, work.bytes)
+        for col, v in zip(cols, (work.flops, param, state, work.bytes - param - state), strict=True):
+            col.append(v)
+    flops, param, state, act = (rows.sum_by_step(col, n_steps) for col in cols)
+    return [Performed(float(flops[b]), float(param[b]), float(state[b]), float(act[b])) for b in range(n_steps)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from graphsim.capture import Launch
 from graphsim.capture import LaunchClass as C
+from graphsim.ir.geometry import GemmGeometry
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.ir.kernel import KernelKind as K
 
@@ -104,9 +105,9 @@ def match_score(a: KernelAttrs, x: Launch) -> float | None:
         return None
     if a.kind is K.GEMM:
         nk = _gemm_nk(x)
-        n, k = a.geo("n"), a.geo("k")
-        if nk is not None and n is not None and k is not None:
-            base += 1.0 if nk == (int(n), int(k)) else -1.5
+        g = a.geometry_as(GemmGeometry)
+        if nk is not None:
+            base += 1.0 if nk == (g.n, g.k) else -1.5
         return base
     if x.op and a.name:
         name = _SAME.get(a.name, a.name)

@@ -7,24 +7,28 @@
     Labeled    a name for a subtree
 
 `build_tree(graph)` makes the tree of a fused (and optionally partitioned) folded graph;
-`compile_tree(tree)` flattens it once; `CompiledTree.evaluate(steps, pricer, dtypes)` prices many
-batches at once, vectorised per kernel key. A composed time carries the worst source of its
-leaves; a missing leaf makes its ancestors' times NaN, never zero.
+`compile_tree(tree)` flattens it once into a post-order program of `NodeKind`s;
+`CompiledTree.evaluate(steps, pricer, dtypes)` prices many batches at once, vectorised per kernel
+key. Each leaf is converted to (key, coordinates) rows once per evaluation
+(`kernel_map.kernel_rows`); its time and its work (`Evaluation.leaf_work`) are read from the same
+rows. A composed time carries the worst source of its leaves; a missing leaf makes its ancestors'
+times NaN, never zero.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from enum import IntEnum
 
 import numpy as np
 
 from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
-from graphsim.costing.kernel_map import Dtypes, NoKernelKey, key_for
+from graphsim.costing.kernel_map import Dtypes, KernelRows, StepArrays, kernel_rows
 from graphsim.costing.kernels import KernelKey
+from graphsim.costing.roofline import kernel_work
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
-from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.ir.kernel import KernelAttrs
 from graphsim.workload import Step
 
 
@@ -62,7 +66,7 @@ class Labeled:
     child: Tree
 
 
-Tree = Union[Leaf, Sum, Max, Parallel, Scale, Labeled]
+Tree = Leaf | Sum | Max | Parallel | Scale | Labeled
 
 
 def build_tree(graph: Graph) -> Tree:
@@ -73,7 +77,7 @@ def build_tree(graph: Graph) -> Tree:
     sched = graph.schedule
 
     def leaf(n: Node) -> Leaf:
-        return Leaf(n.name, n.attrs, n.layer)
+        return Leaf(n.name, n.kernel, n.layer)
 
     first_layer = next((i for i, m in enumerate(graph.nodes) if m.layer is not None), len(graph.nodes))
     before = [leaf(n) for n in graph.nodes[:first_layer] if n.layer is None]
@@ -100,14 +104,22 @@ def build_tree(graph: Graph) -> Tree:
 
 
 # --- compiled form ---------------------------------------------------------------------------
-_LEAF, _SUM, _MAX, _PAR, _SCALE, _LABEL = range(6)
+class NodeKind(IntEnum):
+    """What a node of a compiled tree does with its children (`CompiledTree.kinds`)."""
+
+    LEAF = 0
+    SUM = 1
+    MAX = 2
+    PARALLEL = 3
+    SCALE = 4
+    LABELED = 5
 
 
 @dataclass
 class CompiledTree:
     """Post-order program over node ids; leaves priced in bulk per kernel key."""
 
-    kinds: list[int]
+    kinds: list[NodeKind]
     children: list[list[int]]
     scale: list[int]
     labels: list[str]
@@ -120,27 +132,28 @@ class CompiledTree:
         return len(self.kinds) - 1
 
     def evaluate(self, steps: list[Step], pricer: KernelPricer, dtypes: Dtypes) -> Evaluation:
-        leaf_t, leaf_s = price_leaves(self.leaves, steps, pricer, dtypes)
+        rows = leaf_rows(self.leaves, steps, dtypes)
+        leaf_t, leaf_s = price_rows(rows, len(steps), pricer)
         n_b = len(steps)
         node_t = np.zeros((len(self.kinds), n_b))
         node_s = np.zeros((len(self.kinds), n_b), dtype=np.int8)
         for i, kind in enumerate(self.kinds):
-            if kind == _LEAF:
+            if kind is NodeKind.LEAF:
                 node_t[i] = leaf_t[self.leaf_of[i]]
                 node_s[i] = leaf_s[self.leaf_of[i]]
                 continue
             ch = self.children[i]
             ct, cs = node_t[ch], node_s[ch]
             node_s[i] = cs.max(axis=0)
-            if kind == _SUM:
+            if kind is NodeKind.SUM:
                 node_t[i] = ct.sum(axis=0)
-            elif kind in (_MAX, _PAR):
+            elif kind in (NodeKind.MAX, NodeKind.PARALLEL):
                 node_t[i] = ct.max(axis=0)
-            elif kind == _SCALE:
+            elif kind is NodeKind.SCALE:
                 node_t[i] = self.scale[i] * ct[0]
             else:
                 node_t[i] = ct[0]
-        return Evaluation(self, steps, leaf_t, leaf_s, node_t, node_s)
+        return Evaluation(self, steps, leaf_t, leaf_s, node_t, node_s, rows)
 
 
 def compile_tree(tree: Tree) -> CompiledTree:
@@ -148,19 +161,20 @@ def compile_tree(tree: Tree) -> CompiledTree:
     mult: list[float] = []
 
     def visit(t: Tree, m: int) -> int:
+        kind: NodeKind
         if isinstance(t, Leaf):
-            kind, kids, scale, label = _LEAF, [], 1, t.name
+            kind, kids, scale, label = NodeKind.LEAF, [], 1, t.name
             c.leaves.append(t)
             mult.append(m)
             leaf_idx = len(c.leaves) - 1
         else:
             leaf_idx = -1
             if isinstance(t, Scale):
-                kids, kind, scale, label = [visit(t.child, m * t.n)], _SCALE, t.n, f"×{t.n}"
+                kids, kind, scale, label = [visit(t.child, m * t.n)], NodeKind.SCALE, t.n, f"×{t.n}"
             elif isinstance(t, Labeled):
-                kids, kind, scale, label = [visit(t.child, m)], _LABEL, 1, t.label
+                kids, kind, scale, label = [visit(t.child, m)], NodeKind.LABELED, 1, t.label
             else:
-                kind = {Sum: _SUM, Max: _MAX, Parallel: _PAR}[type(t)]
+                kind = {Sum: NodeKind.SUM, Max: NodeKind.MAX, Parallel: NodeKind.PARALLEL}[type(t)]
                 kids, scale, label = [visit(x, m) for x in t.children], 1, type(t).__name__.lower()
         c.kinds.append(kind)
         c.children.append(kids)
@@ -182,6 +196,8 @@ class Evaluation:
     leaf_source: np.ndarray  # (leaves, batches) source codes (costing.interpolate.SOURCES)
     node_time_us: np.ndarray
     node_source: np.ndarray
+    rows: list[KernelRows] = field(default_factory=list)  # per leaf: the (key, coordinates) rows it was priced at
+    _work: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def total_us(self) -> np.ndarray:
         return self.node_time_us[self.tree.root]
@@ -189,68 +205,45 @@ class Evaluation:
     def total_source(self, b: int = 0):
         return SOURCES[int(self.node_source[self.tree.root, b])]
 
+    def leaf_work(self) -> tuple[np.ndarray, np.ndarray]:
+        """FLOPs and DRAM bytes of one instance of each leaf per batch, (leaves, batches) each, from the
+        rows its time was priced at (`costing.roofline.kernel_work`; zero for collectives and for
+        kernels without a key). Computed once per evaluation."""
+        if self._work is not None:
+            return self._work
+        n_b = len(self.steps)
+        flops = np.zeros((len(self.rows), n_b))
+        nbytes = np.zeros((len(self.rows), n_b))
+        for i, kr in enumerate(self.rows):
+            f, b = [], []
+            for part in kr.parts:
+                w = kernel_work(part.key, part.coords)
+                f.append(np.zeros(len(part.coords)) if w is None else w.flops)
+                b.append(np.zeros(len(part.coords)) if w is None else w.bytes)
+            flops[i] = kr.sum_by_step(f, n_b)
+            nbytes[i] = kr.sum_by_step(b, n_b)
+        self._work = (flops, nbytes)
+        return self._work
+
 
 # --- bulk leaf pricing -----------------------------------------------------------------------
-@dataclass
-class _Arrays:
-    tokens: np.ndarray  # per batch
-    seqs: np.ndarray
-    g_batch: np.ndarray  # per sequence group: which batch
-    g_new: np.ndarray
-    g_cached: np.ndarray
-    g_count: np.ndarray
+def leaf_rows(leaves: list[Leaf], steps: list[Step], dtypes: Dtypes) -> list[KernelRows]:
+    """Every leaf converted once to its (key, coordinates) rows for `steps`."""
+    arr = StepArrays.of(steps)
+    return [kernel_rows(leaf.attrs, arr, dtypes) for leaf in leaves]
 
 
-def _arrays(steps: list[Step]) -> _Arrays:
-    gb, gn, gc, gk = [], [], [], []
-    for b, s in enumerate(steps):
-        for g in s.groups:
-            gb.append(b)
-            gn.append(g.new_tokens)
-            gc.append(g.cached_tokens)
-            gk.append(g.count)
-    return _Arrays(np.asarray([s.tokens for s in steps], dtype=np.float64),
-                   np.asarray([s.sequences for s in steps], dtype=np.float64),
-                   np.asarray(gb, dtype=np.int64), np.asarray(gn, dtype=np.float64),
-                   np.asarray(gc, dtype=np.float64), np.asarray(gk, dtype=np.float64))
-
-
-def _leaf_requests(leaf_idx: int, a: KernelAttrs, arr: _Arrays, dtypes: Dtypes):
-    """Yield (key, coords (N,d), batch index per row) for one leaf."""
-    n_b = len(arr.tokens)
-    if a.kind is KernelKind.ATTENTION:
-        dec = arr.g_new == 1
-        if dec.any():
-            coords = np.stack([arr.g_count[dec], arr.g_cached[dec] + 1], axis=1)
-            yield key_for(a, dtypes, prefill=False), coords, arr.g_batch[dec]
-        pre = ~dec
-        if pre.any():
-            # one point per prefill sequence: repeat each group's row `count` times
-            reps = arr.g_count[pre].astype(np.int64)
-            coords = np.stack([np.ones(int(reps.sum())), np.repeat(arr.g_new[pre], reps),
-                               np.repeat(arr.g_cached[pre] + arr.g_new[pre], reps)], axis=1)
-            yield key_for(a, dtypes, prefill=True), coords, np.repeat(arr.g_batch[pre], reps)
-        return
-    key = key_for(a, dtypes)
-    rows = arr.seqs if a.rows is Rows.SEQUENCES else np.ones(n_b) if a.rows is Rows.ONCE else arr.tokens
-    if a.kind.is_collective:
-        rows = np.maximum(1, rows * int(a.geo("bytes_per_row")))
-    yield key, rows.reshape(-1, 1), np.arange(n_b)
-
-
-def price_leaves(leaves: list[Leaf], steps: list[Step], pricer: KernelPricer, dtypes: Dtypes):
+def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tuple[np.ndarray, np.ndarray]:
     """(times (leaves, batches) µs, NaN if missing; source codes) — one pricer call per key."""
-    arr = _arrays(steps)
-    n_l, n_b = len(leaves), len(steps)
-    times = np.zeros((n_l, n_b))
-    src = np.zeros((n_l, n_b), dtype=np.int8)
+    n_l = len(rows)
+    times = np.zeros((n_l, n_steps))
+    src = np.zeros((n_l, n_steps), dtype=np.int8)
     requests: dict[KernelKey, list[tuple[int, np.ndarray, np.ndarray]]] = {}
-    for i, leaf in enumerate(leaves):
-        try:
-            for key, coords, bidx in _leaf_requests(i, leaf.attrs, arr, dtypes):
-                requests.setdefault(key, []).append((i, coords, bidx))
-        except NoKernelKey:  # e.g. a bool mask op of the eager target: reported missing
+    for i, kr in enumerate(rows):
+        if kr.missing:  # no table holds it (e.g. a bool mask op of the eager target): reported missing
             src[i] = MISSING
+        for part in kr.parts:
+            requests.setdefault(part.key, []).append((i, part.coords, part.step))
     for key, reqs in requests.items():
         coords = np.concatenate([c for _, c, _ in reqs])
         t, s = pricer.times(key, coords)
@@ -262,3 +255,8 @@ def price_leaves(leaves: list[Leaf], steps: list[Step], pricer: KernelPricer, dt
             pos += k
     times[src == MISSING] = np.nan
     return times, src
+
+
+def price_leaves(leaves: list[Leaf], steps: list[Step], pricer: KernelPricer, dtypes: Dtypes):
+    """`price_rows` of `leaf_rows`: (times (leaves, batches) µs, NaN if missing; source codes)."""
+    return price_rows(leaf_rows(leaves, steps, dtypes), len(steps), pricer)

@@ -1,38 +1,50 @@
-"""From a kernel node of the IR to profile.db keys and batch-dependent points.
+"""From a kernel node of the IR to profile.db keys and batch-dependent coordinates.
 
-`key_for(attrs, ...)` gives the table key of a kernel (model geometry + dtypes only);
-`points_for(attrs, step)` gives the points a step evaluates it at, each with a multiplicity.
-Attention is priced per sequence group of the step — decode groups as decode points
-(batch, kv_len), prefill sequences one by one at (1, q_len, kv_len) — and summed: vLLM's varlen
-kernel covers the whole ragged batch in one launch, whose time this sum approximates (prefill
-attention is compute-bound, so sequences add).
+`key_for(attrs, ...)` gives the table key of a kernel (model geometry + dtypes only, read from its
+typed geometry); `kernel_rows(attrs, steps, dtypes)` converts a kernel once for a whole list of
+steps into (key, coordinates) rows — the single conversion that both its time (the pricer) and its
+work (`costing.roofline.kernel_work`) are read from. Attention is priced per sequence group of the
+step — decode groups as decode points (batch, kv_len), prefill sequences one by one at
+(1, q_len, kv_len) — and summed: vLLM's varlen kernel covers the whole ragged batch in one launch,
+whose time this sum approximates (prefill attention is compute-bound, so sequences add).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
     AttentionDecodeKey,
-    AttentionDecodePoint,
     AttentionPrefillKey,
-    AttentionPrefillPoint,
     CollectiveKey,
     CollectiveOp,
     ElementwiseKey,
     GemmKey,
-    GemmPoint,
     KernelKey,
-    MessagePoint,
     MlaDecodeKey,
     MlaPrefillKey,
     MoeKey,
-    Point,
-    TokensPoint,
+)
+from graphsim.ir.geometry import (
+    AttentionGeometry,
+    CollectiveGeometry,
+    Conv1dGeometry,
+    ElementwiseGeometry,
+    EmbeddingGeometry,
+    GemmGeometry,
+    LinearAttentionGeometry,
+    MoeExpertsGeometry,
+    MoeRouterGeometry,
+    NormGeometry,
+    RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.ir.tensor import DTYPE_ALIASES, DType
 from graphsim.workload import Step
 
 
@@ -44,6 +56,9 @@ _COLLECTIVES = {
     KernelKind.ALL_REDUCE: CollectiveOp.ALL_REDUCE, KernelKind.ALL_GATHER: CollectiveOp.ALL_GATHER,
     KernelKind.REDUCE_SCATTER: CollectiveOp.REDUCE_SCATTER, KernelKind.ALL_TO_ALL: CollectiveOp.ALL_TO_ALL,
 }
+
+
+_MODEL_DTYPES = (DType.FLOAT32, DType.BFLOAT16, DType.FLOAT16)  # a model dtype other than these prices as bf16
 
 
 @dataclass(frozen=True)
@@ -67,89 +82,157 @@ class Dtypes:
     def for_graph(cls, meta: dict[str, Any], kv_dtype: str | None = None) -> Dtypes:
         q = meta.get("quantization_config") or {}
         block = q.get("quant_method") == "fp8" and bool(q.get("weight_block_size"))
-        model = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(str(meta.get("dtype")), "bf16")
+        element = DTYPE_ALIASES.get(str(meta.get("dtype")))
+        model = element.value if element is not None and element in _MODEL_DTYPES else "bf16"
         return cls(kv=parse_kernel_dtype(kv_dtype or model), fp8_block=block)
 
 
-def _geo(a: KernelAttrs, name: str) -> Any:
-    v = a.geo(name)
-    if v is None:
-        raise KeyError(f"kernel {a.name} has no geometry field '{name}'")
-    return v
-
-
 def is_mla(a: KernelAttrs) -> bool:
-    return a.kind is KernelKind.ATTENTION and bool(a.geo("kv_lora_rank"))
+    return isinstance(a.geometry, AttentionGeometry) and a.geometry.is_mla
 
 
 def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
     """The profile.db key of a kernel. Attention has two (prefill / decode): pick with `prefill`."""
     dtype = dt.of(a.dtype)
-    if a.kind is KernelKind.GEMM:
-        return GemmKey(int(_geo(a, "n")), int(_geo(a, "k")), dtype)
-    if a.kind is KernelKind.ATTENTION:
-        if is_mla(a):
-            rope = int(_geo(a, "qk_rope_head_dim"))
+    g = a.geometry
+    if isinstance(g, GemmGeometry):
+        return GemmKey(g.n, g.k, dtype)
+    if isinstance(g, AttentionGeometry):
+        if g.is_mla:
+            rope = g.qk_rope_head_dim
             cls = MlaPrefillKey if prefill else MlaDecodeKey
-            return cls(int(_geo(a, "num_heads")), int(_geo(a, "kv_lora_rank")), int(_geo(a, "head_dim")) - rope, rope,
-                       int(_geo(a, "v_head_dim")), dtype, dt.kv)
+            return cls(g.num_heads, g.kv_lora_rank, g.head_dim - rope, rope, g.v_head_dim, dtype, dt.kv)
         cls = AttentionPrefillKey if prefill else AttentionDecodeKey
-        return cls(int(_geo(a, "num_heads")), int(_geo(a, "num_kv_heads")), int(_geo(a, "head_dim")), dtype, dt.kv,
-                   int(a.geo("window") or 0))
-    if a.kind is KernelKind.MOE_EXPERTS:
-        return MoeKey(int(_geo(a, "hidden_size")), int(_geo(a, "inter_size")), int(_geo(a, "top_k")),
-                      int(_geo(a, "num_experts")), int(a.geo("tp") or 1), int(a.geo("ep") or 1), dtype)
-    if a.kind in _COLLECTIVES:
-        return CollectiveKey(_COLLECTIVES[a.kind], int(_geo(a, "num_gpus")), dtype)
+        return cls(g.num_heads, g.num_kv_heads, g.head_dim, dtype, dt.kv, g.window)
+    if isinstance(g, MoeExpertsGeometry):
+        return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype)
+    if isinstance(g, CollectiveGeometry):
+        return CollectiveKey(_COLLECTIVES[a.kind], g.num_gpus, dtype)
     return ElementwiseKey(elementwise_op(a), per_token_width(a), dtype)
 
 
 def per_token_width(a: KernelAttrs) -> int:
     """Elements each token reads or writes in a per-token kernel (the key's `width`)."""
-    if a.kind is KernelKind.ROTARY:
-        return (int(_geo(a, "num_heads")) + int(_geo(a, "num_kv_heads"))) * int(_geo(a, "rot_dim"))
-    if a.kind is KernelKind.LINEAR_ATTENTION:
-        return int(_geo(a, "num_v_heads")) * int(_geo(a, "v_head_dim"))
-    if a.kind is KernelKind.MOE_ROUTER:
-        return int(_geo(a, "num_experts"))
-    if a.kind is KernelKind.CONV1D:
-        return int(_geo(a, "channels"))
-    # reductions read more per token than they write: key them on the wider side
-    return max(int(_geo(a, "width")), int(a.geo("in_width") or 0))
+    g = a.geometry
+    if isinstance(g, RotaryGeometry):
+        return (g.num_heads + g.num_kv_heads) * g.rot_dim
+    if isinstance(g, LinearAttentionGeometry):
+        return g.num_v_heads * g.v_head_dim
+    if isinstance(g, MoeRouterGeometry):
+        return g.num_experts
+    if isinstance(g, Conv1dGeometry):
+        return g.channels
+    if isinstance(g, ElementwiseGeometry):
+        # reductions read more per token than they write: key them on the wider side
+        return max(g.width, g.in_width or 0)
+    if isinstance(g, (NormGeometry, EmbeddingGeometry)):
+        return g.width
+    raise KeyError(f"kernel {a.name} ({a.kind.value}) has no per-token width")
 
 
 def elementwise_op(a: KernelAttrs) -> str:
     """The key's op name; a norm over a vector shorter than the token (per-head q/k norms) says
     its vector length, since it runs more, shorter reductions than a norm over the hidden size."""
-    dim, width = a.geo("dim"), a.geo("width")
-    if dim is not None and width is not None and int(dim) != int(width):
-        return f"{a.name}/dim{int(dim)}"
+    g = a.geometry
+    if isinstance(g, NormGeometry) and g.dim != g.width:
+        return f"{a.name}/dim{g.dim}"
     return a.name
 
 
-def rows_of(a: KernelAttrs, step: Step) -> int:
-    if a.rows is Rows.SEQUENCES:
-        return step.sequences
-    if a.rows is Rows.ONCE:
-        return 1
-    return step.tokens
+# --- one conversion per kernel: (key, coordinates) rows for a list of steps -------------------
+@dataclass(frozen=True)
+class StepArrays:
+    """Steps as arrays: per step its tokens and sequences; per sequence group (all steps, in order)
+    its step, new tokens, cached tokens and count."""
+
+    tokens: np.ndarray
+    seqs: np.ndarray
+    g_step: np.ndarray
+    g_new: np.ndarray
+    g_cached: np.ndarray
+    g_count: np.ndarray
+
+    @classmethod
+    def of(cls, steps: Sequence[Step]) -> StepArrays:
+        gb, gn, gc, gk = [], [], [], []
+        for b, s in enumerate(steps):
+            for g in s.groups:
+                gb.append(b)
+                gn.append(g.new_tokens)
+                gc.append(g.cached_tokens)
+                gk.append(g.count)
+        return cls(np.asarray([s.tokens for s in steps], dtype=np.float64),
+                   np.asarray([s.sequences for s in steps], dtype=np.float64),
+                   np.asarray(gb, dtype=np.int64), np.asarray(gn, dtype=np.float64),
+                   np.asarray(gc, dtype=np.float64), np.asarray(gk, dtype=np.float64))
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.tokens)
 
 
-def points_for(a: KernelAttrs, step: Step, dt: Dtypes) -> list[tuple[KernelKey, Point]]:
-    """(key, point) pairs whose times add up to this kernel's time for `step`."""
-    if a.kind is KernelKind.ATTENTION:
-        out: list[tuple[KernelKey, Point]] = []
-        for g in step.groups:
-            kv_len = g.cached_tokens + g.new_tokens
-            if g.new_tokens == 1:
-                out.append((key_for(a, dt, prefill=False), AttentionDecodePoint(g.count, kv_len)))
-            else:  # one prefill point per sequence (see module docstring)
-                out += [(key_for(a, dt, prefill=True), AttentionPrefillPoint(1, g.new_tokens, kv_len))] * g.count
+@dataclass(frozen=True)
+class KeyRows:
+    """Rows of one profile.db key: coordinates (N, d) in the key's point field order, the step each
+    row belongs to, and `order`, which sorts a kernel's rows of one step into point order."""
+
+    key: KernelKey
+    coords: np.ndarray
+    step: np.ndarray
+    order: np.ndarray
+
+
+@dataclass(frozen=True)
+class KernelRows:
+    """A kernel's rows for a list of steps: its time (or work) in step b is the sum over its rows of
+    step b. No rows and a `missing` reason when no profile.db table holds the kernel."""
+
+    parts: tuple[KeyRows, ...] = ()
+    missing: str = ""
+
+    def sum_by_step(self, values: Sequence[np.ndarray], n_steps: int) -> np.ndarray:
+        """Σ of per-row `values` (one array per part, aligned with its rows) for each step, added in
+        point order (decode and prefill groups as the step lists them)."""
+        out = np.zeros(n_steps)
+        if not self.parts:
+            return out
+        v = np.concatenate([np.asarray(x, dtype=np.float64).reshape(-1) for x in values])
+        step = np.concatenate([p.step for p in self.parts])
+        idx = np.argsort(np.concatenate([p.order for p in self.parts]), kind="stable")
+        np.add.at(out, step[idx], v[idx])
         return out
-    key = key_for(a, dt)
-    rows = rows_of(a, step)
-    if isinstance(key, GemmKey):
-        return [(key, GemmPoint(rows))]
-    if isinstance(key, CollectiveKey):
-        return [(key, MessagePoint(max(1, rows * int(_geo(a, "bytes_per_row")))))]
-    return [(key, TokensPoint(rows))]
+
+
+def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """The (key, coordinates) rows of kernel `a` for the steps in `arr` (see the module docstring)."""
+    try:
+        if a.kind is KernelKind.ATTENTION:
+            return _attention_rows(key_for(a, dt, prefill=False), key_for(a, dt, prefill=True), arr)
+        key = key_for(a, dt)
+    except NoKernelKey as e:  # e.g. a bool mask op of the eager target: reported missing
+        return KernelRows(missing=str(e))
+    n_b = arr.n_steps
+    rows = arr.seqs if a.rows is Rows.SEQUENCES else np.ones(n_b) if a.rows is Rows.ONCE else arr.tokens
+    if isinstance(a.geometry, CollectiveGeometry):
+        rows = np.maximum(1, rows * a.geometry.bytes_per_row)
+    steps = np.arange(n_b)
+    return KernelRows((KeyRows(key, rows.reshape(-1, 1), steps, steps),))
+
+
+def _attention_rows(decode_key: KernelKey, prefill_key: KernelKey, arr: StepArrays) -> KernelRows:
+    """One decode point (batch, kv_len) per decode group; one prefill point (1, q_len, kv_len) per
+    prefill sequence."""
+    parts = []
+    group = np.arange(len(arr.g_step))
+    dec = arr.g_new == 1
+    if dec.any():
+        coords = np.stack([arr.g_count[dec], arr.g_cached[dec] + 1], axis=1)
+        parts.append(KeyRows(decode_key, coords, arr.g_step[dec], group[dec]))
+    pre = ~dec
+    if pre.any():
+        # one point per prefill sequence: repeat each group's row `count` times
+        reps = arr.g_count[pre].astype(np.int64)
+        coords = np.stack([np.ones(int(reps.sum())), np.repeat(arr.g_new[pre], reps),
+                           np.repeat(arr.g_cached[pre] + arr.g_new[pre], reps)], axis=1)
+        parts.append(KeyRows(prefill_key, coords, np.repeat(arr.g_step[pre], reps), np.repeat(group[pre], reps)))
+    return KernelRows(tuple(parts))

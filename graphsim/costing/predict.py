@@ -10,13 +10,11 @@ from typing import Any
 import numpy as np
 
 from graphsim.costing.cost_model import CostModel
-from graphsim.costing.cost_tree import CompiledTree, Evaluation
+from graphsim.costing.cost_tree import CompiledTree, Evaluation, NodeKind
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
-from graphsim.costing.kernel_map import Dtypes, NoKernelKey, points_for
-from graphsim.costing.kernels import point_coords
+from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.profile_db import ProfileDB
-from graphsim.costing.roofline import kernel_work
 from graphsim.workload import Step
 
 
@@ -98,7 +96,7 @@ def _regions(c: CompiledTree) -> dict[int, str]:
     out: dict[int, str] = {}
 
     def walk(i: int, label: str) -> None:
-        if c.kinds[i] == 5:  # Labeled
+        if c.kinds[i] is NodeKind.LABELED:
             label = c.labels[i]
         if c.leaf_of[i] >= 0:
             out[c.leaf_of[i]] = label
@@ -129,24 +127,16 @@ def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions
     rows: list[KernelRow] = []
     tally: dict[str, int] = {}
     missing: list[str] = []
+    leaf_flops, leaf_bytes = ev.leaf_work()
     for i, leaf in enumerate(tree.leaves):
         src = SOURCES[int(ev.leaf_source[i, b])].value
         count = int(tree.multiplicity[i])
         tally[src] = tally.get(src, 0) + 1
-        flops = bytes_ = 0.0
-        try:
-            points = points_for(leaf.attrs, step, dtypes)
-        except NoKernelKey:
-            points = []
-        for key, point in points:
-            w = kernel_work(key, np.asarray([point_coords(point)], dtype=np.float64))
-            if w is not None:
-                flops += float(np.sum(w.flops))
-                bytes_ += float(np.sum(w.bytes))
+        flops, bytes_ = float(leaf_flops[i, b]), float(leaf_bytes[i, b])
         per = ev.leaf_time_us[i, b]
         tot = None if np.isnan(per) else float(per) * count
         if tot is None:
-            missing.append(f"{leaf.name} ({leaf.attrs.kind.value} {leaf.attrs.name} {dict(leaf.attrs.geometry)})")
+            missing.append(f"{leaf.name} ({leaf.attrs.kind.value} {leaf.attrs.name} {leaf.attrs.geometry.as_dict()})")
         rows.append(KernelRow(leaf.name, regions.get(i, ""), leaf.attrs.kind.value, leaf.attrs.name, count,
                               None if np.isnan(per) else float(per), tot,
                               tot / known if (tot is not None and known > 0) else None, src, flops * count,

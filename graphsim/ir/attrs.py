@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any
 
-from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.ir.geometry import Geometry
+from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import Op
 
 
@@ -151,6 +152,8 @@ def allowed_attrs(op: Op) -> tuple[type, ...]:
 
 def attrs_to_json(a: Any) -> dict[str, Any]:
     d = asdict(a)
+    if isinstance(a, KernelAttrs):  # geometry as [field, value] pairs (Geometry.items)
+        d["geometry"] = [list(p) for p in a.geometry.items()]
     for k, v in d.items():
         if isinstance(v, tuple):
             d[k] = list(v)
@@ -161,9 +164,10 @@ def attrs_from_json(d: dict[str, Any]) -> Any:
     d = dict(d)
     cls = ATTR_CLASSES[d.pop("type")]
     if cls is KernelAttrs:
+        kind = KernelKind(d["kind"])
         return KernelAttrs(
-            kind=KernelKind(d["kind"]), name=d["name"],
-            geometry=tuple((k, v) for k, v in d["geometry"]), dtype=d["dtype"], rows=Rows(d["rows"]),
+            kind=kind, name=d["name"],
+            geometry=GEOMETRY_FOR_KIND[kind].from_items(d["geometry"]), dtype=d["dtype"], rows=Rows(d["rows"]),
             covers=tuple(d.get("covers", ())), rule=d.get("rule", ""), approximate=bool(d.get("approximate")),
         )
     kwargs = {}
@@ -184,5 +188,7 @@ def attrs_to_text(a: Any) -> str:
             continue
         if isinstance(v, Enum):
             v = v.value
+        elif isinstance(v, Geometry):
+            v = v.items()
         parts.append(f"{f.name}={v}")
     return "{" + ", ".join(parts) + "}" if parts else ""

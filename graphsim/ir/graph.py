@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import networkx as nx
 
 from graphsim.errors import GraphError
 from graphsim.ir.attrs import Attrs, NoAttrs, allowed_attrs
+from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs
 from graphsim.ir.ops import Op, OpGroup
 from graphsim.ir.tensor import TensorSpec
+
+A = TypeVar("A")
 
 
 def value_name(node: str, index: int = 0) -> str:
@@ -55,6 +58,18 @@ class Node:
 
     def with_(self, **changes: Any) -> Node:
         return replace(self, **changes)
+
+    def attrs_as(self, cls: type[A]) -> A:
+        """The attributes typed as `cls` (TypeError naming the node when they are another class)."""
+        a = self.attrs
+        if not isinstance(a, cls):
+            raise TypeError(f"node '{self.name}' ({self.op.value}) has {type(a).__name__}, not {cls.__name__}")
+        return a
+
+    @property
+    def kernel(self) -> KernelAttrs:
+        """The kernel attributes of an `Op.KERNEL` node."""
+        return self.attrs_as(KernelAttrs)
 
 
 @dataclass(frozen=True)
@@ -189,6 +204,9 @@ class Graph:
             if not isinstance(n.attrs, allowed_attrs(n.op)):
                 allowed = "/".join(c.__name__ for c in allowed_attrs(n.op))
                 fail(f"node '{n.name}' ({n.op.value}) has {type(n.attrs).__name__}, expected {allowed}")
+            if isinstance(n.attrs, KernelAttrs) and type(n.attrs.geometry) is not GEOMETRY_FOR_KIND[n.attrs.kind]:
+                fail(f"kernel '{n.name}' ({n.attrs.kind.value}) has {type(n.attrs.geometry).__name__}, expected "
+                     f"{GEOMETRY_FOR_KIND[n.attrs.kind].__name__}")
             for v in n.inputs:
                 if v not in defined:
                     fail(f"node '{n.name}' reads '{v}' before it is defined (not topological)")

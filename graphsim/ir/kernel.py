@@ -7,10 +7,29 @@ per-sequence lengths for attention) is supplied when the kernel is priced.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import TypeVar
 
-GeometryValue = int | float | str | bool
+from graphsim.ir.geometry import (
+    AttentionGeometry,
+    CollectiveGeometry,
+    Conv1dGeometry,
+    ElementwiseGeometry,
+    EmbeddingGeometry,
+    GemmGeometry,
+    Geometry,
+    GeometryValue,
+    LinearAttentionGeometry,
+    MoeExpertsGeometry,
+    MoeRouterGeometry,
+    NormGeometry,
+    RotaryGeometry,
+)
+
+__all__ = ["GEOMETRY_FOR_KIND", "GeometryValue", "KernelAttrs", "KernelKind", "Rows"]
+
+G = TypeVar("G", bound=Geometry)
 
 
 class KernelKind(str, Enum):
@@ -49,26 +68,53 @@ class Rows(str, Enum):
     ONCE = "once"  # independent of the batch (work on parameters or constants only)
 
 
+# The geometry class of each kernel kind (KernelAttrs.__post_init__ checks it).
+GEOMETRY_FOR_KIND: dict[KernelKind, type[Geometry]] = {
+    KernelKind.GEMM: GemmGeometry,
+    KernelKind.ATTENTION: AttentionGeometry,
+    KernelKind.LINEAR_ATTENTION: LinearAttentionGeometry,
+    KernelKind.RMS_NORM: NormGeometry,
+    KernelKind.FUSED_ADD_RMS_NORM: NormGeometry,
+    KernelKind.LAYER_NORM: NormGeometry,
+    KernelKind.ROTARY: RotaryGeometry,
+    KernelKind.ACT_AND_MUL: ElementwiseGeometry,
+    KernelKind.ACTIVATION: ElementwiseGeometry,
+    KernelKind.EMBEDDING: EmbeddingGeometry,
+    KernelKind.KV_CACHE_WRITE: ElementwiseGeometry,
+    KernelKind.MOE_ROUTER: MoeRouterGeometry,
+    KernelKind.MOE_EXPERTS: MoeExpertsGeometry,
+    KernelKind.CONV1D: Conv1dGeometry,
+    KernelKind.ELEMENTWISE: ElementwiseGeometry,
+    KernelKind.ALL_REDUCE: CollectiveGeometry,
+    KernelKind.ALL_GATHER: CollectiveGeometry,
+    KernelKind.REDUCE_SCATTER: CollectiveGeometry,
+    KernelKind.ALL_TO_ALL: CollectiveGeometry,
+}
+
+
 @dataclass(frozen=True)
 class KernelAttrs:
     kind: KernelKind
     name: str  # the engine's kernel / op name, e.g. "fused_add_rms_norm"
-    geometry: tuple[tuple[str, GeometryValue], ...]  # model-geometry key, e.g. (("n", 6144), ("k", 4096))
+    geometry: Geometry  # model-geometry key: the class GEOMETRY_FOR_KIND[kind], e.g. GemmGeometry(n=6144, k=4096)
     dtype: str  # DType value of the main operand
     rows: Rows = Rows.TOKENS
     covers: tuple[str, ...] = ()  # names of the aten-level nodes this kernel replaces
     rule: str = ""  # fuse rule that made it (with the engine source it follows)
     approximate: bool = False  # memory-bound placeholder, not a modelled engine kernel
 
-    def geo(self, key: str, default: GeometryValue | None = None) -> GeometryValue | None:
-        for k, v in self.geometry:
-            if k == key:
-                return v
-        return default
+    def __post_init__(self) -> None:
+        want = GEOMETRY_FOR_KIND[self.kind]
+        if type(self.geometry) is not want:
+            raise TypeError(f"kernel {self.name!r} ({self.kind.value}) has {type(self.geometry).__name__}, "
+                            f"expected {want.__name__}")
 
-    def with_geometry(self, **changes: GeometryValue) -> KernelAttrs:
-        from dataclasses import replace
+    def geometry_as(self, cls: type[G]) -> G:
+        """The geometry, typed as `cls` (TypeError if this kernel's kind has another geometry class)."""
+        g = self.geometry
+        if not isinstance(g, cls):
+            raise TypeError(f"kernel {self.name!r} ({self.kind.value}) has {type(g).__name__}, not {cls.__name__}")
+        return g
 
-        geo = dict(self.geometry)
-        geo.update(changes)
-        return replace(self, geometry=tuple(geo.items()))
+    def with_geometry(self, geometry: Geometry) -> KernelAttrs:
+        return replace(self, geometry=geometry)

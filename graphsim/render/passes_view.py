@@ -46,7 +46,7 @@ def run_summary(before: Graph, run) -> dict[str, Any]:
 def _kernel_row(n) -> dict[str, Any]:
     a = n.attrs
     if isinstance(a, KernelAttrs):
-        return {"name": n.name, "kind": a.kind.value, "kernel": a.name, "geometry": dict(a.geometry),
+        return {"name": n.name, "kind": a.kind.value, "kernel": a.name, "geometry": a.geometry.as_dict(),
                 "dtype": a.dtype, "rows": a.rows.value, "approximate": a.approximate, "covers": len(a.covers),
                 "rule": a.rule}
     return {"name": n.name, "kind": n.op.value, "kernel": n.target, "geometry": {}, "dtype": n.outputs[0].dtype.value,

@@ -36,14 +36,12 @@ from typing import Protocol
 
 import numpy as np
 
-from graphsim.costing.cost_tree import CompiledTree
+from graphsim.costing.cost_tree import CompiledTree, NodeKind
 from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.errors import GraphsimError
 from graphsim.ir.kernel import KernelKind, Rows
 from graphsim.workload import SeqGroup, Step
-
-_SUM, _MAX, _PAR = 1, 2, 3  # cost_tree's node kinds
 
 
 class MissingTimingError(GraphsimError):
@@ -62,27 +60,28 @@ class IterationCost(Protocol):
 def context_grid(max_context: int) -> np.ndarray:
     """0, 16, …, 1024, then geometric steps of 1/64 up to max_context (inclusive)."""
     lin = np.arange(0, min(1024, max_context) + 1, 16, dtype=np.float64)
-    pts = [lin]
+    pts: list[np.ndarray] = [lin]
     if max_context > 1024:
         n = int(np.ceil(np.log(max_context / 1024) / np.log1p(1 / 64)))
         pts.append(np.round(1024 * (1 + 1 / 64) ** np.arange(1, n + 1)))
-    grid = np.unique(np.concatenate(pts + [np.asarray([float(max_context)])]))
+    grid = np.unique(np.concatenate([*pts, np.asarray([float(max_context)])]))
     return grid[grid <= max_context]
 
 
 def chunk_grid(max_tokens: int) -> np.ndarray:
     """2 … 64 every token, then geometric steps of 1/64 up to max_tokens (inclusive)."""
     lin = np.arange(2, min(64, max_tokens) + 1, dtype=np.float64)
-    pts = [lin]
+    pts: list[np.ndarray] = [lin]
     if max_tokens > 64:
         n = int(np.ceil(np.log(max_tokens / 64) / np.log1p(1 / 64)))
         pts.append(np.round(64 * (1 + 1 / 64) ** np.arange(1, n + 1)))
-    grid = np.unique(np.concatenate(pts + [np.asarray([float(max_tokens)])]))
+    grid = np.unique(np.concatenate([*pts, np.asarray([float(max_tokens)])]))
     return grid[(grid >= 2) & (grid <= max_tokens)]
 
 
 def is_additive(tree: CompiledTree) -> bool:
-    return all(not (k in (_MAX, _PAR) and len(ch) > 1) for k, ch in zip(tree.kinds, tree.children))
+    return all(not (k in (NodeKind.MAX, NodeKind.PARALLEL) and len(ch) > 1)
+               for k, ch in zip(tree.kinds, tree.children, strict=True))
 
 
 def _missing_names(tree: CompiledTree, leaf_src: np.ndarray) -> str:
@@ -291,7 +290,7 @@ class MemoCost:
 
     def step_us(self, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
                 chunks: list[tuple[int, int]]) -> tuple[float, int]:
-        key = (dec_count, int(round(dec_ctx_mean / self.quantum)), tuple(chunks))
+        key = (dec_count, round(dec_ctx_mean / self.quantum), tuple(chunks))
         hit = self._memo.get(key)
         if hit is None:
             t, s = self._eval([self._steps(dec_count, dec_ctx_mean, chunks)])

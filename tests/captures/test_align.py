@@ -26,6 +26,7 @@ from graphsim.costing.align_report import (
     build_report,
 )
 from graphsim.importers.captures import load_capture
+from graphsim.ir.geometry import ElementwiseGeometry, GemmGeometry, MoeExpertsGeometry
 
 NEG = -np.inf
 
@@ -181,7 +182,8 @@ def test_predicted_vs_measured_per_kernel(vllm_graph, tmp_path):
     from graphsim.workload import parse_batch_spec
 
     db = ProfileDB.create(tmp_path / "p.db", ProfileMeta(device="test gpu", engine="vllm"))
-    keys = {(int(n.attrs.geo("n")), int(n.attrs.geo("k"))) for n in vllm_graph.nodes if n.attrs.kind.value == "gemm"}
+    gemms = [n.kernel.geometry_as(GemmGeometry) for n in vllm_graph.nodes if n.kernel.kind.value == "gemm"]
+    keys = {(g.n, g.k) for g in gemms}
     db.put_many([(GemmKey(n, k, KernelDtype.FP32), GemmPoint(m), Measurement(10.0)) for n, k in keys for m in (1, 16)])
     db.close()
     db = ProfileDB.open(tmp_path / "p.db")
@@ -208,15 +210,16 @@ def test_scores_for_eager_moe_and_gemm_shapes():
     from graphsim.importers.captures import Launch, LaunchClass
     from graphsim.ir.kernel import KernelAttrs, KernelKind
 
-    moe = KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", (("hidden_size", 64),), "f32")
+    moe = KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", MoeExpertsGeometry(hidden_size=64, inter_size=32, top_k=2, num_experts=4), "f32")
     grouped = Launch("aten::_grouped_mm", 0, 1, LaunchClass.GEMM, "grouped_mm")
     index = Launch("aten::index", 0, 1, LaunchClass.ELEMENTWISE, "index")
     assert match_score(moe, grouped) == 2.5 and part_score(moe, index) == 0.8 and match_score(moe, index) is None
-    gemm = KernelAttrs(KernelKind.GEMM, "linear", (("n", 128), ("k", 64)), "f32")
+    gemm = KernelAttrs(KernelKind.GEMM, "linear", GemmGeometry(n=128, k=64), "f32")
     right = Launch("aten::linear", 0, 1, LaunchClass.GEMM, "linear", shapes=((8, 64), (128, 64), ()))
     wrong = Launch("aten::linear", 0, 1, LaunchClass.GEMM, "linear", shapes=((8, 64), (256, 64), ()))
-    assert match_score(gemm, right) > match_score(gemm, wrong) > 0
+    right_score, wrong_score = match_score(gemm, right), match_score(gemm, wrong)
+    assert right_score is not None and wrong_score is not None and right_score > wrong_score > 0
     assert part_score(gemm, index) is None
-    mul = KernelAttrs(KernelKind.ELEMENTWISE, "mul", (("width", 64),), "f32")
+    mul = KernelAttrs(KernelKind.ELEMENTWISE, "mul", ElementwiseGeometry(width=64), "f32")
     assert match_score(mul, Launch("aten::add", 0, 1, LaunchClass.ELEMENTWISE, "add")) is None
     assert match_score(mul, Launch("k", 0, 1, LaunchClass.ELEMENTWISE, "")) == 2.0

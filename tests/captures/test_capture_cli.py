@@ -12,6 +12,7 @@ from capture_helpers import (
 )
 
 from graphsim.cli.app import main
+from graphsim.ir.geometry import GemmGeometry
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +72,8 @@ def test_align_with_profile(saved_vllm, vllm_capture, vllm_graph, tmp_path, caps
     from graphsim.costing.profile_db import ProfileDB, ProfileMeta
 
     db = ProfileDB.create(tmp_path / "p.db", ProfileMeta(device="test gpu", hardware="h200_sxm", engine="vllm"))
-    keys = {(int(n.attrs.geo("n")), int(n.attrs.geo("k"))) for n in vllm_graph.nodes if n.attrs.kind.value == "gemm"}
+    gemms = [n.kernel.geometry_as(GemmGeometry) for n in vllm_graph.nodes if n.kernel.kind.value == "gemm"]
+    keys = {(g.n, g.k) for g in gemms}
     db.put_many([(GemmKey(n, k, KernelDtype.FP32), GemmPoint(4), Measurement(7.0)) for n, k in keys])
     db.close()
     args = ["align", str(saved_vllm), "--capture", str(vllm_capture), "--profile", str(tmp_path / "p.db")]
@@ -94,6 +96,6 @@ def test_align_with_profile(saved_vllm, vllm_capture, vllm_graph, tmp_path, caps
 def test_errors_are_one_line_and_exit_2(saved_vllm, tmp_path, capsys, args, msg):
     cap = write_json(tmp_path / "c.json", {"kernels": [{"name": "k", "duration_us": 1}]})
     sub = {"SAVED": str(saved_vllm), "CAPTURE": str(cap), "DB": str(tmp_path / "none.db")}
-    assert main([sub.get(a, a) for a in args]) == 2
+    assert main([sub.get(str(a), str(a)) for a in args]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.strip().count("\n") == 0

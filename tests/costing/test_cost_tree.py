@@ -7,11 +7,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphsim.costing.cost_tree import Labeled, Leaf, Max, Parallel, Scale, Sum, build_tree, compile_tree, price_leaves
+from graphsim.costing.cost_tree import (
+    Labeled,
+    Leaf,
+    Max,
+    NodeKind,
+    Parallel,
+    Scale,
+    Sum,
+    build_tree,
+    compile_tree,
+    price_leaves,
+)
+from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import load_hardware
 from graphsim.costing.interpolate import KernelPricer
 from graphsim.costing.kernel_map import Dtypes
+from graphsim.costing.kernels import AttentionDecodeKey, AttentionPrefillKey, GemmKey
+from graphsim.costing.roofline import kernel_work
 from graphsim.ir import DType, Graph, LayerSchedule, Node, Op, T, TensorSpec
+from graphsim.ir.geometry import AttentionGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.workload import SeqGroup, Step
 
@@ -21,7 +36,7 @@ DT = Dtypes()
 
 
 def gemm_leaf(i: int, n: int, k: int) -> Leaf:
-    return Leaf(f"g{i}", KernelAttrs(KernelKind.GEMM, "gemm", (("n", n), ("k", k)), "bf16", Rows.TOKENS))
+    return Leaf(f"g{i}", KernelAttrs(KernelKind.GEMM, "gemm", GemmGeometry(n=n, k=k), "bf16", Rows.TOKENS))
 
 
 STEPS = [Step((SeqGroup(1, 1024, 8),)), Step((SeqGroup(512, 0, 1),)), Step((SeqGroup(128, 64, 2), SeqGroup(1, 10, 3)))]
@@ -32,7 +47,7 @@ def reference(tree, leaf_times) -> np.ndarray:
     if isinstance(tree, Leaf):
         return next(leaf_times)
     if isinstance(tree, Sum):
-        return sum(reference(c, leaf_times) for c in tree.children)
+        return np.asarray(sum(reference(c, leaf_times) for c in tree.children))
     if isinstance(tree, (Max, Parallel)):
         return np.max([reference(c, leaf_times) for c in tree.children], axis=0)
     if isinstance(tree, Scale):
@@ -88,12 +103,12 @@ def _fused_graph() -> Graph:
     x = TensorSpec((1, T, 64), DType.BFLOAT16)
     k = lambda name, attrs, layer, inp: Node(name, Op.KERNEL, (inp,), (x,), attrs, layer=layer)  # noqa: E731
     g = Graph("toy", inputs={"ids": TensorSpec((1, T), DType.INT64)})
-    emb = KernelAttrs(KernelKind.EMBEDDING, "embedding", (("vocab", 100), ("width", 64)), "bf16")
+    emb = KernelAttrs(KernelKind.EMBEDDING, "embedding", EmbeddingGeometry(vocab=100, width=64), "bf16")
     g.nodes = [
         k("emb", emb, None, "ids"),
         k("L0.g", gemm_leaf(0, 64, 64).attrs, 0, "emb"),
         k("L1.g", gemm_leaf(0, 128, 64).attrs, 1, "L0.g"),
-        k("head", KernelAttrs(KernelKind.GEMM, "lm_head", (("n", 100), ("k", 64)), "bf16", Rows.SEQUENCES), None,
+        k("head", KernelAttrs(KernelKind.GEMM, "lm_head", GemmGeometry(n=100, k=64), "bf16", Rows.SEQUENCES), None,
           "L1.g"),
     ]
     g.outputs = ["head"]
@@ -105,7 +120,7 @@ def _fused_graph() -> Graph:
 def test_build_tree_scales_each_layer_type_by_its_count():
     tree = build_tree(_fused_graph())
     c = compile_tree(tree)
-    mult = {leaf.name: m for leaf, m in zip(c.leaves, c.multiplicity)}
+    mult = {leaf.name: m for leaf, m in zip(c.leaves, c.multiplicity, strict=True)}
     assert mult == {"emb": 1, "L0.g": 3, "L1.g": 1, "head": 1}
     assert "a ×3" in c.labels and "b ×1" in c.labels
 
@@ -114,7 +129,7 @@ def test_lm_head_rows_are_sequences():
     c = compile_tree(build_tree(_fused_graph()))
     step = [Step((SeqGroup(1, 100, 32),))]  # 32 decode sequences
     big = [Step((SeqGroup(1, 100, 4096),))]
-    head = [i for i, leaf in enumerate(c.leaves) if leaf.name == "head"][0]
+    head = next(i for i, leaf in enumerate(c.leaves) if leaf.name == "head")
     t1 = c.evaluate(step, PRICER, DT).leaf_time_us[head, 0]
     t2 = c.evaluate(big, PRICER, DT).leaf_time_us[head, 0]
     assert t2 > t1 > 0
@@ -129,14 +144,50 @@ def test_build_tree_rejects_unfused_graph():
         build_tree(g)
 
 
+GQA = AttentionGeometry(num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=128, window=0, causal=True)
+
+
 def test_prefill_sequences_add_and_unkeyable_kernels_are_missing():
-    attn = Leaf("attn", KernelAttrs(KernelKind.ATTENTION, "flash_attn_varlen",
-                                    (("num_heads", 32), ("num_kv_heads", 8), ("head_dim", 128), ("v_head_dim", 128),
-                                     ("window", 0), ("causal", True)), "bf16", Rows.NONE))
-    mask = Leaf("mask", KernelAttrs(KernelKind.ELEMENTWISE, "logical", (("width", 64),), "bool", Rows.TOKENS))
+    attn = Leaf("attn", KernelAttrs(KernelKind.ATTENTION, "flash_attn_varlen", GQA, "bf16", Rows.NONE))
+    mask = Leaf("mask", KernelAttrs(KernelKind.ELEMENTWISE, "logical", ElementwiseGeometry(width=64), "bool", Rows.TOKENS))
     c = compile_tree(Sum((attn, mask)))
     one, two = [Step((SeqGroup(256, 0, k),)) for k in (1, 2)]
     ev = c.evaluate([one, two], PRICER, DT)
     t = ev.leaf_time_us[0]
     assert t[1] == pytest.approx(2 * t[0])  # two prefill sequences cost two single-sequence launches
     assert np.isnan(ev.leaf_time_us[1]).all() and ev.total_source(0).value == "missing"
+
+
+def test_node_kinds_are_public():
+    c = compile_tree(Labeled("it", Max((Scale(3, Sum((gemm_leaf(0, 64, 64),))),))))
+    assert c.kinds == [NodeKind.LEAF, NodeKind.SUM, NodeKind.SCALE, NodeKind.MAX, NodeKind.LABELED]
+
+
+def test_each_leaf_is_converted_once_for_times_and_work(monkeypatch):
+    """evaluate() converts every leaf to (key, coordinates) rows once; leaf_work() reads the same rows."""
+    import graphsim.costing.kernel_map as km
+
+    calls = []
+    real = km.key_for
+    monkeypatch.setattr(km, "key_for", lambda a, dt, prefill=True: calls.append(a.name) or real(a, dt, prefill))
+    attn = Leaf("attn", KernelAttrs(KernelKind.ATTENTION, "flash_attn_varlen", GQA, "bf16", Rows.NONE))
+    c = compile_tree(Sum((attn, gemm_leaf(1, 4096, 4096))))
+    ev = c.evaluate(STEPS, PRICER, DT)
+    ev.leaf_work()
+    ev.leaf_work()
+    assert sorted(calls) == ["flash_attn_varlen", "flash_attn_varlen", "gemm"]  # attention: prefill + decode keys
+
+
+def test_leaf_work_sums_the_work_of_each_point():
+    """Work per step = Σ kernel_work over the step's points: one per decode group, one per prefill sequence."""
+    attn = Leaf("attn", KernelAttrs(KernelKind.ATTENTION, "flash_attn_varlen", GQA, "bf16", Rows.NONE))
+    c = compile_tree(Sum((attn, gemm_leaf(1, 4096, 4096))))
+    mixed = Step((SeqGroup(300, 100, 2), SeqGroup(1, 50, 4)))  # 2 prefill chunks of 300 after 100, 4 decodes at 51
+    flops, nbytes = c.evaluate([STEPS[0], mixed], PRICER, DT).leaf_work()
+    pre = kernel_work(AttentionPrefillKey(32, 8, 128, KernelDtype.BF16, KernelDtype.BF16, 0), np.array([[1, 300, 400]]))
+    dec = kernel_work(AttentionDecodeKey(32, 8, 128, KernelDtype.BF16, KernelDtype.BF16, 0), np.array([[4, 51]]))
+    assert pre is not None and dec is not None
+    assert flops[0, 1] == pytest.approx(2 * pre.flops[0] + dec.flops[0])
+    assert nbytes[0, 1] == pytest.approx(2 * pre.bytes[0] + dec.bytes[0])
+    gemm = kernel_work(GemmKey(4096, 4096, KernelDtype.BF16), np.array([[mixed.tokens]]))
+    assert gemm is not None and flops[1, 1] == pytest.approx(gemm.flops[0]) == 2 * 604 * 4096 * 4096

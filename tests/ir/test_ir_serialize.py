@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ from graphsim.ir import (
     value_name,
 )
 from graphsim.ir.attrs import allowed_attrs
+from graphsim.ir.geometry import GEOMETRY_CLASSES, AttentionGeometry, GemmGeometry, Geometry
+from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs, KernelKind, Rows
 
 # --- strategies ---------------------------------------------------------------------------------
 BATCH = dim_symbol("batch")
@@ -71,19 +74,22 @@ ATTRS = {
     CollectiveAttrs: st.builds(CollectiveAttrs, small, st.sampled_from(["tp", "ep", "dp"])),
     OpaqueAttrs: st.builds(OpaqueAttrs, name_text),
 }
-try:  # kernel nodes (made by the fuse pass)
-    from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+# kernel nodes (made by the fuse pass): each kind with its typed geometry, every field drawn by its type
+_GEOMETRY_FIELD = {"int": small, "int | None": maybe_int, "bool": st.booleans(), "float": floats, "str": name_text}
 
-    geometry = st.lists(
-        st.tuples(st.sampled_from(["n", "k", "heads", "head_dim", "act"]), small | st.booleans() | name_text | floats),
-        max_size=4, unique_by=lambda kv: kv[0],
-    ).map(tuple)
-    ATTRS[KernelAttrs] = st.builds(
-        KernelAttrs, st.sampled_from(list(KernelKind)), name_text, geometry, st.sampled_from([d.value for d in DType]),
+
+def _geometry(cls: type[Geometry]) -> st.SearchStrategy[Geometry]:
+    return st.builds(cls, **{f.name: _GEOMETRY_FIELD[str(f.type)] for f in fields(cls)})
+
+
+def _kernel(kind: KernelKind) -> st.SearchStrategy[KernelAttrs]:
+    return st.builds(
+        KernelAttrs, st.just(kind), name_text, _geometry(GEOMETRY_FOR_KIND[kind]), st.sampled_from([d.value for d in DType]),
         st.sampled_from(list(Rows)), st.lists(name_text, max_size=3).map(tuple), name_text, st.booleans(),
     )
-except ImportError:
-    pass
+
+
+ATTRS[KernelAttrs] = st.sampled_from(list(KernelKind)).flatmap(_kernel)
 
 json_leaf = st.none() | st.booleans() | st.integers(-(1 << 40), 1 << 40) | floats | text
 meta = st.dictionaries(text, st.recursive(json_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(text, c, max_size=3), max_leaves=6), max_size=4)
@@ -131,6 +137,37 @@ def test_every_attrs_class_has_a_strategy():
     from graphsim.ir.attrs import ATTR_CLASSES
 
     assert set(ATTR_CLASSES.values()) <= set(ATTRS)
+
+
+def test_every_geometry_class_belongs_to_a_kind():
+    assert set(GEOMETRY_FOR_KIND.values()) == set(GEOMETRY_CLASSES)
+    assert set(GEOMETRY_FOR_KIND) == set(KernelKind)
+
+
+def test_kernel_geometry_must_match_its_kind():
+    with pytest.raises(TypeError, match="expected AttentionGeometry"):
+        KernelAttrs(KernelKind.ATTENTION, "attn", GemmGeometry(n=8, k=8), "bf16")
+    gemm = KernelAttrs(KernelKind.GEMM, "linear", GemmGeometry(n=8, k=8), "bf16")
+    assert gemm.geometry_as(GemmGeometry).n == 8
+    with pytest.raises(TypeError, match="not AttentionGeometry"):
+        gemm.geometry_as(AttentionGeometry)
+    bad = Node("k", Op.KERNEL, (), (TensorSpec((T,), DType.BFLOAT16),), gemm)
+    object.__setattr__(gemm, "kind", KernelKind.ATTENTION)  # as a broken pass could leave it
+    with pytest.raises(GraphError, match="has GemmGeometry, expected AttentionGeometry"):
+        Graph("g", nodes=[bad], outputs=["k"]).verify("test")
+
+
+def test_kernel_geometry_json_is_field_value_pairs():
+    """Graph files keep version 1's geometry form: [field, value] pairs, optional fields at their default left out."""
+    n = Node("qkv", Op.KERNEL, (), (TensorSpec((T, 8), DType.BFLOAT16),),
+             KernelAttrs(KernelKind.GEMM, "qkv_proj", GemmGeometry(n=48, k=16, q_features=32, num_kv_heads=2), "bf16"))
+    d = graph_to_json(Graph("g", nodes=[n], outputs=["qkv"]))
+    assert d["version"] == 1
+    assert d["nodes"][0]["attrs"]["geometry"] == [["n", 48], ["k", 16], ["q_features", 32], ["num_kv_heads", 2]]
+    assert graph_from_json(d).nodes[0] == n
+    d["nodes"][0]["attrs"]["geometry"].append(["heads", 4])
+    with pytest.raises(ValueError, match="GemmGeometry has no field 'heads'"):
+        graph_from_json(d)
 
 
 def _through_json_text(g: Graph) -> Graph:

@@ -3,6 +3,7 @@
 import copy
 
 from graphsim.catalog import resolve_model
+from graphsim.ir.geometry import AttentionGeometry, GemmGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 
 
@@ -20,13 +21,13 @@ def kernels_of_layer(graph, layer):
 
 
 def gemm_flops_per_token(node) -> int:
-    a = node.attrs
-    return 2 * int(a.geo("n")) * int(a.geo("k"))
+    g = node.kernel.geometry_as(GemmGeometry)
+    return 2 * g.n * g.k
 
 
 def attention_width(node) -> int:
-    a = node.attrs
-    return int(a.geo("num_heads")) * int(a.geo("head_dim"))
+    g = node.kernel.geometry_as(AttentionGeometry)
+    return g.num_heads * g.head_dim
 
 
 def is_kind(node, kind: KernelKind) -> bool:

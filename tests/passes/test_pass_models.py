@@ -9,7 +9,14 @@ from passes_helpers import attention_width, gemm_flops_per_token, is_kind, kerne
 from graphsim.catalog import catalog
 from graphsim.importers.hf import import_hf
 from graphsim.ir import graph_from_json, graph_to_json
-from graphsim.ir.kernel import KernelKind
+from graphsim.ir.geometry import (
+    AttentionGeometry,
+    CollectiveGeometry,
+    GemmGeometry,
+    MoeExpertsGeometry,
+    RotaryGeometry,
+)
+from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.passes import PassError, run_pipeline
 
 ALL = [e.name for e in catalog()]
@@ -28,7 +35,8 @@ def test_default_pipeline_verifies_for_every_catalog_model(name, imported):
         out = run.graph
         out.verify("test")
         # every node is a kernel after fuse; every traced layer keeps kernels
-        assert all(is_kind(n, n.attrs.kind) for n in out.nodes)
+        assert all(isinstance(n.attrs, KernelAttrs) for n in out.nodes)
+        assert out.schedule is not None
         for rep in out.schedule.representative.values():
             assert kernels_of_layer(out, rep)
         assert graph_from_json(graph_to_json(out)) == out
@@ -38,18 +46,18 @@ def test_llama_layer_is_the_vllm_kernel_sequence(imported):
     # vLLM LlamaDecoderLayer.forward (model_executor/models/llama.py): input RMSNorm, fused QKV GEMM,
     # rotary, attention, o_proj, fused add+RMSNorm, fused gate_up GEMM, SiluAndMul, down_proj.
     out = run_pipeline(imported("llama-3.1-8b"), "fold,fuse{target=vllm}").graph
-    seq = [(n.attrs.kind.value, n.attrs.name) for n in kernels_of_layer(out, 0)]
+    seq = [(n.kernel.kind.value, n.kernel.name) for n in kernels_of_layer(out, 0)]
     assert seq == [
         ("rms_norm", "rms_norm"), ("gemm", "qkv_proj"), ("rotary", "rotary_embedding"),
         ("attention", "flash_attn_varlen"), ("gemm", "o_proj"), ("fused_add_rms_norm", "fused_add_rms_norm"),
         ("gemm", "gate_up_proj"), ("act_and_mul", "silu_and_mul"), ("gemm", "down_proj"),
     ]
-    geo = {n.attrs.name: dict(n.attrs.geometry) for n in kernels_of_layer(out, 0)}
+    geo = {n.kernel.name: n.kernel.geometry for n in kernels_of_layer(out, 0)}
     # Llama-3.1-8B: q 4096 + k 1024 + v 1024 = 6144 outputs; gate+up 2 × 14336 = 28672
-    assert (geo["qkv_proj"]["n"], geo["qkv_proj"]["k"]) == (6144, 4096)
-    assert (geo["gate_up_proj"]["n"], geo["down_proj"]["k"]) == (28672, 14336)
-    lm = [n for n in out.nodes if n.attrs.name == "lm_head"][0]
-    assert lm.attrs.rows.value == "sequences"  # logits only for the sampled position of each sequence
+    assert geo["qkv_proj"] == GemmGeometry(n=6144, k=4096, q_features=4096, num_kv_heads=8)
+    assert (geo["gate_up_proj"], geo["down_proj"]) == (GemmGeometry(n=28672, k=4096), GemmGeometry(n=4096, k=14336))
+    lm = next(n for n in out.nodes if n.kernel.name == "lm_head")
+    assert lm.kernel.rows.value == "sequences"  # logits only for the sampled position of each sequence
 
 
 def test_dense_layer_under_tp_has_two_all_reduces_and_conserves_flops(imported):
@@ -59,25 +67,27 @@ def test_dense_layer_under_tp_has_two_all_reduces_and_conserves_flops(imported):
         part = run_pipeline(g, f"fold,fuse{{target=vllm}},tp{{size={t}}}").graph
         layer = kernels_of_layer(part, 0)
         assert sum(is_kind(n, KernelKind.ALL_REDUCE) for n in layer) == 2
-        full = {n.attrs.name: n for n in kernels_of_layer(base, 0)}
+        full = {n.kernel.name: n for n in kernels_of_layer(base, 0)}
         for n in layer:
             if is_kind(n, KernelKind.GEMM):
-                assert gemm_flops_per_token(n) * t == gemm_flops_per_token(full[n.attrs.name])
+                assert gemm_flops_per_token(n) * t == gemm_flops_per_token(full[n.kernel.name])
             if is_kind(n, KernelKind.ATTENTION):
-                assert attention_width(n) * t == attention_width(full[n.attrs.name])
-        ar = [n for n in layer if is_kind(n, KernelKind.ALL_REDUCE)][0]
-        assert ar.attrs.geo("num_gpus") == t and ar.attrs.geo("bytes_per_row") == 4096 * 2  # hidden × bf16
+                assert attention_width(n) * t == attention_width(full[n.kernel.name])
+        ar = next(n for n in layer if is_kind(n, KernelKind.ALL_REDUCE))
+        cg = ar.kernel.geometry_as(CollectiveGeometry)
+        assert cg.num_gpus == t and cg.bytes_per_row == 4096 * 2  # hidden × bf16
 
 
 def test_kv_heads_replicated_beyond_their_count(imported):
     # Qwen3-30B-A3B has 4 KV heads: at tp=8 each rank keeps 1 KV head, replicated 2×.
     run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=vllm},tp{size=8}")
-    attn = [n for n in run.graph.nodes if is_kind(n, KernelKind.ATTENTION)][0]
-    assert attn.attrs.geo("num_kv_heads") == 1 and attn.attrs.geo("kv_replicas") == 2
+    attn = next(n for n in run.graph.nodes if is_kind(n, KernelKind.ATTENTION))
+    g = attn.kernel.geometry_as(AttentionGeometry)
+    assert g.num_kv_heads == 1 and g.kv_replicas == 2
     # the fused QKV GEMM keeps one whole KV head per rank, as vLLM's QKVParallelLinear does:
     # q 32 heads × 128 / 8 = 512, plus k and v one head of 128 each = 768 (not 5120 / 8 = 640)
-    qkv = [n for n in run.graph.nodes if n.attrs.name == "qkv_proj"][0]
-    assert qkv.attrs.geo("n") == 768
+    qkv = next(n for n in run.graph.nodes if n.kernel.name == "qkv_proj")
+    assert qkv.kernel.geometry_as(GemmGeometry).n == 768
     assert run.graph.params["model.layers.0.self_attn.k_proj.weight"].shape == (128, 2048)
     assert run.results[-1][1].stats["kv_heads_replicated"] == 1
 
@@ -86,7 +96,7 @@ def test_split_that_does_not_divide_names_the_dimension(imported):
     # Qwen2.5-7B: 28 attention heads
     with pytest.raises(PassError, match="num_heads = 28 is not divisible by 8"):
         run_pipeline(imported("qwen2.5-7b-instruct"), "fold,fuse{target=vllm},tp{size=8}")
-    with pytest.raises(PassError, match="num_experts .* = 8 is not divisible by 3"):
+    with pytest.raises(PassError, match=r"num_experts .* = 8 is not divisible by 3"):
         run_pipeline(imported("mixtral-8x7b-v0.1"), "fold,fuse{target=vllm},ep{size=3}")
 
 
@@ -95,12 +105,14 @@ def test_ep_spreads_experts(imported):
     run = run_pipeline(g, "fold,fuse{target=vllm},tp{size=2},ep{size=8}")
     out = run.graph
     moe = [n for n in out.nodes if is_kind(n, KernelKind.MOE_EXPERTS)]
-    assert len(moe) == 1 and moe[0].attrs.geo("ep") == 8 and moe[0].attrs.geo("tp") == 1
+    assert len(moe) == 1
+    mg = moe[0].kernel.geometry_as(MoeExpertsGeometry)
+    assert mg.ep == 8 and mg.tp == 1
     # expert weights per rank: 256 / 8 = 32 experts, intermediate dim whole again
     w = out.params["model.layers.3.mlp.experts.gate_up_proj"]
     assert w.shape == (32, 4096, 7168)
     a2a = [n for n in out.nodes if is_kind(n, KernelKind.ALL_TO_ALL)]
-    assert len(a2a) == 2 and {n.attrs.geo("reason") for n in a2a} == {"moe_dispatch", "moe_combine"}
+    assert len(a2a) == 2 and {n.kernel.geometry_as(CollectiveGeometry).reason for n in a2a} == {"moe_dispatch", "moe_combine"}
     # the experts' TP all-reduce was replaced by the combine
     assert run.results[-1][1].stats["tp_all_reduce_replaced"] == 1
 
@@ -115,9 +127,11 @@ def test_fold_of_full_depth_trace_matches_reduced_import():
     reduced, _ = import_hf(model)
     run = run_pipeline(full, "fold")
     folded = run.graph
+    sched = folded.schedule
+    assert sched is not None and reduced.schedule is not None
     assert run.results[0][1].stats["nodes_removed"] > 0
-    assert folded.schedule.tags == reduced.schedule.tags
-    assert sorted(folded.schedule.representative.values()) == [0, 1]
+    assert sched.tags == reduced.schedule.tags
+    assert sorted(sched.representative.values()) == [0, 1]
     assert len(folded.nodes) == len(reduced.nodes)
     # parameters: non-layer once + each representative × its count == the model's total
     stack = folded.meta["layer_stack"]
@@ -125,8 +139,8 @@ def test_fold_of_full_depth_trace_matches_reduced_import():
     for name, spec in folded.params.items():
         if name.startswith(stack + "."):
             idx = int(name[len(stack) + 1:].split(".")[0])
-            tag = folded.schedule.tags[idx]
-            total += int(spec.numel) * folded.schedule.count(tag)
+            tag = sched.tags[idx]
+            total += int(spec.numel) * sched.count(tag)
         else:
             total += int(spec.numel)
     assert total == folded.meta["param_count"]
@@ -138,7 +152,7 @@ def test_rotary_dim_is_twice_the_inverse_frequencies(imported):
     for name, want in (("gpt-oss-20b", 64), ("qwen3-next-80b-a3b", 64), ("llama-3.1-8b", 128)):
         out = run_pipeline(imported(name), "fold,fuse{target=vllm}").graph
         rot = [n for n in out.nodes if is_kind(n, KernelKind.ROTARY)]
-        assert rot and {n.attrs.geo("rot_dim") for n in rot} == {want}, name
+        assert rot and {n.kernel.geometry_as(RotaryGeometry).rot_dim for n in rot} == {want}, name
 
 
 def test_eager_target_partitions_with_small_incidental_widths(imported):

@@ -6,7 +6,8 @@ creation launch nothing of their own here either.
 
 from __future__ import annotations
 
-from graphsim.ir import Node, Op
+from graphsim.ir import AttentionAttrs, EmbeddingAttrs, LinearAttentionAttrs, MoEAttrs, Node, Op
+from graphsim.ir.geometry import ElementwiseGeometry, EmbeddingGeometry, LinearAttentionGeometry, MoeExpertsGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import FuseContext, Rule
@@ -22,26 +23,26 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     if n.op is Op.LINEAR:
         return P.gemm_attrs(ctx, [n], "linear", "eager.linear"), "gemm"
     if n.op is Op.ATTENTION:
-        return (KernelAttrs(KernelKind.ATTENTION, "attention", P.attention_geometry(n.attrs), dtype, Rows.NONE,
+        return (KernelAttrs(KernelKind.ATTENTION, "attention", P.attention_geometry(n.attrs_as(AttentionAttrs)), dtype, Rows.NONE,
                             covers, "eager.attention"), "attention")
     if n.op is Op.MOE_EXPERTS:
-        a = n.attrs
-        geo = (("hidden_size", a.hidden_size), ("inter_size", a.intermediate_size), ("top_k", a.top_k),
-               ("num_experts", a.num_experts), ("tp", 1), ("ep", 1), ("activation", a.activation),
-               ("gated", a.gated))
+        a = n.attrs_as(MoEAttrs)
+        geo = MoeExpertsGeometry(hidden_size=a.hidden_size, inter_size=a.intermediate_size, top_k=a.top_k,
+                                 num_experts=a.num_experts, tp=1, ep=1, activation=a.activation, gated=a.gated)
         return KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", geo, dtype, Rows.TOKENS, covers,
                            "eager.moe_experts"), "moe_experts"
     if n.op is Op.LINEAR_ATTENTION:
-        a = n.attrs
-        geo = (("num_k_heads", a.num_k_heads), ("num_v_heads", a.num_v_heads), ("k_head_dim", a.k_head_dim),
-               ("v_head_dim", a.v_head_dim))
-        return KernelAttrs(KernelKind.LINEAR_ATTENTION, "gated_delta_rule", geo, dtype, Rows.NONE, covers,
+        la = n.attrs_as(LinearAttentionAttrs)
+        lgeo = LinearAttentionGeometry(num_k_heads=la.num_k_heads, num_v_heads=la.num_v_heads,
+                                       k_head_dim=la.k_head_dim, v_head_dim=la.v_head_dim)
+        return KernelAttrs(KernelKind.LINEAR_ATTENTION, "gated_delta_rule", lgeo, dtype, Rows.NONE, covers,
                            "eager.linear_attention"), "linear_attention"
     if n.op is Op.EMBEDDING:
-        geo = (("vocab", n.attrs.num_embeddings), ("width", n.attrs.embedding_dim))
-        return KernelAttrs(KernelKind.EMBEDDING, "embedding", geo, dtype, Rows.TOKENS, covers,
+        e = n.attrs_as(EmbeddingAttrs)
+        egeo = EmbeddingGeometry(vocab=e.num_embeddings, width=e.embedding_dim)
+        return KernelAttrs(KernelKind.EMBEDDING, "embedding", egeo, dtype, Rows.TOKENS, covers,
                            "eager.embedding"), "embedding"
     width, rows = P.per_token(n.outputs[0])
     in_width = max((P.per_token(ctx.spec(v))[0] for v in n.inputs if v not in ctx.graph.params), default=width)
-    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, (("width", width), ("in_width", in_width)), dtype, rows,
+    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width, in_width=in_width), dtype, rows,
                         covers, "eager.op"), f"op.{n.op.value}")

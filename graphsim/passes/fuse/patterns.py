@@ -10,8 +10,9 @@ import re
 
 import sympy
 
-from graphsim.ir import AttentionAttrs, Node, Op, T, TensorSpec
-from graphsim.ir.kernel import GeometryValue, KernelAttrs, KernelKind, Rows
+from graphsim.ir import AttentionAttrs, LinearAttrs, Node, Op, T, TensorSpec
+from graphsim.ir.geometry import AttentionGeometry, GemmGeometry
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import VIEW_LIKE, OpGroup
 from graphsim.passes.fuse.core import Candidate, FuseContext
 
@@ -53,7 +54,7 @@ def scopes_with_class(ctx: FuseContext, pattern: re.Pattern) -> dict[str, list[N
 def norm_units(ctx: FuseContext) -> list[Candidate]:
     """Every node of a norm module (cast, pow, mean, rsqrt, mul, …) as one unit."""
     out = []
-    for scope, nodes in scopes_with_class(ctx, NORM_CLASS).items():
+    for nodes in scopes_with_class(ctx, NORM_CLASS).values():
         width = int(nodes[-1].outputs[0].shape[-1])
         out.append(Candidate(nodes, {"width": width, "class": nodes[0].module_type}))
     return out
@@ -114,11 +115,9 @@ def feeds_graph_output(ctx: FuseContext, node: Node) -> bool:
 
 def gemm_attrs(ctx: FuseContext, nodes: list[Node], name: str, rule: str, dtype: str | None = None,
                rows: Rows = Rows.TOKENS) -> KernelAttrs:
-    n_total = sum(n.attrs.out_features for n in nodes)
-    k = nodes[0].attrs.in_features
-    geo: tuple[tuple[str, GeometryValue], ...] = (("n", n_total), ("k", k))
-    if any(n.attrs.has_bias for n in nodes):
-        geo += (("bias", True),)
+    linears = [n.attrs_as(LinearAttrs) for n in nodes]
+    geo = GemmGeometry(n=sum(a.out_features for a in linears), k=linears[0].in_features,
+                       bias=any(a.has_bias for a in linears))
     return KernelAttrs(KernelKind.GEMM, name, geo, dtype or nodes[0].outputs[0].dtype.value, rows,
                        tuple(n.name for n in nodes), rule)
 
@@ -159,18 +158,13 @@ def rotary_dim(ctx: FuseContext) -> int | None:
     return None
 
 
-def attention_geometry(a: AttentionAttrs) -> tuple[tuple[str, GeometryValue], ...]:
-    geo: list[tuple[str, GeometryValue]] = [
-        ("num_heads", a.num_heads), ("num_kv_heads", a.num_kv_heads), ("head_dim", a.head_dim),
-        ("v_head_dim", a.v_head_dim), ("window", a.sliding_window or 0), ("causal", a.causal),
-    ]
-    if a.has_sinks:
-        geo.append(("sinks", True))
-    if a.softcap:
-        geo.append(("softcap", a.softcap))
-    if a.kv_lora_rank:
-        geo += [("kv_lora_rank", a.kv_lora_rank), ("qk_rope_head_dim", a.qk_rope_head_dim or 0)]
-    return tuple(geo)
+def attention_geometry(a: AttentionAttrs) -> AttentionGeometry:
+    mla = bool(a.kv_lora_rank)
+    return AttentionGeometry(
+        num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim, v_head_dim=a.v_head_dim,
+        window=a.sliding_window or 0, causal=a.causal, sinks=a.has_sinks, softcap=a.softcap or 0.0,
+        kv_lora_rank=a.kv_lora_rank or 0, qk_rope_head_dim=(a.qk_rope_head_dim or 0) if mla else 0,
+    )
 
 
 # --- activations, MoE, linear attention ------------------------------------------------------

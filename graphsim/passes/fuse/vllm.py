@@ -12,7 +12,20 @@ their boundaries can differ; a capture settles which (graphsim align, issue 6).
 
 from __future__ import annotations
 
-from graphsim.ir import Node, Op
+from dataclasses import replace
+
+from graphsim.ir import AttentionAttrs, ConvAttrs, EmbeddingAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node, Op
+from graphsim.ir.geometry import (
+    Conv1dGeometry,
+    ElementwiseGeometry,
+    EmbeddingGeometry,
+    GemmGeometry,
+    LinearAttentionGeometry,
+    MoeExpertsGeometry,
+    MoeRouterGeometry,
+    NormGeometry,
+    RotaryGeometry,
+)
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
@@ -49,7 +62,7 @@ def _match_fused_add_norm(ctx: FuseContext):
     for c in P.norm_units(ctx):
         add = P.residual_add_for(ctx, c)
         if add is not None:
-            out.append(Candidate([add] + c.nodes, dict(c.info, add=add)))
+            out.append(Candidate([add, *c.nodes], dict(c.info, add=add)))
     return out
 
 
@@ -60,7 +73,7 @@ def _build_norm(kind: KernelKind, name: str, rule: str):
         kk = KernelKind.LAYER_NORM if "LayerNorm" in c.info["class"] else kind
         elems, _ = P.per_token(c.nodes[-1].outputs[0])
         # width: elements per token; dim: the normalised vector (dim < width for per-head norms)
-        return KernelAttrs(kk, op_name, (("width", elems), ("dim", c.info["width"])), dtype, Rows.TOKENS,
+        return KernelAttrs(kk, op_name, NormGeometry(width=elems, dim=c.info["width"]), dtype, Rows.TOKENS,
                            tuple(n.name for n in c.nodes), rule)
 
     return build
@@ -120,7 +133,8 @@ def _build_packed(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     q = next((n for n in c.nodes if P.leaf(n.scope) == "q_proj"), None)
     if attn is None or q is None:
         return attrs
-    return attrs.with_geometry(q_features=q.attrs.out_features, num_kv_heads=attn.attrs.num_kv_heads)
+    return attrs.with_geometry(replace(attrs.geometry_as(GemmGeometry), q_features=q.attrs_as(LinearAttrs).out_features,
+                                       num_kv_heads=attn.attrs_as(AttentionAttrs).num_kv_heads))
 
 
 PACKED_GEMM = Rule(
@@ -156,11 +170,11 @@ def _match_rotary(ctx: FuseContext):
 
 
 def _build_rotary(ctx: FuseContext, c: Candidate) -> KernelAttrs:
-    a = c.info["attention"].attrs
+    a = c.info["attention"].attrs_as(AttentionAttrs)
     rot = c.info["rot_dim"] or a.qk_rope_head_dim or a.head_dim
     kv = 1 if a.kv_lora_rank else a.num_kv_heads
     return KernelAttrs(KernelKind.ROTARY, "rotary_embedding",
-                       (("num_heads", a.num_heads), ("num_kv_heads", kv), ("rot_dim", rot), ("head_dim", a.head_dim)),
+                       RotaryGeometry(num_heads=a.num_heads, num_kv_heads=kv, rot_dim=rot, head_dim=a.head_dim),
                        c.info["attention"].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "rotary")
 
 
@@ -174,8 +188,9 @@ def _match_attention(ctx: FuseContext):
 
 def _build_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     a = c.info["attention"]
-    name = "mla_attention" if a.attrs.kv_lora_rank else "flash_attn_varlen"
-    return KernelAttrs(KernelKind.ATTENTION, name, P.attention_geometry(a.attrs), a.outputs[0].dtype.value,
+    aa = a.attrs_as(AttentionAttrs)
+    name = "mla_attention" if aa.kv_lora_rank else "flash_attn_varlen"
+    return KernelAttrs(KernelKind.ATTENTION, name, P.attention_geometry(aa), a.outputs[0].dtype.value,
                        Rows.NONE, tuple(n.name for n in c.nodes), "attention")
 
 
@@ -187,7 +202,7 @@ ATTENTION = Rule(
 
 
 def _build_act(ctx: FuseContext, c: Candidate) -> KernelAttrs:
-    return KernelAttrs(KernelKind.ACT_AND_MUL, f"{c.info['act']}_and_mul", (("width", c.info["width"]),),
+    return KernelAttrs(KernelKind.ACT_AND_MUL, f"{c.info['act']}_and_mul", ElementwiseGeometry(width=c.info["width"]),
                        c.nodes[-1].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "act_and_mul")
 
 
@@ -210,7 +225,7 @@ def _match_moe_router(ctx: FuseContext):
         for p in routing_inputs:
             if p is None:
                 continue
-            for n in [p] + P.ancestors_within(ctx, p, {block}):
+            for n in [p, *P.ancestors_within(ctx, p, {block})]:
                 if ctx.is_free(n) and n.op not in (Op.LINEAR, Op.MOE_EXPERTS) and n.name not in feeds:
                     nodes[n.name] = n
         if nodes:
@@ -219,10 +234,10 @@ def _match_moe_router(ctx: FuseContext):
 
 
 def _build_router(ctx: FuseContext, c: Candidate) -> KernelAttrs:
-    a = c.info["experts"].attrs
+    a = c.info["experts"].attrs_as(MoEAttrs)
     grouped = any(n.op is Op.SIGMOID for n in c.nodes)
     return KernelAttrs(KernelKind.MOE_ROUTER, "grouped_topk" if grouped else "topk_softmax",
-                       (("num_experts", a.num_experts), ("top_k", a.top_k)), "f32", Rows.TOKENS,
+                       MoeRouterGeometry(num_experts=a.num_experts, top_k=a.top_k), "f32", Rows.TOKENS,
                        tuple(n.name for n in c.nodes), "moe_router")
 
 
@@ -236,14 +251,12 @@ def _match_experts(ctx: FuseContext):
 
 def _build_experts(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.nodes[0]
-    a = n.attrs
+    a = n.attrs_as(MoEAttrs)
     q = ctx.graph.meta.get("quantization_config") or {}
-    dtype = {"fp8": "f8e4m3", "mxfp4": "f4"}.get(q.get("quant_method"), n.outputs[0].dtype.value)
-    geo = (("hidden_size", a.hidden_size), ("inter_size", a.intermediate_size), ("top_k", a.top_k),
-           ("num_experts", a.num_experts), ("tp", 1), ("ep", 1), ("activation", a.activation),
-               ("gated", a.gated))
-    if a.has_bias:
-        geo += (("bias", True),)
+    dtype = {"fp8": "f8e4m3", "mxfp4": "f4"}.get(str(q.get("quant_method")), n.outputs[0].dtype.value)
+    geo = MoeExpertsGeometry(hidden_size=a.hidden_size, inter_size=a.intermediate_size, top_k=a.top_k,
+                             num_experts=a.num_experts, tp=1, ep=1, activation=a.activation, gated=a.gated,
+                             bias=a.has_bias)
     return KernelAttrs(KernelKind.MOE_EXPERTS, "fused_moe", geo, dtype, Rows.TOKENS, (n.name,), "moe_experts")
 
 
@@ -259,7 +272,7 @@ def _match_gdn_gating(ctx: FuseContext):
         for p in gate_inputs:
             if p is None:
                 continue
-            for n in [p] + P.ancestors_within(ctx, p, {la.scope}):
+            for n in [p, *P.ancestors_within(ctx, p, {la.scope})]:
                 if ctx.is_free(n) and n.op.group in (OpGroup.ELEMENTWISE,) and n.scope == la.scope:
                     nodes[n.name] = n
         if nodes:
@@ -269,11 +282,14 @@ def _match_gdn_gating(ctx: FuseContext):
 
 GDN_GATING = Rule(
     "gdn_gating", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:_forward_core (gating fused in fused_post_conv_prep)", _match_gdn_gating,
-    lambda ctx, c: KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating",
-                               (("num_v_heads", c.info["la"].attrs.num_v_heads),
-                                ("width", 2 * c.info["la"].attrs.num_v_heads)), "f32", Rows.TOKENS,
-                               tuple(n.name for n in c.nodes), "gdn_gating"),
+    lambda ctx, c: _gdn_gating(c),
 )
+
+
+def _gdn_gating(c: Candidate) -> KernelAttrs:
+    heads = c.info["la"].attrs_as(LinearAttentionAttrs).num_v_heads
+    return KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating", ElementwiseGeometry(num_v_heads=heads, width=2 * heads),
+                       "f32", Rows.TOKENS, tuple(n.name for n in c.nodes), "gdn_gating")
 
 
 def _match_linear_attention(ctx: FuseContext):
@@ -281,10 +297,10 @@ def _match_linear_attention(ctx: FuseContext):
 
 
 def _build_linear_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
-    a = c.nodes[0].attrs
+    a = c.nodes[0].attrs_as(LinearAttentionAttrs)
     return KernelAttrs(KernelKind.LINEAR_ATTENTION, "chunk_gated_delta_rule",
-                       (("num_k_heads", a.num_k_heads), ("num_v_heads", a.num_v_heads),
-                        ("k_head_dim", a.k_head_dim), ("v_head_dim", a.v_head_dim)),
+                       LinearAttentionGeometry(num_k_heads=a.num_k_heads, num_v_heads=a.num_v_heads,
+                                               k_head_dim=a.k_head_dim, v_head_dim=a.v_head_dim),
                        c.nodes[0].outputs[0].dtype.value, Rows.NONE, (c.nodes[0].name,), "linear_attention")
 
 
@@ -314,11 +330,14 @@ def _match_conv(ctx: FuseContext):
 CONV1D = Rule(
     "causal_conv1d", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:forward_cuda (causal_conv1d_fn)",
     _match_conv,
-    lambda ctx, c: KernelAttrs(KernelKind.CONV1D, "causal_conv1d",
-                               (("channels", c.nodes[0].attrs.channels), ("kernel_size", c.nodes[0].attrs.kernel_size)),
-                               c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes),
-                               "causal_conv1d"),
+    lambda ctx, c: _conv1d(c),
 )
+
+
+def _conv1d(c: Candidate) -> KernelAttrs:
+    a = c.nodes[0].attrs_as(ConvAttrs)
+    return KernelAttrs(KernelKind.CONV1D, "causal_conv1d", Conv1dGeometry(channels=a.channels, kernel_size=a.kernel_size),
+                       c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "causal_conv1d")
 
 
 def _match_embedding(ctx: FuseContext):
@@ -328,10 +347,14 @@ def _match_embedding(ctx: FuseContext):
 EMBEDDING = Rule(
     "embedding", "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding.forward",
     _match_embedding,
-    lambda ctx, c: KernelAttrs(KernelKind.EMBEDDING, "embedding",
-                               (("vocab", c.nodes[0].attrs.num_embeddings), ("width", c.nodes[0].attrs.embedding_dim)),
-                               c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, (c.nodes[0].name,), "embedding"),
+    lambda ctx, c: _embedding(c),
 )
+
+
+def _embedding(c: Candidate) -> KernelAttrs:
+    a = c.nodes[0].attrs_as(EmbeddingAttrs)
+    return KernelAttrs(KernelKind.EMBEDDING, "embedding", EmbeddingGeometry(vocab=a.num_embeddings, width=a.embedding_dim),
+                       c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, (c.nodes[0].name,), "embedding")
 
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION,
@@ -345,6 +368,6 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     if n.op in P.ABSORBED_OPS or ctx.index_only(n):
         return None, f"absorbed.{n.op.value}"
     width, rows = P.per_token(n.outputs[0])
-    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, (("width", width),), n.outputs[0].dtype.value, rows,
+    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width), n.outputs[0].dtype.value, rows,
                         (n.name,), "elementwise_placeholder", approximate=True),
             f"placeholder.{n.op.value}")

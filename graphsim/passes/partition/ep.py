@@ -9,9 +9,10 @@ tp).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphsim.ir import Graph, Node, TensorSpec, split_value, unique_name
+from graphsim.ir.geometry import MoeExpertsGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassResult, register_pass
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
@@ -46,10 +47,12 @@ class ExpertParallel(PartitionPass):
                 out.nodes.append(n)
                 continue
             where = f"ep{{size={e}}} at {n.name}"
-            experts = int(a.geo("num_experts"))
+            a = n.kernel
+            g = a.geometry_as(MoeExpertsGeometry)
+            experts = g.num_experts
             local = split(experts, e, "num_experts (routed experts)", where)
-            tp = int(a.geo("tp") or 1)
-            inter = int(a.geo("inter_size"))
+            tp = g.tp
+            inter = g.inter_size
             for v in n.inputs:
                 spec = graph.params.get(v)
                 if spec is None or len(spec.shape) != 3 or spec.shape[0] != experts:
@@ -57,13 +60,13 @@ class ExpertParallel(PartitionPass):
                 # experts are whole under EP: undo tp's split of the intermediate dim
                 dims = tuple(d * tp if i > 0 and tp > 1 and d in (inter // tp, 2 * inter // tp) else d
                              for i, d in enumerate(spec.shape))
-                params[v] = TensorSpec((local,) + dims[1:], spec.dtype)
-            width = int(a.geo("hidden_size")) * int(a.geo("top_k"))
+                params[v] = TensorSpec((local, *dims[1:]), spec.dtype)
+            width = g.hidden_size * g.top_k
             hidden_in = n.inputs[0]
             spec_in = _spec_of(out.nodes, graph, hidden_in)
             dispatch = collective(unique_name(f"{n.name}.dispatch", used), KernelKind.ALL_TO_ALL, hidden_in, spec_in,
                                   n, e, width, Rows.TOKENS, "moe_dispatch", "ep")
-            n = n.with_(inputs=(dispatch.name,) + n.inputs[1:], attrs=a.with_geometry(ep=e, tp=1))
+            n = n.with_(inputs=(dispatch.name, *n.inputs[1:]), attrs=a.with_geometry(replace(g, ep=e, tp=1)))
             combine = collective(unique_name(f"{n.name}.combine", used), KernelKind.ALL_TO_ALL, n.name, n.outputs[0],
                                  n, e, width, Rows.TOKENS, "moe_combine", "ep")
             out.nodes += [dispatch, n, combine]

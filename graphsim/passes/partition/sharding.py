@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphsim.ir import Graph, Node, Op, TensorSpec
+from graphsim.ir.geometry import CollectiveGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import Pass, PassError
 
@@ -23,8 +24,7 @@ def collective(name: str, kind: KernelKind, value: str, spec: TensorSpec, at: No
     bytes_per_row = int(width * spec.dtype.bytes)
     attrs = KernelAttrs(
         kind, kind.value,
-        (("num_gpus", group_size), ("group", group), ("width", width), ("bytes_per_row", bytes_per_row),
-         ("reason", reason)),
+        CollectiveGeometry(num_gpus=group_size, group=group, width=width, bytes_per_row=bytes_per_row, reason=reason),
         spec.dtype.value, rows, (), f"partition.{group}",
     )
     return Node(name=name, op=Op.KERNEL, inputs=(value,), outputs=(spec,), attrs=attrs, scope=at.scope,

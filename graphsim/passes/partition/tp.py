@@ -15,9 +15,21 @@ A split that does not divide raises an error naming the dimension.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphsim.ir import Graph, Node, TensorSpec, unique_name
+from graphsim.ir.geometry import (
+    AttentionGeometry,
+    Conv1dGeometry,
+    ElementwiseGeometry,
+    EmbeddingGeometry,
+    GemmGeometry,
+    Geometry,
+    LinearAttentionGeometry,
+    MoeExpertsGeometry,
+    NormGeometry,
+    RotaryGeometry,
+)
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassError, PassResult, register_pass
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
@@ -28,8 +40,9 @@ PER_TOKEN = {KernelKind.RMS_NORM, KernelKind.LAYER_NORM, KernelKind.ACT_AND_MUL,
 
 def _shard_dim(spec: TensorSpec, dim: int, t: int, what: str, where: str) -> TensorSpec:
     shape = list(spec.shape)
-    if isinstance(shape[dim], int):
-        shape[dim] = split(shape[dim], t, what, where)
+    d = shape[dim]
+    if isinstance(d, int):
+        shape[dim] = split(d, t, what, where)
     return TensorSpec(tuple(shape), spec.dtype)
 
 
@@ -61,7 +74,7 @@ class TensorParallel(PartitionPass):
 
         for n in graph.nodes:
             n = n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs))
-            a: KernelAttrs = n.attrs
+            a = n.kernel
             acts = [v for v in n.inputs if v not in graph.params]
             in_sharded = any(v in sharded for v in acts)
             where = f"tp{{size={t}}} at {n.name}"
@@ -73,19 +86,22 @@ class TensorParallel(PartitionPass):
                 n = n.with_(attrs=_attention(a, t, where, bump))
                 out_sharded = True
             elif a.kind is KernelKind.ROTARY:
-                heads = split(int(a.geo("num_heads")), t, "num_heads", where)
-                kv = int(a.geo("num_kv_heads"))
+                rg = a.geometry_as(RotaryGeometry)
+                heads = split(rg.num_heads, t, "num_heads", where)
+                kv = rg.num_kv_heads
                 kv_rank = kv if kv == 1 else (split(kv, t, "num_kv_heads", where) if kv >= t else 1)
-                n = n.with_(attrs=a.with_geometry(num_heads=heads, num_kv_heads=kv_rank))
+                n = n.with_(attrs=a.with_geometry(replace(rg, num_heads=heads, num_kv_heads=kv_rank)))
                 out_sharded = True
             elif a.kind is KernelKind.LINEAR_ATTENTION:
-                n = n.with_(attrs=a.with_geometry(num_k_heads=split(int(a.geo("num_k_heads")), t, "num_k_heads", where),
-                                                  num_v_heads=split(int(a.geo("num_v_heads")), t, "num_v_heads", where)))
+                lg = a.geometry_as(LinearAttentionGeometry)
+                n = n.with_(attrs=a.with_geometry(replace(lg, num_k_heads=split(lg.num_k_heads, t, "num_k_heads", where),
+                                                          num_v_heads=split(lg.num_v_heads, t, "num_v_heads", where))))
                 out_sharded = True
             elif a.kind is KernelKind.MOE_EXPERTS:
-                inter = int(a.geo("inter_size"))
+                mg = a.geometry_as(MoeExpertsGeometry)
+                inter = mg.inter_size
                 split(inter, t, "moe intermediate_size", where)
-                n = n.with_(attrs=a.with_geometry(tp=t))
+                n = n.with_(attrs=a.with_geometry(replace(mg, tp=t)))
                 for v in n.inputs:
                     if v in graph.params and len(graph.params[v].shape) == 3:
                         spec = graph.params[v]
@@ -95,25 +111,25 @@ class TensorParallel(PartitionPass):
                 after = self._reduce(n, KernelKind.ALL_REDUCE, int(n.outputs[0].shape[-1]), "moe_experts", used)
                 bump("all_reduce")
             elif a.kind is KernelKind.EMBEDDING:
-                vocab = split(int(a.geo("vocab")), t, "vocab_size", where)
-                n = n.with_(attrs=a.with_geometry(vocab=vocab))
+                eg = a.geometry_as(EmbeddingGeometry)
+                vocab = split(eg.vocab, t, "vocab_size", where)
+                n = n.with_(attrs=a.with_geometry(replace(eg, vocab=vocab)))
                 for v in n.inputs:
                     if v in graph.params:
                         params[v] = _shard_dim(graph.params[v], 0, t, "vocab_size", where)
-                after = self._reduce(n, KernelKind.ALL_REDUCE, int(a.geo("width")), "vocab_parallel_embedding", used)
+                after = self._reduce(n, KernelKind.ALL_REDUCE, eg.width, "vocab_parallel_embedding", used)
                 bump("all_reduce")
             elif a.kind is KernelKind.CONV1D and in_sharded:
-                n = n.with_(attrs=a.with_geometry(channels=split(int(a.geo("channels")), t, "conv channels", where)))
+                cg = a.geometry_as(Conv1dGeometry)
+                n = n.with_(attrs=a.with_geometry(replace(cg, channels=split(cg.channels, t, "conv channels", where))))
                 out_sharded = True
             elif in_sharded and (a.kind in PER_TOKEN or a.kind is KernelKind.FUSED_ADD_RMS_NORM):
-                keys = [k for k in ("width", "in_width", "num_v_heads") if a.geo(k) is not None]
-                if a.kind is KernelKind.ELEMENTWISE and any(int(a.geo(k)) % t for k in keys):
+                if a.kind is KernelKind.ELEMENTWISE and any(v % t for v in _per_token_dims(a.geometry)):
                     # a leftover op on a small per-token value (a top-k score, a reduced sum): every
                     # rank computes it whole
                     bump("elementwise_replicated")
                 else:
-                    n = n.with_(attrs=a.with_geometry(**{k: split(int(a.geo(k)), t, f"per-token {k}", where)
-                                                         for k in keys}))
+                    n = n.with_(attrs=a.with_geometry(_split_per_token(a.geometry, t, where)))
                     out_sharded = True
             out.nodes.append(n)
             if out_sharded:
@@ -133,18 +149,19 @@ class TensorParallel(PartitionPass):
     def _gemm(self, n: Node, a: KernelAttrs, in_sharded: bool, users, graph: Graph, params, where: str,
               used: set[str], bump):
         t = self.size
-        nn, kk = int(a.geo("n")), int(a.geo("k"))
+        g = a.geometry_as(GemmGeometry)
+        nn, kk = g.n, g.k
         weights = [v for v in n.inputs if v in graph.params and len(graph.params[v].shape) == 2]
         biases = [v for v in n.inputs if v in graph.params and len(graph.params[v].shape) == 1]
         if a.rows is Rows.SEQUENCES or a.name == "lm_head":
-            n = n.with_(attrs=a.with_geometry(n=split(nn, t, "vocab_size (lm_head n)", where)))
+            n = n.with_(attrs=a.with_geometry(replace(g, n=split(nn, t, "vocab_size (lm_head n)", where))))
             for w in weights:
                 params[w] = _shard_dim(graph.params[w], 0, t, "vocab_size", where)
             bump("vocab_parallel")
             bump("all_gather")
             return n, self._reduce(n, KernelKind.ALL_GATHER, nn, "lm_head_logits", used, a.rows), False
         if in_sharded:
-            n = n.with_(attrs=a.with_geometry(k=split(kk, t, "k (row-parallel input features)", where)))
+            n = n.with_(attrs=a.with_geometry(replace(g, k=split(kk, t, "k (row-parallel input features)", where))))
             for w in weights:
                 params[w] = _shard_dim(graph.params[w], 1, t, "in_features", where)
             bump("row_parallel")
@@ -153,19 +170,19 @@ class TensorParallel(PartitionPass):
         if _stays_replicated(n, users):
             bump("replicated")
             return n, None, False
-        if a.geo("q_features") is not None:  # fused QKV: q split by heads, whole KV heads per rank
-            q, kv = int(a.geo("q_features")), int(a.geo("num_kv_heads"))
+        if g.q_features is not None and g.num_kv_heads is not None:  # fused QKV: q split by heads, whole KV heads per rank
+            q, kv = g.q_features, g.num_kv_heads
             kv_rank = split(kv, t, "num_key_value_heads", where) if kv >= t else 1
             n_rank = split(q, t, "q features", where) + (nn - q) * kv_rank // kv
-            n = n.with_(attrs=a.with_geometry(n=n_rank, q_features=q // t, num_kv_heads=kv_rank))
+            n = n.with_(attrs=a.with_geometry(replace(g, n=n_rank, q_features=q // t, num_kv_heads=kv_rank)))
             for w in weights + biases:
                 spec = graph.params[w]
                 rows = int(spec.shape[0])
-                params[w] = TensorSpec((rows // t if rows == q else rows * kv_rank // kv,) + tuple(spec.shape[1:]),
+                params[w] = TensorSpec((rows // t if rows == q else rows * kv_rank // kv, *spec.shape[1:]),
                                        spec.dtype)
             bump("column_parallel")
             return n, None, True
-        n = n.with_(attrs=a.with_geometry(n=split(nn, t, "n (column-parallel output features)", where)))
+        n = n.with_(attrs=a.with_geometry(replace(g, n=split(nn, t, "n (column-parallel output features)", where))))
         for w in weights:
             params[w] = _shard_dim(graph.params[w], 0, t, "out_features", where)
         for b in biases:
@@ -180,7 +197,7 @@ def _values(n: Node) -> list[str]:
 
 def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
     """Router logits, per-token scalar gates and whole-vector-normalised latents are not split."""
-    if int(n.attrs.geo("n")) == 1:
+    if n.kernel.geometry_as(GemmGeometry).n == 1:
         return True
     for v in _values(n):
         for u in users.get(v, []):
@@ -189,23 +206,48 @@ def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
                 continue
             if ua.kind is KernelKind.MOE_ROUTER:
                 return True
-            if ua.kind in (KernelKind.RMS_NORM, KernelKind.LAYER_NORM) and ua.geo("dim") == ua.geo("width"):
-                return True
+            if ua.kind in (KernelKind.RMS_NORM, KernelKind.LAYER_NORM):
+                ng = ua.geometry_as(NormGeometry)
+                if ng.dim == ng.width:
+                    return True
     return False
 
 
+def _per_token_dims(g: Geometry) -> list[int]:
+    """The per-token sizes a tp split divides, in the order their divisibility is checked."""
+    if isinstance(g, ElementwiseGeometry):
+        return [v for v in (g.width, g.in_width, g.num_v_heads) if v is not None]
+    if isinstance(g, NormGeometry):
+        return [g.width]
+    raise TypeError(f"no per-token split for {type(g).__name__}")
+
+
+def _split_per_token(g: Geometry, t: int, where: str) -> Geometry:
+    """A per-token kernel on sharded activations: its per-token sizes divided by t (a norm keeps the
+    vector length it normalises)."""
+    if isinstance(g, ElementwiseGeometry):
+        width = split(g.width, t, "per-token width", where)
+        in_width = None if g.in_width is None else split(g.in_width, t, "per-token in_width", where)
+        heads = None if g.num_v_heads is None else split(g.num_v_heads, t, "per-token num_v_heads", where)
+        return replace(g, width=width, in_width=in_width, num_v_heads=heads)
+    if isinstance(g, NormGeometry):
+        return replace(g, width=split(g.width, t, "per-token width", where))
+    raise TypeError(f"no per-token split for {type(g).__name__}")
+
+
 def _attention(a: KernelAttrs, t: int, where: str, bump) -> KernelAttrs:
-    heads = split(int(a.geo("num_heads")), t, "num_attention_heads", where)
-    kv = int(a.geo("num_kv_heads"))
-    if a.geo("kv_lora_rank"):  # MLA: the latent is whole on every rank; heads split
+    g = a.geometry_as(AttentionGeometry)
+    heads = split(g.num_heads, t, "num_attention_heads", where)
+    kv = g.num_kv_heads
+    if g.is_mla:  # MLA: the latent is whole on every rank; heads split
         bump("mla_heads_split")
-        return a.with_geometry(num_heads=heads, num_kv_heads=heads)
+        return a.with_geometry(replace(g, num_heads=heads, num_kv_heads=heads))
     if kv >= t:
         kv_rank = split(kv, t, "num_key_value_heads", where)
         bump("attention_heads_split")
-        return a.with_geometry(num_heads=heads, num_kv_heads=kv_rank)
+        return a.with_geometry(replace(g, num_heads=heads, num_kv_heads=kv_rank))
     if t % kv != 0:
         raise PassError(f"{where}: tp size {t} is not a multiple of num_key_value_heads = {kv}; "
                         "KV heads cannot be replicated evenly")
     bump("kv_heads_replicated")
-    return a.with_geometry(num_heads=heads, num_kv_heads=1, kv_replicas=t // kv)
+    return a.with_geometry(replace(g, num_heads=heads, num_kv_heads=1, kv_replicas=t // kv))

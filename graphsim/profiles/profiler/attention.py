@@ -24,6 +24,7 @@ from graphsim.costing.kernels import (
     MlaDecodeKey,
     MlaPrefillKey,
 )
+from graphsim.ir.geometry import AttentionGeometry
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.profiles.profiler.base import randn
 from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
@@ -52,6 +53,8 @@ class AttentionBench:
 
     def __post_init__(self) -> None:
         k = self.key
+        g = self.attrs.geometry
+        geo = g if isinstance(g, AttentionGeometry) else None
         self.dtype = torch_dtype(k.dtype, "attention")
         if k.kv_dtype is not k.dtype:
             raise Unmeasurable(f"attention with a {k.kv_dtype.value} KV cache and {k.dtype.value} queries has no "
@@ -62,11 +65,11 @@ class AttentionBench:
             form = "MLA decompressed"
         else:
             self.heads, self.kv_heads, self.qk_dim, self.window = k.num_heads, k.num_kv_heads, k.head_dim, k.window
-            self.v_dim = int(self.attrs.geo("v_head_dim") or k.head_dim)
+            self.v_dim = (geo.v_head_dim if geo else 0) or k.head_dim
             form = "GQA" if k.num_kv_heads != k.num_heads else "MHA"
         self.decode = isinstance(k, (AttentionDecodeKey, MlaDecodeKey))
         self.label = f"aten::scaled_dot_product_attention ({form}{', window mask' if self.window else ''})"
-        ignored = [name for name in ("sinks", "softcap") if self.attrs.geo(name)]
+        ignored = [name for name, on in (("sinks", geo and geo.sinks), ("softcap", geo and geo.softcap)) if on]
         if ignored:
             self.notes = (f"attention measured without {' and '.join(ignored)} (sdpa has none; the key does not "
                           "carry them)",)

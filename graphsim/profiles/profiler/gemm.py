@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.kernels import GemmKey, GemmPoint
+from graphsim.ir.geometry import GemmGeometry
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.profiles.profiler.base import randn
 from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
@@ -43,7 +44,7 @@ class GemmBench:
         esize = 1 if self.fp8 else element_size(self.dtype)
         check_budget(self.info, n * k * esize, f"GEMM weight {n}x{k}")
         w = randn((n, k), self.dtype, dev, 0.02)
-        self.bias = randn((n,), self.dtype, dev) if self.attrs.geo("bias") and not self.fp8 else None
+        self.bias = randn((n,), self.dtype, dev) if isinstance(self.attrs.geometry, GemmGeometry) and self.attrs.geometry.bias and not self.fp8 else None
         if self.fp8:
             self.weight = w.to(torch.float8_e4m3fn)  # [n, k] row-major: .t() is the column-major [k, n] operand
             self.scale = torch.ones((), dtype=torch.float32, device=dev)
@@ -59,6 +60,6 @@ class GemmBench:
         if self.fp8:
             x8 = x.to(torch.float8_e4m3fn)
             w8, s = self.weight, self.scale
-            return lambda: torch._scaled_mm(x8, w8.t(), scale_a=s, scale_b=s, out_dtype=torch.bfloat16)
+            return lambda: torch._scaled_mm(x8, w8.t(), scale_a=s, scale_b=s, out_dtype=torch.bfloat16)  # pyright: ignore[reportPrivateImportUsage]
         w, b = self.weight, self.bias
         return lambda: F.linear(x, w, b)

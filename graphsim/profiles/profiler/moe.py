@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from graphsim.costing.kernels import MoeKey, MoeRouting, TokensPoint
+from graphsim.ir.geometry import MoeExpertsGeometry
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.profiles.profiler.base import randn
 from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
@@ -50,7 +51,9 @@ class MoeBench:
         self.dtype = torch_dtype(k.dtype, "MoE experts")
         self.local_experts = max(1, k.num_experts // max(1, k.ep))
         self.inter = max(1, k.inter_size // max(1, k.tp))
-        activation = str(self.attrs.geo("activation") or "silu")
+        g = self.attrs.geometry
+        geo = g if isinstance(g, MoeExpertsGeometry) else None
+        activation = (geo.activation if geo else "") or "silu"
         act = ACTIVATIONS.get(activation)
         act_label = activation
         if act is None:
@@ -61,7 +64,7 @@ class MoeBench:
         check_budget(self.info, 3 * e * i * h * element_size(dt), f"{e} experts of {h}x{i}")
         self.w13 = randn((e, 2 * i, h), dt, dev, 0.02)
         self.w2 = randn((e, h, i), dt, dev, 0.02)
-        bias = bool(self.attrs.geo("bias"))
+        bias = bool(geo and geo.bias)
         self.b13 = randn((e, 2 * i), dt, dev) if bias else None
         self.b2 = randn((e, h), dt, dev) if bias else None
         self.label = f"torch grouped loop over {e} experts (aten::linear ×2, {act_label}·mul, balanced top-{k.topk})"

@@ -18,6 +18,15 @@ import torch
 import torch.nn.functional as F
 
 from graphsim.costing.kernels import ElementwiseKey, TokensPoint
+from graphsim.ir.geometry import (
+    Conv1dGeometry,
+    ElementwiseGeometry,
+    EmbeddingGeometry,
+    Geometry,
+    MoeRouterGeometry,
+    NormGeometry,
+    RotaryGeometry,
+)
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.profiles.profiler.base import positive, randn
 from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
@@ -34,7 +43,7 @@ class Shape:
     in_width: int  # elements per token of its widest non-parameter input
     dtype: torch.dtype
     device: torch.device
-    geo: dict[str, Any] = field(default_factory=dict)
+    geometry: Geometry | None = None  # the kernel's geometry (dims the key does not carry)
     cache: dict[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
 
     def const(self, name: str, make: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -150,7 +159,8 @@ def _layer_norm(s: Shape) -> Fn:
 
 
 def _gdn_gating(s: Shape) -> Fn:
-    h = int(s.geo.get("num_v_heads") or s.width // 2)
+    g = s.geometry
+    h = g.num_v_heads if isinstance(g, ElementwiseGeometry) and g.num_v_heads else s.width // 2
     a, b = s.x(h), s.x(h)
     a_log = randn((h,), torch.float32, s.device)
     dt_bias = randn((h,), torch.float32, s.device)
@@ -191,7 +201,7 @@ ELEMENTWISE_OPS: dict[str, tuple[Callable[[Shape], Fn], str]] = {
     "max": (_reduce(lambda x, d: x.amax(d)), "aten::amax"),
     "softmax": (_unary(lambda x: torch.softmax(x, -1)), "aten::_softmax"),
     "cumsum": (_unary(lambda x: torch.cumsum(x, -1)), "aten::cumsum"),
-    "sort": (_unary(lambda x: torch.sort(x, -1)), "aten::sort"),
+    "sort": (_unary(lambda x: torch.sort(x, -1)[0]), "aten::sort"),
     "topk": (_topk, "aten::topk"),
     "cat": (_cat, "aten::cat"),
     "gather": (_gather, "aten::gather"),
@@ -223,10 +233,15 @@ def _rows_per_token(s: Shape, dim: int) -> int:
     return s.tokens * (s.width // dim)
 
 
+def _norm_dim(s: Shape) -> int:
+    g = s.geometry
+    return g.dim if isinstance(g, NormGeometry) and g.dim else s.width
+
+
 def _norm_kernel(a: KernelAttrs) -> tuple[Callable[[Shape], Fn], str]:
     if a.kind is KernelKind.LAYER_NORM:
         def build_ln(s: Shape) -> Fn:
-            d = int(s.geo.get("dim") or s.width)
+            d = _norm_dim(s)
             x = randn((_rows_per_token(s, d), d), s.dtype, s.device)
             w, b = torch.ones(d, dtype=s.dtype, device=s.device), torch.zeros(d, dtype=s.dtype, device=s.device)
             return lambda: F.layer_norm(x, (d,), w, b, 1e-5)
@@ -236,7 +251,7 @@ def _norm_kernel(a: KernelAttrs) -> tuple[Callable[[Shape], Fn], str]:
     fused_add = a.kind is KernelKind.FUSED_ADD_RMS_NORM
 
     def build(s: Shape) -> Fn:
-        d = int(s.geo.get("dim") or s.width)
+        d = _norm_dim(s)
         rows = _rows_per_token(s, d)
         x = randn((rows, d), s.dtype, s.device)
         w = torch.ones(d, dtype=s.dtype, device=s.device)
@@ -259,8 +274,11 @@ def _norm_kernel(a: KernelAttrs) -> tuple[Callable[[Shape], Fn], str]:
 
 
 def _rotary(s: Shape) -> Fn:
-    h, kvh = int(s.geo["num_heads"]), int(s.geo["num_kv_heads"])
-    rot, hd = int(s.geo["rot_dim"]), int(s.geo.get("head_dim") or s.geo["rot_dim"])
+    g = s.geometry
+    if not isinstance(g, RotaryGeometry):
+        raise Unmeasurable("rotary benchmark without a rotary geometry")
+    h, kvh = g.num_heads, g.num_kv_heads
+    rot, hd = g.rot_dim, g.head_dim or g.rot_dim
     max_pos = 4096
     q = randn((s.tokens, h, hd), s.dtype, s.device)
     k = randn((s.tokens, kvh, hd), s.dtype, s.device)
@@ -292,7 +310,7 @@ def _act_and_mul(name: str) -> tuple[Callable[[Shape], Fn], str]:
 
 
 def _embedding(s: Shape) -> Fn:
-    vocab = int(s.geo.get("vocab") or 32000)
+    vocab = s.geometry.vocab if isinstance(s.geometry, EmbeddingGeometry) and s.geometry.vocab else 32000
     table = s.const("table", lambda: randn((vocab, s.width), s.dtype, s.device, 0.02))
     ids = torch.randint(0, vocab, (s.tokens,), device=s.device)
     return lambda: F.embedding(ids, table)
@@ -300,7 +318,8 @@ def _embedding(s: Shape) -> Fn:
 
 def _router(name: str) -> tuple[Callable[[Shape], Fn], str, tuple[str, ...]]:
     def build(s: Shape) -> Fn:
-        e, k = int(s.geo.get("num_experts") or s.width), int(s.geo.get("top_k") or 1)
+        g = s.geometry
+        e, k = (g.num_experts or s.width, g.top_k or 1) if isinstance(g, MoeRouterGeometry) else (s.width, 1)
         logits = s.x(e)
         if name == "grouped_topk":
             bias = randn((e,), torch.float32, s.device)
@@ -328,7 +347,8 @@ def _router(name: str) -> tuple[Callable[[Shape], Fn], str, tuple[str, ...]]:
 
 
 def _causal_conv1d(s: Shape) -> Fn:
-    c, k = int(s.geo.get("channels") or s.width), int(s.geo.get("kernel_size") or 4)
+    g = s.geometry
+    c, k = (g.channels or s.width, g.kernel_size or 4) if isinstance(g, Conv1dGeometry) else (s.width, 4)
     x = randn((1, c, s.tokens), s.dtype, s.device)
     w = s.const("weight", lambda: randn((c, 1, k), s.dtype, s.device))
     return lambda: F.silu(F.conv1d(x, w, padding=k - 1, groups=c)[..., :s.tokens])
@@ -358,14 +378,16 @@ class PointwiseBench:
         self.cache: dict[str, torch.Tensor] = {}
 
     def prepare(self, point: TokensPoint) -> Fn:
-        geo = dict(self.attrs.geometry)
-        in_width = int(geo.get("in_width") or self.key.width)
+        geo = self.attrs.geometry
+        elementwise = geo if isinstance(geo, ElementwiseGeometry) else None
+        in_width = (elementwise.in_width if elementwise else None) or self.key.width
+        vocab = geo.vocab if isinstance(geo, EmbeddingGeometry) else 0
         # a few [tokens, width] buffers (inputs, output, temporaries) plus an embedding table
-        elems = 8 * point.tokens * max(self.key.width, in_width) + int(geo.get("vocab") or 0) * self.key.width
+        elems = 8 * point.tokens * max(self.key.width, in_width) + vocab * self.key.width
         check_budget(self.info, elems * max(element_size(self.dtype), 4), f"{self.key.op} at {point.tokens} tokens")
         # the key's width is the wider side (a reduction is keyed on its input); the op itself
         # writes the kernel's own per-token width
-        width = int(geo["width"]) if self.attrs.kind is KernelKind.ELEMENTWISE and "width" in geo else self.key.width
+        width = elementwise.width if elementwise and self.attrs.kind is KernelKind.ELEMENTWISE else self.key.width
         shape = Shape(point.tokens, width, in_width, self.dtype, self.info.device, geo, self.cache)
         return self.build(shape)
 

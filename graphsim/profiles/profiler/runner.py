@@ -194,7 +194,7 @@ def profile_graph(graph: Graph, out: str | os.PathLike[str], info: DeviceInfo, *
     for t in targets:
         for conflict in t.geometry_conflicts():
             report.notes.append(f"{t.describe()} is shared by kernels that differ in {conflict}; measured with "
-                                f"the first ({dict(t.attrs.geometry)})")
+                                f"the first ({t.attrs.geometry.as_dict()})")
     path = Path(out)
     _check_resume(path, info, overwrite)
     db = ProfileDB.create(path, _meta(info, target, pipeline, graph, grid, timing), overwrite=overwrite)

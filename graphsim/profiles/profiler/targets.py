@@ -14,6 +14,7 @@ from graphsim.costing.kernel_map import Dtypes, key_for
 from graphsim.costing.kernels import KernelKey
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op
+from graphsim.ir.geometry import CollectiveGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 
 # --kinds accepts KernelKind values and these names.
@@ -45,10 +46,10 @@ class KernelTarget:
 
     def geometry_conflicts(self) -> list[str]:
         """Geometry fields that differ between kernels sharing this key (measured with the first)."""
-        first = dict(self.attrs.geometry)
+        first = self.attrs.geometry.as_dict()
         out = []
         for v in self.variants:
-            other = dict(v.geometry)
+            other = v.geometry.as_dict()
             diff = sorted(k for k in set(first) | set(other) if first.get(k) != other.get(k))
             if diff:
                 out.append(", ".join(f"{k}: {first.get(k)!r} vs {other.get(k)!r}" for k in diff))
@@ -72,7 +73,7 @@ def describe_key(key: KernelKey) -> str:
 
 
 def describe_attrs(a: KernelAttrs) -> str:
-    geo = " ".join(f"{k}={v}" for k, v in a.geometry)
+    geo = " ".join(f"{k}={v}" for k, v in a.geometry.items())
     return f"{a.kind.value} {a.name} [{geo}] {a.dtype}"
 
 
@@ -121,7 +122,7 @@ def collect_targets(graph: Graph, dtypes: Dtypes, *, kinds: set[str] | None = No
         if kinds is not None and a.kind.value not in kinds:
             continue
         if a.kind.is_collective:
-            n = int(a.geo("num_gpus") or 1)
+            n = a.geometry.num_gpus if isinstance(a.geometry, CollectiveGeometry) else 1
             what = f"{a.kind.value} (num_gpus={n}, {a.dtype})"
             if devices < n:
                 skip(what, f"collectives need {n} devices; this machine has {devices}")
