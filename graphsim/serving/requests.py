@@ -15,10 +15,13 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from pydantic import ConfigDict, Field, model_validator
 
 from graphsim.errors import GraphsimError
+from graphsim.validation import Strict, validate
 
 
 class WorkloadSpecError(GraphsimError):
@@ -109,28 +112,59 @@ def synthetic(n: int, rate: float, input_len: Lengths, output_len: Lengths, seed
     return [RequestSpec(float(t[i]), int(ins[i]), int(outs[i]), pids[i], int(plens[i])) for i in range(n)]
 
 
+class TraceLine(Strict):
+    """One line of a trace file: a request's arrival, lengths and optional shared prefix. Other keys
+    (request ids, metadata a trace exporter adds) are ignored; the required ones must be present."""
+
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
+
+    arrival_s: float = Field(ge=0, le=1e9)  # ~32 years of trace
+    input_tokens: int = Field(ge=1, le=1 << 31)
+    output_tokens: int = Field(ge=1, le=1 << 31)
+    prefix_id: str | int | None = None
+    prefix_tokens: int = Field(0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _timestamp_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "arrival_s" not in data and "timestamp" in data:
+            return {("arrival_s" if k == "timestamp" else k): v for k, v in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _prefix_within_input(self) -> TraceLine:
+        if self.prefix_id is not None and not 0 < self.prefix_tokens <= self.input_tokens:
+            raise ValueError("prefix_id needs 0 < prefix_tokens <= input_tokens")
+        return self
+
+
+_TRACE_FIX = "each line is a JSON object with arrival_s, input_tokens, output_tokens (and optionally prefix_id with prefix_tokens)"
+
+
 def load_trace(path: str | Path) -> list[RequestSpec]:
     p = Path(path)
     if not p.is_file():
         raise WorkloadSpecError(f"no trace file '{path}'")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise WorkloadSpecError(f"trace {path} is not UTF-8 text (is it a binary file?); {_TRACE_FIX}") from None
+    except OSError as e:
+        raise WorkloadSpecError(f"cannot read trace {path}: {e.strerror or e}") from None
     out: list[RequestSpec] = []
-    for lineno, line in enumerate(p.read_text().splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            d = json.loads(line)
-            t = float(d["arrival_s"] if "arrival_s" in d else d["timestamp"])
-            spec = RequestSpec(t, int(d["input_tokens"]), int(d["output_tokens"]),
-                               None if d.get("prefix_id") is None else str(d["prefix_id"]),
-                               int(d.get("prefix_tokens", 0)))
-        except (ValueError, KeyError, TypeError) as e:
-            raise WorkloadSpecError(f"{path}:{lineno}: {e!r}; each line needs arrival_s, input_tokens, "
-                                    "output_tokens (and optionally prefix_id with prefix_tokens)") from e
-        if spec.input_tokens < 1 or spec.output_tokens < 1 or spec.arrival_s < 0:
-            raise WorkloadSpecError(f"{path}:{lineno}: input/output tokens must be >= 1 and arrival_s >= 0")
-        if spec.prefix_id is not None and not 0 < spec.prefix_tokens <= spec.input_tokens:
-            raise WorkloadSpecError(f"{path}:{lineno}: prefix_id needs 0 < prefix_tokens <= input_tokens")
-        out.append(spec)
+            data = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise WorkloadSpecError(f"{path}:{lineno}: not JSON ({e.msg}); {_TRACE_FIX}") from None
+        try:
+            t = validate(TraceLine, data, f"{path}:{lineno}", _TRACE_FIX)
+        except ValueError as e:
+            raise WorkloadSpecError(str(e)) from None
+        out.append(RequestSpec(t.arrival_s, t.input_tokens, t.output_tokens,
+                               None if t.prefix_id is None else str(t.prefix_id), t.prefix_tokens))
     if not out:
         raise WorkloadSpecError(f"trace '{path}' has no requests")
     out.sort(key=lambda r: r.arrival_s)
