@@ -93,13 +93,25 @@ def _find_in_hf_cache(hf_id: str) -> Path | None:
     return None
 
 
+def _no_constant(path: Path):
+    """json's hook for NaN / Infinity / -Infinity: a config holds no such number."""
+
+    def refuse(name: str) -> Any:
+        raise ConfigError(f"malformed config {path}: it holds {name}, which is not a number a config may hold; fix the JSON")
+
+    return refuse
+
+
 def load_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not UTF-8 text (is it a binary file, e.g. weights or an .onnx?); "
+                          "pass a model's config.json or its directory") from None
     except OSError as e:
         raise ConfigError(f"cannot read {path}: {e.strerror}; pass a readable config.json") from None
     try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, parse_constant=_no_constant(path))
     except json.JSONDecodeError as e:
         raise ConfigError(
             f"malformed config {path}: {e.msg} at line {e.lineno} column {e.colno}; fix the JSON"

@@ -178,7 +178,9 @@ def validate_map_data(data: Any, where: str = "location map") -> LocationMap:
 def load_map(path: str | Path) -> LocationMap:
     p = Path(path)
     try:
-        data = json.loads(p.read_text(), object_pairs_hook=_no_duplicate_keys)
+        data = json.loads(p.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicate_keys)
+    except UnicodeDecodeError:
+        raise LocationMapError(f"location map {p} is not UTF-8 text (is it a binary file?)") from None
     except OSError as e:
         raise LocationMapError(f"cannot read location map {p}: {e.strerror or e}") from None
     except json.JSONDecodeError as e:

@@ -1,0 +1,46 @@
+"""Files of the wrong kind or with impossible numbers are one line and exit 2 in every command that reads them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "graphsim", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def binary(tmp_path):
+    p = tmp_path / "model.onnx"
+    p.write_bytes(b"\x08\x07\x12\x04onnx\xff\xfe\x00\x01")
+    return p
+
+
+@pytest.fixture
+def nan_config(tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": NaN}')
+    return p
+
+
+@pytest.mark.parametrize("command", [["work"], ["kv", "--gpu", "h200"]])
+def test_a_binary_file_given_as_a_config(binary, command):
+    r = _run(command[0], str(binary), *command[1:])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "not UTF-8 text" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", [["work"], ["kv", "--gpu", "h200"]])
+def test_nan_in_a_config(nan_config, command):
+    r = _run(command[0], str(nan_config), *command[1:])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "holds NaN" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_binary_location_map(binary):
+    r = _run("analyze", "llama-3.1-8b", "--map", str(binary), "--no-table")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "not UTF-8 text" in r.stderr
