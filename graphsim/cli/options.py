@@ -48,10 +48,9 @@ def _model_dtype(value: str | None) -> str | None:
     from graphsim.work.dtypes import parse_dtype
 
     try:
-        parse_dtype(value, "--dtype")
+        return parse_dtype(value, "--dtype").label  # one spelling for every reader: half → fp16, float → fp32
     except GraphsimError as e:
         raise typer.BadParameter(f"{e}, or auto (the config's)") from None
-    return value
 
 
 def _fuse_target(value: str | None) -> str | None:

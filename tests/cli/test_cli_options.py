@@ -3,6 +3,7 @@ value spellings as aliases with the same meaning."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
@@ -112,3 +113,25 @@ def test_vllm_scheduler_switches_parse(capsys):
     line = one_error_line(capsys, "simulate", "llama-3.1-8b", "--no-enable-prefix-caching",
                           "--no-enable-chunked-prefill", "--enable-prefix-caching")
     assert "give exactly one workload" in line, line
+
+
+@pytest.mark.parametrize(("given", "read"), [
+    ("auto", None), ("AUTO", None), ("half", "fp16"), ("float16", "fp16"), ("bfloat16", "bf16"), ("float", "fp32"),
+    ("float32", "fp32"), ("bf16", "bf16"),
+])
+def test_model_dtype_spellings_reach_every_reader(given, read):
+    from graphsim.cli.options import _model_dtype
+    from graphsim.costing.dtypes import parse_kernel_dtype
+
+    assert _model_dtype(given) == read
+    if read is not None:
+        parse_kernel_dtype(read)
+        if importlib.util.find_spec("torch") is not None:  # the HF importer takes it too
+            from graphsim.importers.hf.build import config_dtype
+
+            config_dtype({}, read)
+
+
+def test_data_parallel_size_is_replicas(capsys):
+    line = one_error_line(capsys, "simulate", "llama-3.1-8b", "-dp", "0")
+    assert "--replicas / --data-parallel-size / -dp" in line, line
