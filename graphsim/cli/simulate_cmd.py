@@ -10,6 +10,14 @@ from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
 
 
+def _router(value: str) -> str:
+    from graphsim.serving.router import RouterPolicy
+
+    if value not in {p.value for p in RouterPolicy}:
+        raise typer.BadParameter(f"unknown router '{value}'; use {' or '.join(p.value for p in RouterPolicy)}")
+    return value
+
+
 @app.command("simulate")
 def simulate_cmd(
     model: opt.ConfigModel,
@@ -17,7 +25,7 @@ def simulate_cmd(
     tp: opt.Tp = 1,
     replicas: int = typer.Option(1, "--replicas", "--data-parallel-size", "-dp", min=1,
                                  help="Data-parallel replicas behind the router."),
-    router: str = typer.Option("round-robin", "--router", help="round-robin or least-outstanding."),
+    router: str = typer.Option("round-robin", "--router", callback=_router, help="round-robin or least-outstanding."),
     rate: float | None = typer.Option(None, "--rate", help="Open loop: requests per second."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),

@@ -102,10 +102,11 @@ def test_every_kv_cache_dtype_reaches_both_parsers():
     (("simulate", "llama-3.1-8b", "--max-num-seqs", "0"), "--max-num-seqs"),
     (("predict", "llama-3.1-8b", "--target", "sglangx"), "--target"),
     (("analyze", "llama-3.1-8b", "--ep", "0"), "--ep"),
+    (("simulate", "llama-3.1-8b", "--router", "rr", "--rate", "1"), "--router"),
 ])
 def test_bad_values_name_the_option(capsys, args, named):
     line = one_error_line(capsys, *args)
-    assert f"invalid value '{args[-1]}' for {named}" in line, line
+    assert f"invalid value '{args[3]}' for {named}" in line, line
 
 
 def test_vllm_scheduler_switches_parse(capsys):
