@@ -1,7 +1,8 @@
 """Glue for `graphsim analyze`: the importer, passes and costing on one side, the torch-free
 analyzer (`graphsim.work.analyzer`) on the other, joined by plain `Site` records.
 
-`prepare_graph`/`prepare_model` price one batch on a deployment and compute the accountant's rows;
+`prepare_model` (model → `graphsim.cost_model.build_cost_model`), `prepare_graph` (a fused kernel graph) and
+`prepare_cost_model` (a built `CostModel`) price one batch on a deployment and compute the accountant's rows;
 `analyze_prepared` picks the location map and analyses; `analyze_model` does both.
 """
 
