@@ -11,7 +11,7 @@ examples/online_serving/disaggregated_serving):
    side (`KvLayout.bytes_for_request`: a prefill rank sends its shard, a decode rank receives its
    shard, so with tp_p = 1 and tp_d = 4 the prefill GPU sends four decode ranks' worth). Transfers
    through one prefill instance's egress or one decode instance's ingress queue one after another;
-3. the decode instance admits it with `prompt − 1` tokens already computed (vLLM recomputes the last
+3. the decode instance admits it with `num_prompt_tokens − 1` tokens already computed (vLLM recomputes the last
    prompt token: a prefix hit is at most `num_tokens − 1`), so its first step is one token that
    yields the first output token — TTFT therefore includes prefill, transfer, the decode-side queue
    and that step; then it decodes as usual. A request preempted on the decode side recomputes its

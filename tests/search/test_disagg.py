@@ -121,3 +121,14 @@ def test_rejects_prompts_longer_than_the_context_and_a_bad_link():
 
 def test_affine_cost_stand_in_is_used():
     assert isinstance(disagg().prefill.cost, AffineCost)
+
+
+def test_result_names_both_pools_and_exports_a_trace():
+    from graphsim.serving.trace_export import chrome_trace
+
+    setup = disagg(x=1, y=2)
+    res = simulate_disagg(setup, open_loop(40, rate=5.0))
+    assert res.setup is setup and res.gpus == 3 and setup.replicas == 3
+    assert [row["pool"] for row in res.per_replica] == ["prefill", "decode", "decode"]
+    names = [e["args"]["name"] for e in chrome_trace(res)["traceEvents"] if e["name"] == "process_name"]
+    assert names == ["replica 0", "replica 1", "replica 2"]
