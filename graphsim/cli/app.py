@@ -3,8 +3,9 @@
 Each command lives in its own module under `graphsim/cli/` and registers itself on `app`;
 `COMMAND_MODULES` lists them; options several commands share are declared once in `options.py`.
 Errors derived from `GraphsimError`, usage errors (an unknown option, a bad value) and a missing
-optional dependency each print one line starting `error:` and exit 2; `--debug` shows the traceback
-instead.
+optional dependency each print one line starting `error:` and exit 2 (`--debug` shows the traceback of
+the first and the last instead). Usage errors come from whichever click typer uses (its bundled copy,
+typer >= 0.26, or the standalone package); nothing here imports click.
 """
 
 from __future__ import annotations
