@@ -210,7 +210,8 @@ def test_scores_for_eager_moe_and_gemm_shapes():
     from graphsim.importers.captures import Launch, LaunchClass
     from graphsim.ir.kernel import KernelAttrs, KernelKind
 
-    moe = KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts", MoeExpertsGeometry(hidden_size=64, inter_size=32, top_k=2, num_experts=4), "f32")
+    moe = KernelAttrs(KernelKind.MOE_EXPERTS, "moe_experts",
+                      MoeExpertsGeometry(hidden_size=64, inter_size=32, top_k=2, num_experts=4), "f32")
     grouped = Launch("aten::_grouped_mm", 0, 1, LaunchClass.GEMM, "grouped_mm")
     index = Launch("aten::index", 0, 1, LaunchClass.ELEMENTWISE, "index")
     assert match_score(moe, grouped) == 2.5 and part_score(moe, index) == 0.8 and match_score(moe, index) is None

@@ -149,7 +149,8 @@ GQA = AttentionGeometry(num_heads=32, num_kv_heads=8, head_dim=128, v_head_dim=1
 
 def test_prefill_sequences_add_and_unkeyable_kernels_are_missing():
     attn = Leaf("attn", KernelAttrs(KernelKind.ATTENTION, "flash_attn_varlen", GQA, "bf16", Rows.NONE))
-    mask = Leaf("mask", KernelAttrs(KernelKind.ELEMENTWISE, "logical", ElementwiseGeometry(width=64), "bool", Rows.TOKENS))
+    mask = Leaf("mask", KernelAttrs(KernelKind.ELEMENTWISE, "logical", ElementwiseGeometry(width=64), "bool",
+                                    Rows.TOKENS))
     c = compile_tree(Sum((attn, mask)))
     one, two = [Step((SeqGroup(256, 0, k),)) for k in (1, 2)]
     ev = c.evaluate([one, two], PRICER, DT)

@@ -84,7 +84,8 @@ def _geometry(cls: type[Geometry]) -> st.SearchStrategy[Geometry]:
 
 def _kernel(kind: KernelKind) -> st.SearchStrategy[KernelAttrs]:
     return st.builds(
-        KernelAttrs, st.just(kind), name_text, _geometry(GEOMETRY_FOR_KIND[kind]), st.sampled_from([d.value for d in DType]),
+        KernelAttrs, st.just(kind), name_text, _geometry(GEOMETRY_FOR_KIND[kind]),
+        st.sampled_from([d.value for d in DType]),
         st.sampled_from(list(Rows)), st.lists(name_text, max_size=3).map(tuple), name_text, st.booleans(),
     )
 

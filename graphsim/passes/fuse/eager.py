@@ -23,8 +23,8 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     if n.op is Op.LINEAR:
         return P.gemm_attrs(ctx, [n], "linear", "eager.linear"), "gemm"
     if n.op is Op.ATTENTION:
-        return (KernelAttrs(KernelKind.ATTENTION, "attention", P.attention_geometry(n.attrs_as(AttentionAttrs)), dtype, Rows.NONE,
-                            covers, "eager.attention"), "attention")
+        geo = P.attention_geometry(n.attrs_as(AttentionAttrs))
+        return KernelAttrs(KernelKind.ATTENTION, "attention", geo, dtype, Rows.NONE, covers, "eager.attention"), "attention"
     if n.op is Op.MOE_EXPERTS:
         a = n.attrs_as(MoEAttrs)
         geo = MoeExpertsGeometry(hidden_size=a.hidden_size, inter_size=a.intermediate_size, top_k=a.top_k,
@@ -44,5 +44,5 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
                            "eager.embedding"), "embedding"
     width, rows = P.per_token(n.outputs[0])
     in_width = max((P.per_token(ctx.spec(v))[0] for v in n.inputs if v not in ctx.graph.params), default=width)
-    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width, in_width=in_width), dtype, rows,
-                        covers, "eager.op"), f"op.{n.op.value}")
+    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width, in_width=in_width), dtype,
+                        rows, covers, "eager.op"), f"op.{n.op.value}")

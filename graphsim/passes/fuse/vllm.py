@@ -288,8 +288,8 @@ GDN_GATING = Rule(
 
 def _gdn_gating(c: Candidate) -> KernelAttrs:
     heads = c.info["la"].attrs_as(LinearAttentionAttrs).num_v_heads
-    return KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating", ElementwiseGeometry(num_v_heads=heads, width=2 * heads),
-                       "f32", Rows.TOKENS, tuple(n.name for n in c.nodes), "gdn_gating")
+    return KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating",
+                       ElementwiseGeometry(num_v_heads=heads, width=2 * heads), "f32", Rows.TOKENS, tuple(n.name for n in c.nodes), "gdn_gating")
 
 
 def _match_linear_attention(ctx: FuseContext):
@@ -336,7 +336,8 @@ CONV1D = Rule(
 
 def _conv1d(c: Candidate) -> KernelAttrs:
     a = c.nodes[0].attrs_as(ConvAttrs)
-    return KernelAttrs(KernelKind.CONV1D, "causal_conv1d", Conv1dGeometry(channels=a.channels, kernel_size=a.kernel_size),
+    return KernelAttrs(KernelKind.CONV1D, "causal_conv1d",
+                       Conv1dGeometry(channels=a.channels, kernel_size=a.kernel_size),
                        c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "causal_conv1d")
 
 
@@ -353,7 +354,8 @@ EMBEDDING = Rule(
 
 def _embedding(c: Candidate) -> KernelAttrs:
     a = c.nodes[0].attrs_as(EmbeddingAttrs)
-    return KernelAttrs(KernelKind.EMBEDDING, "embedding", EmbeddingGeometry(vocab=a.num_embeddings, width=a.embedding_dim),
+    return KernelAttrs(KernelKind.EMBEDDING, "embedding",
+                       EmbeddingGeometry(vocab=a.num_embeddings, width=a.embedding_dim),
                        c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, (c.nodes[0].name,), "embedding")
 
 RULES: list[Rule] = [
@@ -368,6 +370,6 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     if n.op in P.ABSORBED_OPS or ctx.index_only(n):
         return None, f"absorbed.{n.op.value}"
     width, rows = P.per_token(n.outputs[0])
-    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width), n.outputs[0].dtype.value, rows,
-                        (n.name,), "elementwise_placeholder", approximate=True),
+    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width), n.outputs[0].dtype.value,
+                        rows, (n.name,), "elementwise_placeholder", approximate=True),
             f"placeholder.{n.op.value}")

@@ -94,8 +94,9 @@ class TensorParallel(PartitionPass):
                 out_sharded = True
             elif a.kind is KernelKind.LINEAR_ATTENTION:
                 lg = a.geometry_as(LinearAttentionGeometry)
-                n = n.with_(attrs=a.with_geometry(replace(lg, num_k_heads=split(lg.num_k_heads, t, "num_k_heads", where),
-                                                          num_v_heads=split(lg.num_v_heads, t, "num_v_heads", where))))
+                k_heads = split(lg.num_k_heads, t, "num_k_heads", where)
+                v_heads = split(lg.num_v_heads, t, "num_v_heads", where)
+                n = n.with_(attrs=a.with_geometry(replace(lg, num_k_heads=k_heads, num_v_heads=v_heads)))
                 out_sharded = True
             elif a.kind is KernelKind.MOE_EXPERTS:
                 mg = a.geometry_as(MoeExpertsGeometry)
@@ -170,7 +171,8 @@ class TensorParallel(PartitionPass):
         if _stays_replicated(n, users):
             bump("replicated")
             return n, None, False
-        if g.q_features is not None and g.num_kv_heads is not None:  # fused QKV: q split by heads, whole KV heads per rank
+        # fused QKV: q split by heads, whole KV heads per rank
+        if g.q_features is not None and g.num_kv_heads is not None:
             q, kv = g.q_features, g.num_kv_heads
             kv_rank = split(kv, t, "num_key_value_heads", where) if kv >= t else 1
             n_rank = split(q, t, "q features", where) + (nn - q) * kv_rank // kv

@@ -44,7 +44,9 @@ class GemmBench:
         esize = 1 if self.fp8 else element_size(self.dtype)
         check_budget(self.info, n * k * esize, f"GEMM weight {n}x{k}")
         w = randn((n, k), self.dtype, dev, 0.02)
-        self.bias = randn((n,), self.dtype, dev) if isinstance(self.attrs.geometry, GemmGeometry) and self.attrs.geometry.bias and not self.fp8 else None
+        geo = self.attrs.geometry
+        bias = isinstance(geo, GemmGeometry) and geo.bias and not self.fp8
+        self.bias = randn((n,), self.dtype, dev) if bias else None
         if self.fp8:
             self.weight = w.to(torch.float8_e4m3fn)  # [n, k] row-major: .t() is the column-major [k, n] operand
             self.scale = torch.ones((), dtype=torch.float32, device=dev)
