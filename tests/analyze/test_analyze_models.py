@@ -33,10 +33,12 @@ def test_shipped_map_fits_and_reconciles(model, map_id, tp):
         a = analysis(model, t, "mixed:1x512@1024+16x4096")
         assert a.necessary_work_available, a.reason
         assert a.map_id == f"{map_id} v1"
+        assert a.reconciliation is not None and a.coverage is not None
         assert a.reconciliation.ok, a.reconciliation.mismatches
         if a.coverage.missing:  # a kernel no table can price (e.g. a complex-valued rotary op): no share
             assert a.coverage.share is None
         else:
+            assert a.coverage.share is not None
             assert 0 < a.coverage.share <= 1
 
 
@@ -56,11 +58,13 @@ def _work_json(capsys, model: str, *opts: str) -> dict:
 ])
 def test_necessary_work_reconciles_with_graphsim_work(capsys, model, tp, batch, work_opts):
     a = analysis(model, tp, batch)
-    assert a.necessary_work_available and a.reconciliation.ok
+    assert a.necessary_work_available
+    assert a.reconciliation is not None and a.reconciliation.ok
     assert a.work_command == f"graphsim work {model} " + " ".join(work_opts)
     work = _work_json(capsys, model, *work_opts)
     total = work["work"]["total"]
     n = a.necessary_total
+    assert n is not None
     # Σ over locations of the rows the map assigned = `graphsim work`'s total, field by field
     assert n.flops == total["flops"]
     assert n.param_bytes == pytest.approx(total["param_read_bytes"], rel=1e-12)
@@ -82,6 +86,9 @@ def test_reconciliation_catches_a_dropped_row():
 def test_coverage_adds_up_and_names_its_sources():
     a = analysis("llama-3.1-8b", 2, "decode:64x2048")
     c = a.coverage
+    assert c is not None
+    assert c.mapped_us is not None and c.unmapped_us is not None
+    assert c.communication_us is not None and c.iteration_us is not None
     assert c.mapped_us + c.unmapped_us + c.communication_us == pytest.approx(c.iteration_us, rel=1e-9)
     assert c.communication_us > 0 and c.unmapped_us > 0
     assert a.iteration_source == "roofline" and all(r.source == "roofline" for r in a.locations)

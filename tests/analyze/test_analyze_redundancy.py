@@ -46,9 +46,10 @@ def test_kv_heads_replicated_under_tp_appear_in_r7_with_the_hand_derived_amount(
     assert attn.redundancy.flops == 0 and attn.redundancy.param_bytes == 0
     assert any("KV heads replicated ×2" in c for c in attn.causes)
     # it is the largest excess of the step, and R7's total KV excess is exactly this amount
+    assert a.redundancy is not None
     assert a.redundancy.top[0].location == ATTN
     assert a.redundancy.excess.state_bytes == 12_891_193_344
-    assert a.redundancy.excess_roofline_us > 0
+    assert a.redundancy.excess_roofline_us is not None and a.redundancy.excess_roofline_us > 0
     router = _loc(a, ROUTER)
     assert router.necessary.flops == 1_610_612_736
     assert router.redundancy.flops == 11_274_289_152
@@ -61,6 +62,7 @@ def test_no_kv_excess_while_tp_divides_the_kv_heads():
     attn = _loc(a, ATTN)
     assert attn.performed.state_bytes == attn.necessary.state_bytes == 12_891_193_344
     assert attn.redundancy.state_bytes == 0 and not attn.causes
+    assert a.redundancy is not None
     assert a.redundancy.excess.state_bytes == 0
 
 

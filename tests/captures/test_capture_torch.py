@@ -33,6 +33,7 @@ def test_cpu_trace_iterations_and_top_level_ops(cpu_trace):
     # 2 layers × (q, k, v, o, gate, up, down) + lm_head
     assert sum(1 for x in it.launches if x.klass is LaunchClass.GEMM) == 15
     linear = next(x for x in it.launches if x.name == "aten::linear")
+    assert linear.shapes is not None and linear.dtypes is not None
     assert linear.shapes[:2] == ((1, 8, 64), (64, 64)) and linear.dtypes[0] == "float"
 
 
@@ -54,6 +55,7 @@ def test_range_pattern_that_matches_nothing_is_one_line(cpu_trace):
 def test_find_fold():
     seq = ["emb"] + ["a", "b", "c"] * 4 + ["head"]
     f = find_fold(seq)
+    assert f is not None
     assert (f.start, f.period, f.repeats, f.block) == (1, 3, 4, ("a", "b", "c"))
     assert find_fold(["x", "y", "z"]) is None
 

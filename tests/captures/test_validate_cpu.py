@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def load_benchmark():
     spec = importlib.util.spec_from_file_location("validate_cpu", ROOT / "benchmarks" / "validate_cpu.py")
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules["validate_cpu"] = mod
     spec.loader.exec_module(mod)

@@ -32,6 +32,7 @@ from graphsim.costing.kernels import (
     GemmPoint,
     MessagePoint,
     MlaDecodeKey,
+    MlaModulePrefillKey,
     MoeKey,
     MoeRouting,
     TableKind,
@@ -98,7 +99,10 @@ def test_collectives_elements_to_bytes_and_repeats_averaged():
         "allreduce_dtype": ["bfloat16"] * 2, "num_gpus": [2, 2], "message_size": [128, 128],
         "latency": [0.004378, 0.020827], "kernel_source": ["vLLM_custom_graph", "vLLM_custom_eager"],
     })
-    keys = {k.implementation for k, _, _ in custom.rows}
+    keys: set[str] = set()
+    for k, _, _ in custom.rows:
+        assert isinstance(k, CollectiveKey)
+        keys.add(k.implementation)
     assert keys == {"vllm_custom_graph", "vllm_custom_eager"}
     assert {p for _, p, _ in custom.rows} == {MessagePoint(256)}
 
@@ -129,6 +133,7 @@ def test_mla_tables_take_model_geometry():
         "latency": [0.3, 0.3], "kernel_source": ["FLASH_ATTN_MLA"] * 2, "model": ["deepseek-ai/DeepSeek-V3", "acme/unknown"],
     }, lambda model: DSV3 if model == "deepseek-ai/DeepSeek-V3" else None)
     ((k, p, _),) = module.rows
+    assert isinstance(k, MlaModulePrefillKey)
     assert (k.hidden_size, k.q_lora_rank, k.gemm_dtype) == (7168, 1536, D.FP8_BLOCK)
     assert p == AttentionPrefillPoint(1, 128, 128) and sum(module.skipped.values()) == 1
 
@@ -194,8 +199,9 @@ def test_import_tree_writes_rows_and_provenance(fake_root, tmp_path):
         assert m.provenance["table.generation_attention_perf"].endswith("(back-filled)")
         assert db.counts()[TableKind.GEMM] == 3 and db.counts()[TableKind.ATTENTION_DECODE] == 2
         got = db.get(GemmKey(6144, 4096, D.BF16), GemmPoint(2048))
-        assert got.time_us == pytest.approx(132.173)
-        assert db.get(CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.FP16), MessagePoint(512)).time_us == pytest.approx(6.0)
+        assert got is not None and got.time_us == pytest.approx(132.173)
+        ar = db.get(CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.FP16), MessagePoint(512))
+        assert ar is not None and ar.time_us == pytest.approx(6.0)
 
 
 def test_import_rejects_unknown_system_backend_and_tables(fake_root, tmp_path):

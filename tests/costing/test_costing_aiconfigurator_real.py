@@ -42,6 +42,7 @@ def test_real_gemm_and_comm_import(tmp_path):
         assert pricer.time(key, GemmPoint(2048)).time_us == pytest.approx(132.173, abs=1e-3)
         assert pricer.time(key, GemmPoint(64)).time_us == pytest.approx(17.794, abs=1e-3)
         mid = pricer.time(key, GemmPoint(3000))
+        assert mid.time_us is not None
         assert mid.source is TimeSource.INTERPOLATED and 132.173 < mid.time_us < 400
         graph_ar = pricer.time(CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.BF16, "vllm_custom_graph"), MessagePoint(256))
         assert graph_ar.time_us == pytest.approx(4.378, abs=1e-3)
@@ -57,8 +58,9 @@ def test_real_attention_tables_convert_to_the_spot_values():
 
     def rows(table):
         t = pq.read_table(paths[table])
-        mask = pc.and_(pc.and_(pc.equal(t["num_heads"], 32), pc.equal(t["num_key_value_heads"], 8)),
-                       pc.equal(t["head_dim"], 128))
+        # pyarrow.compute generates and_/equal at import time; pyarrow's stubs do not declare them
+        both, eq = pc.and_, pc.equal  # pyright: ignore[reportAttributeAccessIssue]
+        mask = both(both(eq(t["num_heads"], 32), eq(t["num_key_value_heads"], 8)), eq(t["head_dim"], 128))
         return t.filter(mask).to_pydict()
 
     ctx = {(k, p): m for k, p, m in convert_context_attention(rows("context_attention_perf")).rows}

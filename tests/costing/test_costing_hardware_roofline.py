@@ -50,7 +50,8 @@ def test_load_by_alias_path_and_errors(tmp_path):
 def test_measured_cpu_spec_round_trips(tmp_path):
     spec = measure_cpu_spec(CpuMeasureSettings(matmul_n=256, copy_bytes=8 * 2**20, repeats=2))
     assert spec.kind is DeviceKind.CPU and "measured with numpy" in spec.source
-    assert spec.peak_flops(PeakClass.FP32) > 1e8 and spec.memory_bandwidth_bytes_per_s > 1e8
+    fp32 = spec.peak_flops(PeakClass.FP32)
+    assert fp32 is not None and fp32 > 1e8 and spec.memory_bandwidth_bytes_per_s > 1e8
     assert spec.peak_flops(D.BF16) == spec.peak_flops(PeakClass.FP32)  # CPU falls back to fp32
     path = save_hardware(spec, tmp_path / "cpu.json")
     assert load_hardware(str(path)) == spec
@@ -73,20 +74,25 @@ def test_attended_pairs_matches_brute_force(q, prefix, window):
 def test_gemm_and_elementwise_work_and_roofline():
     h200 = load_hardware("h200")
     w = kernel_work(GemmKey(6144, 4096, D.BF16), np.array([[2048]]))
+    assert w is not None
     assert w.flops[0] == 2 * 2048 * 6144 * 4096
     assert w.bytes[0] == (2048 * 4096 + 4096 * 6144 + 2048 * 6144) * 2
     t = roofline_us(h200, GemmKey(6144, 4096, D.BF16), np.array([[2048], [1]]))
+    assert t is not None
     assert t[0] == pytest.approx(w.flops[0] / 989.5e12 * 1e6)  # compute bound
     assert t[1] == pytest.approx(4096 * 6144 * 2 / 4.8e12 * 1e6, rel=1e-3)  # memory bound: the weights
     e = roofline_us(h200, ElementwiseKey("rms_norm", 4096, D.BF16), np.array([[1000]]))
+    assert e is not None
     assert e[0] == pytest.approx(2 * 1000 * 4096 * 2 / 4.8e12 * 1e6)
 
 
 def test_collective_and_moe_roofline():
     h200 = load_hardware("h200")
     t = roofline_us(h200, CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.BF16), np.array([[1 << 30]]))
+    assert t is not None
     assert t[0] == pytest.approx(5.0 + 1.5 * (1 << 30) / 450e9 * 1e6)
     moe = MoeKey(4096, 14336, 2, 8, 1, 1, D.BF16)
     w = kernel_work(moe, np.array([[1], [100000]]))
+    assert w is not None
     assert w.flops[0] == 2 * 2 * 3 * 4096 * 14336
     assert w.bytes[1] > 8 * 3 * 4096 * 14336 * 2 * 0.99  # every expert's weights read

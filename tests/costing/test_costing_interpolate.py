@@ -64,7 +64,7 @@ def test_1d_exact_bounded_monotone(rows, queries):
     if inside:
         t, s = c.evaluate(np.array(inside).reshape(-1, 1))
         assert np.all(np.diff(t) >= 0)
-        for q, tq, sq in zip(inside, t, s):
+        for q, tq, sq in zip(inside, t, s, strict=True):
             i = np.searchsorted(xs, q)
             if xs[i] == q:
                 assert sq == MEASURED and tq == ts[i]
@@ -148,7 +148,7 @@ def test_vectorised_equals_scalar():
     c = curve_1d(xs, [1.0, 1.1, 1.3, 2.0, 3.5, 7.0])
     qs = [1, 3, 5, 17, 40, 100]
     t, s = c.evaluate(np.array(qs).reshape(-1, 1))
-    for q, tq, sq in zip(qs, t, s):
+    for q, tq, sq in zip(qs, t, s, strict=True):
         one = c.at(GemmPoint(q))
         assert one.time_us == pytest.approx(tq) and one.source is SOURCES[sq]
 
@@ -197,6 +197,7 @@ def test_attention_roofline_runs_for_prefill_and_decode():
     pre = lookup(None, AttentionPrefillKey(32, 8, 128, D.BF16, D.BF16), AttentionPrefillPoint(1, 2048, 2048), h200)
     dec = lookup(None, DECODE, AttentionDecodePoint(64, 2048), h200)
     assert pre.source is TimeSource.ROOFLINE and dec.source is TimeSource.ROOFLINE
+    assert pre.time_us is not None
     assert 0 < pre.time_us < 87.44  # a lower bound for the measured 87.44 µs (aiconfigurator h200 vllm)
 
 
@@ -206,6 +207,7 @@ def test_prefill_rows_without_prefix_interpolate_over_batch_and_tokens():
     coords = np.array([(b, q, q) for b in (1, 4) for q in (512, 1024, 2048)])
     c = Curve(KernelRows(key, coords, np.array([10.0, 30.0, 100.0, 35.0, 110.0, 390.0])))
     mid = c.at(AttentionPrefillPoint(2, 1536, 1536))
+    assert mid.time_us is not None
     assert mid.source is TimeSource.INTERPOLATED and 30.0 < mid.time_us < 390.0
     assert c.at(AttentionPrefillPoint(1, 1024, 3072)).is_missing  # a prefix was never measured
     h200 = load_hardware("h200")
@@ -221,4 +223,5 @@ def test_prefill_prefix_axis_interpolates_when_measured():
     coords = np.array([(1, 256, 256 + p) for p in (0, 1024, 4096)])
     c = Curve(KernelRows(key, coords, np.array([5.0, 9.0, 20.0])))
     t = c.at(AttentionPrefillPoint(1, 256, 256 + 2048))
+    assert t.time_us is not None
     assert t.source is TimeSource.INTERPOLATED and 9.0 < t.time_us < 20.0

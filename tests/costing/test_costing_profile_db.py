@@ -79,8 +79,9 @@ def test_round_trip_every_kind(tmp_path):
             assert db.get(key, point) == m
             assert db.keys(kind) == [key]
             assert db.has_row(key, point)
+        gemm_key, gemm_point = ONE_ROW_PER_KIND[TableKind.GEMM]
         with pytest.raises(ProfileDBError, match="read-only"):
-            db.put(*ONE_ROW_PER_KIND[TableKind.GEMM], m)
+            db.put(gemm_key, gemm_point, m)
 
 
 def test_wal_mode_and_resume_with_missing(tmp_path):
@@ -135,7 +136,7 @@ def test_killed_writer_loses_only_the_transaction_in_flight(tmp_path):
 def test_corrupt_and_foreign_files_get_one_line_errors(tmp_path):
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite at all" * 100)
-    with pytest.raises(ProfileDBCorruptError, match="not a readable profile.db") as e:
+    with pytest.raises(ProfileDBCorruptError, match=r"not a readable profile\.db") as e:
         ProfileDB.open(junk)
     assert "\n" not in str(e.value) and "import-aiconfigurator" in str(e.value)
     with pytest.raises(ProfileDBCorruptError):
@@ -146,7 +147,7 @@ def test_corrupt_and_foreign_files_get_one_line_errors(tmp_path):
     with pytest.raises(ProfileDBCorruptError, match="no meta table"):
         ProfileDB.open(other)
 
-    with pytest.raises(ProfileDBError, match="no profile.db at"):
+    with pytest.raises(ProfileDBError, match=r"no profile\.db at"):
         ProfileDB.open(tmp_path / "absent.db")
 
 

@@ -46,4 +46,5 @@ def test_outside_the_measured_geometries_falls_to_roofline(db):
 def test_m_outside_range_is_extrapolated(db):
     pricer = KernelPricer(db, None)
     t = pricer.time(GemmKey(2048, 2048, BF16), GemmPoint(1024))
+    assert t.time_us is not None
     assert t.source is TimeSource.EXTRAPOLATED and t.time_us > work_time_us(256, 2048, 2048)

@@ -20,10 +20,10 @@ from graphsim.ir import graph_to_text
 from graphsim.passes import run_pipeline
 
 GOLDENS = Path(__file__).parent / "goldens"
-CASES = {
-    "tiny-llama": dict(name="llama-3.1-8b", num_hidden_layers=2),
-    "tiny-qwen3-moe": dict(name="qwen3-30b-a3b", num_hidden_layers=2, num_experts=4, num_experts_per_tok=2,
-                           moe_intermediate_size=32, head_dim=16),
+CASES = {  # case → (catalog model, config overrides)
+    "tiny-llama": ("llama-3.1-8b", dict(num_hidden_layers=2)),
+    "tiny-qwen3-moe": ("qwen3-30b-a3b", dict(num_hidden_layers=2, num_experts=4, num_experts_per_tok=2,
+                                             moe_intermediate_size=32, head_dim=16)),
 }
 PIPELINE = ["fold", "fuse{target=vllm}", "tp{size=2}", "ep{size=2}"]
 
@@ -38,8 +38,8 @@ def check(name: str, text: str) -> None:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_each_pass_matches_its_golden(case):
-    opts = dict(CASES[case])
-    cfg = tiny_config(opts.pop("name"), **opts)
+    name, overrides = CASES[case]
+    cfg = tiny_config(name, **overrides)
     graph, _ = import_hf(ResolvedModel(case, cfg, "path", "test"), full_depth=True)
     check(f"{case}.0-import", graph_to_text(graph))
     for i, step in enumerate(PIPELINE, 1):

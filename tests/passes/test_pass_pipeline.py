@@ -5,12 +5,15 @@ import pytest
 from graphsim.ir import DType, Graph, LinearAttrs, Node, Op, T, TensorSpec
 from graphsim.passes import PassError, PassResult, parse_pipeline, register_pass, run_pipeline
 from graphsim.passes.base import Pass
+from graphsim.passes.partition.sharding import PartitionPass
 
 
 def test_parse_pipeline_with_options():
     steps = parse_pipeline("fold,fuse{target=eager},tp{size=4},ep{size=8}")
     assert [s.spec() for s in steps] == ["fold", "fuse{target=eager}", "tp{size=4}", "ep{size=8}"]
-    assert steps[2].size == 4 and isinstance(steps[2].size, int)
+    tp = steps[2]
+    assert isinstance(tp, PartitionPass)  # tp's base, which declares size (register_pass types tp as Pass)
+    assert tp.size == 4 and isinstance(tp.size, int)
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -29,5 +29,6 @@ def test_benchmark_configuration_evaluates_over_a_thousand_candidates(roofline_h
     res = run_search(spec)
     assert len(res.rows) >= 1000
     assert res.timings["steady_state"] < 10.0  # 1.3 s on the 2-core development machine
+    assert res.best is not None
     best = res.row(res.best)
     assert best.sim is not None and meets(best.sim, spec)

@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+from serving_helpers import AffineCost
 
 from graphsim.catalog import resolve_model
 from graphsim.serving import kv_capacity, kv_layout, parse_bytes, weight_bytes_per_rank
@@ -136,4 +137,4 @@ def test_does_not_fit_is_reported():
     dep = plan_deployment("deepseek-v3", "h100", 8)  # 671B fp8 weights: ~79 GiB per H100 rank
     assert dep.budget.available_bytes < 0 and dep.capacity.num_blocks == 0
     with pytest.raises(CapacityError, match="lower --max-model-len or raise"):
-        dep.simulation_setup(cost=None)
+        dep.simulation_setup(cost=AffineCost())

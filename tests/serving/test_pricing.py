@@ -29,8 +29,9 @@ def exact(llama_tree, groups):
 
 
 def test_the_vllm_tree_is_additive(llama_tree):
-    assert is_additive(llama_tree[0])
-    assert isinstance(iteration_cost(*llama_tree, 512, 64, 4096), TreeCost)
+    tree, pricer, dtypes = llama_tree
+    assert is_additive(tree)
+    assert isinstance(iteration_cost(tree, pricer, dtypes, 512, 64, 4096), TreeCost)
 
 
 def test_tables_match_the_tree_on_grid_points(llama_tree, tables):
@@ -115,7 +116,7 @@ def test_summary_carries_the_worst_source():
             return t, EXTRAPOLATED if chunks else MEASURED
 
         def decode_run_us(self, batch, ctx_mean0, k):
-            t, s = super().decode_run_us(batch, ctx_mean0, k)
+            t, _ = super().decode_run_us(batch, ctx_mean0, k)
             return t, np.full(k, INTERPOLATED, dtype=np.int8)
 
     work = synthetic(100, 5.0, parse_lengths("100:500", "in"), parse_lengths("20:80", "out"), seed=0)
