@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,8 @@ def test_times_are_positive_and_finite_with_spread(profiled, eager_graph):
             for p in points_for_key(t.key, tiny_grid(), t.once_only):
                 m = db.get(t.key, p)
                 assert m is not None and math.isfinite(m.time_us) and m.time_us > 0
+                assert m.samples is not None and m.p10_us is not None and m.p90_us is not None
+                assert m.std_us is not None
                 assert m.samples >= 3 and m.p10_us <= m.time_us <= m.p90_us and m.std_us >= 0
                 assert m.kernel  # the implementation that ran is recorded
 
@@ -89,7 +92,7 @@ def test_rows_are_found_by_the_cost_tree(profiled, eager_graph):
 def test_rerun_resumes_and_skips_existing_rows(tmp_path, eager_graph):
     path = tmp_path / "resume.db"
     info = open_device("cpu", threads=1)
-    kw = dict(grid=tiny_grid(), timing=fast_timing(), target="eager", flush_every=4)
+    kw: dict[str, Any] = dict(grid=tiny_grid(), timing=fast_timing(), target="eager", flush_every=4)
     first = profile_graph(eager_graph, path, info, max_points=10, **kw)  # an interrupted run
     assert first.stopped_early and first.rows_written == 10
     with ProfileDB.open(path) as db:
