@@ -47,7 +47,7 @@ def test_trace_round_trip_and_replay(tmp_path):
 def test_trace_errors_name_the_line(tmp_path):
     p = tmp_path / "bad.jsonl"
     p.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5}\n{"arrival_s": 1, "input_tokens": 10}\n')
-    with pytest.raises(WorkloadSpecError, match="bad.jsonl:2"):
+    with pytest.raises(WorkloadSpecError, match=r"bad\.jsonl:2"):
         load_trace(p)
     p.write_text('{"arrival_s": 0, "input_tokens": 10, "output_tokens": 5, "prefix_id": "a"}\n')
     with pytest.raises(WorkloadSpecError, match="prefix_id needs"):

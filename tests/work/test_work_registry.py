@@ -113,7 +113,7 @@ def test_missing_required_field_is_named(stem, field):
 
 
 def test_inconsistent_dims():
-    with pytest.raises(ConfigError, match="not divisible.*head_dim"):
+    with pytest.raises(ConfigError, match=r"not divisible.*head_dim"):
         build_model(_broken("Llama-3.1-8B", hidden_size=4100))
     assert build_model(_broken("Llama-3.1-8B", hidden_size=4100, head_dim=128)).hidden == 4100
     with pytest.raises(ConfigError, match="num_key_value_heads"):
