@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from graphsim.serving import SLO, Lengths
 from graphsim.serving.search_space import SearchSpec
 
 
 def small_spec(**changes) -> SearchSpec:
-    base = dict(model="llama-3.1-8b", gpu="h100", gpus=4, isl=Lengths(1024, 1024), osl=Lengths(128, 128),
+    base: dict[str, Any] = dict(model="llama-3.1-8b", gpu="h100", gpus=4, isl=Lengths(1024, 1024), osl=Lengths(128, 128),
                 slo=SLO(ttft_ms=1000, tpot_ms=20), max_num_seqs=(4, 16, 64, 1024), max_num_batched_tokens=(2048, 8192),
                 prefill_batched_tokens=(4096,), verify=2, seed=0)
     base.update(changes)
