@@ -2,7 +2,8 @@
 
 A kernel is an IR node with `Op.KERNEL` and `KernelAttrs`. Its key is model geometry and dtypes
 only (DESIGN §4); the batch-dependent coordinate (`rows`: tokens or sequences in the step, or the
-per-sequence lengths for attention) is supplied when the kernel is priced.
+per-sequence lengths for attention) is supplied when the kernel is priced. The geometry is the typed
+dataclass of the kernel's kind (`GEOMETRY_FOR_KIND`, classes in `graphsim.ir.geometry`).
 """
 
 from __future__ import annotations
