@@ -280,14 +280,17 @@ def forward_fn(model, cfg: dict[str, Any], step) -> Callable[[], Any]:
     head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
     cache = StaticCache(config=model.config, max_cache_len=p + n)
     cache.early_initialization(b, kv_heads, head_dim, torch.float32, torch.device("cpu"))
-    for layer in cache.layers:
+    # StaticCache holds StaticLayers (keys, values, cumulative_length as tensors) once initialised; its
+    # annotation is the union of every cache layer type
+    layers: list[Any] = list(cache.layers)
+    for layer in layers:
         layer.keys.normal_(generator=gen)
         layer.values.normal_(generator=gen)
     cache_position = torch.arange(p, p + n)
     position_ids = cache_position.unsqueeze(0).expand(b, -1)
 
     def fn():
-        for layer in cache.layers:  # every repeat writes the same P..P+N-1 slots
+        for layer in layers:  # every repeat writes the same P..P+N-1 slots
             layer.cumulative_length.fill_(p)
         return model(input_ids=ids, cache=cache, cache_position=cache_position, position_ids=position_ids,
                      use_cache=True)
