@@ -101,7 +101,7 @@ def parse_kernel_dtype(name: str) -> KernelDtype:
     if key in _KERNEL_ALIASES:
         return _KERNEL_ALIASES[key]
     element = DTYPE_ALIASES.get(key) or next((d for d in DType if d.value == key), None)
-    if element in _FROM_ELEMENT:
+    if element is not None and element in _FROM_ELEMENT:
         return _FROM_ELEMENT[element]
     try:
         return KernelDtype(key)

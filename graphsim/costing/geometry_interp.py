@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from graphsim.costing.kernels import GemmKey, TableKind
+from graphsim.costing.kernels import GemmKey, Point, TableKind
+
+if TYPE_CHECKING:
+    from graphsim.costing.interpolate import Curve
+    from graphsim.costing.timing import Timing
 
 
 @dataclass
@@ -23,7 +28,7 @@ class GeometryCurve:
     """Evaluates like `Curve`: coords (N, 1) of m → (times, source codes)."""
 
     key: GemmKey
-    corners: list[tuple[float, object]]  # (bilinear weight, Curve)
+    corners: list[tuple[float, Curve]]  # (bilinear weight, curve of a measured neighbour geometry)
 
     @property
     def num_rows(self) -> int:
@@ -45,10 +50,10 @@ class GeometryCurve:
         src[bad] = MISSING
         return out, src
 
-    def at(self, point):
-        from graphsim.costing.interpolate import Curve
+    def at(self, point: Point) -> Timing:
+        from graphsim.costing.interpolate import timing_at
 
-        return Curve.at(self, point)  # same logic: evaluate one point, wrap it in a Timing
+        return timing_at(self, point)
 
 
 def _bracket(values: list[int], x: int) -> tuple[int, int] | None:

@@ -16,7 +16,9 @@ over many points (`times`), and records every result's `TimeSource`.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -57,12 +59,13 @@ class _Level:
             self.children: list[_Level] | None = None
         else:
             self.times = None
-            bounds = list(starts) + [len(coords)]
-            self.children = [_Level(coords[a:b, 1:], times[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+            bounds = [*starts, len(coords)]
+            self.children = [_Level(coords[a:b, 1:], times[a:b]) for a, b in itertools.pairwise(bounds)]
 
     def _at(self, index: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Values of entries `index` (one per query) at the remaining coordinates `q[:, 1:]`."""
         if self.children is None:
+            assert self.times is not None  # a leaf level holds times
             return self.times[index], np.full(len(index), MEASURED, dtype=np.int8)
         t = np.empty(len(index))
         s = np.empty(len(index), dtype=np.int8)
@@ -116,6 +119,30 @@ class _Level:
         return t, s
 
 
+class Evaluator(Protocol):
+    """What the pricer needs of a curve: a batch of coordinates → (times_us, source codes)."""
+
+    @property
+    def key(self) -> KernelKey: ...
+
+    @property
+    def num_rows(self) -> int: ...
+
+    def evaluate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def at(self, point: Point) -> Timing: ...
+
+
+def timing_at(curve: Evaluator, point: Point) -> Timing:
+    """One point of a curve as a Timing (its source, or missing with the rows it has)."""
+    check_point(curve.key, point)
+    t, s = curve.evaluate(np.asarray([point_coords(point)]))
+    src = SOURCES[int(s[0])]
+    if src is TimeSource.MISSING:
+        return Timing.missing(f"{curve.num_rows} rows do not cover {point}")
+    return Timing(float(t[0]), src, f"{curve.num_rows} rows")
+
+
 class Curve:
     """Interpolator over all rows of one geometry key."""
 
@@ -136,12 +163,7 @@ class Curve:
         return self._grid.evaluate(grid_coordinates(self.key, q))
 
     def at(self, point: Point) -> Timing:
-        check_point(self.key, point)
-        t, s = self.evaluate(np.asarray([point_coords(point)]))
-        src = SOURCES[int(s[0])]
-        if src is TimeSource.MISSING:
-            return Timing.missing(f"{self.num_rows} rows do not cover {point}")
-        return Timing(float(t[0]), src, f"{self.num_rows} rows")
+        return timing_at(self, point)
 
 
 @dataclass
@@ -154,11 +176,11 @@ class KernelPricer:
     hardware: HardwareSpec | None = None
 
     def __post_init__(self) -> None:
-        self._curves: dict[KernelKey, Curve | None] = {}
+        self._curves: dict[KernelKey, Evaluator | None] = {}
         if self.hardware is None and self.db is not None and self.db.meta.hardware:
             self.hardware = load_hardware(self.db.meta.hardware)
 
-    def curve(self, key: KernelKey) -> Curve | None:
+    def curve(self, key: KernelKey) -> Evaluator | None:
         if key not in self._curves:
             self._curves[key] = self._measured_curve(key)
             if self._curves[key] is None and isinstance(key, GemmKey) and self.db is not None:
@@ -199,7 +221,7 @@ class KernelPricer:
                 s[need] = ROOFLINE
         return t, s
 
-    def _why_missing(self, key: KernelKey, curve: Curve | None) -> str:
+    def _why_missing(self, key: KernelKey, curve: Evaluator | None) -> str:
         data = "no profile rows" if curve is None else "profile rows do not cover the point"
         if self.hardware is None:
             return f"{data} for {key} and no hardware spec"
