@@ -23,7 +23,7 @@ import time
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--model", default="qwen3-32b")
     ap.add_argument("--gpu", default="h200")
     ap.add_argument("--gpus", type=int, default=8)

@@ -21,7 +21,7 @@ import time
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--model", default="llama-3.1-8b")
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--tp", type=int, default=1)

@@ -113,7 +113,7 @@ def aiconfigurator_root() -> Path:
     spec = importlib.util.find_spec(MODULE)
     if spec is None or not spec.submodule_search_locations:
         raise OptionalDependencyError(f"{PACKAGE} is not installed; {INSTALL_HINT}")
-    root = Path(list(spec.submodule_search_locations)[0]) / "systems"
+    root = Path(next(iter(spec.submodule_search_locations))) / "systems"
     if not (root / "data").is_dir():
         raise ImportDataError(f"{PACKAGE} at {root.parent} has no systems/data directory; reinstall it ({INSTALL_HINT})")
     return root

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import SupportsInt
 
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
@@ -159,7 +160,7 @@ def _dtype(name: object) -> KernelDtype:
 def _rows(cols: Columns, names: Sequence[str], defaults: Mapping[str, object] | None = None):
     n = _n(cols)
     defaults = defaults or {}
-    return zip(*(_col(cols, c, n, defaults.get(c)) for c in names))
+    return zip(*(_col(cols, c, n, defaults.get(c)) for c in names), strict=True)
 
 
 def convert_gemm(cols: Columns) -> Converted:
@@ -224,7 +225,7 @@ def convert_generation_mla(cols: Columns, geometry: MlaGeometry) -> Converted:
 
 def _mla_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None], decode: bool) -> Converted:
     b = _Builder()
-    names = _MLA + ("model", "gemm_type")
+    names = (*_MLA, "model", "gemm_type")
     for bs, isl, h, dt, kvdt, step, lat, ks, model, gemm in _rows(cols, names, {"step": 0, "kernel_source": ""}):
         def make():
             g = geometry_of(str(model))
@@ -264,15 +265,22 @@ def convert_moe(cols: Columns) -> Converted:
     return b.done()
 
 
+def _int(cell: object) -> int:
+    """A table cell as an int (cells are numpy or Python numbers, or numeric strings)."""
+    if isinstance(cell, (SupportsInt, str)):
+        return int(cell)
+    raise _Skip(f"non-numeric cell {cell!r}")
+
+
 def _collective(op_name: object, num_gpus: object, dtype_name: object, elements: object, implementation: str):
     op = _COLLECTIVE_OPS.get(str(op_name).lower())
     if op is None:
         raise _Skip(f"collective op {op_name}")
     dt = _dtype(dtype_name)
-    nbytes = int(elements) * dt.element_bytes
+    nbytes = _int(elements) * dt.element_bytes
     if nbytes != int(nbytes):
         raise _Skip("message of a fractional byte count")
-    return CollectiveKey(op, int(num_gpus), dt, implementation), MessagePoint(int(nbytes))
+    return CollectiveKey(op, _int(num_gpus), dt, implementation), MessagePoint(int(nbytes))
 
 
 def convert_nccl(cols: Columns) -> Converted:

@@ -54,8 +54,8 @@ def iteration_kernels(graph: Graph) -> list[GraphKernel]:
         raise GraphsimError("alignment needs a fused graph; run the fuse pass first "
                             "(e.g. graphsim passes MODEL -p 'fold,fuse{target=vllm}')")
     first = next((i for i, n in enumerate(graph.nodes) if n.layer is not None), len(graph.nodes))
-    before = [GraphKernel(n.name, None, "before layers", n.attrs) for n in graph.nodes[:first] if n.layer is None]
-    after = [GraphKernel(n.name, None, "after layers", n.attrs) for n in graph.nodes[first:] if n.layer is None]
+    before = [GraphKernel(n.name, None, "before layers", n.kernel) for n in graph.nodes[:first] if n.layer is None]
+    after = [GraphKernel(n.name, None, "after layers", n.kernel) for n in graph.nodes[first:] if n.layer is None]
     body: list[GraphKernel] = []
     sched = graph.schedule
     if sched is not None:

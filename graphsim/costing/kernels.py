@@ -12,7 +12,7 @@ import functools
 import numbers
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from graphsim.costing.dtypes import KernelDtype
 
@@ -88,7 +88,7 @@ class MessagePoint:
     message_bytes: int  # bytes of the tensor each rank contributes (all-reduce: the full tensor)
 
 
-Point = Union[GemmPoint, AttentionPrefillPoint, AttentionDecodePoint, TokensPoint, MessagePoint]
+Point = GemmPoint | AttentionPrefillPoint | AttentionDecodePoint | TokensPoint | MessagePoint
 
 
 # ---- keys (model geometry + dtypes) --------------------------------------------------------------
@@ -203,10 +203,10 @@ class ElementwiseKey:
     dtype: KernelDtype
 
 
-KernelKey = Union[
-    GemmKey, AttentionPrefillKey, AttentionDecodeKey, MlaPrefillKey, MlaDecodeKey,
-    MlaModulePrefillKey, MlaModuleDecodeKey, MoeKey, CollectiveKey, ElementwiseKey,
-]
+KernelKey = (
+    GemmKey | AttentionPrefillKey | AttentionDecodeKey | MlaPrefillKey | MlaDecodeKey
+    | MlaModulePrefillKey | MlaModuleDecodeKey | MoeKey | CollectiveKey | ElementwiseKey
+)
 
 KEY_CLASSES: dict[TableKind, type] = {
     cls.KIND: cls

@@ -266,7 +266,7 @@ class ProfileDB:
         spec = TABLES[kind]
         kcols = ", ".join(q(c.name) for c in spec.key_columns)
         data = self._exec(f"SELECT DISTINCT {kcols} FROM {spec.name} ORDER BY {kcols}").fetchall()
-        return [spec.key_cls(*(c.from_sql(v) for c, v in zip(spec.key_columns, row))) for row in data]
+        return [spec.key_cls(*(c.from_sql(v) for c, v in zip(spec.key_columns, row, strict=True))) for row in data]
 
     def count(self, kind: TableKind) -> int:
         return int(self._exec(f"SELECT COUNT(*) FROM {TABLES[kind].name}").fetchone()[0])

@@ -48,7 +48,7 @@ class Stats:
         def q(f: float) -> float:  # the smallest value whose cumulative weight reaches f
             return float(v[min(int(np.searchsorted(cum, f * total, side="left")), len(v) - 1)])
 
-        return cls(int(round(total)), float((v * w).sum() / total), q(0.5), q(0.9), q(0.99))  # noqa: RUF046 (numpy round)
+        return cls(int(round(total)), float((v * w).sum() / total), q(0.5), q(0.9), q(0.99))
 
 
 @dataclass(frozen=True)

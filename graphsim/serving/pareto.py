@@ -35,7 +35,7 @@ def dominated_by(i: int, xs: Sequence[float], ys: Sequence[float], front: Sequen
     """A frontier point that dominates point i (the one with the most y), or None."""
     best = None
     for j in front:
-        if j != i and xs[j] >= xs[i] and ys[j] >= ys[i] and (xs[j] > xs[i] or ys[j] > ys[i]):
-            if best is None or ys[j] > ys[best]:
-                best = j
+        dominates = j != i and xs[j] >= xs[i] and ys[j] >= ys[i] and (xs[j] > xs[i] or ys[j] > ys[i])
+        if dominates and (best is None or ys[j] > ys[best]):
+            best = j
     return best

@@ -234,7 +234,7 @@ def _verify(spec: SearchSpec, rows: list[Row], backend: Backend, ctx: SearchCont
             break
         say(f"simulating {len(todo)} candidate(s): " + ", ".join(f"#{r.candidate.id}" for r in todo))
         results = backend.map(run_task, ctx, [Task("simulate", (r.candidate,)) for r in todo])
-        for r, (ev,) in zip(todo, results):
+        for r, (ev,) in zip(todo, results, strict=True):
             r.sim = ev
             done.append(r.candidate.id)
     return done
@@ -288,7 +288,7 @@ def _rank(spec: SearchSpec, rows: list[Row]) -> tuple[int | None, list[int], lis
             r.verdict, r.reason = "misses SLOs", "; ".join(parts) + how
             continue
         r.verdict = "meets SLOs"
-        if best_y:
+        if best is not None and best_y:
             gap = 1 - ev.output_tokens_per_s_per_gpu / best_y
             r.reason = (f"{gap:.1%} fewer tokens/s per GPU than the best" if gap >= TIE
                         else "tied with the best on tokens/s per GPU (within 1%); "

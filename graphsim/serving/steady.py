@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass
+from typing import ClassVar
 
 from graphsim.serving.pricing import IterationCost, TreeCost
 
@@ -68,7 +69,7 @@ class _Timer:
     With a `TreeCost`, decode attention comes from one bulk table per context over every batch size
     (`TreeCost.decode_attention_by_batch`): the fast path asks for many batch sizes at one context."""
 
-    _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # cost model → (step memo, decode tables)
+    _caches: ClassVar[weakref.WeakKeyDictionary] = weakref.WeakKeyDictionary()  # cost model → (step memo, decode tables)
 
     def __init__(self, cost: IterationCost) -> None:
         self.cost = cost

@@ -43,7 +43,7 @@ def test_every_catalog_model_imports(name, imported):
     assert len(rep.traced_layers) == len(g.schedule.representative) <= cfg["num_hidden_layers"]
     assert rep.opaque_ops == {}, f"unmapped aten ops: {rep.opaque_ops}"
     # the token dimension is symbolic: the embedding output is [1, T, hidden]
-    emb = [n for n in g.nodes if n.op is Op.EMBEDDING][0]
+    emb = next(n for n in g.nodes if n.op is Op.EMBEDDING)
     assert emb.outputs[0].shape == (1, T, cfg["hidden_size"])
     # one semantic attention (or linear-attention) node per traced layer
     attn = [n for n in g.nodes if n.op in (Op.ATTENTION, Op.LINEAR_ATTENTION)]
@@ -54,7 +54,7 @@ def test_every_catalog_model_imports(name, imported):
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "deepseek-v3", "gemma-2-9b", "qwen3-next-80b-a3b", "gpt-oss-20b"])
 def test_param_count_matches_meta_model(name, imported):
-    g, rep = imported(name)
+    g, _ = imported(name)
     built = build_on_meta(resolve_model(name).config)
     meta_total = sum(p.numel() for p in built.model.parameters())
     assert g.meta["param_count"] == meta_total
@@ -97,7 +97,7 @@ def test_moe_is_one_node_per_layer(imported):
     assert g.spec_of(moe[0].inputs[3]).shape == (256, 4096, 7168)
     assert [t for t, _, _ in g.schedule.runs()] == ["full.dense", "full.moe"]
     assert g.schedule.count("full.moe") == 58
-    mla = [n for n in g.nodes if n.op is Op.ATTENTION][0].attrs
+    mla = next(n for n in g.nodes if n.op is Op.ATTENTION).attrs
     assert (mla.kv_lora_rank, mla.qk_rope_head_dim, mla.head_dim, mla.v_head_dim) == (512, 64, 192, 128)
 
 
@@ -118,5 +118,5 @@ def test_dtype_override_and_config_path(tmp_path, imported):
     p.write_text(json.dumps(cfg))
     g, rep = import_hf(str(tmp_path), dtype="float16")
     assert rep.source == "path"
-    lin = [n for n in g.nodes if n.op is Op.LINEAR][0]
+    lin = next(n for n in g.nodes if n.op is Op.LINEAR)
     assert lin.outputs[0].dtype.value == "f16"

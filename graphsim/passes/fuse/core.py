@@ -140,8 +140,7 @@ def apply_rules(graph: Graph, rules: list[Rule], leftover: Callable[[FuseContext
         groups.append(Group([n], attrs, label))
         ctx.claimed[n.name] = idx
         left_stats[label] = left_stats.get(label, 0) + 1
-    for k, v in left_stats.items():
-        stats[k] = v
+    stats.update(left_stats)
     notes = [f"rule {k} did not apply ×{v}" for k, v in sorted(rejected.items())]
     return FuseOutcome(_build_graph(graph, ctx, groups, target), stats, notes)
 
@@ -238,7 +237,7 @@ def _common_scope(scopes: list[str]) -> str:
     if not parts:
         return ""
     common = []
-    for items in zip(*parts):
+    for items in zip(*parts, strict=False):  # up to the shortest scope
         if len(set(items)) != 1:
             break
         common.append(items[0])
@@ -247,5 +246,6 @@ def _common_scope(scopes: list[str]) -> str:
 
 def _kernel_name(g: Group, used: set[str]) -> str:
     attrs = g.attrs
+    assert attrs is not None, "only groups that make a kernel are named"
     layer = g.nodes[-1].layer
     return unique_name((f"L{layer}." if layer is not None else "") + attrs.name, used)

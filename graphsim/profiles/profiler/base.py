@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 
 from graphsim.costing.kernels import Point
 
+P_contra = TypeVar("P_contra", bound=Point, contravariant=True)
 
-class KernelBench(Protocol):
+
+class KernelBench(Protocol[P_contra]):
     """A kernel geometry ready to time: `prepare(point)` allocates the inputs of one grid point and
     returns the call to time (raising `Unmeasurable` when that point cannot run here)."""
 
     label: str  # what runs, recorded in the row's `kernel` column
     notes: tuple[str, ...]  # approximations a reader of the numbers must know
 
-    def prepare(self, point: Point) -> Callable[[], Any]: ...
+    def prepare(self, point: P_contra) -> Callable[[], Any]: ...
 
 
 def randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, scale: float = 1.0) -> torch.Tensor:

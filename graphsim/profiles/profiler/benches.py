@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from graphsim.costing.kernels import (
     AttentionDecodeKey,
     AttentionPrefillKey,
@@ -17,7 +19,7 @@ from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable
 from graphsim.profiles.profiler.targets import KernelTarget
 
 
-def make_bench(target: KernelTarget, info: DeviceInfo) -> KernelBench:
+def make_bench(target: KernelTarget, info: DeviceInfo) -> KernelBench[Any]:
     """The benchmark of `target` on `info`'s device (allocates its weights); `Unmeasurable` if none."""
     key, attrs = target.key, target.attrs
     if isinstance(key, GemmKey):
