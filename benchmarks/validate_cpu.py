@@ -175,12 +175,7 @@ def _code_warmer(key) -> Callable[[], Any] | None:
     import torch.nn.functional as F
 
     from graphsim.costing.kernels import (
-        AttentionDecodeKey,
-        AttentionPrefillKey,
-        GemmKey,
-        MlaDecodeKey,
-        MlaPrefillKey,
-        MoeKey,
+        AttentionDecodeKey, AttentionPrefillKey, GemmKey, MlaDecodeKey, MlaPrefillKey, MoeKey,
     )
     from graphsim.profiles.profiler import Unmeasurable
     from graphsim.profiles.profiler.device import torch_dtype
@@ -205,12 +200,7 @@ def profile_cpu(graph, db_path: Path, *, threads: int, grid, timing, log: Callab
 
     from graphsim.costing.kernel_map import Dtypes
     from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
-    from graphsim.profiles.profiler import (
-        Unmeasurable,
-        collect_targets,
-        open_device,
-        points_for_key,
-    )
+    from graphsim.profiles.profiler import Unmeasurable, collect_targets, open_device, points_for_key
     from graphsim.profiles.profiler.benches import make_bench
     from graphsim.profiles.profiler.timer import summarise
 

@@ -7,13 +7,7 @@ CostTree location against the accountant's necessary work (`graphsim.work.analyz
 """
 
 from graphsim.analysis.deployment import (
-    Prepared,
-    analyze_model,
-    analyze_prepared,
-    pipeline_for,
-    prepare_cost_model,
-    prepare_graph,
-    prepare_model,
+    Prepared, analyze_model, analyze_prepared, pipeline_for, prepare_cost_model, prepare_graph, prepare_model,
     write_draft_map,
 )
 

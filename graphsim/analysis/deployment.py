@@ -17,18 +17,8 @@ from typing import TYPE_CHECKING, Any
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op
 from graphsim.work.analyzer import (
-    Analysis,
-    Deployment,
-    RowSet,
-    Site,
-    UnsupportedDeployment,
-    analyze,
-    draft_map,
-    load_map,
-    necessary_rows,
-    select_map,
-    shipped_maps,
-    unsupported,
+    Analysis, Deployment, RowSet, Site, UnsupportedDeployment, analyze, draft_map, load_map, necessary_rows, select_map,
+    shipped_maps, unsupported,
 )
 from graphsim.workload import parse_batch_spec
 

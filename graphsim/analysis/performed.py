@@ -13,15 +13,8 @@ import numpy as np
 
 from graphsim.costing.kernel_map import KernelRows
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionPrefillKey,
-    CollectiveKey,
-    ElementwiseKey,
-    GemmKey,
-    KernelKey,
-    MlaDecodeKey,
-    MlaPrefillKey,
-    MoeKey,
+    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey,
+    MlaPrefillKey, MoeKey,
 )
 from graphsim.costing.roofline import kernel_work
 from graphsim.work.analyzer import Performed

@@ -60,11 +60,7 @@ def search_cmd(
     from graphsim.serving.backends import make_backend
     from graphsim.serving.search import run_search
     from graphsim.serving.search_space import (
-        DEFAULT_BATCHED_TOKENS,
-        DEFAULT_PREFILL_BATCHED_TOKENS,
-        DEFAULT_SEQS,
-        SearchSpec,
-        SearchSpecError,
+        DEFAULT_BATCHED_TOKENS, DEFAULT_PREFILL_BATCHED_TOKENS, DEFAULT_SEQS, SearchSpec, SearchSpecError,
     )
 
     modes = {"both": ("agg", "disagg"), "agg": ("agg",), "disagg": ("disagg",)}.get(mode)

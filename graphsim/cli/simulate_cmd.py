@@ -57,15 +57,7 @@ def simulate_cmd(
     as_json: opt.Json = False,
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
-    from graphsim.serving import (
-        SLO,
-        ClosedLoop,
-        load_trace,
-        parse_lengths,
-        simulate,
-        summarize,
-        synthetic,
-    )
+    from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, simulate, summarize, synthetic
     from graphsim.serving.capacity import parse_bytes
     from graphsim.serving.deployment import build_cost, plan_deployment
     from graphsim.serving.requests import WorkloadSpecError
@@ -101,12 +93,7 @@ def simulate_cmd(
     if as_json:
         res = simulate(setup, workload)
     else:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         with Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
                       transient=True) as bar:

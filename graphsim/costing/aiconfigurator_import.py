@@ -21,19 +21,9 @@ from functools import cache
 from pathlib import Path
 
 from graphsim.costing.aiconfigurator_tables import (
-    Columns,
-    Converted,
-    MlaGeometry,
-    convert_context_attention,
-    convert_context_mla,
-    convert_custom_allreduce,
-    convert_gemm,
-    convert_generation_attention,
-    convert_generation_mla,
-    convert_mla_context_module,
-    convert_mla_generation_module,
-    convert_moe,
-    convert_nccl,
+    Columns, Converted, MlaGeometry, convert_context_attention, convert_context_mla, convert_custom_allreduce,
+    convert_gemm, convert_generation_attention, convert_generation_mla, convert_mla_context_module,
+    convert_mla_generation_module, convert_moe, convert_nccl,
 )
 from graphsim.costing.errors import ImportDataError, OptionalDependencyError
 from graphsim.costing.hardware import list_hardware

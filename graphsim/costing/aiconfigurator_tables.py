@@ -17,26 +17,9 @@ from typing import SupportsInt
 
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    CollectiveKey,
-    CollectiveOp,
-    GemmKey,
-    GemmPoint,
-    KernelKey,
-    Measurement,
-    MessagePoint,
-    MlaDecodeKey,
-    MlaModuleDecodeKey,
-    MlaModulePrefillKey,
-    MlaPrefillKey,
-    MoeKey,
-    MoeRouting,
-    Point,
-    TokensPoint,
-    check_point,
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey, CollectiveOp,
+    GemmKey, GemmPoint, KernelKey, Measurement, MessagePoint, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey,
+    MlaPrefillKey, MoeKey, MoeRouting, Point, TokensPoint, check_point,
 )
 
 Columns = Mapping[str, Sequence[object]]

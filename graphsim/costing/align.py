@@ -25,12 +25,7 @@ from typing import Any
 import numpy as np
 
 from graphsim.capture import Launch
-from graphsim.costing.align_rules import (
-    GAP_MEASURED,
-    gap_graph,
-    match_score,
-    part_score,
-)
+from graphsim.costing.align_rules import GAP_MEASURED, gap_graph, match_score, part_score
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op
 from graphsim.ir.kernel import KernelAttrs

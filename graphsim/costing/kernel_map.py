@@ -19,29 +19,12 @@ import numpy as np
 
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionPrefillKey,
-    CollectiveKey,
-    CollectiveOp,
-    ElementwiseKey,
-    GemmKey,
-    KernelKey,
-    MlaDecodeKey,
-    MlaPrefillKey,
-    MoeKey,
+    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, KernelKey,
+    MlaDecodeKey, MlaPrefillKey, MoeKey,
 )
 from graphsim.ir.geometry import (
-    AttentionGeometry,
-    CollectiveGeometry,
-    Conv1dGeometry,
-    ElementwiseGeometry,
-    EmbeddingGeometry,
-    GemmGeometry,
-    LinearAttentionGeometry,
-    MoeExpertsGeometry,
-    MoeRouterGeometry,
-    NormGeometry,
-    RotaryGeometry,
+    AttentionGeometry, CollectiveGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry,
+    LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.tensor import DTYPE_ALIASES, DType

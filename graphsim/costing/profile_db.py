@@ -22,20 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from graphsim.costing.errors import (
-    ProfileDBCorruptError,
-    ProfileDBError,
-    ProfileDBMismatchError,
-    ProfileDBVersionError,
-)
-from graphsim.costing.kernels import (
-    KernelKey,
-    Measurement,
-    Point,
-    TableKind,
-    check_point,
-    point_coords,
-)
+from graphsim.costing.errors import ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError
+from graphsim.costing.kernels import KernelKey, Measurement, Point, TableKind, check_point, point_coords
 from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
 
 REBUILD_HINT = "rebuild it with `graphsim profile ... -o DB` or `graphsim profiles import-aiconfigurator ... -o DB`"

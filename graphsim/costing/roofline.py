@@ -16,18 +16,8 @@ import numpy as np
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionPrefillKey,
-    CollectiveKey,
-    CollectiveOp,
-    ElementwiseKey,
-    GemmKey,
-    KernelKey,
-    MlaDecodeKey,
-    MlaModuleDecodeKey,
-    MlaModulePrefillKey,
-    MlaPrefillKey,
-    MoeKey,
+    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, KernelKey,
+    MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey,
 )
 
 

@@ -57,17 +57,7 @@ import sympy
 from graphsim.errors import GraphsimError
 from graphsim.importers.onnx_ops import DEFAULT_DOMAINS, ONNX_DTYPES, NodeView, map_node, onnx_target
 from graphsim.ir import (
-    DType,
-    Graph,
-    Node,
-    Op,
-    OpaqueAttrs,
-    T,
-    TensorSpec,
-    dim_symbol,
-    parse_dim,
-    split_value,
-    value_name,
+    DType, Graph, Node, Op, OpaqueAttrs, T, TensorSpec, dim_symbol, parse_dim, split_value, value_name,
 )
 from graphsim.ir.tensor import Dim
 

@@ -16,16 +16,7 @@ from typing import Any
 import numpy as np
 
 from graphsim.ir import (
-    AttentionAttrs,
-    CastAttrs,
-    ConvAttrs,
-    DType,
-    EmbeddingAttrs,
-    LinearAttrs,
-    NoAttrs,
-    NormAttrs,
-    Op,
-    ReduceAttrs,
+    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, LinearAttrs, NoAttrs, NormAttrs, Op, ReduceAttrs,
     TensorSpec,
 )
 

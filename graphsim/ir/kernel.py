@@ -13,18 +13,8 @@ from enum import Enum
 from typing import TypeVar
 
 from graphsim.ir.geometry import (
-    AttentionGeometry,
-    CollectiveGeometry,
-    Conv1dGeometry,
-    ElementwiseGeometry,
-    EmbeddingGeometry,
-    GemmGeometry,
-    Geometry,
-    GeometryValue,
-    LinearAttentionGeometry,
-    MoeExpertsGeometry,
-    MoeRouterGeometry,
-    NormGeometry,
+    AttentionGeometry, CollectiveGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry,
+    Geometry, GeometryValue, LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry,
     RotaryGeometry,
 )
 

@@ -6,14 +6,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
-from graphsim.costing.align_report import (
-    ABSENT,
-    MATCHED,
-    PARTLY,
-    PLUMBING,
-    UNMATCHED,
-    AlignReport,
-)
+from graphsim.costing.align_report import ABSENT, MATCHED, PARTLY, PLUMBING, UNMATCHED, AlignReport
 from graphsim.render.cost_view import SOURCE_STYLE, fmt_us
 
 VERDICT_STYLE = {MATCHED: "green", PARTLY: "yellow", ABSENT: "bold red", UNMATCHED: "bold yellow", PLUMBING: "dim"}

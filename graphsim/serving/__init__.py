@@ -32,14 +32,7 @@ from graphsim.serving.kv_layout import KvKind, KvLayout, kv_layout
 from graphsim.serving.memory import MemoryBudget, memory_budget, weight_bytes_per_rank
 from graphsim.serving.metrics import SLO, Stats, Summary, summarize
 from graphsim.serving.pricing import IterationCost, MemoCost, TreeCost, iteration_cost
-from graphsim.serving.requests import (
-    ClosedLoop,
-    Lengths,
-    RequestSpec,
-    load_trace,
-    parse_lengths,
-    synthetic,
-)
+from graphsim.serving.requests import ClosedLoop, Lengths, RequestSpec, load_trace, parse_lengths, synthetic
 from graphsim.serving.router import Router, RouterPolicy
 from graphsim.serving.simulator import SimulationResult, SimulationSetup, simulate
 

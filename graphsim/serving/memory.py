@@ -23,15 +23,7 @@ import math
 from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
-from graphsim.work.specs import (
-    DenseFfn,
-    GatedDeltaNet,
-    GqaAttention,
-    MlaAttention,
-    ModelSpec,
-    MoeFfn,
-    WeightKind,
-)
+from graphsim.work.specs import DenseFfn, GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec, MoeFfn, WeightKind
 from graphsim.work.weights import model_weights, stored_bytes_per_copy
 
 GiB = 1 << 30

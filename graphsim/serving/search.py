@@ -26,19 +26,8 @@ from graphsim.costing.hardware import load_hardware
 from graphsim.errors import GraphsimError
 from graphsim.serving.backends import Backend, LocalBackend
 from graphsim.serving.pareto import dominated_by, pareto_front
-from graphsim.serving.search_eval import (
-    Evaluation,
-    SearchContext,
-    Task,
-    make_context,
-    run_task,
-)
-from graphsim.serving.search_space import (
-    Candidate,
-    Pruned,
-    SearchSpec,
-    enumerate_candidates,
-)
+from graphsim.serving.search_eval import Evaluation, SearchContext, Task, make_context, run_task
+from graphsim.serving.search_space import Candidate, Pruned, SearchSpec, enumerate_candidates
 
 MAX_VERIFY_ROUNDS = 4
 

@@ -12,16 +12,7 @@ from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
-    AttentionSpec,
-    DenseFfn,
-    FfnSpec,
-    GatedDeltaNet,
-    GqaAttention,
-    MlaAttention,
-    ModelSpec,
-    MoeFfn,
-    Weight,
-    WeightKind,
+    AttentionSpec, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec, MoeFfn, Weight, WeightKind,
 )
 
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR

@@ -15,18 +15,8 @@ import pytest
 from graphsim.catalog import resolve_model
 from graphsim.work import accounting
 from graphsim.work.analyzer import (
-    Deployment,
-    LocationMapError,
-    Site,
-    analyze,
-    check_map,
-    draft_map,
-    load_map,
-    necessary_rows,
-    select_map,
-    shipped_map_paths,
-    shipped_maps,
-    validate_map_data,
+    Deployment, LocationMapError, Site, analyze, check_map, draft_map, load_map, necessary_rows, select_map,
+    shipped_map_paths, shipped_maps, validate_map_data,
 )
 from graphsim.workload import parse_batch_spec
 

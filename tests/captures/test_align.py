@@ -6,25 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from capture_helpers import (
-    ADD,
-    MEMCPY_IN,
-    MEMCPY_OUT,
-    NAMES,
-    SAMPLING,
-    kernel_list,
-    vllm_kernel_names,
-    write_json,
-)
+from capture_helpers import ADD, MEMCPY_IN, MEMCPY_OUT, NAMES, SAMPLING, kernel_list, vllm_kernel_names, write_json
 
 from graphsim.costing.align import align_scores, iteration_kernels
-from graphsim.costing.align_report import (
-    ABSENT,
-    MATCHED,
-    PLUMBING,
-    UNMATCHED,
-    build_report,
-)
+from graphsim.costing.align_report import ABSENT, MATCHED, PLUMBING, UNMATCHED, build_report
 from graphsim.importers.captures import load_capture
 from graphsim.ir.geometry import ElementwiseGeometry, GemmGeometry, MoeExpertsGeometry
 

@@ -3,13 +3,7 @@
 import json
 
 import pytest
-from capture_helpers import (
-    MEMCPY_IN,
-    SAMPLING,
-    kernel_list,
-    vllm_kernel_names,
-    write_json,
-)
+from capture_helpers import MEMCPY_IN, SAMPLING, kernel_list, vllm_kernel_names, write_json
 
 from graphsim.cli.app import main
 from graphsim.ir.geometry import GemmGeometry

@@ -4,11 +4,7 @@ import pytest
 from capture_helpers import ADD, MEMCPY_IN, NAMES, SAMPLING, write_json
 
 from graphsim.importers.captures import CaptureError, LaunchClass, load_capture
-from graphsim.importers.captures.classify import (
-    classify_cpu_op,
-    classify_kernel,
-    short_kernel_name,
-)
+from graphsim.importers.captures.classify import classify_cpu_op, classify_kernel, short_kernel_name
 
 
 def test_iterations_format(tmp_path):

@@ -8,16 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphsim.costing.cost_tree import (
-    Labeled,
-    Leaf,
-    Max,
-    NodeKind,
-    Parallel,
-    Scale,
-    Sum,
-    build_tree,
-    compile_tree,
-    price_leaves,
+    Labeled, Leaf, Max, NodeKind, Parallel, Scale, Sum, build_tree, compile_tree, price_leaves,
 )
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import load_hardware

@@ -9,34 +9,14 @@ import pytest
 from graphsim.cli.app import main
 from graphsim.costing import aiconfigurator_import as aic
 from graphsim.costing.aiconfigurator_tables import (
-    MlaGeometry,
-    convert_context_attention,
-    convert_custom_allreduce,
-    convert_gemm,
-    convert_generation_attention,
-    convert_generation_mla,
-    convert_mla_context_module,
-    convert_moe,
-    convert_nccl,
+    MlaGeometry, convert_context_attention, convert_custom_allreduce, convert_gemm, convert_generation_attention,
+    convert_generation_mla, convert_mla_context_module, convert_moe, convert_nccl,
 )
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.errors import OptionalDependencyError
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    CollectiveKey,
-    CollectiveOp,
-    GemmKey,
-    GemmPoint,
-    MessagePoint,
-    MlaDecodeKey,
-    MlaModulePrefillKey,
-    MoeKey,
-    MoeRouting,
-    TableKind,
-    TokensPoint,
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey, CollectiveOp,
+    GemmKey, GemmPoint, MessagePoint, MlaDecodeKey, MlaModulePrefillKey, MoeKey, MoeRouting, TableKind, TokensPoint,
 )
 from graphsim.costing.profile_db import ProfileDB, TimeStatistic
 

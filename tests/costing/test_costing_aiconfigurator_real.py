@@ -10,16 +10,8 @@ from graphsim.costing.aiconfigurator_tables import convert_context_attention, co
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.interpolate import KernelPricer
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    CollectiveKey,
-    CollectiveOp,
-    GemmKey,
-    GemmPoint,
-    MessagePoint,
-    TableKind,
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey, CollectiveOp,
+    GemmKey, GemmPoint, MessagePoint, TableKind,
 )
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.timing import TimeSource

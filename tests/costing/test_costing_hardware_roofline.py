@@ -11,12 +11,7 @@ from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.dtypes import PeakClass, parse_kernel_dtype
 from graphsim.costing.errors import HardwareSpecError
 from graphsim.costing.hardware import (
-    CpuMeasureSettings,
-    DeviceKind,
-    list_hardware,
-    load_hardware,
-    measure_cpu_spec,
-    save_hardware,
+    CpuMeasureSettings, DeviceKind, list_hardware, load_hardware, measure_cpu_spec, save_hardware,
 )
 from graphsim.costing.kernels import CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, MoeKey
 from graphsim.costing.roofline import attended_pairs, kernel_work, roofline_us

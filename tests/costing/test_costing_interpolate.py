@@ -8,22 +8,10 @@ from hypothesis import strategies as st
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.hardware import load_hardware
 from graphsim.costing.interpolate import (
-    EXTRAPOLATED,
-    INTERPOLATED,
-    MEASURED,
-    MISSING,
-    SOURCES,
-    Curve,
-    KernelPricer,
-    lookup,
+    EXTRAPOLATED, INTERPOLATED, MEASURED, MISSING, SOURCES, Curve, KernelPricer, lookup,
 )
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    GemmKey,
-    GemmPoint,
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, GemmKey, GemmPoint,
     Measurement,
 )
 from graphsim.costing.profile_db import KernelRows, ProfileDB, ProfileMeta

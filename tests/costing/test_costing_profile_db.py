@@ -8,32 +8,11 @@ import textwrap
 import pytest
 
 from graphsim.costing.dtypes import KernelDtype as D
-from graphsim.costing.errors import (
-    ProfileDBCorruptError,
-    ProfileDBError,
-    ProfileDBMismatchError,
-    ProfileDBVersionError,
-)
+from graphsim.costing.errors import ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    CollectiveKey,
-    CollectiveOp,
-    ElementwiseKey,
-    GemmKey,
-    GemmPoint,
-    Measurement,
-    MessagePoint,
-    MlaDecodeKey,
-    MlaModuleDecodeKey,
-    MlaModulePrefillKey,
-    MlaPrefillKey,
-    MoeKey,
-    MoeRouting,
-    TableKind,
-    TokensPoint,
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey, CollectiveOp,
+    ElementwiseKey, GemmKey, GemmPoint, Measurement, MessagePoint, MlaDecodeKey, MlaModuleDecodeKey,
+    MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, TableKind, TokensPoint,
 )
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
 from graphsim.costing.schema import SCHEMA_VERSION, TABLES

@@ -19,23 +19,8 @@ from onnx import helper, numpy_helper  # noqa: E402
 from graphsim.errors import GraphsimError  # noqa: E402
 from graphsim.importers.onnx_importer import import_onnx, layer_of  # noqa: E402
 from graphsim.ir import (  # noqa: E402
-    AttentionAttrs,
-    CastAttrs,
-    ConvAttrs,
-    DType,
-    EmbeddingAttrs,
-    LinearAttrs,
-    NormAttrs,
-    Op,
-    OpaqueAttrs,
-    ReduceAttrs,
-    T,
-    TensorSpec,
-    dim_symbol,
-    graph_from_json,
-    graph_to_json,
-    load_graph,
-    save_graph,
+    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, LinearAttrs, NormAttrs, Op, OpaqueAttrs, ReduceAttrs,
+    T, TensorSpec, dim_symbol, graph_from_json, graph_to_json, load_graph, save_graph,
 )
 
 

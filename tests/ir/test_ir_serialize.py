@@ -14,32 +14,9 @@ from hypothesis import strategies as st
 
 from graphsim.errors import GraphError, GraphsimError
 from graphsim.ir import (
-    AttentionAttrs,
-    CastAttrs,
-    CollectiveAttrs,
-    ConvAttrs,
-    DType,
-    EmbeddingAttrs,
-    Graph,
-    LayerSchedule,
-    LinearAttentionAttrs,
-    LinearAttrs,
-    MoEAttrs,
-    NoAttrs,
-    Node,
-    NormAttrs,
-    Op,
-    OpaqueAttrs,
-    ReduceAttrs,
-    T,
-    TensorSpec,
-    dim_symbol,
-    graph_from_json,
-    graph_to_json,
-    graph_to_text,
-    load_graph,
-    save_graph,
-    value_name,
+    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, LayerSchedule,
+    LinearAttentionAttrs, LinearAttrs, MoEAttrs, NoAttrs, Node, NormAttrs, Op, OpaqueAttrs, ReduceAttrs, T, TensorSpec,
+    dim_symbol, graph_from_json, graph_to_json, graph_to_text, load_graph, save_graph, value_name,
 )
 from graphsim.ir.attrs import allowed_attrs
 from graphsim.ir.geometry import GEOMETRY_CLASSES, AttentionGeometry, GemmGeometry, Geometry

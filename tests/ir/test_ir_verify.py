@@ -6,17 +6,7 @@ import pytest
 
 from graphsim.errors import GraphError, GraphsimError
 from graphsim.ir import (
-    DType,
-    Graph,
-    LayerSchedule,
-    LinearAttrs,
-    NoAttrs,
-    Node,
-    Op,
-    OpaqueAttrs,
-    ReduceAttrs,
-    T,
-    TensorSpec,
+    DType, Graph, LayerSchedule, LinearAttrs, NoAttrs, Node, Op, OpaqueAttrs, ReduceAttrs, T, TensorSpec,
 )
 
 X = TensorSpec((T, 8), DType.BFLOAT16)

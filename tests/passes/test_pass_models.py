@@ -9,13 +9,7 @@ from passes_helpers import attention_width, gemm_flops_per_token, is_kind, kerne
 from graphsim.catalog import catalog
 from graphsim.importers.hf import import_hf
 from graphsim.ir import graph_from_json, graph_to_json
-from graphsim.ir.geometry import (
-    AttentionGeometry,
-    CollectiveGeometry,
-    GemmGeometry,
-    MoeExpertsGeometry,
-    RotaryGeometry,
-)
+from graphsim.ir.geometry import AttentionGeometry, CollectiveGeometry, GemmGeometry, MoeExpertsGeometry, RotaryGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.passes import PassError, run_pipeline
 
@@ -119,6 +113,7 @@ def test_ep_spreads_experts(imported):
 
 def test_fold_of_full_depth_trace_matches_reduced_import():
     from graphsim.catalog import ResolvedModel
+
     # Gemma-2 geometry: alternating sliding/full layers must stay two distinct types
     cfg = tiny_config("gemma-2-9b", num_hidden_layers=4, head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
                       layer_types=["sliding_attention", "full_attention"] * 2)

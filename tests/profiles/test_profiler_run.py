@@ -16,13 +16,7 @@ from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.kernels import ElementwiseKey, point_coords
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.ir import Op
-from graphsim.profiles.profiler import (
-    collect_targets,
-    open_device,
-    points_for_key,
-    profile_graph,
-    profile_model,
-)
+from graphsim.profiles.profiler import collect_targets, open_device, points_for_key, profile_graph, profile_model
 
 
 @pytest.fixture(scope="module")

@@ -10,29 +10,13 @@ from profiler_helpers import fast_timing
 
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.kernels import (
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    ElementwiseKey,
-    GemmKey,
-    GemmPoint,
-    MlaPrefillKey,
-    MoeKey,
-    TokensPoint,
+    AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, ElementwiseKey, GemmKey, GemmPoint, MlaPrefillKey,
+    MoeKey, TokensPoint,
 )
 from graphsim.errors import GraphsimError
 from graphsim.ir.geometry import (
-    AttentionGeometry,
-    Conv1dGeometry,
-    ElementwiseGeometry,
-    EmbeddingGeometry,
-    GemmGeometry,
-    Geometry,
-    LinearAttentionGeometry,
-    MoeExpertsGeometry,
-    MoeRouterGeometry,
-    NormGeometry,
-    RotaryGeometry,
+    AttentionGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, Geometry,
+    LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs, KernelKind
 from graphsim.profiles.profiler import Grid, KernelTarget, Unmeasurable, open_device, parse_kinds

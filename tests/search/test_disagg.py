@@ -5,7 +5,9 @@ import math
 
 import numpy as np
 import pytest
-from serving_helpers import AffineCost, llama_layout, small_setup  # pyright: ignore[reportMissingImports] (conftest path)
+from serving_helpers import (  # pyright: ignore[reportMissingImports] (conftest path)
+    AffineCost, llama_layout, small_setup,
+)
 
 from graphsim.costing.hardware import load_hardware
 from graphsim.serving import ClosedLoop, parse_lengths, summarize, synthetic

@@ -14,11 +14,7 @@ from graphsim.costing.hardware import load_hardware
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.pareto import dominated_by, pareto_front
 from graphsim.serving.search import meets, run_search
-from graphsim.serving.search_space import (
-    SearchSpec,
-    SearchSpecError,
-    enumerate_candidates,
-)
+from graphsim.serving.search_space import SearchSpec, SearchSpecError, enumerate_candidates
 
 
 def dominates(a, b):

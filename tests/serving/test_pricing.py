@@ -5,14 +5,7 @@ import pytest
 
 from graphsim.costing.cost_tree import Leaf, Parallel, Sum, compile_tree
 from graphsim.costing.interpolate import ROOFLINE
-from graphsim.serving.pricing import (
-    MemoCost,
-    TreeCost,
-    chunk_grid,
-    context_grid,
-    is_additive,
-    iteration_cost,
-)
+from graphsim.serving.pricing import MemoCost, TreeCost, chunk_grid, context_grid, is_additive, iteration_cost
 from graphsim.workload import SeqGroup, Step
 
 

@@ -4,14 +4,7 @@ import numpy as np
 import pytest
 from serving_helpers import small_setup
 
-from graphsim.serving import (
-    Lengths,
-    load_trace,
-    parse_lengths,
-    simulate,
-    summarize,
-    synthetic,
-)
+from graphsim.serving import Lengths, load_trace, parse_lengths, simulate, summarize, synthetic
 from graphsim.serving.requests import WorkloadSpecError, write_trace
 
 

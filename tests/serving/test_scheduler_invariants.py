@@ -8,15 +8,7 @@ import pytest
 from serving_helpers import AffineCost, llama_layout, small_setup
 
 from graphsim.catalog import resolve_model
-from graphsim.serving import (
-    ClosedLoop,
-    Lengths,
-    kv_layout,
-    parse_lengths,
-    simulate,
-    summarize,
-    synthetic,
-)
+from graphsim.serving import ClosedLoop, Lengths, kv_layout, parse_lengths, simulate, summarize, synthetic
 from graphsim.serving.scheduler import Engine
 from graphsim.work import accounting
 

@@ -13,14 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphsim.capture import (
-    Capture,
-    CaptureError,
-    Iteration,
-    Launch,
-    LaunchClass,
-    phase_of,
-)
+from graphsim.capture import Capture, CaptureError, Iteration, Launch, LaunchClass, phase_of
 from graphsim.importers.captures.ranges import DEFAULT_ITERATION_PATTERN
 
 __all__ = [
@@ -51,10 +44,7 @@ def load_capture(path: str | Path, iteration_pattern: str | None = None) -> Capt
     from graphsim.importers.captures.torch_trace import read_json
 
     data = read_json(p)
-    from graphsim.importers.captures.kernel_list import (
-        is_kernel_list,
-        kernel_list_capture,
-    )
+    from graphsim.importers.captures.kernel_list import is_kernel_list, kernel_list_capture
 
     if is_kernel_list(data):
         return kernel_list_capture(p, data, iteration_pattern)

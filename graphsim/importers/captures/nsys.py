@@ -15,13 +15,7 @@ import sqlite3
 from collections import defaultdict
 from pathlib import Path
 
-from graphsim.capture import (
-    Capture,
-    CaptureError,
-    Iteration,
-    Launch,
-    LaunchClass,
-)
+from graphsim.capture import Capture, CaptureError, Iteration, Launch, LaunchClass
 from graphsim.importers.captures.classify import classify_kernel
 from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
 

@@ -23,13 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from graphsim.capture import (
-    Capture,
-    CaptureError,
-    Iteration,
-    Launch,
-    LaunchClass,
-)
+from graphsim.capture import Capture, CaptureError, Iteration, Launch, LaunchClass
 from graphsim.importers.captures.classify import classify_cpu_op, classify_kernel
 from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
 

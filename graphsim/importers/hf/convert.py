@@ -19,22 +19,8 @@ import torch.fx
 from graphsim.errors import GraphError
 from graphsim.importers.aten_map import ALIASES, ATEN_OPS, DROPPED, packet_name, qualified_name
 from graphsim.ir import (
-    AttentionAttrs,
-    CastAttrs,
-    ConvAttrs,
-    DType,
-    EmbeddingAttrs,
-    Graph,
-    LinearAttentionAttrs,
-    LinearAttrs,
-    MoEAttrs,
-    NoAttrs,
-    Node,
-    NormAttrs,
-    OpaqueAttrs,
-    ReduceAttrs,
-    TensorSpec,
-    value_name,
+    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, LinearAttentionAttrs, LinearAttrs, MoEAttrs,
+    NoAttrs, Node, NormAttrs, OpaqueAttrs, ReduceAttrs, TensorSpec, value_name,
 )
 from graphsim.ir.attrs import Attrs
 from graphsim.ir.ops import Op

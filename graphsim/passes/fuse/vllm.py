@@ -16,15 +16,8 @@ from dataclasses import replace
 
 from graphsim.ir import AttentionAttrs, ConvAttrs, EmbeddingAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node, Op
 from graphsim.ir.geometry import (
-    Conv1dGeometry,
-    ElementwiseGeometry,
-    EmbeddingGeometry,
-    GemmGeometry,
-    LinearAttentionGeometry,
-    MoeExpertsGeometry,
-    MoeRouterGeometry,
-    NormGeometry,
-    RotaryGeometry,
+    Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, LinearAttentionGeometry, MoeExpertsGeometry,
+    MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup

@@ -19,16 +19,8 @@ from dataclasses import dataclass, replace
 
 from graphsim.ir import Graph, Node, TensorSpec, unique_name
 from graphsim.ir.geometry import (
-    AttentionGeometry,
-    Conv1dGeometry,
-    ElementwiseGeometry,
-    EmbeddingGeometry,
-    GemmGeometry,
-    Geometry,
-    LinearAttentionGeometry,
-    MoeExpertsGeometry,
-    NormGeometry,
-    RotaryGeometry,
+    AttentionGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, Geometry,
+    LinearAttentionGeometry, MoeExpertsGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassError, PassResult, register_pass

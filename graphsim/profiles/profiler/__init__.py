@@ -11,12 +11,7 @@ See `runner.py` for the flow, `targets.py` for which keys are measured, `grid.py
 from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, open_device
 from graphsim.profiles.profiler.grid import Grid, points_for_key, pow2_and_midpoints
 from graphsim.profiles.profiler.runner import (
-    KeyReport,
-    ProfileReport,
-    default_target,
-    pipeline_for,
-    profile_graph,
-    profile_model,
+    KeyReport, ProfileReport, default_target, pipeline_for, profile_graph, profile_model,
 )
 from graphsim.profiles.profiler.targets import KernelTarget, Skipped, collect_targets, parse_kinds
 from graphsim.profiles.profiler.timer import TimingOptions

@@ -17,12 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    MlaDecodeKey,
-    MlaPrefillKey,
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, MlaDecodeKey, MlaPrefillKey,
 )
 from graphsim.ir.geometry import AttentionGeometry
 from graphsim.ir.kernel import KernelAttrs

@@ -5,13 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionPrefillKey,
-    CollectiveKey,
-    ElementwiseKey,
-    GemmKey,
-    MlaDecodeKey,
-    MlaPrefillKey,
+    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, ElementwiseKey, GemmKey, MlaDecodeKey, MlaPrefillKey,
     MoeKey,
 )
 from graphsim.profiles.profiler.base import KernelBench

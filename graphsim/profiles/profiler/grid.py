@@ -11,19 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from graphsim.costing.kernels import (
-    AttentionDecodeKey,
-    AttentionDecodePoint,
-    AttentionPrefillKey,
-    AttentionPrefillPoint,
-    ElementwiseKey,
-    GemmKey,
-    GemmPoint,
-    KernelKey,
-    MlaDecodeKey,
-    MlaPrefillKey,
-    MoeKey,
-    Point,
-    TokensPoint,
+    AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, ElementwiseKey, GemmKey,
+    GemmPoint, KernelKey, MlaDecodeKey, MlaPrefillKey, MoeKey, Point, TokensPoint,
 )
 
 

@@ -19,13 +19,7 @@ import torch.nn.functional as F
 
 from graphsim.costing.kernels import ElementwiseKey, TokensPoint
 from graphsim.ir.geometry import (
-    Conv1dGeometry,
-    ElementwiseGeometry,
-    EmbeddingGeometry,
-    Geometry,
-    MoeRouterGeometry,
-    NormGeometry,
-    RotaryGeometry,
+    Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, Geometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.profiles.profiler.base import positive, randn

@@ -7,40 +7,15 @@ importers nor costing: the CLI layer (`graphsim.analysis`) hands it plain `Site`
 """
 
 from graphsim.work.analyzer.analysis import (
-    Analysis,
-    Coverage,
-    Deployment,
-    LocationResult,
-    Necessary,
-    Redundancy,
-    RedundancySummary,
-    analyze,
-    unsupported,
+    Analysis, Coverage, Deployment, LocationResult, Necessary, Redundancy, RedundancySummary, analyze, unsupported,
 )
 from graphsim.work.analyzer.locations import Performed, Site, location_ids, scope_role, split_location
 from graphsim.work.analyzer.maps import (
-    LocationMap,
-    LocationMapError,
-    MapCheck,
-    MapChoice,
-    MapEntry,
-    check_map,
-    draft_map,
-    load_map,
-    select_map,
-    shipped_map_paths,
-    shipped_maps,
-    validate_map_data,
+    LocationMap, LocationMapError, MapCheck, MapChoice, MapEntry, check_map, draft_map, load_map, select_map,
+    shipped_map_paths, shipped_maps, validate_map_data,
 )
 from graphsim.work.analyzer.rows import (
-    OUTSIDE,
-    Reconciliation,
-    Row,
-    RowSet,
-    UnsupportedDeployment,
-    necessary_rows,
-    reconcile,
-    region_layers,
+    OUTSIDE, Reconciliation, Row, RowSet, UnsupportedDeployment, necessary_rows, reconcile, region_layers,
 )
 
 __all__ = [
