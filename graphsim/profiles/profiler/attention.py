@@ -10,7 +10,6 @@ per-head keys of qk_nope + qk_rope dims and values of v_head_dim, as HF eager co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,9 +19,8 @@ from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, MlaDecodeKey, MlaPrefillKey,
 )
 from graphsim.ir.geometry import AttentionGeometry
-from graphsim.ir.kernel import KernelAttrs
-from graphsim.profiles.profiler.base import randn
-from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
+from graphsim.profiles.profiler.base import BenchInputs, randn
+from graphsim.profiles.profiler.device import Unmeasurable, check_budget, element_size, torch_dtype
 
 AttentionKey = AttentionPrefillKey | AttentionDecodeKey | MlaPrefillKey | MlaDecodeKey
 
@@ -38,14 +36,7 @@ def attention_mask(q_len: int, kv_len: int, window: int, device: torch.device) -
     return allowed
 
 
-@dataclass
-class AttentionBench:
-    key: AttentionKey
-    attrs: KernelAttrs
-    info: DeviceInfo
-    label: str = ""
-    notes: tuple[str, ...] = ()
-
+class AttentionBench(BenchInputs[AttentionKey]):
     def __post_init__(self) -> None:
         k = self.key
         g = self.attrs.geometry

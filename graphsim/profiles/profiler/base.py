@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
 from graphsim.costing.kernels import Point
+from graphsim.ir.kernel import KernelAttrs
+from graphsim.profiles.profiler.device import DeviceInfo
 
 P_contra = TypeVar("P_contra", bound=Point, contravariant=True)
+K = TypeVar("K")
 
 
 class KernelBench(Protocol[P_contra]):
@@ -20,6 +24,21 @@ class KernelBench(Protocol[P_contra]):
     notes: tuple[str, ...]  # approximations a reader of the numbers must know
 
     def prepare(self, point: P_contra) -> Callable[[], Any]: ...
+
+
+@dataclass
+class BenchInputs(Generic[K]):
+    """What every bench is made from: its table key, the fused kernel it stands for and the device.
+    A bench subclasses this with its key type and fills `label`/`notes` in `__post_init__`."""
+
+    key: K
+    attrs: KernelAttrs
+    info: DeviceInfo
+    label: str = ""
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """The bench's own set-up (dtype, label, notes; `Unmeasurable` when it cannot run here)."""
 
 
 def randn(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, scale: float = 1.0) -> torch.Tensor:

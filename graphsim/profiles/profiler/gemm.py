@@ -6,7 +6,6 @@ on CPU are reported as not measurable."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,19 +14,11 @@ import torch.nn.functional as F
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.kernels import GemmKey, GemmPoint
 from graphsim.ir.geometry import GemmGeometry
-from graphsim.ir.kernel import KernelAttrs
-from graphsim.profiles.profiler.base import randn
-from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
+from graphsim.profiles.profiler.base import BenchInputs, randn
+from graphsim.profiles.profiler.device import Unmeasurable, check_budget, element_size, torch_dtype
 
 
-@dataclass
-class GemmBench:
-    key: GemmKey
-    attrs: KernelAttrs
-    info: DeviceInfo
-    label: str = ""
-    notes: tuple[str, ...] = ()
-
+class GemmBench(BenchInputs[GemmKey]):
     def __post_init__(self) -> None:
         n, k, dev = self.key.n, self.key.k, self.info.device
         self.fp8 = self.key.dtype is KernelDtype.FP8

@@ -11,7 +11,6 @@ weighted scatter-add into the output (vLLM's fused_moe does the same work in two
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,9 +18,8 @@ import torch.nn.functional as F
 
 from graphsim.costing.kernels import MoeKey, MoeRouting, TokensPoint
 from graphsim.ir.geometry import MoeExpertsGeometry
-from graphsim.ir.kernel import KernelAttrs
-from graphsim.profiles.profiler.base import randn
-from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
+from graphsim.profiles.profiler.base import BenchInputs, randn
+from graphsim.profiles.profiler.device import Unmeasurable, check_budget, element_size, torch_dtype
 from graphsim.profiles.profiler.pointwise import ACTIVATIONS
 
 
@@ -34,14 +32,7 @@ def balanced_assignment(tokens: int, topk: int, num_experts: int) -> list[list[i
     return rows
 
 
-@dataclass
-class MoeBench:
-    key: MoeKey
-    attrs: KernelAttrs
-    info: DeviceInfo
-    label: str = ""
-    notes: tuple[str, ...] = ()
-
+class MoeBench(BenchInputs[MoeKey]):
     def __post_init__(self) -> None:
         k = self.key
         if k.routing is not MoeRouting.BALANCED:

@@ -22,8 +22,8 @@ from graphsim.ir.geometry import (
     Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, Geometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind
-from graphsim.profiles.profiler.base import positive, randn
-from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, check_budget, element_size, torch_dtype
+from graphsim.profiles.profiler.base import BenchInputs, positive, randn
+from graphsim.profiles.profiler.device import Unmeasurable, check_budget, element_size, torch_dtype
 
 Fn = Callable[[], Any]
 
@@ -356,15 +356,8 @@ def _kv_cache_write(s: Shape) -> Fn:
     return lambda: cache.index_copy_(0, idx, x)
 
 
-@dataclass
-class PointwiseBench:
+class PointwiseBench(BenchInputs[ElementwiseKey]):
     """A per-token kernel, timed at TokensPoint(tokens)."""
-
-    key: ElementwiseKey
-    attrs: KernelAttrs
-    info: DeviceInfo
-    label: str = ""
-    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.dtype = torch_dtype(self.key.dtype, f"{self.attrs.kind.value} {self.key.op}")
