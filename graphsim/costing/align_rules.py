@@ -16,26 +16,22 @@ from graphsim.ir.geometry import GemmGeometry
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.ir.kernel import KernelKind as K
 
-MAIN: dict[K, dict[C, float]] = {
-    K.GEMM: {C.GEMM: 3.0},
-    K.ATTENTION: {C.ATTENTION: 3.0},
-    K.LINEAR_ATTENTION: {C.LINEAR_ATTENTION: 3.0},
-    K.RMS_NORM: {C.NORM: 3.0},
-    K.FUSED_ADD_RMS_NORM: {C.NORM: 3.0},
-    K.LAYER_NORM: {C.NORM: 3.0},
-    K.ROTARY: {C.ROTARY: 3.0},
-    K.ACT_AND_MUL: {C.ACT_AND_MUL: 3.0},
+FULL = 3.0  # a launch of the kernel's own class
+_NORMS = (K.RMS_NORM, K.FUSED_ADD_RMS_NORM, K.LAYER_NORM)
+_COLLECTIVES = (K.ALL_REDUCE, K.ALL_GATHER, K.REDUCE_SCATTER, K.ALL_TO_ALL)
+
+# The class of a kernel's own launches: the launch class of the same name, else the family's class.
+_OWN_CLASS: dict[K, C] = {
+    **{k: C[k.name] for k in K if k.name in C.__members__},
+    **dict.fromkeys(_NORMS, C.NORM),
+    K.MOE_EXPERTS: C.MOE,
+    **dict.fromkeys(_COLLECTIVES, C.COLLECTIVE),
+}
+
+MAIN: dict[K, dict[C, float]] = {k: {c: FULL} for k, c in _OWN_CLASS.items()} | {
     K.ACTIVATION: {C.ELEMENTWISE: 2.0, C.ACT_AND_MUL: 1.0},
-    K.EMBEDDING: {C.EMBEDDING: 3.0, C.ELEMENTWISE: 1.0},
-    K.KV_CACHE_WRITE: {C.KV_CACHE_WRITE: 3.0},
-    K.MOE_ROUTER: {C.MOE_ROUTER: 3.0},
-    K.MOE_EXPERTS: {C.MOE: 3.0},
-    K.CONV1D: {C.CONV1D: 3.0},
+    K.EMBEDDING: {C.EMBEDDING: FULL, C.ELEMENTWISE: 1.0},
     K.ELEMENTWISE: {C.ELEMENTWISE: 2.0},
-    K.ALL_REDUCE: {C.COLLECTIVE: 3.0},
-    K.ALL_GATHER: {C.COLLECTIVE: 3.0},
-    K.REDUCE_SCATTER: {C.COLLECTIVE: 3.0},
-    K.ALL_TO_ALL: {C.COLLECTIVE: 3.0},
 }
 
 PARTS: dict[K, frozenset[C]] = {
@@ -44,10 +40,7 @@ PARTS: dict[K, frozenset[C]] = {
     K.LINEAR_ATTENTION: frozenset({C.LINEAR_ATTENTION}),
     K.MOE_EXPERTS: frozenset({C.MOE, C.MOE_AUX, C.ACT_AND_MUL, C.GEMM}),
     K.MOE_ROUTER: frozenset({C.MOE_AUX}),
-    K.ALL_REDUCE: frozenset({C.COLLECTIVE}),
-    K.ALL_GATHER: frozenset({C.COLLECTIVE}),
-    K.REDUCE_SCATTER: frozenset({C.COLLECTIVE}),
-    K.ALL_TO_ALL: frozenset({C.COLLECTIVE}),
+    **dict.fromkeys(_COLLECTIVES, frozenset({C.COLLECTIVE})),
 }
 
 # Elementwise launches that are part of a kernel when they sit next to it: the token dispatch around
