@@ -94,17 +94,27 @@ Point = GemmPoint | AttentionPrefillPoint | AttentionDecodePoint | TokensPoint |
 # ---- keys (model geometry + dtypes) --------------------------------------------------------------
 
 
+class _Key:
+    """A table's key: subclasses name their table and its point class as class keywords."""
+
+    KIND: ClassVar[TableKind]
+    POINT: ClassVar[type]
+
+    def __init_subclass__(cls, kind: TableKind | None = None, point: type | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if kind is not None and point is not None:
+            cls.KIND, cls.POINT = kind, point
+
+
 @dataclass(frozen=True)
-class GemmKey:
-    KIND: ClassVar[TableKind] = TableKind.GEMM
-    POINT: ClassVar[type] = GemmPoint
+class GemmKey(_Key, kind=TableKind.GEMM, point=GemmPoint):
     n: int  # output features
     k: int  # input features
     dtype: KernelDtype
 
 
 @dataclass(frozen=True)
-class _AttentionGeometry:
+class _AttentionGeometry(_Key):
     num_heads: int  # query heads on this rank
     num_kv_heads: int  # KV heads on this rank
     head_dim: int
@@ -113,20 +123,14 @@ class _AttentionGeometry:
     window: int = 0  # sliding window in tokens; 0 = full attention
 
 
-@dataclass(frozen=True)
-class AttentionPrefillKey(_AttentionGeometry):
-    KIND: ClassVar[TableKind] = TableKind.ATTENTION_PREFILL
-    POINT: ClassVar[type] = AttentionPrefillPoint
+# The prefill and decode keys of one geometry add no fields (the inherited frozen dataclass serves);
+# only their table and point differ.
+class AttentionPrefillKey(_AttentionGeometry, kind=TableKind.ATTENTION_PREFILL, point=AttentionPrefillPoint): ...
+class AttentionDecodeKey(_AttentionGeometry, kind=TableKind.ATTENTION_DECODE, point=AttentionDecodePoint): ...
 
 
 @dataclass(frozen=True)
-class AttentionDecodeKey(_AttentionGeometry):
-    KIND: ClassVar[TableKind] = TableKind.ATTENTION_DECODE
-    POINT: ClassVar[type] = AttentionDecodePoint
-
-
-@dataclass(frozen=True)
-class _MlaGeometry:
+class _MlaGeometry(_Key):
     num_heads: int  # query heads on this rank
     kv_lora_rank: int
     qk_nope_head_dim: int
@@ -136,16 +140,8 @@ class _MlaGeometry:
     kv_dtype: KernelDtype
 
 
-@dataclass(frozen=True)
-class MlaPrefillKey(_MlaGeometry):
-    KIND: ClassVar[TableKind] = TableKind.MLA_PREFILL
-    POINT: ClassVar[type] = AttentionPrefillPoint
-
-
-@dataclass(frozen=True)
-class MlaDecodeKey(_MlaGeometry):
-    KIND: ClassVar[TableKind] = TableKind.MLA_DECODE
-    POINT: ClassVar[type] = AttentionDecodePoint
+class MlaPrefillKey(_MlaGeometry, kind=TableKind.MLA_PREFILL, point=AttentionPrefillPoint): ...
+class MlaDecodeKey(_MlaGeometry, kind=TableKind.MLA_DECODE, point=AttentionDecodePoint): ...
 
 
 @dataclass(frozen=True)
@@ -155,22 +151,12 @@ class _MlaModuleGeometry(_MlaGeometry):
     gemm_dtype: KernelDtype  # dtype of the module's projections
 
 
-@dataclass(frozen=True)
-class MlaModulePrefillKey(_MlaModuleGeometry):
-    KIND: ClassVar[TableKind] = TableKind.MLA_MODULE_PREFILL
-    POINT: ClassVar[type] = AttentionPrefillPoint
+class MlaModulePrefillKey(_MlaModuleGeometry, kind=TableKind.MLA_MODULE_PREFILL, point=AttentionPrefillPoint): ...
+class MlaModuleDecodeKey(_MlaModuleGeometry, kind=TableKind.MLA_MODULE_DECODE, point=AttentionDecodePoint): ...
 
 
 @dataclass(frozen=True)
-class MlaModuleDecodeKey(_MlaModuleGeometry):
-    KIND: ClassVar[TableKind] = TableKind.MLA_MODULE_DECODE
-    POINT: ClassVar[type] = AttentionDecodePoint
-
-
-@dataclass(frozen=True)
-class MoeKey:
-    KIND: ClassVar[TableKind] = TableKind.MOE
-    POINT: ClassVar[type] = TokensPoint
+class MoeKey(_Key, kind=TableKind.MOE, point=TokensPoint):
     hidden_size: int
     inter_size: int  # per-expert intermediate size before MoE TP sharding
     topk: int
@@ -182,9 +168,7 @@ class MoeKey:
 
 
 @dataclass(frozen=True)
-class CollectiveKey:
-    KIND: ClassVar[TableKind] = TableKind.COLLECTIVE
-    POINT: ClassVar[type] = MessagePoint
+class CollectiveKey(_Key, kind=TableKind.COLLECTIVE, point=MessagePoint):
     op: CollectiveOp
     num_gpus: int
     dtype: KernelDtype
@@ -192,12 +176,10 @@ class CollectiveKey:
 
 
 @dataclass(frozen=True)
-class ElementwiseKey:
+class ElementwiseKey(_Key, kind=TableKind.ELEMENTWISE, point=TokensPoint):
     """Per-token memory-bound work: `op` names it (rms_norm, rotary, silu_and_mul, add, ...),
     `width` is the per-token feature count it reads (e.g. hidden size)."""
 
-    KIND: ClassVar[TableKind] = TableKind.ELEMENTWISE
-    POINT: ClassVar[type] = TokensPoint
     op: str
     width: int
     dtype: KernelDtype
