@@ -20,7 +20,7 @@ time of one rank, and the roofline time of the necessary work spread over all ra
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from graphsim.work.analyzer.locations import Performed, Site
@@ -129,8 +129,10 @@ class RedundancySummary:
         return self.excess.bytes / moved if moved else None
 
 
-@dataclass
-class Analysis:
+@dataclass(frozen=True)
+class Subject:
+    """What is analysed: the model, the hardware and parallel layout it runs on, and the batch."""
+
     model: str
     architecture: str
     hardware: str
@@ -140,6 +142,10 @@ class Analysis:
     gpus: int
     batch: str
     step: Step
+
+
+@dataclass(frozen=True)
+class Analysis(Subject):
     work_command: str  # the `graphsim work` command for the same step
     iteration_us: float | None
     iteration_source: str
@@ -241,18 +247,9 @@ def _work_command(model: str, step: Step, dtype: str | None, kv_dtype: str | Non
 
 
 @dataclass(frozen=True)
-class Deployment:
+class Deployment(Subject):
     """What the CLI layer knows about the deployment being analysed (plain values)."""
 
-    model: str
-    architecture: str
-    hardware: str
-    data_note: str
-    tp: int
-    ep: int
-    gpus: int
-    batch: str
-    step: Step
     memory_bandwidth_bytes_per_s: float
     iteration_us: float | None
     iteration_source: str
@@ -262,9 +259,15 @@ class Deployment:
 
 def unsupported(dep: Deployment, reason: str) -> Analysis:
     """A deployment the analyzer cannot tie to the accountant: said so, never half-analysed."""
-    return Analysis(dep.model, dep.architecture, dep.hardware, dep.data_note, dep.tp, dep.ep, dep.gpus, dep.batch,
-                    dep.step, _work_command(dep.model, dep.step, dep.dtype, dep.kv_dtype), dep.iteration_us,
-                    dep.iteration_source, False, reason)
+    return _analysis(dep, False, reason)
+
+
+def _analysis(dep: Deployment, available: bool, reason: str = "", **found: Any) -> Analysis:
+    """An Analysis of `dep`: its subject, the `graphsim work` command and iteration time, and what was found."""
+    subject: dict[str, Any] = {f.name: getattr(dep, f.name) for f in fields(Subject)}
+    return Analysis(**subject, work_command=_work_command(dep.model, dep.step, dep.dtype, dep.kv_dtype),
+                    iteration_us=dep.iteration_us, iteration_source=dep.iteration_source,
+                    necessary_work_available=available, reason=reason, **found)
 
 
 def _location(site: Site, assigned: tuple[Row, ...], gpus: int, bandwidth: float) -> LocationResult:
@@ -325,9 +328,8 @@ def analyze(dep: Deployment, sites: list[Site], rows: RowSet, choice: MapChoice,
     necessary = Necessary()
     for r in results:
         necessary = necessary + r.necessary
-    return Analysis(
-        dep.model, dep.architecture, dep.hardware, dep.data_note, dep.tp, dep.ep, dep.gpus, dep.batch, dep.step,
-        _work_command(dep.model, dep.step, dep.dtype, dep.kv_dtype), dep.iteration_us, dep.iteration_source, True,
-        "", check.map.label, check.map.path, results, [s for s in sites if s.communication],
-        _coverage(dep, sites, results), _redundancy(results, top), reconcile(consumed, rows.report), necessary, roof,
-        tuple(rows.report.notes))
+    return _analysis(
+        dep, True, map_id=check.map.label, map_path=check.map.path, locations=results,
+        communication=[s for s in sites if s.communication], coverage=_coverage(dep, sites, results),
+        redundancy=_redundancy(results, top), reconciliation=reconcile(consumed, rows.report),
+        necessary_total=necessary, necessary_roofline_us=roof, notes=tuple(rows.report.notes))
