@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from rich import box
 from rich.console import Console, Group
 from rich.markup import escape
@@ -62,6 +64,18 @@ def _pair(flops: float, nbytes: float, unit: str = "") -> str:
     return f"{si(flops, unit)} · {si(nbytes, 'B')}"
 
 
+def _by_region(a: Analysis) -> Iterator[tuple[str, LocationResult, str]]:
+    """Each location with its place inside its region, and its region's heading where the region starts ("")."""
+    region = None
+    for r in a.locations:
+        here, at = r.location.split("/", 1)
+        heading = ""
+        if here != region:
+            region = here
+            heading = f"[bold magenta]{escape(region)}[/] ×{r.count}"
+        yield heading, r, at
+
+
 def location_table(a: Analysis) -> Table:
     t = Table(title=f"{a.batch}: necessary work (accountant) vs work performed (kernel geometry, all {a.gpus} "
                     f"rank(s)) and predicted time (one rank), per location", title_justify="left",
@@ -69,12 +83,9 @@ def location_table(a: Analysis) -> Table:
     for col, right in (("location", False), ("rows", False), ("necessary", True), ("performed", True),
                        ("predicted", True), ("nec. roofline", True), ("perf − nec", True)):
         t.add_column(col, justify="right" if right else "left", no_wrap=True)
-    region = None
-    for r in a.locations:
-        here, at = r.location.split("/", 1)
-        if here != region:
-            region = here
-            t.add_row(f"[bold magenta]{escape(region)}[/] ×{r.count}")
+    for heading, r, at in _by_region(a):
+        if heading:
+            t.add_row(heading)
         performed = r.performed.param_bytes + r.performed.state_bytes
         t.add_row(escape(at), _parts(r), _pair(r.necessary.flops, r.necessary.bytes) if r.mapped else "",
                   _pair(r.performed.flops, performed) if (r.mapped or r.performed.flops or performed) else "",
@@ -97,12 +108,9 @@ def location_lines(a: Analysis) -> str:
     out = [f"[bold]{escape(a.batch)}: per location[/] — predicted time of one rank (source); necessary work from the "
            f"accountant and its roofline on {a.gpus} GPU(s) of the {escape(a.hardware)} spec (source: roofline); "
            f"work performed by all {a.gpus} rank(s) from kernel geometry (FLOP · weight + KV/state bytes)"]
-    region = None
-    for r in a.locations:
-        here, at = r.location.split("/", 1)
-        if here != region:
-            region = here
-            out.append(f"[bold magenta]{escape(region)}[/] ×{r.count}")
+    for heading, r, at in _by_region(a):
+        if heading:
+            out.append(heading)
         extra = _excess(r)
         if r.mapped:
             out.append(f"  {escape(at)} \\[{escape(_parts(r))}]: {_time(r.time_us, r.source)}; necessary "
