@@ -40,7 +40,7 @@ def partition_pipeline(graph: Graph, tp: int = 1, ep: int = 1) -> str:
     already partitioned keeps its sizes when 1 is asked for; asking for another size is an error."""
     passes = []
     for name, want in (("tp", tp), ("ep", ep)):
-        have = int(graph.meta.get(name, 1))
+        have = graph.meta.tp if name == "tp" else graph.meta.ep
         if want > 1 and have == 1:
             passes.append(f"{name}{{size={want}}}")
         elif want > 1 and want != have:

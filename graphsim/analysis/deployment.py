@@ -82,7 +82,7 @@ def prepare_cost_model(cm: CostModel, config: dict[str, Any], batch: str, *, mod
     total = float(ev.total_us()[0])
     sites = read_sites(graph, cm.tree, ev, step, cm.dtypes, hardware)
     dep = Deployment(
-        model=model or graph.name, architecture=str(graph.meta.get("architecture", "")),
+        model=model or graph.name, architecture=graph.meta.architecture,
         hardware=f"{hardware.id} ({hardware.name})", data_note=cm.data_note, tp=tp, ep=ep, gpus=gpus, batch=batch,
         step=step, memory_bandwidth_bytes_per_s=hardware.memory_bandwidth_bytes_per_s,
         iteration_us=None if math.isnan(total) else total, iteration_source=ev.total_source(0).value,

@@ -27,7 +27,7 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
     """One `Site` per cost-tree leaf, in tree order, with its location name, time, source and work
     (`ev` priced `step` as its batch number `batch`)."""
     nodes = {n.name: n for n in graph.nodes}
-    stack = str(graph.meta.get("layer_stack", ""))
+    stack = graph.meta.layer_stack
     tags = graph.schedule.tags if graph.schedule is not None else ()
     keys = []
     for leaf in tree.leaves:

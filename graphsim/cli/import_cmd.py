@@ -44,7 +44,7 @@ def import_model(
 
         graph = import_onnx(model)
         report = {"model": graph.name, "source_format": "onnx", "nodes": len(graph.nodes),
-                  "opaque_ops": graph.meta.get("opaque_ops", [])}
+                  "opaque_ops": graph.meta.opaque_ops}
     else:
         from graphsim.importers.hf import import_hf
 

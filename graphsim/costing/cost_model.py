@@ -47,8 +47,8 @@ class CostModel:
         tree = compile_tree(build_tree(graph))
         pricer = KernelPricer(db, hardware)
         return cls(graph, tree, pricer, Dtypes.for_graph(graph.meta, kv_dtype), pricer.hardware,
-                   str(db.path) if db is not None else None, data_note, int(graph.meta.get("tp", 1)),
-                   int(graph.meta.get("ep", 1)), str(graph.meta.get("fuse_target", "")), pipeline, dtype, kv_dtype)
+                   str(db.path) if db is not None else None, data_note, graph.meta.tp,
+                   graph.meta.ep, graph.meta.fuse_target, pipeline, dtype, kv_dtype)
 
     @property
     def db(self) -> ProfileDB | None:

@@ -98,7 +98,7 @@ def build_tree(graph: Graph) -> Tree:
         raise GraphsimError("the graph has layers but no layer schedule; run the fold pass first")
     if after:
         parts.append(Labeled("after layers", Sum(tuple(after))))
-    tp = int(graph.meta.get("tp", 1))
+    tp = graph.meta.tp
     rank = Labeled(f"rank 0 of {tp} (TP ranks are identical)" if tp > 1 else "rank 0", Sum(tuple(parts)))
     return Labeled(f"iteration {graph.name}", Max((rank,)))
 

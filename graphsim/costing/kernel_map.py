@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -27,7 +26,7 @@ from graphsim.ir.geometry import (
     LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
-from graphsim.ir.tensor import DTYPE_ALIASES, DType
+from graphsim.ir.meta import GraphMeta
 from graphsim.workload import Step
 
 
@@ -41,7 +40,6 @@ _COLLECTIVES = {
 }
 
 
-_MODEL_DTYPES = (DType.FLOAT32, DType.BFLOAT16, DType.FLOAT16)  # a model dtype other than these prices as bf16
 
 
 @dataclass(frozen=True)
@@ -62,11 +60,10 @@ class Dtypes:
         return parse_kernel_dtype(name)
 
     @classmethod
-    def for_graph(cls, meta: dict[str, Any], kv_dtype: str | None = None) -> Dtypes:
-        q = meta.get("quantization_config") or {}
+    def for_graph(cls, meta: GraphMeta, kv_dtype: str | None = None) -> Dtypes:
+        q = meta.quantization_config or {}
         block = q.get("quant_method") == "fp8" and bool(q.get("weight_block_size"))
-        element = DTYPE_ALIASES.get(str(meta.get("dtype")))
-        model = element.value if element is not None and element in _MODEL_DTYPES else "bf16"
+        model = meta.model_dtype.value if meta.model_dtype is not None else "bf16"  # other model dtypes price as bf16
         return cls(kv=parse_kernel_dtype(kv_dtype or model), fp8_block=block)
 
 

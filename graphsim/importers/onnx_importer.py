@@ -57,7 +57,7 @@ import sympy
 from graphsim.errors import GraphsimError
 from graphsim.importers.onnx_ops import DEFAULT_DOMAINS, ONNX_DTYPES, NodeView, map_node, onnx_target
 from graphsim.ir import (
-    DType, Graph, Node, Op, OpaqueAttrs, T, TensorSpec, dim_symbol, parse_dim, split_value, value_name,
+    DType, Graph, GraphMeta, Node, Op, OpaqueAttrs, T, TensorSpec, dim_symbol, parse_dim, split_value, value_name,
 )
 from graphsim.ir.tensor import Dim
 
@@ -360,26 +360,23 @@ class _Importer:
                     counts[""] -= 1
                     counts[scope] += 1
 
-    def _meta(self, params: dict[str, TensorSpec], opaque: dict[str, int]) -> dict[str, Any]:
+    def _meta(self, params: dict[str, TensorSpec], opaque: dict[str, int]) -> GraphMeta:
         m = self.model
-        meta: dict[str, Any] = {
-            "source_format": "onnx",
-            "source": str(self.path),
-            "ir_version": int(m.ir_version),
-            "opset": {(d or "ai.onnx"): v for d, v in self.opsets.items()},
-            "producer": f"{m.producer_name} {m.producer_version}".strip(),
-            "onnx_graph_name": m.graph.name,
-            "param_count": sum(int(s.numel) for s in params.values()),
-            "dim_symbols": {k: str(v) for k, v in self.symbols.items() if not k.startswith("unk_dim_")},
-            "shape_inference": self.inference,
-            "opaque_ops": sorted(opaque),
-            "opaque_counts": dict(sorted(opaque.items())),
-        }
-        if self.unknown_shapes:
-            meta["unknown_shapes"] = list(self.unknown_shapes)
-        if self.unsupported_dtypes:
-            meta["unsupported_dtypes"] = sorted(self.unsupported_dtypes)
-        return meta
+        return GraphMeta(
+            source_format="onnx",
+            source=str(self.path),
+            ir_version=int(m.ir_version),
+            opset={(d or "ai.onnx"): v for d, v in self.opsets.items()},
+            producer=f"{m.producer_name} {m.producer_version}".strip(),
+            onnx_graph_name=m.graph.name,
+            param_count=sum(int(s.numel) for s in params.values()),
+            dim_symbols={k: str(v) for k, v in self.symbols.items() if not k.startswith("unk_dim_")},
+            shape_inference=self.inference,
+            opaque_ops=sorted(opaque),
+            opaque_counts=dict(sorted(opaque.items())),
+            unknown_shapes=list(self.unknown_shapes),
+            unsupported_dtypes=sorted(self.unsupported_dtypes),
+        )
 
     def _topological(self, g: Any, defined: set[str]) -> list[tuple[int, Any]]:
         """Nodes in a topological order (the file's own order where it is already valid)."""

@@ -5,6 +5,7 @@ from graphsim.ir.attrs import (
     NoAttrs, NormAttrs, OpaqueAttrs, ReduceAttrs,
 )
 from graphsim.ir.graph import Graph, LayerSchedule, Node, split_value, unique_name, value_name
+from graphsim.ir.meta import GraphMeta
 from graphsim.ir.ops import OP_GROUPS, Op, OpGroup
 from graphsim.ir.serialize import graph_from_json, graph_to_json, graph_to_text, load_graph, save_graph
 from graphsim.ir.tensor import Dim, DType, T, TensorSpec, dim_symbol, parse_dim, parse_dtype
@@ -19,6 +20,7 @@ __all__ = [
     "Dim",
     "EmbeddingAttrs",
     "Graph",
+    "GraphMeta",
     "LayerSchedule",
     "LinearAttentionAttrs",
     "LinearAttrs",

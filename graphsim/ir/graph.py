@@ -16,6 +16,7 @@ import networkx as nx
 from graphsim.errors import GraphError
 from graphsim.ir.attrs import Attrs, NoAttrs, allowed_attrs
 from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs
+from graphsim.ir.meta import GraphMeta
 from graphsim.ir.ops import Op, OpGroup
 from graphsim.ir.tensor import TensorSpec
 
@@ -111,7 +112,7 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     schedule: LayerSchedule | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: GraphMeta = field(default_factory=GraphMeta)
 
     # --- access -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Node]:
@@ -174,7 +175,7 @@ class Graph:
         return g
 
     def param_count(self) -> int:
-        """Parameters present in this graph (traced layers only; see meta['param_count'] for the model)."""
+        """Parameters present in this graph (traced layers only; see meta.param_count for the model)."""
         total = 0
         for spec in self.params.values():
             n = spec.numel
@@ -242,5 +243,5 @@ class Graph:
             nodes=list(self.nodes if nodes is None else nodes),
             outputs=list(self.outputs),
             schedule=self.schedule,
-            meta=dict(self.meta),
+            meta=self.meta.copy(),
         )

@@ -11,6 +11,7 @@ from typing import Any
 from graphsim.errors import GraphsimError
 from graphsim.ir.attrs import attrs_from_json, attrs_to_json, attrs_to_text
 from graphsim.ir.graph import Graph, LayerSchedule, Node
+from graphsim.ir.meta import GraphMeta
 from graphsim.ir.ops import Op
 from graphsim.ir.tensor import TensorSpec
 
@@ -44,7 +45,7 @@ def graph_to_json(g: Graph) -> dict[str, Any]:
         "schedule": None
         if g.schedule is None
         else {"tags": list(g.schedule.tags), "representative": dict(g.schedule.representative)},
-        "meta": g.meta,
+        "meta": g.meta.to_json(),
     }
 
 
@@ -79,8 +80,14 @@ def graph_from_json(d: dict[str, Any]) -> Graph:
         schedule=None
         if sched is None
         else LayerSchedule(tuple(sched["tags"]), {k: int(v) for k, v in sched["representative"].items()}),
-        meta=d.get("meta", {}),
+        meta=GraphMeta.from_json(d.get("meta") or {}),
     )
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save_graph(g: Graph, path: str | Path) -> None:
@@ -95,6 +102,7 @@ def save_graph(g: Graph, path: str | Path) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the output gets the usual permissions
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)

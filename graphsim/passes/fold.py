@@ -90,7 +90,7 @@ class Fold(Pass):
         tag_of_sig: dict[str, str] = {}
         used: dict[str, int] = {}
         for s, rep in rep_of_sig.items():
-            hint = sched.tags if sched is not None else graph.meta.get("layer_tags")
+            hint = sched.tags if sched is not None else graph.meta.layer_tags
             base = hint[rep] if hint and rep < len(hint) else _tag(by_layer[rep])
             used[base] = used.get(base, 0) + 1
             tag_of_sig[s] = base if used[base] == 1 else f"{base}{used[base]}"
@@ -120,8 +120,8 @@ class Fold(Pass):
         out.outputs = [rename.get(o, o) for o in graph.outputs]
         tags = tuple(tag_of_sig[sigs[i]] for i in layers)
         out.schedule = LayerSchedule(tags, {tag_of_sig[s]: rep for s, rep in rep_of_sig.items()})
-        out.meta["num_layers"] = len(layers)
-        out.meta["traced_layers"] = sorted(keep)
+        out.meta.num_layers = len(layers)
+        out.meta.traced_layers = sorted(keep)
         return PassResult(out, True, self._stats(out.schedule, len(graph.nodes) - len(nodes)))
 
     @staticmethod

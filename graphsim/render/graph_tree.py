@@ -47,7 +47,7 @@ def _add_modules(parent: Tree, nodes: list[Node], layer_prefix: str, max_ops: in
 
 def graph_tree(g: Graph, max_ops: int = 1000) -> Tree:
     meta = g.meta
-    title = f"[bold]{g.name}[/] [dim]{meta.get('architecture', '')} {meta.get('dtype', '')}[/]"
+    title = f"[bold]{g.name}[/] [dim]{meta.architecture} {meta.dtype}[/]"
     root = Tree(title)
     layer_nodes: dict[int, list[Node]] = {}
     pre: list[Node] = []
@@ -62,7 +62,7 @@ def graph_tree(g: Graph, max_ops: int = 1000) -> Tree:
     if pre:
         _add_modules(root.add("[bold]before layers[/]"), pre, "", max_ops)
     sched = g.schedule
-    stack = meta.get("layer_stack", "model.layers")
+    stack = meta.layer_stack or "model.layers"
     if sched is None:  # every layer present (e.g. an ONNX file): one branch per layer
         for idx in sorted(layer_nodes):
             scope = layer_nodes[idx][0].scope
@@ -98,12 +98,12 @@ def graph_totals(g: Graph) -> dict[str, Any]:
     layers = sorted({n.layer for n in g.nodes if n.layer is not None})
     return {
         "nodes": len(g.nodes),
-        "layers": g.meta.get("num_layers", len(layers)),
-        "traced_layers": g.meta.get("traced_layers", layers),
+        "layers": g.meta.num_layers if g.meta.num_layers is not None else len(layers),
+        "traced_layers": g.meta.traced_layers or layers,
         "layer_types": {t: g.schedule.count(t) for t in g.schedule.representative} if g.schedule else {},
-        "param_count": g.meta.get("param_count", g.param_count()),
+        "param_count": g.meta.param_count if g.meta.param_count is not None else g.param_count(),
         "traced_param_count": g.param_count(),
-        "opaque_ops": g.meta.get("opaque_ops", []),
+        "opaque_ops": g.meta.opaque_ops,
         "ops": {op.value: c for op, c in sorted(counts.items(), key=lambda kv: -kv[1])},
     }
 

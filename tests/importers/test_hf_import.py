@@ -21,7 +21,7 @@ def imported(hf_import):
 def _full_param_count_from_graph(g) -> int:
     """Non-layer params once + each traced layer's params × the number of layers of its type."""
     sched = g.schedule
-    stack = g.meta["layer_stack"]
+    stack = g.meta.layer_stack
     per_layer: dict[int, int] = {}
     outside = 0
     for name, spec in g.params.items():
@@ -38,7 +38,7 @@ def test_every_catalog_model_imports(name, imported):
     g, rep = imported(name)
     g.verify("test")
     cfg = resolve_model(name).config
-    assert g.meta["num_layers"] == cfg["num_hidden_layers"] == g.schedule.num_layers
+    assert g.meta.num_layers == cfg["num_hidden_layers"] == g.schedule.num_layers
     # fewer traced layers than the real depth whenever layers repeat
     assert len(rep.traced_layers) == len(g.schedule.representative) <= cfg["num_hidden_layers"]
     assert rep.opaque_ops == {}, f"unmapped aten ops: {rep.opaque_ops}"
@@ -57,7 +57,7 @@ def test_param_count_matches_meta_model(name, imported):
     g, _ = imported(name)
     built = build_on_meta(resolve_model(name).config)
     meta_total = sum(p.numel() for p in built.model.parameters())
-    assert g.meta["param_count"] == meta_total
+    assert g.meta.param_count == meta_total
     assert _full_param_count_from_graph(g) == meta_total
 
 

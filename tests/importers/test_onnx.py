@@ -208,9 +208,9 @@ def test_mlp_legacy_export(mlp_legacy):
     assert g.spec_of(g.outputs[0]) == TensorSpec((T, 4), DType.FLOAT32)
     assert all(n.target.startswith("onnx::") and n.provenance == "onnx_importer" for n in g)
     assert g.param_count() == _initializer_numel(path) == sum(p.numel() for p in m.parameters())
-    assert g.meta["param_count"] == g.param_count()
-    assert g.meta["source_format"] == "onnx" and g.meta["opset"] == {"ai.onnx": 20}
-    assert g.meta["opaque_ops"] == [] and g.meta["dim_symbols"] == {"tokens": "T"}
+    assert g.meta.param_count == g.param_count()
+    assert g.meta.source_format == "onnx" and g.meta.opset == {"ai.onnx": 20}
+    assert g.meta.opaque_ops == [] and g.meta.dim_symbols == {"tokens": "T"}
 
 
 def test_tiny_llama_dynamo_export(llama_dynamo):
@@ -252,9 +252,9 @@ def test_tiny_llama_dynamo_export(llama_dynamo):
     assert sum(int(g.params[v].numel) for v in read) == torch_counts
 
     # Opaque nodes (e.g. the causal mask's Trilu) are kept and reported, never dropped.
-    assert sorted({n.attrs_as(OpaqueAttrs).target for n in g.opaque_nodes()}) == g.meta["opaque_ops"]
-    assert sum(g.meta["opaque_counts"].values()) == len(g.opaque_nodes())
-    assert "unknown_shapes" not in g.meta
+    assert sorted({n.attrs_as(OpaqueAttrs).target for n in g.opaque_nodes()}) == g.meta.opaque_ops
+    assert sum(g.meta.opaque_counts.values()) == len(g.opaque_nodes())
+    assert g.meta.unknown_shapes == []
 
     back = graph_from_json(json.loads(json.dumps(graph_to_json(g))))
     assert back == g
@@ -329,8 +329,8 @@ def test_op_mapping(ops_model):
     assert (erf.op, erf.attrs) == (Op.OPAQUE, OpaqueAttrs("onnx::Erf"))
     assert (frob.op, frob.attrs) == (Op.OPAQUE, OpaqueAttrs("onnx::com.example.Frob"))
     assert frob.outputs[0] == TensorSpec((T, 4), DType.FLOAT32)
-    assert g.meta["opaque_ops"] == ["onnx::Erf", "onnx::com.example.Frob"]
-    assert g.meta["opset"] == {"ai.onnx": 18, "com.example": 1}
+    assert g.meta.opaque_ops == ["onnx::Erf", "onnx::com.example.Frob"]
+    assert g.meta.opset == {"ai.onnx": 18, "com.example": 1}
     assert len(g) == 14  # nothing dropped
     assert g.param_count() == _initializer_numel(ops_model) == 16 * 8 + 16 * 4 + 16 * 4 + 32 * 8 + 1
 
@@ -374,7 +374,7 @@ def test_contrib_attention_and_quantised_linear(tmp_path):
                                         sliding_window=16)
     assert attn.inputs == (split.name, f"{split.name}#1", f"{split.name}#2", "seqlens_k", "total_len")
     assert g.params["Wq"].dtype is DType.UINT8
-    assert g.meta["opaque_ops"] == []
+    assert g.meta.opaque_ops == []
 
 
 def test_onnx_attention_op(tmp_path):
@@ -396,7 +396,7 @@ def test_conv1d_and_unknown_conv(tmp_path):
     c1, c2 = g.nodes
     conv = c1.attrs_as(ConvAttrs)
     assert (c1.op, conv.channels, conv.kernel_size, conv.groups) == (Op.CONV1D, 8, 4, 8)
-    assert c2.op is Op.OPAQUE and g.meta["opaque_ops"] == ["onnx::Conv"]
+    assert c2.op is Op.OPAQUE and g.meta.opaque_ops == ["onnx::Conv"]
 
 
 # --- symbolic dims ------------------------------------------------------------------------------
@@ -409,7 +409,7 @@ def test_two_dynamic_dims_stay_their_own_symbols(tmp_path):
     g = import_onnx(_relu_model(tmp_path, ["batch", "sequence_length", 8]))
     shape = (dim_symbol("batch"), dim_symbol("sequence_length"), 8)
     assert g.inputs["x"].shape == shape and g.nodes[0].outputs[0].shape == shape
-    assert g.meta["dim_symbols"] == {"batch": "batch", "sequence_length": "sequence_length"}
+    assert g.meta.dim_symbols == {"batch": "batch", "sequence_length": "sequence_length"}
 
 
 def test_explicit_dim_symbols(tmp_path):
@@ -434,7 +434,7 @@ def test_dim_expression_over_T(tmp_path):
     g = import_onnx(_save(tmp_path, nodes, [_vi("x", TP.FLOAT, ["tokens", 8])], [_vi("y", TP.FLOAT, ["2*tokens", 8])]))
     assert g.inputs["x"].shape == (T, 8)
     assert g.nodes[0].outputs[0].shape == (2 * T, 8)
-    assert g.meta["dim_symbols"] == {"tokens": "T", "2*tokens": "2*T"}
+    assert g.meta.dim_symbols == {"tokens": "T", "2*tokens": "2*T"}
 
 
 def test_dim_expressions_and_odd_names(tmp_path):
@@ -472,7 +472,7 @@ def test_local_functions_are_inlined(tmp_path):
                               opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("local", 1)])
     onnx.save(model, str(tmp_path / "fn.onnx"))
     g = import_onnx(tmp_path / "fn.onnx")
-    assert [n.op for n in g] == [Op.RELU, Op.NEG] and g.meta["opaque_ops"] == []
+    assert [n.op for n in g] == [Op.RELU, Op.NEG] and g.meta.opaque_ops == []
     assert g.spec_of(g.outputs[0]) == TensorSpec((T, 4), DType.FLOAT32)
 
 
@@ -523,7 +523,7 @@ def test_unknown_shapes_are_reported(tmp_path):
     nodes = [helper.make_node("Frob", ["x"], ["y"], domain="com.example")]
     g = import_onnx(_save(tmp_path, nodes, [_vi("x", TP.FLOAT, [4])], [helper.make_tensor_value_info("y", TP.UNDEFINED, None)],
                           extra_opsets=[("com.example", 1)]))
-    assert g.meta["unknown_shapes"] == ["y"]
+    assert g.meta.unknown_shapes == ["y"]
     assert g.nodes[0].outputs[0] == TensorSpec((), DType.FLOAT32)
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from graphsim.errors import GraphError, GraphsimError
 from graphsim.ir import (
-    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, LayerSchedule,
+    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, GraphMeta, LayerSchedule,
     LinearAttentionAttrs, LinearAttrs, MoEAttrs, NoAttrs, Node, NormAttrs, Op, OpaqueAttrs, ReduceAttrs, T, TensorSpec,
     dim_symbol, graph_from_json, graph_to_json, graph_to_text, load_graph, save_graph, value_name,
 )
@@ -70,7 +70,16 @@ def _kernel(kind: KernelKind) -> st.SearchStrategy[KernelAttrs]:
 ATTRS[KernelAttrs] = st.sampled_from(list(KernelKind)).flatmap(_kernel)
 
 json_leaf = st.none() | st.booleans() | st.integers(-(1 << 40), 1 << 40) | floats | text
-meta = st.dictionaries(text, st.recursive(json_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(text, c, max_size=3), max_leaves=6), max_size=4)
+json_value = st.recursive(json_leaf, lambda c: st.lists(c, max_size=3) | st.dictionaries(text, c, max_size=3), max_leaves=6)
+# Typed fields as importers and passes write them, plus keys this version does not know (kept in `extra`).
+meta = st.builds(
+    GraphMeta, source_format=st.sampled_from(["", "hf", "onnx"]), model=text, param_count=st.none() | st.integers(0, 10**12),
+    opaque_ops=st.lists(text, max_size=3), num_layers=st.none() | st.integers(1, 200),
+    traced_layers=st.lists(st.integers(0, 200), max_size=4), quantization_config=st.none() | st.dictionaries(text, json_value, max_size=3),
+    tied_params=st.dictionaries(text, text, max_size=2), dynamic_tokens=st.booleans(), opset=st.dictionaries(text, st.integers(1, 30), max_size=2),
+    tp=st.integers(1, 64), ep=st.integers(1, 64), moe_tp=st.none() | st.just(1),
+    extra=st.dictionaries(text.map(lambda k: "x_" + k), json_value, max_size=2),
+)
 
 
 @st.composite
@@ -185,7 +194,7 @@ def _tiny() -> Graph:
         ],
         outputs=["sm"],
         schedule=LayerSchedule(("dense",) * 3, {"dense": 0}),
-        meta={"source_format": "test", "opaque_ops": []},
+        meta=GraphMeta(source_format="test"),
     )
 
 

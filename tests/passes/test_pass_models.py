@@ -129,7 +129,7 @@ def test_fold_of_full_depth_trace_matches_reduced_import():
     assert sorted(sched.representative.values()) == [0, 1]
     assert len(folded.nodes) == len(reduced.nodes)
     # parameters: non-layer once + each representative × its count == the model's total
-    stack = folded.meta["layer_stack"]
+    stack = folded.meta.layer_stack
     total = 0
     for name, spec in folded.params.items():
         if name.startswith(stack + "."):
@@ -138,7 +138,7 @@ def test_fold_of_full_depth_trace_matches_reduced_import():
             total += int(spec.numel) * sched.count(tag)
         else:
             total += int(spec.numel)
-    assert total == folded.meta["param_count"]
+    assert total == folded.meta.param_count
 
 
 def test_rotary_dim_is_twice_the_inverse_frequencies(imported):

@@ -80,27 +80,18 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
     if not traced.dynamic:
         _symbolise_static(graph, STATIC_PROBE_TOKENS[0])
     if full_depth:  # every layer traced: the fold pass derives the schedule; keep the tags as a hint
-        graph.meta["full_depth"] = True
-        graph.meta["layer_tags"] = list(plan.tags)
+        graph.meta.full_depth = True
+        graph.meta.layer_tags = list(plan.tags)
     else:
         graph.schedule = LayerSchedule(plan.tags, representative)
-    graph.meta.update({
-        "source_format": "hf",
-        "model": resolved.name,
-        "architecture": built.architecture,
-        "config_source": resolved.source,
-        "config_location": resolved.location,
-        "dtype": str(built.dtype).removeprefix("torch."),
-        "num_layers": len(plan.tags),
-        "layer_stack": plan.stack_path,
-        "traced_layers": kept,
-        "param_count": int(param_count),
-        "params_per_layer": list(plan.params_per_layer),
-        "quantization_config": built.quantization,
-        "opaque_ops": sorted(set(ctx.opaque)),
-        "tied_params": canonical,
-        "dynamic_tokens": traced.dynamic,
-    })
+    m = graph.meta
+    m.source_format, m.model, m.architecture = "hf", resolved.name, built.architecture
+    m.config_source, m.config_location = resolved.source, resolved.location
+    m.dtype = str(built.dtype).removeprefix("torch.")
+    m.num_layers, m.layer_stack, m.traced_layers = len(plan.tags), plan.stack_path, kept
+    m.param_count, m.params_per_layer = int(param_count), list(plan.params_per_layer)
+    m.quantization_config, m.opaque_ops = built.quantization, sorted(set(ctx.opaque))
+    m.tied_params, m.dynamic_tokens = canonical, traced.dynamic
     timings["convert_s"] = time.perf_counter() - t2
     graph.verify("import.hf")
     opaque: dict[str, int] = {}

@@ -209,7 +209,7 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
             env[n.name] = scope
             specs[scope] = spec
             if kind == "buffer":
-                g.meta.setdefault("buffers", []).append(scope)
+                g.meta.buffers.append(scope)
         elif n.op == "call_function":
             if n.target is operator.getitem:
                 src = env.get(n.args[0].name)

@@ -26,5 +26,5 @@ class Fuse(Pass):
             raise PassError(f"fuse{{target={self.target}}}: the graph is already fused; run fuse once")
         mod = TARGETS[self.target]
         outcome = apply_rules(graph, mod.RULES, mod.leftover, self.target)
-        outcome.graph.meta["fuse_target"] = self.target
+        outcome.graph.meta.fuse_target = self.target
         return PassResult(outcome.graph, True, outcome.stats, outcome.notes)

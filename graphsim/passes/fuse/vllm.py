@@ -86,7 +86,6 @@ def _match_packed(ctx: FuseContext):
     return P.packed_linears(ctx, PACKED)
 
 
-_MODEL_DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 
 def _router_linears(ctx: FuseContext) -> set[str]:
@@ -106,9 +105,10 @@ def _router_linears(ctx: FuseContext) -> set[str]:
 
 
 def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
-    q = ctx.graph.meta.get("quantization_config") or {}
+    q = ctx.graph.meta.quantization_config or {}
     if any(n.name in _router_linears(ctx) for n in nodes):
-        return _MODEL_DTYPES.get(str(ctx.graph.meta.get("dtype")))
+        model = ctx.graph.meta.model_dtype
+        return model.value if model is not None else None
     if q.get("quant_method") == "fp8":
         skip = q.get("modules_to_not_convert") or []
         if not any(any(s in n.scope for s in skip) for n in nodes):
@@ -245,7 +245,7 @@ def _match_experts(ctx: FuseContext):
 def _build_experts(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.nodes[0]
     a = n.attrs_as(MoEAttrs)
-    q = ctx.graph.meta.get("quantization_config") or {}
+    q = ctx.graph.meta.quantization_config or {}
     dtype = {"fp8": "f8e4m3", "mxfp4": "f4"}.get(str(q.get("quant_method")), n.outputs[0].dtype.value)
     geo = MoeExpertsGeometry(hidden_size=a.hidden_size, inter_size=a.intermediate_size, top_k=a.top_k,
                              num_experts=a.num_experts, tp=1, ep=1, activation=a.activation, gated=a.gated,

@@ -25,7 +25,7 @@ class ExpertParallel(PartitionPass):
         self.require_fused(graph)
         e = self.size
         out = graph.copy([])
-        out.meta["ep"] = e
+        out.meta.ep = e
         moe = [n for n in graph.nodes if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.MOE_EXPERTS]
         if e == 1 or not moe:
             out.nodes = list(graph.nodes)
@@ -74,8 +74,8 @@ class ExpertParallel(PartitionPass):
             stats["all_to_all"] += 2
         out.params = params
         out.outputs = [rename.get(o, o) for o in graph.outputs]
-        if graph.meta.get("tp", 1) > 1:
-            out.meta["moe_tp"] = 1
+        if graph.meta.tp > 1:
+            out.meta.moe_tp = 1
         return PassResult(out, True, stats)
 
 

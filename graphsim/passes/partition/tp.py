@@ -43,11 +43,11 @@ def _shard_dim(spec: TensorSpec, dim: int, t: int, what: str, where: str) -> Ten
 class TensorParallel(PartitionPass):
     def run(self, graph: Graph) -> PassResult:
         self.require_fused(graph)
-        if graph.meta.get("tp", 1) != 1:
+        if graph.meta.tp != 1:
             raise PassError("tp was already applied to this graph")
         t = self.size
         out = graph.copy([])
-        out.meta["tp"] = t
+        out.meta.tp = t
         if t == 1:
             out.nodes = list(graph.nodes)
             return PassResult(out, False, {})

@@ -150,7 +150,7 @@ def _meta(info: DeviceInfo, target: str, pipeline: str, graph: Graph, grid: Grid
         "device_type": info.device.type,
         "fuse_target": target,
         "pipeline": pipeline,
-        "model": str(graph.meta.get("model", graph.name)),
+        "model": graph.meta.model or graph.name,
         "timing": f"median of >= {timing.min_samples} samples and >= {timing.min_time_s * 1e3:g} ms "
                   f"(>= {timing.floor_samples} samples for calls over {timing.max_time_s:g} s in total), "
                   f"{'CUDA events, L2 flushed' if info.is_cuda else 'time.perf_counter'}",
@@ -185,7 +185,7 @@ def profile_graph(graph: Graph, out: str | os.PathLike[str], info: DeviceInfo, *
     timing = timing or TimingOptions()
     dtypes = Dtypes.for_graph(graph.meta, kv_dtype)
     targets, skipped = collect_targets(graph, dtypes, kinds=kinds, prefill=prefill, decode=decode, devices=info.count)
-    report = ProfileReport(str(out), str(graph.meta.get("model", graph.name)), info.name, info.threads, target,
+    report = ProfileReport(str(out), graph.meta.model or graph.name, info.name, info.threads, target,
                            pipeline, torch.__version__)
     for s in skipped:
         report.unmeasurable.append({"kernel": s.kernel, "reason": s.reason, "nodes": s.nodes})
