@@ -12,12 +12,11 @@ Timestamps are nanoseconds in the file and microseconds in the Capture.
 from __future__ import annotations
 
 import sqlite3
-from collections import defaultdict
 from pathlib import Path
 
 from graphsim.capture import Capture, CaptureError, Iteration, Launch, LaunchClass
 from graphsim.importers.captures.classify import classify_kernel
-from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
+from graphsim.importers.captures.ranges import IterationBuckets, Range, pick_iterations
 
 KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
 _PUSH_POP, _START_END = 59, 60
@@ -105,9 +104,7 @@ def _read(conn: sqlite3.Connection, p: Path, tables: set[str], pattern: str | No
             device = ", ".join(names)
 
     iters = pick_iterations(ranges, pattern, str(p))
-    index = RangeIndex(iters)
-    buckets: dict[int, list[Launch]] = defaultdict(list)
-    unplaced = 0
+    placed = IterationBuckets(iters)
     items = [(s, e, n, st, c, d, "") for s, e, n, st, c, d in rows] + plumbing_rows
     for start, end, name, stream, corr, dev, plumb_label in sorted(items, key=lambda r: r[0]):
         if plumb_label:
@@ -117,15 +114,8 @@ def _read(conn: sqlite3.Connection, p: Path, tables: set[str], pattern: str | No
             klass, op, label, plumb = classify_kernel(name)
         launch = Launch(name, start / 1e3, max(0.0, (end - start) / 1e3), klass, op, label, plumb, stream,
                         f"cuda:{dev}" if dev else device)
-        if iters:
-            host = runtime.get(corr) if corr is not None else None
-            i = index.find(host[0], host[1]) if host else index.find(start / 1e3)
-            if i is None:
-                unplaced += 1
-                continue
-        else:
-            i = 0
-        buckets[i].append(launch)
+        placed.add(launch, runtime.get(corr) if corr is not None else None)
+    buckets, unplaced = placed.buckets, placed.unplaced
 
     notes: list[str] = []
     if iters and not runtime:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections import defaultdict
 from dataclasses import dataclass
 
-from graphsim.capture import CaptureError
+from graphsim.capture import CaptureError, Launch
 
 DEFAULT_ITERATION_PATTERN = (r"(?i)^(ProfilerStep#\d+|(prefill|decode|mixed)\b.*|iteration\b.*|step\b.*|"
                              r"execute_model\b.*|forward\b.*|model_forward\b.*)$")
@@ -85,3 +86,25 @@ class RangeIndex:
                 return i
             k -= 1
         return None
+
+
+class IterationBuckets:
+    """Device launches sorted into iteration ranges: by the host call that launched them where it is
+    known, else by their device start; with no iteration ranges every launch is iteration 0."""
+
+    def __init__(self, iters: list[Range]) -> None:
+        self.iters = iters
+        self._index = RangeIndex(iters)
+        self.buckets: dict[int, list[Launch]] = defaultdict(list)
+        self.unplaced = 0  # launches outside every iteration range (left out)
+
+    def add(self, launch: Launch, host: tuple[float, str] | None) -> None:
+        """Place `launch`; `host` is the (time, thread) of the runtime call that launched it, if known."""
+        if self.iters:
+            i = self._index.find(host[0], host[1]) if host else self._index.find(launch.start_us)
+            if i is None:
+                self.unplaced += 1
+                return
+        else:
+            i = 0
+        self.buckets[i].append(launch)

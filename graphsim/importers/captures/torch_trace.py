@@ -25,7 +25,7 @@ from typing import Any
 
 from graphsim.capture import Capture, CaptureError, Iteration, Launch, LaunchClass
 from graphsim.importers.captures.classify import classify_cpu_op, classify_kernel
-from graphsim.importers.captures.ranges import Range, RangeIndex, pick_iterations
+from graphsim.importers.captures.ranges import IterationBuckets, Range, RangeIndex, pick_iterations
 
 _DEVICE_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 _RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
@@ -120,9 +120,7 @@ def _gpu_capture(p: Path, events, device_events, ranges, pattern, device: str) -
         elif e["_cat"] == "cpu_op" and "External id" in args:
             ops.setdefault(args["External id"], e)
     iters = pick_iterations(ranges, pattern, str(p))
-    index = RangeIndex(iters)
-    buckets: dict[int, list[Launch]] = defaultdict(list)
-    unplaced = 0
+    placed = IterationBuckets(iters)
     for e in sorted(device_events, key=lambda e: e["_ts"]):
         args = e.get("args") or {}
         name = str(e.get("name", ""))
@@ -137,20 +135,13 @@ def _gpu_capture(p: Path, events, device_events, ranges, pattern, device: str) -
         launch = Launch(name, e["_ts"], e["_dur"], klass, op, label, plumbing, str(args.get("stream", e.get("tid", ""))),
                         f"cuda:{args['device']}" if "device" in args else device, shapes, dtypes,
                         str(src.get("name", "")) if src else "")
-        if iters:
-            i = index.find(host[0], host[1]) if host else index.find(e["_ts"])
-            if i is None:
-                unplaced += 1
-                continue
-        else:
-            i = 0
-        buckets[i].append(launch)
+        placed.add(launch, host)
     notes = []
     if not runtime:
         notes.append("no CUDA runtime events: kernels were placed in iterations by their device start time")
-    if unplaced:
-        notes.append(f"{unplaced} device launches fall outside every iteration range and are left out")
-    return _capture(p, "GPU kernel time (device clock)", device, iters, buckets, notes)
+    if placed.unplaced:
+        notes.append(f"{placed.unplaced} device launches fall outside every iteration range and are left out")
+    return _capture(p, "GPU kernel time (device clock)", device, iters, placed.buckets, notes)
 
 
 # ---- CPU ---------------------------------------------------------------------------------------
