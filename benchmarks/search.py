@@ -39,13 +39,14 @@ def main() -> None:
     args = ap.parse_args()
 
     w0, c0 = time.perf_counter(), time.process_time()
-    from graphsim.serving import SLO, parse_lengths
+    from graphsim.serving import SLO, DeploymentConfig, parse_lengths
     from graphsim.serving.backends import make_backend
     from graphsim.serving.search import run_search
     from graphsim.serving.search_space import SearchSpec
 
-    spec = SearchSpec(args.model, args.gpu, args.gpus, parse_lengths(args.isl, "isl"), parse_lengths(args.osl, "osl"),
-                      SLO(args.ttft, args.tpot), profile=args.profile, verify=args.verify)
+    spec = SearchSpec(base=DeploymentConfig(model=args.model, hardware=args.gpu), gpus=args.gpus,
+                      isl=parse_lengths(args.isl, "isl"), osl=parse_lengths(args.osl, "osl"), slo=SLO(args.ttft, args.tpot),
+                      profile=args.profile, verify=args.verify)
     backend = make_backend(args.backend, args.workers)
     s0 = time.perf_counter()
     try:

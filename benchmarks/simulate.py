@@ -35,10 +35,11 @@ def main() -> None:
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    from graphsim.serving import parse_lengths, simulate, summarize, synthetic
+    from graphsim.serving import DeploymentConfig, ParallelConfig, parse_lengths, simulate, summarize, synthetic
     from graphsim.serving.deployment import build_cost, plan_deployment
 
-    dep = plan_deployment(args.model, args.gpu, args.tp)
+    config = DeploymentConfig(model=args.model, hardware=args.gpu, parallel=ParallelConfig(tensor_parallel_size=args.tp))
+    dep = plan_deployment(config)
     t1 = time.perf_counter()
     cost, note, kernels = build_cost(dep, args.profile)
     t2 = time.perf_counter()

@@ -29,14 +29,15 @@ def kv_cmd(
     as_json: opt.Json = False,
 ) -> None:
     """KV bytes per token per rank, the memory budget term by term, and the capacity vLLM would log."""
-    from graphsim.serving.capacity import parse_bytes
+    from graphsim.serving.config import DeploymentConfig
     from graphsim.serving.deployment import plan_deployment
 
-    dep = plan_deployment(model, gpu, tp, kv_dtype=kv_dtype, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens,
-                          max_num_seqs=max_num_seqs, max_model_len=max_model_len, block_size=block_size,
-                          gpu_memory_utilization=gpu_memory_utilization,
-                          kv_memory_bytes=parse_bytes(kv_memory) if kv_memory else None,
-                          activation_gib=activation_gib, overhead_gib=overhead_gib, cudagraph_gib=cudagraph_gib)
+    config = DeploymentConfig.parse(opt.deployment_data(
+        model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        block_size=block_size, kv_memory=kv_memory,
+        memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib}))
+    dep = plan_deployment(config)
     if as_json:
         print(json.dumps(dep.to_json(), indent=1))
         return

@@ -12,7 +12,7 @@ error: one line naming the option, exit 2, before any work starts.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -141,3 +141,19 @@ GraphOutput = Annotated[Path | None, typer.Option("-o", "--output", help="Write 
 MaxOps = Annotated[int, typer.Option("--max-ops", min=0, help="Ops shown per module in the tree.")]
 Text = Annotated[bool, typer.Option("--text", help="Print the compact text form instead of the tree.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the simulated workloads (same seed, same output).")]
+
+
+def deployment_data(model: str, gpu: str, tp: int = 1, replicas: int = 1, *, dtype: str | None = None,
+                    kv_dtype: str | None = None, kv_memory: str | None = None, memory: dict[str, Any] | None = None,
+                    **engine: Any) -> dict[str, Any]:
+    """The deployment options of a command as the document `DeploymentConfig.parse` checks (graphsim/serving/
+    config.py): vLLM's field names, `--kv-memory` in bytes, engine settings left out when not given (vLLM's
+    defaults for the GPU and model)."""
+    from graphsim.serving.capacity import parse_bytes
+
+    if kv_memory:
+        engine["kv_cache_memory_bytes"] = parse_bytes(kv_memory)
+    return {"model": model, "hardware": gpu, "dtype": dtype, "kv_cache_dtype": kv_dtype,
+            "parallel": {"tensor_parallel_size": tp, "data_parallel_size": replicas},
+            "engine": {k: v for k, v in engine.items() if v is not None},
+            "memory": {k: v for k, v in (memory or {}).items() if v is not None}}

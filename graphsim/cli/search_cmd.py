@@ -66,12 +66,16 @@ def search_cmd(
     modes = {"both": ("agg", "disagg"), "agg": ("agg",), "disagg": ("disagg",)}.get(mode)
     if modes is None:
         raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg or both")
-    spec = SearchSpec(model, gpu, gpus, parse_lengths(isl, "--isl"), parse_lengths(osl, "--osl"), SLO(ttft, tpot),
-                      _ints(tp, "--tp"), modes, _ints(max_num_seqs, "--max-num-seqs") or DEFAULT_SEQS,
-                      _ints(max_num_batched_tokens, "--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS,
-                      _ints(prefill_batched_tokens, "--prefill-batched-tokens") or DEFAULT_PREFILL_BATCHED_TOKENS,
-                      None, max_model_len, kv_dtype, dtype, gpu_memory_utilization, profile, kv_link_gbps,
-                      kv_link_latency_us, verify, seed).check()
+    base = opt.deployment_data(model, gpu, dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
+                               gpu_memory_utilization=gpu_memory_utilization)
+    spec = SearchSpec.parse({
+        "base": base, "gpus": gpus, "isl": parse_lengths(isl, "--isl"), "osl": parse_lengths(osl, "--osl"),
+        "slo": SLO(ttft, tpot), "tp": _ints(tp, "--tp"), "modes": modes,
+        "max_num_seqs": _ints(max_num_seqs, "--max-num-seqs") or DEFAULT_SEQS,
+        "max_num_batched_tokens": _ints(max_num_batched_tokens, "--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS,
+        "prefill_batched_tokens": _ints(prefill_batched_tokens, "--prefill-batched-tokens") or DEFAULT_PREFILL_BATCHED_TOKENS,
+        "profile": profile, "kv_link_gbps": kv_link_gbps, "kv_link_latency_us": kv_link_latency_us, "verify": verify,
+        "seed": seed})
     if plot and not plot.lower().endswith(".png"):
         raise SearchSpecError(f"--plot '{plot}': give a .png path")
     be = make_backend(backend, workers, address)

@@ -58,7 +58,7 @@ def simulate_cmd(
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
     from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, simulate, summarize, synthetic
-    from graphsim.serving.capacity import parse_bytes
+    from graphsim.serving.config import DeploymentConfig
     from graphsim.serving.deployment import build_cost, plan_deployment
     from graphsim.serving.requests import WorkloadSpecError
 
@@ -66,11 +66,12 @@ def simulate_cmd(
     if sum(modes) != 1:
         raise WorkloadSpecError("give exactly one workload: --rate R (open loop), --concurrency N (closed loop) "
                                 "or --trace FILE.jsonl")
-    dep = plan_deployment(model, gpu, tp, kv_dtype=kv_dtype, dtype=dtype, max_num_batched_tokens=max_num_batched_tokens,
-                          max_num_seqs=max_num_seqs, max_model_len=max_model_len, block_size=block_size,
-                          gpu_memory_utilization=gpu_memory_utilization, enable_prefix_caching=prefix_caching,
-                          enable_chunked_prefill=chunked_prefill,
-                          kv_memory_bytes=parse_bytes(kv_memory) if kv_memory else None)
+    config = DeploymentConfig.parse(opt.deployment_data(
+        model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
+        block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
+        enable_chunked_prefill=chunked_prefill))
+    dep = plan_deployment(config)
     ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
     if trace is not None:
         workload = load_trace(trace)
@@ -87,7 +88,7 @@ def simulate_cmd(
         label += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
         cost, note, _ = build_cost(dep, profile)
-    setup = dep.simulation_setup(cost, replicas, router)
+    setup = dep.simulation_setup(cost, router=router)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     if as_json:

@@ -3,9 +3,9 @@
 Plan a deployment (config only: KV layout, memory budget, capacity), price its iterations with a cost
 model, and simulate a workload on one pool of replicas or on a prefill pool and a decode pool:
 
->>> from graphsim.serving import ClosedLoop, Lengths, simulate, summarize, synthetic
+>>> from graphsim.serving import ClosedLoop, DeploymentConfig, Lengths, simulate, summarize, synthetic
 >>> from graphsim.serving.deployment import build_cost, plan_deployment
->>> dep = plan_deployment("llama-3.1-8b", "h100", tp=1)
+>>> dep = plan_deployment(DeploymentConfig(model="llama-3.1-8b", hardware="h100"))
 >>> print(dep.capacity.vllm_log_lines()[0])  # doctest: +ELLIPSIS
 GPU KV cache size: ... tokens
 >>> cost, data_note, kernels = build_cost(dep)  # traces the model (torch, the `trace` extra)
@@ -27,7 +27,8 @@ does, lazily.
 """
 
 from graphsim.serving.capacity import KvCapacity, kv_capacity, parse_bytes
-from graphsim.serving.engine_config import EngineConfig, batch_defaults, engine_config
+from graphsim.serving.config import DeploymentConfig, DeploymentConfigError, MemoryOverrides, ParallelConfig
+from graphsim.serving.engine_config import EngineArgs, EngineConfig, batch_defaults
 from graphsim.serving.kv_layout import KvKind, KvLayout, kv_layout
 from graphsim.serving.memory import MemoryBudget, memory_budget, weight_bytes_per_rank
 from graphsim.serving.metrics import SLO, Stats, Summary, summarize
@@ -37,9 +38,9 @@ from graphsim.serving.router import Router, RouterPolicy
 from graphsim.serving.simulator import SimulationResult, SimulationSetup, simulate
 
 __all__ = [
-    "SLO", "ClosedLoop", "EngineConfig", "IterationCost", "KvCapacity", "KvKind", "KvLayout", "Lengths",
-    "MemoCost", "MemoryBudget", "RequestSpec", "Router", "RouterPolicy", "SimulationResult", "SimulationSetup",
-    "Stats", "Summary", "TreeCost", "batch_defaults", "engine_config", "iteration_cost", "kv_capacity",
-    "kv_layout", "load_trace", "memory_budget", "parse_bytes", "parse_lengths", "simulate", "summarize",
-    "synthetic", "weight_bytes_per_rank",
+    "SLO", "ClosedLoop", "DeploymentConfig", "DeploymentConfigError", "EngineArgs", "EngineConfig", "IterationCost",
+    "KvCapacity", "KvKind", "KvLayout", "Lengths", "MemoCost", "MemoryBudget", "MemoryOverrides", "ParallelConfig",
+    "RequestSpec", "Router", "RouterPolicy", "SimulationResult", "SimulationSetup", "Stats", "Summary", "TreeCost",
+    "batch_defaults", "iteration_cost", "kv_capacity", "kv_layout", "load_trace", "memory_budget", "parse_bytes",
+    "parse_lengths", "simulate", "summarize", "synthetic", "weight_bytes_per_rank",
 ]

@@ -1,5 +1,5 @@
-"""A deployment: model + GPU + TP + engine settings → KV layout, memory budget, capacity, and the
-iteration-cost model the simulator prices with.
+"""A deployment: a `DeploymentConfig` (model + GPU + parallelism + engine settings, config.py) → KV layout,
+memory budget, capacity, and the iteration-cost model the simulator prices with.
 
 `plan_deployment` is config-only (no torch); `Deployment.cost_model` / `build_cost` trace the model into a
 fused, partitioned graph and compile its cost tree (`graphsim.cost_model.build_cost_model`, the flow of every
@@ -15,7 +15,8 @@ from graphsim.catalog import ResolvedModel, resolve_model
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
-from graphsim.serving.engine_config import EngineConfig, engine_config
+from graphsim.serving.config import DeploymentConfig, ParallelConfig
+from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout, kv_layout
 from graphsim.serving.memory import MemoryBudget, memory_budget
 from graphsim.serving.pricing import IterationCost, iteration_cost
@@ -26,26 +27,38 @@ from graphsim.work.api import Accounting
 
 @dataclass(frozen=True)
 class Deployment:
+    config: DeploymentConfig
     model: ResolvedModel
     hardware: HardwareSpec
-    tp: int
     acc: Accounting
-    engine: EngineConfig
+    engine: EngineConfig  # the config's engine settings with vLLM's defaults for this GPU and model filled in
     layout: KvLayout
     budget: MemoryBudget
     capacity: KvCapacity
-    kv_dtype: str | None
-    dtype: str | None
 
-    def simulation_setup(self, cost: IterationCost, replicas: int = 1, router: str = "round-robin",
+    @property
+    def tp(self) -> int:
+        return self.config.parallel.tensor_parallel_size
+
+    @property
+    def kv_dtype(self) -> str | None:
+        return self.config.kv_cache_dtype
+
+    @property
+    def dtype(self) -> str | None:
+        return self.config.dtype
+
+    def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
                          fast_forward: bool = True) -> SimulationSetup:
+        """The simulator's setup: `replicas` engines (default: the config's data_parallel_size) behind `router`."""
         if not self.capacity.fits_one_request:
             raise CapacityError(
                 f"the KV cache holds {self.capacity.num_blocks} blocks but one request of max_model_len "
                 f"{self.engine.max_model_len} needs {self.capacity.blocks_per_request}; lower --max-model-len or raise "
                 "--gpu-memory-utilization (or --kv-memory)")
-        return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, replicas, router, self.tp,
-                               fast_forward)
+        parallel = self.config.parallel if replicas is None else ParallelConfig(
+            tensor_parallel_size=self.tp, data_parallel_size=replicas)
+        return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward)
 
     def cost_model(self, profile: str | None = None, target: str = "vllm") -> CostModel:
         """The deployment's cost model: its model traced with its dtype, fused for `target`, split over its TP
@@ -84,28 +97,24 @@ class Deployment:
         }
 
 
-def plan_deployment(model: str | ResolvedModel, gpu: str | HardwareSpec = "h100", tp: int = 1, *,
-                    kv_dtype: str | None = None, dtype: str | None = None, state_dtype: str | None = None, ignore_quant: bool = False,
-                    max_num_batched_tokens: int | None = None, max_num_seqs: int | None = None,
-                    max_model_len: int | None = None, block_size: int | None = None,
-                    gpu_memory_utilization: float = 0.9, enable_prefix_caching: bool = True,
-                    enable_chunked_prefill: bool = True, max_concurrent_batches: int = 2,
-                    kv_memory_bytes: int | None = None, activation_gib: float | None = None,
-                    overhead_gib: float | None = None, cudagraph_gib: float | None = None) -> Deployment:
-    resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
-    hw = load_hardware(gpu) if isinstance(gpu, str) else gpu
+def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = None,
+                    hardware: HardwareSpec | None = None) -> Deployment:
+    """KV layout, memory budget and capacity of `config`. `model` / `hardware`: `config.model` /
+    `config.hardware` already resolved (a caller planning many deployments of one model resolves it once)."""
+    resolved = model or resolve_model(config.model)
+    hw = hardware or load_hardware(config.hardware)
     cfg = resolved.config
-    acc = accounting(cfg, dtype=dtype, kv_dtype=kv_dtype, state_dtype=state_dtype, ignore_quant=ignore_quant)
-    eng = engine_config(hw, cfg, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-                        max_model_len=max_model_len, block_size=block_size,
-                        enable_prefix_caching=enable_prefix_caching, enable_chunked_prefill=enable_chunked_prefill,
-                        max_concurrent_batches=max_concurrent_batches, gpu_memory_utilization=gpu_memory_utilization)
-    layout = kv_layout(acc.spec, acc.precision, tp, block_size)
-    budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.memory_bytes, gpu_memory_utilization,
-                           eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=activation_gib,
-                           overhead_gib=overhead_gib, cudagraph_gib=cudagraph_gib, available_bytes=kv_memory_bytes)
+    tp, mem, e = config.parallel.tensor_parallel_size, config.memory, config.engine
+    acc = accounting(cfg, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
+                     ignore_quant=config.ignore_quant)
+    eng = e.resolve(hw, cfg)
+    layout = kv_layout(acc.spec, acc.precision, tp, e.block_size)
+    budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.memory_bytes, e.gpu_memory_utilization,
+                           eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=mem.activation_gib,
+                           overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
+                           available_bytes=e.kv_cache_memory_bytes)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens)
-    return Deployment(resolved, hw, tp, acc, eng, layout, budget, cap, kv_dtype, dtype)
+    return Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
 
 
 def build_cost(dep: Deployment, profile: str | None = None, target: str = "vllm") -> tuple[IterationCost, str, int]:

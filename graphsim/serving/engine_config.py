@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from pydantic import Field
+
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.errors import GraphsimError
+from graphsim.validation import Strict
 
 GiB = 1 << 30
 
@@ -22,8 +25,42 @@ class EngineConfigError(GraphsimError):
     pass
 
 
+class EngineArgs(Strict):
+    """The engine settings a user gives, under vLLM's names (EngineArgs / SchedulerConfig / CacheConfig).
+
+    None is vLLM's "pick for me": `max_num_batched_tokens` / `max_num_seqs` from the GPU's memory
+    (`batch_defaults`), `max_model_len` from the model's config, `block_size` from the KV layout (16; 64 for
+    MLA). `kv_cache_memory_bytes` (vLLM's `--kv-cache-memory-bytes`) is the KV memory per rank instead of
+    the budget `gpu_memory_utilization` leaves. `resolve` turns the settings into the `EngineConfig` the
+    scheduler runs with. Ranges are checked on construction (pydantic), every bad field at once.
+    """
+
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=1 << 31)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=1 << 31)
+    max_model_len: int | None = Field(default=None, ge=1, le=1 << 31)
+    block_size: int | None = Field(default=None, ge=1, le=1 << 20)
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    max_concurrent_batches: int = Field(default=2, ge=1, le=64)  # async scheduling: 2 batches in flight
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    kv_cache_memory_bytes: int | None = Field(default=None, gt=0, le=1 << 50)
+
+    def resolve(self, hardware: HardwareSpec, cfg: dict) -> EngineConfig:
+        """The settings with vLLM serve's defaults for this GPU and model filled in (EngineConfigError when
+        the model has no context length and none was given, or the settings contradict each other)."""
+        mnbt, seqs = batch_defaults(hardware)
+        mml = self.max_model_len or default_max_model_len(cfg)
+        if mml is None:
+            raise EngineConfigError("the config has no max_position_embeddings; give --max-model-len")
+        return EngineConfig(self.max_num_batched_tokens or mnbt, self.max_num_seqs or seqs, mml, self.block_size,
+                            self.enable_prefix_caching, self.enable_chunked_prefill, self.max_concurrent_batches,
+                            self.gpu_memory_utilization).check()
+
+
 @dataclass(frozen=True)
 class EngineConfig:
+    """An engine's resolved settings (every default filled in): what the scheduler runs with."""
+
     max_num_batched_tokens: int
     max_num_seqs: int
     max_model_len: int
@@ -70,17 +107,3 @@ def default_max_model_len(cfg: dict) -> int | None:
         if isinstance(v, int) and v > 0:
             return v
     return None
-
-
-def engine_config(hardware: HardwareSpec, cfg: dict, *, max_num_batched_tokens: int | None = None,
-                  max_num_seqs: int | None = None, max_model_len: int | None = None,
-                  block_size: int | None = None, enable_prefix_caching: bool = True,
-                  enable_chunked_prefill: bool = True, max_concurrent_batches: int = 2,
-                  gpu_memory_utilization: float = 0.9) -> EngineConfig:
-    mnbt, seqs = batch_defaults(hardware)
-    mml = max_model_len or default_max_model_len(cfg)
-    if mml is None:
-        raise EngineConfigError("the config has no max_position_embeddings; give --max-model-len")
-    return EngineConfig(max_num_batched_tokens or mnbt, max_num_seqs or seqs, mml, block_size,
-                        enable_prefix_caching, enable_chunked_prefill, max_concurrent_batches,
-                        gpu_memory_utilization).check()

@@ -23,6 +23,7 @@ from graphsim.catalog import ResolvedModel
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
 from graphsim.ir import Graph
+from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
 from graphsim.serving.pricing import IterationCost, TreeCost
 from graphsim.serving.requests import ClosedLoop, Lengths
@@ -41,12 +42,9 @@ class SearchContext:
     graph: Graph  # fused for the engine, not partitioned
     profile: str | None  # profile.db path (None: roofline)
     data_note: str
-    kv_dtype: str | None
-    dtype: str | None
+    base: DeploymentConfig  # the search's base deployment (dtypes, max_model_len, gpu_memory_utilization, …)
     isl: Lengths
     osl: Lengths
-    max_model_len: int | None
-    gpu_memory_utilization: float
     max_tokens: int  # cost-table sizes: the largest batch and sequence count of any candidate
     max_seqs: int
     link: KvLink
@@ -67,20 +65,21 @@ def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candi
     from graphsim.cost_model import build_cost_model
 
     # fused, not partitioned (tp = ep = 1): the partitions are made per candidate (partition_cost)
-    cm = build_cost_model(graph if graph is not None else model, hw, dtype=spec.dtype, kv_dtype=spec.kv_dtype,
+    base = spec.base
+    cm = build_cost_model(graph if graph is not None else model, hw, dtype=base.dtype, kv_dtype=base.kv_cache_dtype,
                           profile=spec.profile, target=target)
     graph, profile, note = cm.graph, cm.profile, cm.data_note
     max_tokens = max(p.max_num_batched_tokens for c in candidates for p in c.pools)
     max_seqs = max(p.max_num_seqs for c in candidates for p in c.pools)
     link = KvLink.from_hardware(hw, spec.kv_link_gbps, spec.kv_link_latency_us)
-    ctx = SearchContext(model, hw, graph, profile, note, spec.kv_dtype, spec.dtype, spec.isl, spec.osl,
-                        spec.max_model_len, spec.gpu_memory_utilization, max_tokens, max_seqs, link, spec.seed)
+    ctx = SearchContext(model, hw, graph, profile, note, base, spec.isl, spec.osl, max_tokens, max_seqs, link,
+                        spec.seed)
     return with_key(ctx)
 
 
 def with_key(ctx: SearchContext) -> SearchContext:
     """The context with its cache key: a hash of everything the cost models depend on."""
-    raw = pickle.dumps((ctx.graph, ctx.model.name, ctx.hardware, ctx.profile, ctx.kv_dtype, ctx.dtype,
+    raw = pickle.dumps((ctx.graph, ctx.model.name, ctx.hardware, ctx.profile, ctx.base.kv_cache_dtype, ctx.base.dtype,
                         ctx.max_tokens, ctx.max_seqs, ctx.max_context))
     return replace(ctx, key=hashlib.sha1(raw).hexdigest()[:16])
 
@@ -102,7 +101,7 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
         if ctx.profile not in _DBS:
             _DBS[ctx.profile] = ProfileDB.open(ctx.profile) if ctx.profile else None
         # the fused graph gets only its partition passes; the profile is the one make_context chose (no default)
-        cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.dtype, kv_dtype=ctx.kv_dtype,
+        cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.base.dtype, kv_dtype=ctx.base.kv_cache_dtype,
                               profile=_DBS[ctx.profile], default_profile=False)
         cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, ctx.max_tokens, ctx.max_seqs, ctx.max_context)
         _COSTS[key] = cost
@@ -112,13 +111,12 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
 def deployment(ctx: SearchContext, pool: PoolConfig):
     from graphsim.serving.deployment import plan_deployment
 
-    key = (ctx.key, ctx.model.name, pool.tp, pool.max_num_batched_tokens, pool.max_num_seqs)
+    key = (ctx.key, ctx.model.name, ctx.base, pool.tp, pool.max_num_batched_tokens, pool.max_num_seqs)
     dep = _DEPLOYMENTS.get(key)
     if dep is None:
-        dep = _DEPLOYMENTS[key] = plan_deployment(
-            ctx.model, ctx.hardware, pool.tp, kv_dtype=ctx.kv_dtype, dtype=ctx.dtype,
-            max_num_batched_tokens=pool.max_num_batched_tokens, max_num_seqs=pool.max_num_seqs,
-            max_model_len=ctx.max_model_len, gpu_memory_utilization=ctx.gpu_memory_utilization)
+        config = ctx.base.derive(tensor_parallel_size=pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
+                                 max_num_seqs=pool.max_num_seqs)
+        dep = _DEPLOYMENTS[key] = plan_deployment(config, model=ctx.model, hardware=ctx.hardware)
     return dep
 
 

@@ -17,14 +17,18 @@ instead), or when `max_num_batched_tokens < max_num_seqs` (vLLM refuses).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from graphsim.catalog import ResolvedModel
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.errors import GraphsimError
+from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.engine_config import batch_defaults
 from graphsim.serving.metrics import SLO
 from graphsim.serving.requests import Lengths
+from graphsim.validation import Strict, validate
 
 GiB = 1 << 30
 DEFAULT_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -36,45 +40,54 @@ class SearchSpecError(GraphsimError):
     pass
 
 
-@dataclass(frozen=True)
-class SearchSpec:
-    model: str
-    gpu: str = "h200"
-    gpus: int = 8
-    isl: Lengths = field(default_factory=lambda: Lengths(4000, 4000))
-    osl: Lengths = field(default_factory=lambda: Lengths(1000, 1000))
-    slo: SLO = field(default_factory=SLO)
-    tp: tuple[int, ...] | None = None  # None: powers of two up to min(gpus, GPUs per node)
-    modes: tuple[str, ...] = ("agg", "disagg")
-    max_num_seqs: tuple[int, ...] = DEFAULT_SEQS
-    max_num_batched_tokens: tuple[int, ...] = DEFAULT_BATCHED_TOKENS
-    prefill_batched_tokens: tuple[int, ...] = DEFAULT_PREFILL_BATCHED_TOKENS
-    decode_batched_tokens: int | None = None  # None: the engine default (raised to max_num_seqs)
-    max_model_len: int | None = None
-    kv_dtype: str | None = None
-    dtype: str | None = None
-    gpu_memory_utilization: float = 0.9
+_SIZE = Annotated[int, Field(ge=1, le=1 << 31)]
+_SIZES = Annotated[tuple[_SIZE, ...], Field(min_length=1)]
+_SPEC_FIX = "see SearchSpec in graphsim/serving/search_space.py"
+
+
+class SearchSpec(Strict):
+    """What `graphsim search` explores. `base` is the deployment every candidate starts from (model, GPU,
+    dtypes, `max_model_len`, `gpu_memory_utilization`, …); the search sets each candidate's
+    `tensor_parallel_size`, `max_num_seqs` and `max_num_batched_tokens` from the axes below and its replicas
+    from the GPU budget. Ranges are checked on construction (pydantic), every bad field at once; `parse` turns
+    a problem into a one-line SearchSpecError."""
+
+    base: DeploymentConfig
+    gpus: int = Field(default=8, ge=1, le=1 << 20)
+    isl: Lengths = Field(default_factory=lambda: Lengths(4000, 4000))
+    osl: Lengths = Field(default_factory=lambda: Lengths(1000, 1000))
+    slo: SLO = Field(default_factory=SLO)
+    tp: _SIZES | None = None  # None: powers of two up to min(gpus, GPUs per node)
+    modes: Annotated[tuple[Literal["agg", "disagg"], ...], Field(min_length=1)] = ("agg", "disagg")
+    max_num_seqs: _SIZES = DEFAULT_SEQS
+    max_num_batched_tokens: _SIZES = DEFAULT_BATCHED_TOKENS
+    prefill_batched_tokens: _SIZES = DEFAULT_PREFILL_BATCHED_TOKENS
+    decode_batched_tokens: _SIZE | None = None  # None: the engine default (raised to max_num_seqs)
     profile: str | None = None
-    kv_link_gbps: float | None = None
-    kv_link_latency_us: float | None = None
-    verify: int = 4  # simulate the best this many under the SLOs (and more while they fail)
+    kv_link_gbps: float | None = Field(default=None, gt=0, le=1e6)
+    kv_link_latency_us: float | None = Field(default=None, ge=0, le=1e6)
+    verify: int = Field(default=4, ge=0, le=1 << 20)  # simulate the best this many under the SLOs (and more while they fail)
     seed: int = 0
 
+    @classmethod
+    def parse(cls, data: Any) -> SearchSpec:
+        """`data` checked field by field (SearchSpecError naming every bad field otherwise)."""
+        try:
+            return validate(cls, data, "search spec", _SPEC_FIX)
+        except ValueError as e:
+            raise SearchSpecError(str(e)) from None
+
+    @property
+    def model(self) -> str:
+        return self.base.model
+
+    @property
+    def gpu(self) -> str:
+        return self.base.hardware
+
     def check(self) -> SearchSpec:
-        if self.gpus < 1:
-            raise SearchSpecError(f"--gpus {self.gpus}; give at least 1")
-        bad = [m for m in self.modes if m not in ("agg", "disagg")]
-        if bad or not self.modes:
-            raise SearchSpecError(f"unknown mode(s) {', '.join(bad) or '(none)'}; use agg, disagg or both")
-        for name in ("max_num_seqs", "max_num_batched_tokens", "prefill_batched_tokens"):
-            vals = getattr(self, name)
-            if not vals or min(vals) < 1:
-                raise SearchSpecError(f"--{name.replace('_', '-')} needs values >= 1")
-        if self.tp is not None and (not self.tp or min(self.tp) < 1):
-            raise SearchSpecError("--tp needs values >= 1")
-        if self.verify < 0:
-            raise SearchSpecError("--verify must be >= 0")
-        return self
+        """The spec checked again (a copy made with `model_copy(update=…)` skips validation)."""
+        return self.parse({k: getattr(self, k) for k in type(self).model_fields})
 
 
 @dataclass(frozen=True)
@@ -191,11 +204,9 @@ class _Planner:
         if key not in self._plans:
             from graphsim.serving.deployment import plan_deployment
 
-            s = self.spec
             try:
-                self._plans[key] = plan_deployment(
-                    self.model, self.hardware, tp, kv_dtype=s.kv_dtype, dtype=s.dtype, max_num_batched_tokens=mnbt,
-                    max_num_seqs=seqs, max_model_len=s.max_model_len, gpu_memory_utilization=s.gpu_memory_utilization)
+                config = self.spec.base.derive(tensor_parallel_size=tp, max_num_batched_tokens=mnbt, max_num_seqs=seqs)
+                self._plans[key] = plan_deployment(config, model=self.model, hardware=self.hardware)
             except GraphsimError as e:
                 self._plans[key] = e
         return self._plans[key]

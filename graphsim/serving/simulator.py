@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from graphsim.errors import GraphsimError
+from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost
@@ -49,14 +50,21 @@ class SimulationSetup:
     layout: KvLayout
     num_blocks: int  # per replica
     cost: IterationCost
-    replicas: int = 1
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)  # data_parallel_size replicas of tp ranks
     router: str = "round-robin"
-    tp: int = 1
     fast_forward: bool = True
 
     @property
+    def replicas(self) -> int:
+        return self.parallel.data_parallel_size
+
+    @property
+    def tp(self) -> int:
+        return self.parallel.tensor_parallel_size
+
+    @property
     def gpus(self) -> int:
-        return self.replicas * self.tp
+        return self.parallel.world_size
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,7 @@ def test_profile_data_names_what_the_numbers_rest_on(tmp_path):
 def test_a_hardware_spec_from_a_json_file_plans_a_deployment_and_a_cost_model(tmp_path, hf_import):
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.hardware import HardwareSpec, load_hardware, save_hardware
+    from graphsim.serving.config import DeploymentConfig, ParallelConfig
     from graphsim.serving.deployment import plan_deployment
 
     data = load_hardware("h100").to_json()
@@ -114,7 +115,8 @@ def test_a_hardware_spec_from_a_json_file_plans_a_deployment_and_a_cost_model(tm
     path = save_hardware(HardwareSpec.from_json(data), tmp_path / "lab_gpu.json")
     hw = load_hardware(str(path))
     path.unlink()  # from here on the object is carried, never reloaded by its id or path
-    dep = plan_deployment("llama-3.1-8b", hw, 2)
+    config = DeploymentConfig(model="llama-3.1-8b", hardware=str(path), parallel=ParallelConfig(tensor_parallel_size=2))
+    dep = plan_deployment(config, hardware=hw)
     assert dep.hardware is hw
     graph, _ = hf_import("llama-3.1-8b")
     cm = build_cost_model(graph, hw, tp=dep.tp)

@@ -10,11 +10,11 @@ from graphsim.serving.search_space import SearchSpec
 
 
 def small_spec(**changes) -> SearchSpec:
-    base: dict[str, Any] = dict(model="llama-3.1-8b", gpu="h100", gpus=4, isl=Lengths(1024, 1024), osl=Lengths(128, 128),
+    base: dict[str, Any] = dict(base={"model": "llama-3.1-8b", "hardware": "h100"}, gpus=4, isl=Lengths(1024, 1024), osl=Lengths(128, 128),
                 slo=SLO(ttft_ms=1000, tpot_ms=20), max_num_seqs=(4, 16, 64, 1024), max_num_batched_tokens=(2048, 8192),
                 prefill_batched_tokens=(4096,), verify=2, seed=0)
     base.update(changes)
-    return SearchSpec(**base)
+    return SearchSpec.parse(base)
 
 
 def comparable(res) -> str:

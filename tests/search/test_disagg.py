@@ -15,11 +15,10 @@ from graphsim.serving.disagg import DisaggSetup, KvLink, KvLinkError, simulate_d
 
 
 def disagg(x=2, y=2, p_blocks=4000, d_blocks=4000, d_seqs=64, link=None, fast_forward=True, tp_p=1, tp_d=1):
-    p = small_setup(num_blocks=p_blocks, mnbt=4096, replicas=x, layout=llama_layout(tp_p), fast_forward=fast_forward)
+    p = small_setup(num_blocks=p_blocks, mnbt=4096, replicas=x, layout=llama_layout(tp_p), fast_forward=fast_forward,
+                    tp=tp_p)
     d = small_setup(num_blocks=d_blocks, max_num_seqs=d_seqs, replicas=y, router="least-outstanding",
-                    layout=llama_layout(tp_d), fast_forward=fast_forward)
-    p = p.__class__(**{**vars(p), "tp": tp_p})
-    d = d.__class__(**{**vars(d), "tp": tp_d})
+                    layout=llama_layout(tp_d), fast_forward=fast_forward, tp=tp_d)
     return DisaggSetup(p, d, link or KvLink.from_hardware(load_hardware("h200")))
 
 

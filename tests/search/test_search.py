@@ -11,6 +11,7 @@ from search_helpers import comparable, small_spec
 
 from graphsim.catalog import resolve_model
 from graphsim.costing.hardware import load_hardware
+from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.pareto import dominated_by, pareto_front
 from graphsim.serving.search import meets, run_search
@@ -49,8 +50,9 @@ def test_search_returns_only_deployments_that_fit(small_result):
         c = row.candidate
         assert c.gpus_used <= spec.gpus and c.replicas >= 1
         for pool, mem in zip(c.pools, c.memory, strict=False):
-            dep = plan_deployment(model, spec.gpu, pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
-                                  max_num_seqs=pool.max_num_seqs)
+            config = spec.base.derive(tensor_parallel_size=pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
+                                      max_num_seqs=pool.max_num_seqs)
+            dep = plan_deployment(config, model=model)
             cap = dep.capacity
             assert dep.budget.available_bytes > 0 and cap.fits_one_request
             assert cap.num_blocks == mem.num_blocks
@@ -73,7 +75,7 @@ def test_pruned_configurations_carry_a_reason_and_are_not_returned(small_result)
 
 
 def test_a_model_that_does_not_fit_is_an_error(roofline_home):
-    spec = SearchSpec("deepseek-v3", "h100", gpus=2, modes=("agg",))
+    spec = SearchSpec(base=DeploymentConfig(model="deepseek-v3", hardware="h100"), gpus=2, modes=("agg",))
     with pytest.raises(Exception) as e:
         run_search(spec)
     assert "no deployment of deepseek-v3 fits" in str(e.value)
@@ -128,7 +130,8 @@ def test_json_is_complete(small_result):
 
 
 def test_moe_models_get_expert_parallel_options():
-    spec = SearchSpec("qwen3-30b-a3b", "h200", gpus=4, modes=("agg",), max_num_seqs=(8,), max_num_batched_tokens=(8192,))
+    spec = SearchSpec(base=DeploymentConfig(model="qwen3-30b-a3b", hardware="h200"), gpus=4, modes=("agg",),
+                      max_num_seqs=(8,), max_num_batched_tokens=(8192,))
     cands, _ = enumerate_candidates(spec, resolve_model(spec.model), load_hardware(spec.gpu))
     parts = {(c.pools[0].tp, c.pools[0].ep) for c in cands}
     assert {(1, 1), (2, 1), (2, 2), (4, 1), (4, 4)} <= parts

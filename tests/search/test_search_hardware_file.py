@@ -23,7 +23,7 @@ def test_search_on_a_spec_from_a_json_file_matches_the_bundled_one(small_result,
     data = load_hardware("h100").to_json()
     data.update(id="lab_h100", name="Lab H100 (a copy of the bundled H100 spec)", aliases=[])
     path = save_hardware(HardwareSpec.from_json(data), tmp_path / "lab_h100.json")
-    spec = small_spec(gpu=str(path))
+    spec = small_spec(base={"model": "llama-3.1-8b", "hardware": str(path)})
     model, hw = resolve_model(spec.model), load_hardware(spec.gpu)
     assert hw.id == "lab_h100"
     cands, _ = enumerate_candidates(spec, model, hw)

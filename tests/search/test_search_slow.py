@@ -2,7 +2,7 @@
 
 import pytest
 
-from graphsim.serving import SLO, Lengths
+from graphsim.serving import SLO, DeploymentConfig, Lengths
 from graphsim.serving.search import meets, run_search
 from graphsim.serving.search_space import SearchSpec
 
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 def test_moe_search_evaluates_expert_parallel_partitions(roofline_home):
     pytest.importorskip("torch")
-    spec = SearchSpec("qwen3-30b-a3b", "h200", gpus=4, isl=Lengths(2000, 2000), osl=Lengths(200, 200),
+    spec = SearchSpec(base=DeploymentConfig(model="qwen3-30b-a3b", hardware="h200"), gpus=4, isl=Lengths(2000, 2000), osl=Lengths(200, 200),
                       slo=SLO(2000, 30), max_num_seqs=(8, 64), max_num_batched_tokens=(8192,),
                       prefill_batched_tokens=(8192,), verify=1)
     res = run_search(spec)
@@ -24,7 +24,7 @@ def test_moe_search_evaluates_expert_parallel_partitions(roofline_home):
 
 def test_benchmark_configuration_evaluates_over_a_thousand_candidates(roofline_home):
     pytest.importorskip("torch")
-    spec = SearchSpec("qwen3-32b", "h200", gpus=8, isl=Lengths(4000, 4000), osl=Lengths(1000, 1000),
+    spec = SearchSpec(base=DeploymentConfig(model="qwen3-32b", hardware="h200"), gpus=8, isl=Lengths(4000, 4000), osl=Lengths(1000, 1000),
                       slo=SLO(2000, 30))
     res = run_search(spec)
     assert len(res.rows) >= 1000

@@ -6,7 +6,7 @@ import numpy as np
 
 from graphsim.catalog import resolve_model
 from graphsim.costing.interpolate import ROOFLINE
-from graphsim.serving import EngineConfig, SimulationSetup, kv_layout
+from graphsim.serving import EngineConfig, ParallelConfig, SimulationSetup, kv_layout
 from graphsim.work import accounting
 
 
@@ -34,7 +34,7 @@ def llama_layout(tp=1, block_size=None):
 
 
 def small_setup(num_blocks=2000, max_num_seqs=64, mnbt=2048, mml=8192, replicas=1, router="round-robin",
-                caching=True, chunked=True, cost=None, fast_forward=True, layout=None):
+                caching=True, chunked=True, cost=None, fast_forward=True, layout=None, tp=1):
     cfg = EngineConfig(mnbt, max_num_seqs, mml, enable_prefix_caching=caching, enable_chunked_prefill=chunked)
-    return SimulationSetup(cfg, layout or llama_layout(), num_blocks, cost or AffineCost(), replicas, router, 1,
-                           fast_forward)
+    return SimulationSetup(cfg, layout or llama_layout(), num_blocks, cost or AffineCost(),
+                           ParallelConfig(tensor_parallel_size=tp, data_parallel_size=replicas), router, fast_forward)

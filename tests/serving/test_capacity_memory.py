@@ -7,7 +7,9 @@ import pytest
 from serving_helpers import AffineCost
 
 from graphsim.catalog import resolve_model
-from graphsim.serving import kv_capacity, kv_layout, parse_bytes, weight_bytes_per_rank
+from graphsim.serving import (
+    DeploymentConfig, EngineArgs, ParallelConfig, kv_capacity, kv_layout, parse_bytes, weight_bytes_per_rank,
+)
 from graphsim.serving.capacity import CapacityError
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.memory import activation_peak
@@ -109,7 +111,7 @@ def test_activation_estimate_matches_a_vllm_profile():
 
 
 def test_budget_terms_add_up():
-    dep = plan_deployment("llama-3.1-8b", "h100", 1, max_model_len=8192)
+    dep = plan_deployment(DeploymentConfig(model="llama-3.1-8b", hardware="h100", engine=EngineArgs(max_model_len=8192)))
     b = dep.budget
     assert b.requested_bytes == math.ceil(80 * GiB * 0.9)
     assert b.available_bytes == b.requested_bytes - sum(t.bytes for t in b.terms)
@@ -119,7 +121,8 @@ def test_budget_terms_add_up():
     # rotary cache: 131,072 positions × 128 × 2 B
     assert b.term("rotary cos/sin cache").bytes == 131_072 * 128 * 2
     assert dep.capacity.num_blocks == b.available_bytes // (2 * 2**20)
-    given = plan_deployment("llama-3.1-8b", "h100", 1, kv_memory_bytes=20 * GiB)
+    given = plan_deployment(DeploymentConfig(model="llama-3.1-8b", hardware="h100",
+                                             engine=EngineArgs(kv_cache_memory_bytes=20 * GiB)))
     assert given.budget.available_bytes == 20 * GiB and given.budget.source == "given"
     assert given.capacity.num_blocks == 20 * 512  # 20 GiB / 2 MiB
 
@@ -134,7 +137,8 @@ def test_defaults_follow_vllm_serve_per_gpu():
 
 
 def test_does_not_fit_is_reported():
-    dep = plan_deployment("deepseek-v3", "h100", 8)  # 671B fp8 weights: ~79 GiB per H100 rank
+    dep = plan_deployment(DeploymentConfig(model="deepseek-v3", hardware="h100",
+                                           parallel=ParallelConfig(tensor_parallel_size=8)))  # 671B fp8 weights: ~79 GiB per H100 rank
     assert dep.budget.available_bytes < 0 and dep.capacity.num_blocks == 0
     with pytest.raises(CapacityError, match="lower --max-model-len or raise"):
         dep.simulation_setup(cost=AffineCost())

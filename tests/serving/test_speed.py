@@ -4,14 +4,14 @@ import time
 
 import pytest
 
-from graphsim.serving import parse_lengths, simulate, summarize, synthetic
+from graphsim.serving import DeploymentConfig, parse_lengths, simulate, summarize, synthetic
 from graphsim.serving.deployment import build_cost, plan_deployment
 
 
 @pytest.mark.slow
 def test_ten_thousand_requests_within_budget():
     pytest.importorskip("torch")
-    dep = plan_deployment("llama-3.1-8b", "h100", 1)
+    dep = plan_deployment(DeploymentConfig(model="llama-3.1-8b", hardware="h100"))
     cost, _, _ = build_cost(dep)
     work = synthetic(10_000, 10.0, parse_lengths("1024:4096", "in"), parse_lengths("100:500", "out"), seed=0)
     c0 = time.process_time()

@@ -1,0 +1,116 @@
+"""A deployment's settings as one typed, validated value, under vLLM's names where vLLM has one.
+
+    DeploymentConfig(model="llama-3.1-8b", hardware="h100", kv_cache_dtype="fp8",
+                     parallel=ParallelConfig(tensor_parallel_size=2, data_parallel_size=4),
+                     engine=EngineArgs(max_num_seqs=256, gpu_memory_utilization=0.9))
+
+- `ParallelConfig`: `tensor_parallel_size` (ranks of one engine) and `data_parallel_size` (independent engine
+  replicas behind the router — what `graphsim simulate --replicas` models; each holds a full copy of the
+  weights). Expert parallelism is not part of a deployment: `plan_deployment` models TP only (the search
+  prices EP partitions of its own candidates, and `predict`/`analyze` take `--ep` for one step).
+- `EngineArgs` (engine_config.py): the scheduler and cache settings (`max_num_batched_tokens`, `max_num_seqs`,
+  `max_model_len`, `block_size`, `enable_prefix_caching`, `enable_chunked_prefill`, `gpu_memory_utilization`,
+  `kv_cache_memory_bytes`, …), None where vLLM picks a default for the GPU or model.
+- `MemoryOverrides`: graphsim's own memory-model terms, in GiB, instead of its estimates (activation peak,
+  non-torch runtime memory, CUDA graphs).
+
+Every model is pydantic: unknown keys, wrong types, NaN/inf and out-of-range values are errors, all reported
+at once. `DeploymentConfig.parse` checks a dict (a JSON document, or what a CLI command collected) and raises
+`DeploymentConfigError`, one line naming each bad field; `to_json` / `parse` round-trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from graphsim.errors import GraphsimError
+from graphsim.serving.engine_config import EngineArgs
+from graphsim.validation import Strict, validate
+
+_FIX = ("see DeploymentConfig in graphsim/serving/config.py (fields: model, hardware, dtype, kv_cache_dtype, "
+        "mamba_ssm_cache_dtype, parallel, engine, memory)")
+
+
+class DeploymentConfigError(GraphsimError):
+    pass
+
+
+class ParallelConfig(Strict):
+    """How a deployment spreads over GPUs (vLLM's ParallelConfig names): `tensor_parallel_size` ranks per
+    engine, `data_parallel_size` engine replicas. GPUs used: their product."""
+
+    tensor_parallel_size: int = Field(default=1, ge=1, le=4096)
+    data_parallel_size: int = Field(default=1, ge=1, le=1 << 20)
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_parallel_size * self.data_parallel_size
+
+
+class MemoryOverrides(Strict):
+    """Terms of the memory budget given instead of graphsim's estimates, GiB per rank (None: the estimate)."""
+
+    activation_gib: float | None = Field(default=None, ge=0, le=1 << 20)
+    overhead_gib: float | None = Field(default=None, ge=0, le=1 << 20)
+    cudagraph_gib: float | None = Field(default=None, ge=0, le=1 << 20)
+
+
+def _dtype(value: str | None, what: str) -> str | None:
+    """A dtype name graphsim parses, as given (None or vLLM's `auto`: the model's own)."""
+    if value is None or value.strip().lower() == "auto":
+        return None
+    from graphsim.work.dtypes import parse_dtype
+
+    try:
+        parse_dtype(value, what)
+    except GraphsimError as e:
+        raise ValueError(str(e)) from None
+    return value
+
+
+class DeploymentConfig(Strict):
+    """One deployment: model, GPU, dtypes, parallelism, engine settings and memory overrides."""
+
+    model: str = Field(min_length=1)  # catalog name, HF id, config.json or model directory
+    hardware: str = Field(min_length=1)  # hardware spec id or alias, or a JSON spec file
+    dtype: str | None = None  # model dtype (None: the config's); vLLM's --dtype
+    kv_cache_dtype: str | None = None  # None: the model dtype (vLLM's `auto`); vLLM's --kv-cache-dtype
+    mamba_ssm_cache_dtype: str | None = None  # recurrent-state dtype (None: the model dtype)
+    ignore_quant: bool = False  # weights in `dtype`, ignoring the config's quantization_config
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    engine: EngineArgs = Field(default_factory=EngineArgs)
+    memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
+
+    @field_validator("dtype", "kv_cache_dtype", "mamba_ssm_cache_dtype")
+    @classmethod
+    def _known_dtype(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return _dtype(v, info.field_name or "dtype")
+
+    @classmethod
+    def parse(cls, data: Any, what: str = "deployment config") -> DeploymentConfig:
+        """`data` (a dict, e.g. a JSON document) checked field by field: DeploymentConfigError naming every
+        bad field otherwise."""
+        try:
+            return validate(cls, data, what, _FIX)
+        except ValueError as e:
+            raise DeploymentConfigError(str(e)) from None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.parallel.tensor_parallel_size
+
+    def derive(self, *, tensor_parallel_size: int | None = None, data_parallel_size: int | None = None,
+               **engine: Any) -> DeploymentConfig:
+        """This config with parallel sizes and engine settings changed (checked again)."""
+        data = self.model_dump()
+        if tensor_parallel_size is not None:
+            data["parallel"]["tensor_parallel_size"] = tensor_parallel_size
+        if data_parallel_size is not None:
+            data["parallel"]["data_parallel_size"] = data_parallel_size
+        data["engine"].update(engine)
+        return self.parse(data)
