@@ -143,29 +143,20 @@ class ThreadClockTimer:
     def __init__(self, opts, sweep_bytes: int = 64 * 2**20) -> None:
         import torch
 
-        self.opts = opts
+        from graphsim.profiles.profiler.timer import CpuTimer
+
+        self._timer = CpuTimer(opts, time.thread_time)
         self._buf = torch.ones(sweep_bytes // 4, dtype=torch.float32)
 
     def time(self, fn: Callable[[], Any], cold: Callable[[], Any] | None = None) -> list[float]:
-        o = self.opts
-        start = time.perf_counter()
-        calls = 0
-        while calls < o.warmup_calls or (time.perf_counter() - start < min(o.warmup_time_s, o.max_time_s)):
-            fn()
-            calls += 1
-        samples: list[float] = []
-        timed = 0.0
-        while not (len(samples) >= o.max_samples or (len(samples) >= o.min_samples and timed >= o.min_time_s)
-                   or (timed >= o.max_time_s and len(samples) >= o.floor_samples)):
-            if cold is not None:
-                self._buf.sum()
-                cold()
-            t0 = time.thread_time()
-            fn()
-            dt = time.thread_time() - t0
-            samples.append(dt)
-            timed += dt
-        return samples
+        if cold is None:
+            return self._timer.time(fn)
+
+        def sweep_and_rewarm() -> None:
+            self._buf.sum()
+            cold()
+
+        return self._timer.time(fn, sweep_and_rewarm)
 
 
 def _code_warmer(key) -> Callable[[], Any] | None:

@@ -59,10 +59,14 @@ def _enough(n: int, timed_s: float, opts: TimingOptions) -> bool:
 
 
 class CpuTimer:
-    def __init__(self, opts: TimingOptions) -> None:
-        self.opts = opts
+    """Samples of `clock` (wall time by default) around each call; `before`, when given, runs untimed
+    ahead of each sample (e.g. to sweep the caches)."""
 
-    def time(self, fn: Callable[[], Any]) -> list[float]:
+    def __init__(self, opts: TimingOptions, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.opts = opts
+        self.clock = clock
+
+    def time(self, fn: Callable[[], Any], before: Callable[[], Any] | None = None) -> list[float]:
         opts = self.opts
         start = time.perf_counter()
         calls = 0
@@ -73,9 +77,11 @@ class CpuTimer:
         samples: list[float] = []
         timed = 0.0
         while not _enough(len(samples), timed, opts):
-            t0 = time.perf_counter()
+            if before is not None:
+                before()
+            t0 = self.clock()
             fn()
-            dt = time.perf_counter() - t0
+            dt = self.clock() - t0
             samples.append(dt)
             timed += dt
         return samples
