@@ -9,6 +9,7 @@ and the fix — all problems at once, never a traceback.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,14 +28,14 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "(document)"
 
 
-def problems(e: ValidationError) -> list[str]:
-    """One short phrase per problem: `field.sub: message (got value)`."""
+def problems(e: ValidationError, where: Callable[[tuple[int | str, ...]], str] = _where) -> list[str]:
+    """One short phrase per problem: `field.sub: message (got value)` (`where` spells the location)."""
     out = []
     for err in e.errors(include_url=False):
         got = err.get("input")
         shown = "" if err["type"] in ("missing", "extra_forbidden") or isinstance(got, (dict, list)) else f" (got {got!r})"
         msg = "unknown field" if err["type"] == "extra_forbidden" else err["msg"][0].lower() + err["msg"][1:]
-        out.append(f"{_where(tuple(err['loc']))}: {msg}{shown}")
+        out.append(f"{where(tuple(err['loc']))}: {msg}{shown}")
     return out
 
 
@@ -46,14 +47,20 @@ def validate(model: type[M], data: Any, what: str, fix: str) -> M:
         raise ValueError(f"{what}: {'; '.join(problems(e))}; {fix}") from None
 
 
-def read_json(path: Path, what: str) -> Any:
-    """The JSON document in `path` (ValueError naming the file and the problem: unreadable, not UTF-8, not JSON)."""
+def read_text(path: str | Path, what: str, hint: str = "") -> str:
+    """The UTF-8 text in `path` (ValueError naming the file and the problem: unreadable, or not UTF-8
+    text, then `hint` on what the file should hold)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"{what} {path} is not UTF-8 text (is it a binary file?)") from None
+        raise ValueError(f"{what} {path} is not UTF-8 text (is it a binary file?)" + (f"; {hint}" if hint else "")) from None
     except OSError as e:
         raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from None
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON document in `path` (ValueError naming the file and the problem: unreadable, not UTF-8, not JSON)."""
+    text = read_text(path, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

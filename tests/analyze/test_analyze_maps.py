@@ -100,8 +100,9 @@ def test_row_consumed_twice_in_one_map_is_rejected():
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d.update(schema_version=2), "schema_version"),
     (lambda d: d.pop("fuse_target"), "fuse_target"),
-    (lambda d: d.update(id="GQA Dense"), "'id'"),
-    (lambda d: d["regions"]["full.dense"].append({"at": "no-slash", "rows": []}), "'at' must be"),
+    (lambda d: d.update(id="GQA Dense"), r"id: must be a lower-case name such as 'gqa-dense' \(got 'GQA Dense'\)"),
+    (lambda d: d["regions"]["full.dense"].append({"at": "no-slash", "rows": []}),
+     r"full\.dense\[\d+\]\.at: must be 'scope-role/kernel'"),
     (lambda d: d["regions"]["full.dense"].append({"at": "mlp/x", "rows": ["mlp"]}), "row reference 'mlp'"),
     (lambda d: d["regions"]["outside"].append({"at": "model/x", "rows": ["attn.qkv"]}), "not a segment"),
     (lambda d: d["regions"]["full.dense"].append({"at": "mlp/x", "rows": [], "where": 1}), "unknown field"),
@@ -189,3 +190,27 @@ def test_draft_map_lists_every_location_and_fails_until_rows_are_placed():
     assert len(m.entries) == len([s for s in llama_sites() if not s.communication])
     c = check_map(m, llama_sites(), llama_rows(), "vllm")
     assert c.distance == 0 and not c.ok and len(draft["notes"]) == len(llama_rows().rows)
+
+
+def test_schema_problems_are_reported_all_at_once():
+    d = gqa_dense()
+    d.update(schema_version=2, version=True, id="Bad Id", extra_key=1)  # a bool is not a version
+    d.pop("title")
+    d["regions"]["outside"][0]["rows"] = "embed"
+    with pytest.raises(LocationMapError) as e:
+        validate_map_data(d)
+    msg = str(e.value)
+    assert msg.startswith("location map: ") and "(+" in msg  # more than four problems: the first four, and a count
+    for fragment in ("schema_version: input should be 1 (got 2)", "id: must be a lower-case name", "version: ",
+                     "title: field required"):
+        assert fragment in msg, msg
+    assert msg.endswith("(this graphsim reads schema_version 1)")
+    d = gqa_dense()
+    d.update(version=0)
+    d["regions"]["outside"][0]["rows"] = "embed"
+    d["regions"]["outside"][1]["note"] = 3
+    with pytest.raises(LocationMapError) as e:
+        validate_map_data(d)
+    msg = str(e.value)
+    assert "version: input should be greater than or equal to 1 (got 0)" in msg
+    assert "outside[0].rows: input should be a valid list" in msg and "outside[1].note: input should be a valid string" in msg

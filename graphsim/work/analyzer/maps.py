@@ -25,9 +25,13 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from graphsim.errors import GraphsimError
+from graphsim.validation import Strict, problems
 from graphsim.work.analyzer.locations import Site
 from graphsim.work.analyzer.rows import OUTSIDE, OUTSIDE_SEGMENTS, Row, RowSet
 
@@ -37,8 +41,6 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9.+-]*$")
 _AT = re.compile(r"^[^/\s]+/[^/\s#]+(#[2-9]\d*|#1\d+)?$")
 _PART = r"(attn|ffn)\.[a-z_]+"
 _REF = re.compile(rf"^{_PART}(:[A-Za-z0-9_.]+)?$")
-_TOP_KEYS = {"schema", "schema_version", "id", "version", "title", "fuse_target", "notes", "regions"}
-_ENTRY_KEYS = {"at", "rows", "note"}
 
 
 class LocationMapError(GraphsimError):
@@ -99,80 +101,88 @@ def _summary(where: str, problems: list[str]) -> str:
     return f"{where}: {shown}{more}"
 
 
+class _EntryFile(Strict):
+    """One location of a region: `at` is 'scope-role/kernel' (optionally '#k', k >= 2), `rows` the row
+    references it consumes (empty: no compulsory work)."""
+
+    at: str
+    rows: list[StrictStr]
+    note: StrictStr = ""
+
+    @field_validator("at")
+    @classmethod
+    def _at_form(cls, v: str) -> str:
+        if not _AT.match(v):
+            raise PydanticCustomError("at_form", "must be 'scope-role/kernel' (optionally '#k', k >= 2)")
+        return v
+
+
+class _MapFile(Strict):
+    """The JSON form of a location map: types, required and unknown keys, id pattern, version >= 1. The
+    exactly-once rules over its entries are checked after (`validate_map_data`)."""
+
+    schema_: Literal["graphsim.location-map"] = Field(alias="schema")
+    schema_version: Literal[1]
+    id: StrictStr
+    version: StrictInt = Field(ge=1)
+    title: StrictStr = Field(min_length=1)
+    fuse_target: StrictStr = Field(min_length=1)
+    notes: tuple[StrictStr, ...] = ()
+    regions: dict[str, list[_EntryFile]] = Field(min_length=1)
+
+    @field_validator("id")
+    @classmethod
+    def _id_form(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise PydanticCustomError("id_form", "must be a lower-case name such as 'gqa-dense'")
+        return v
+
+
+def _map_where(loc: tuple[int | str, ...]) -> str:
+    """`regions.<region>.<i>.<field>` as `<region>[i].field` (region names have dots of their own)."""
+    if len(loc) >= 3 and loc[0] == "regions" and isinstance(loc[2], int):
+        return f"{loc[1]}[{loc[2]}]" + "".join(f".{p}" for p in loc[3:])
+    return ".".join(str(p) for p in loc) or "(document)"
+
+
 def validate_map_data(data: Any, where: str = "location map") -> LocationMap:
-    """Check a map's schema and its internal exactly-once rules; raise LocationMapError naming every problem."""
-    problems: list[str] = []
-    if not isinstance(data, dict):
-        raise LocationMapError(f"{where}: expected a JSON object")
-    unknown = sorted(set(data) - _TOP_KEYS)
-    if unknown:
-        problems.append(f"unknown field(s) {', '.join(unknown)}")
-    if data.get("schema") != SCHEMA:
-        problems.append(f"'schema' must be '{SCHEMA}'")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        problems.append(f"'schema_version' must be {SCHEMA_VERSION} (this graphsim reads version {SCHEMA_VERSION})")
-    map_id = data.get("id")
-    if not isinstance(map_id, str) or not _ID.match(map_id):
-        problems.append("'id' must be a lower-case name such as 'gqa-dense'")
-    version = data.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        problems.append("'version' must be an integer >= 1")
-    for key in ("title", "fuse_target"):
-        if not isinstance(data.get(key), str) or not data.get(key):
-            problems.append(f"'{key}' must be a non-empty string")
-    notes = data.get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        problems.append("'notes' must be a list of strings")
-    regions = data.get("regions")
+    """Check a map's schema (pydantic: `_MapFile`) and then its internal exactly-once rules; raise
+    LocationMapError naming every problem."""
+    try:
+        f = _MapFile.model_validate(data)
+    except ValidationError as e:
+        found = problems(e, _map_where)
+        hint = f" (this graphsim reads schema_version {SCHEMA_VERSION})" if any(
+            p.startswith("schema_version") for p in found) else ""
+        raise LocationMapError(_summary(where, found) + hint) from None
+    errors: list[str] = []
     entries: list[MapEntry] = []
-    if not isinstance(regions, dict) or not regions:
-        problems.append("'regions' must be an object of region name → list of locations")
-        regions = {}
-    for region, items in regions.items():
-        if not isinstance(items, list):
-            problems.append(f"region '{region}' must be a list of locations")
-            continue
+    for region, items in f.regions.items():
         seen_at: set[str] = set()
         seen_refs: dict[str, str] = {}
-        for i, item in enumerate(items):
-            label = f"{region}[{i}]"
-            if not isinstance(item, dict):
-                problems.append(f"{label} must be an object with 'at' and 'rows'")
-                continue
-            extra = sorted(set(item) - _ENTRY_KEYS)
-            if extra:
-                problems.append(f"{label} has unknown field(s) {', '.join(extra)}")
-            at, refs, note = item.get("at"), item.get("rows"), item.get("note", "")
-            if not isinstance(at, str) or not _AT.match(at):
-                problems.append(f"{label}: 'at' must be 'scope-role/kernel' (optionally '#k', k >= 2), got {at!r}")
-                continue
+        for item in items:
+            at, refs = item.at, item.rows
             label = f"{region}/{at}"
             if at in seen_at:
-                problems.append(f"location {label} is listed twice")
+                errors.append(f"location {label} is listed twice")
             seen_at.add(at)
-            if not isinstance(refs, list) or not all(isinstance(r, str) for r in refs):
-                problems.append(f"{label}: 'rows' must be a list of row references (empty for no compulsory work)")
-                continue
-            if not isinstance(note, str):
-                problems.append(f"{label}: 'note' must be a string")
             for ref in refs:
                 ok = ref in OUTSIDE_SEGMENTS if region == OUTSIDE else bool(_REF.match(ref))
                 if not ok:
                     want = "a segment (embed, final_norm, head)" if region == OUTSIDE else "'block.part' or 'block.part:module'"
-                    problems.append(f"{label}: row reference {ref!r} is not {want}")
+                    errors.append(f"{label}: row reference {ref!r} is not {want}")
                     continue
                 if ref in seen_refs:
-                    problems.append(f"row {region}:{ref} is consumed twice ({seen_refs[ref]} and {at})")
+                    errors.append(f"row {region}:{ref} is consumed twice ({seen_refs[ref]} and {at})")
                 seen_refs[ref] = at
-            entries.append(MapEntry(region, at, tuple(refs), note if isinstance(note, str) else ""))
+            entries.append(MapEntry(region, at, tuple(refs), item.note))
         for ref, at in seen_refs.items():
             part = ref.split(":", 1)[0]
             if ":" in ref and part in seen_refs:
-                problems.append(f"row {region}:{ref} is consumed twice (by part '{part}' at {seen_refs[part]} and at {at})")
-    if problems:
-        raise LocationMapError(_summary(where, problems))
-    assert isinstance(map_id, str) and isinstance(version, int)  # checked above: problems raise
-    return LocationMap(map_id, version, data["title"], data["fuse_target"], tuple(entries), tuple(notes))
+                errors.append(f"row {region}:{ref} is consumed twice (by part '{part}' at {seen_refs[part]} and at {at})")
+    if errors:
+        raise LocationMapError(_summary(where, errors))
+    return LocationMap(f.id, f.version, f.title, f.fuse_target, tuple(entries), tuple(f.notes))
 
 
 def load_map(path: str | Path) -> LocationMap:
