@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
 from graphsim.errors import GraphsimError
-from graphsim.validation import Strict, validate
+from graphsim.validation import Strict, read_text, validate
 
 
 class WorkloadSpecError(GraphsimError):
@@ -146,11 +146,9 @@ def load_trace(path: str | Path) -> list[RequestSpec]:
     if not p.is_file():
         raise WorkloadSpecError(f"no trace file '{path}'")
     try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise WorkloadSpecError(f"trace {path} is not UTF-8 text (is it a binary file?); {_TRACE_FIX}") from None
-    except OSError as e:
-        raise WorkloadSpecError(f"cannot read trace {path}: {e.strerror or e}") from None
+        text = read_text(path, "trace", _TRACE_FIX)
+    except ValueError as e:
+        raise WorkloadSpecError(str(e)) from None
     out: list[RequestSpec] = []
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
