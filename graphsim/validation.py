@@ -58,17 +58,6 @@ def read_text(path: str | Path, what: str, hint: str = "") -> str:
         raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from None
 
 
-def read_text(path: str | Path, what: str, hint: str = "") -> str:
-    """The UTF-8 text in `path` (ValueError naming the file and the problem: unreadable, or not UTF-8
-    text, then `hint` on what the file should hold)."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{what} {path} is not UTF-8 text (is it a binary file?)" + (f"; {hint}" if hint else "")) from None
-    except OSError as e:
-        raise ValueError(f"cannot read {what} {path}: {e.strerror or e}") from None
-
-
 def read_json(path: Path, what: str) -> Any:
     """The JSON document in `path` (ValueError naming the file and the problem: unreadable, not UTF-8, not JSON)."""
     text = read_text(path, what)
