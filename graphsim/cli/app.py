@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import re
+import signal
 import sys
+import threading
 
 import typer
 from rich.console import Console
@@ -30,7 +32,7 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 console = Console()
 
-STATE = {"debug": False}
+STATE = {"debug": False, "interrupted": False}
 
 # Modules that register commands on `app` (each defines its commands with @app.command()).
 COMMAND_MODULES = [
@@ -81,9 +83,24 @@ def _register() -> None:
                 raise
 
 
+def _on_sigint(signum: int, frame: object) -> None:
+    # Remembered as well as raised: a library that catches every exception (torch does while it
+    # imports) must not turn a Ctrl-C into a normal exit.
+    STATE["interrupted"] = True
+    raise KeyboardInterrupt
+
+
+def _interrupted() -> int:
+    err_console.print("[bold red]interrupted[/]")
+    return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     STATE["debug"] = "--debug" in args
+    STATE["interrupted"] = False
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         _register()
         app(args=args, prog_name="graphsim", standalone_mode=False)
@@ -96,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         code = getattr(e, "exit_code", getattr(e, "code", 0))
         return int(code or 0)
     except KeyboardInterrupt:
-        err_console.print("[bold red]interrupted[/]")
-        return 130
+        return _interrupted()
     except ModuleNotFoundError as e:
         message = _missing_module_message(e, _command_path(args))
         if message is None or STATE["debug"]:
@@ -105,12 +121,12 @@ def main(argv: list[str] | None = None) -> int:
         _error(message)
         return 2
     except Exception as e:  # usage errors (unknown option, bad value) and the like, from either click
-        if _is_abort(e):
-            return 1
+        if _is_abort(e):  # click turns a Ctrl-C into Abort
+            return _interrupted()
         if not _is_click_exception(e):
             raise
         return _show_click_exception(e, args)
-    return 0
+    return _interrupted() if STATE["interrupted"] else 0
 
 
 def _error(message: str) -> None:
