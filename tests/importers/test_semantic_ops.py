@@ -36,34 +36,31 @@ def logits(model, ids):
         return model(input_ids=ids, use_cache=False).logits
 
 
+def assert_ours_match(cfg, tokens: int, ref_attn: str, ref_experts: str | None = None):
+    """Our semantic ops (attention, and the experts where `ref_experts` is given) and the named HF
+    implementations, with the same weights, give the same logits on `tokens` random ids."""
+    ids = torch.randint(0, 97, (1, tokens))
+    ref = build(cfg, ref_attn, ref_experts)
+    ours = build(cfg, custom_ops.IMPL_NAME, custom_ops.IMPL_NAME if ref_experts else None)
+    ours.load_state_dict(ref.state_dict())
+    torch.testing.assert_close(logits(ours, ids), logits(ref, ids), rtol=1e-4, atol=1e-4)
+
+
 def test_attention_op_matches_eager_with_gqa_window_and_softcap():
-    ids = torch.randint(0, 97, (1, 12))
     # Gemma-2 geometry exercises GQA, sliding window (4 tokens) and logit softcapping.
     cfg = tiny("gemma-2-9b", num_hidden_layers=2, head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
                layer_types=["sliding_attention", "full_attention"])
-    ref = build(cfg, "eager")
-    ours = build(cfg, custom_ops.IMPL_NAME)
-    ours.load_state_dict(ref.state_dict())
-    torch.testing.assert_close(logits(ours, ids), logits(ref, ids), rtol=1e-4, atol=1e-4)
+    assert_ours_match(cfg, 12, "eager")
 
 
 def test_attention_op_matches_sdpa_llama():
-    ids = torch.randint(0, 97, (1, 9))
-    cfg = tiny("llama-3.1-8b", num_hidden_layers=2)
-    ref = build(cfg, "sdpa")
-    ours = build(cfg, custom_ops.IMPL_NAME)
-    ours.load_state_dict(ref.state_dict())
-    torch.testing.assert_close(logits(ours, ids), logits(ref, ids), rtol=1e-4, atol=1e-4)
+    assert_ours_match(tiny("llama-3.1-8b", num_hidden_layers=2), 9, "sdpa")
 
 
 def test_moe_experts_op_matches_reference():
-    ids = torch.randint(0, 97, (1, 7))
     cfg = tiny("qwen3-30b-a3b", num_hidden_layers=1, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                head_dim=16)
-    ref = build(cfg, "eager", "batched_mm")
-    ours = build(cfg, custom_ops.IMPL_NAME, custom_ops.IMPL_NAME)
-    ours.load_state_dict(ref.state_dict())
-    torch.testing.assert_close(logits(ours, ids), logits(ref, ids), rtol=1e-4, atol=1e-4)
+    assert_ours_match(cfg, 7, "eager", "batched_mm")
 
 
 def test_gated_delta_rule_op_matches_recurrent_reference():
