@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
 from graphsim.errors import GraphsimError
 from graphsim.serving.engine_config import EngineArgs
@@ -66,7 +67,7 @@ def _dtype(value: str | None, what: str) -> str | None:
     try:
         parse_dtype(value, what)
     except GraphsimError as e:
-        raise ValueError(str(e)) from None
+        raise PydanticCustomError("dtype", str(e)) from None
     return value
 
 

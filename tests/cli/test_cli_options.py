@@ -136,3 +136,12 @@ def test_model_dtype_spellings_reach_every_reader(given, read):
 def test_data_parallel_size_is_replicas(capsys):
     line = one_error_line(capsys, "simulate", "llama-3.1-8b", "-dp", "0")
     assert "--replicas / --data-parallel-size / -dp" in line, line
+
+
+def test_deployment_and_search_configs_are_checked_once_with_every_bad_field(capsys):
+    line = one_error_line(capsys, "kv", "llama-3.1-8b", "--activation-gib", "-1", "--overhead-gib", "nan")
+    assert line.startswith("error: deployment config: memory.activation_gib: input should be greater than or equal to 0")
+    assert "memory.overhead_gib: input should be a finite number (got nan)" in line, line
+    line = one_error_line(capsys, "search", "llama-3.1-8b", "--tp", "0,1", "--kv-link-gbps", "-3")
+    assert "error: search spec: tp.0: input should be greater than or equal to 1 (got 0)" in line, line
+    assert "kv_link_gbps: input should be greater than 0 (got -3.0)" in line, line
