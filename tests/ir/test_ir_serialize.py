@@ -235,42 +235,19 @@ def test_load_directory(tmp_path):
     _load_error(tmp_path, "cannot read")
 
 
-def test_load_non_json(tmp_path):
+@pytest.mark.parametrize(("content", "match"), [
+    pytest.param(b"graph tiny\n  input %x: f32[T]\n", "not valid JSON", id="non_json"),
+    pytest.param(bytes(range(256)), "not a text file", id="binary"),
+    pytest.param(json.dumps(graph_to_json(_tiny()))[:-40].encode(), "not valid JSON", id="truncated"),
+    pytest.param(b"[1, 2, 3]", "not a graphsim graph file", id="json_that_is_not_an_object"),
+    pytest.param(json.dumps({"name": "x"}).encode(), "not a graphsim graph file", id="wrong_format_tag"),
+    pytest.param(json.dumps({**graph_to_json(_tiny()), "version": 999}).encode(), "version 999 is not supported",
+                 id="wrong_version"),
+])
+def test_load_bad_file(tmp_path, content: bytes, match: str):
     p = tmp_path / "g.json"
-    p.write_text("graph tiny\n  input %x: f32[T]\n")
-    _load_error(p, "not valid JSON")
-
-
-def test_load_binary(tmp_path):
-    p = tmp_path / "g.json"
-    p.write_bytes(bytes(range(256)))
-    _load_error(p, "not a text file")
-
-
-def test_load_truncated(tmp_path):
-    p = tmp_path / "g.json"
-    p.write_text(json.dumps(graph_to_json(_tiny()))[:-40])
-    _load_error(p, "not valid JSON")
-
-
-def test_load_json_that_is_not_an_object(tmp_path):
-    p = tmp_path / "g.json"
-    p.write_text("[1, 2, 3]")
-    _load_error(p, "not a graphsim graph file")
-
-
-def test_load_wrong_format_tag(tmp_path):
-    p = tmp_path / "g.json"
-    p.write_text(json.dumps({"name": "x"}))
-    _load_error(p, "not a graphsim graph file")
-
-
-def test_load_wrong_version(tmp_path):
-    p = tmp_path / "g.json"
-    d = graph_to_json(_tiny())
-    d["version"] = 999
-    p.write_text(json.dumps(d))
-    _load_error(p, "version 999 is not supported")
+    p.write_bytes(content)
+    _load_error(p, match)
 
 
 @pytest.mark.parametrize("damage", [
