@@ -67,7 +67,7 @@ def _dtype(value: str | None, what: str) -> str | None:
     try:
         parse_dtype(value, what)
     except GraphsimError as e:
-        raise PydanticCustomError("dtype", str(e)) from None
+        raise PydanticCustomError("dtype", "{reason}", {"reason": str(e)}) from None
     return value
 
 

@@ -63,7 +63,7 @@ def test_gpu_memory_utilization_is_a_fraction_in_0_1(util, ok):
     if ok:
         assert llama(engine={"gpu_memory_utilization": util}).engine.gpu_memory_utilization == util
     else:
-        with pytest.raises(DeploymentConfigError, match="engine.gpu_memory_utilization"):
+        with pytest.raises(DeploymentConfigError, match=r"engine\.gpu_memory_utilization"):
             llama(engine={"gpu_memory_utilization": util})
 
 
@@ -114,9 +114,9 @@ def test_derive_changes_and_checks_again():
     assert (d.parallel.tensor_parallel_size, d.engine.max_num_seqs, d.engine.max_model_len, d.kv_cache_dtype) == \
         (2, 32, 8192, "fp8")
     assert cfg.parallel.tensor_parallel_size == 1  # the original is unchanged (frozen)
-    with pytest.raises(DeploymentConfigError, match="engine.max_num_seqs"):
+    with pytest.raises(DeploymentConfigError, match=r"engine\.max_num_seqs"):
         cfg.derive(max_num_seqs=0)
-    with pytest.raises(DeploymentConfigError, match="engine.max_num_sqes: unknown field"):
+    with pytest.raises(DeploymentConfigError, match=r"engine\.max_num_sqes: unknown field"):
         cfg.derive(max_num_sqes=4)
 
 
