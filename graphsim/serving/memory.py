@@ -180,6 +180,13 @@ def activation_peak(spec: ModelSpec, precision: Precision, tp: int, max_num_batc
     return BudgetTerm("activation peak", int(sampler), "estimated", how)
 
 
+def _given_or_assumed(name: str, given_gib: float | None, option: str, assumed_gib: float, why: str) -> BudgetTerm:
+    """A term the user may give (`option`, in GiB) that is otherwise assumed, for `why`."""
+    if given_gib is not None:
+        return BudgetTerm(name, int(given_gib * GiB), "given", option)
+    return BudgetTerm(name, int(assumed_gib * GiB), "assumed", f"{why} ({option})")
+
+
 def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, total_bytes: int, utilization: float,
                   max_num_batched_tokens: int, max_num_seqs: int, *, activation_gib: float | None = None,
                   overhead_gib: float | None = None, cudagraph_gib: float | None = None,
@@ -195,16 +202,9 @@ def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, tot
         terms.append(BudgetTerm("activation peak", int(activation_gib * GiB), "given", "--activation-gib"))
     else:
         terms.append(activation_peak(spec, precision, tp, max_num_batched_tokens, max_num_seqs))
-    if overhead_gib is not None:
-        terms.append(BudgetTerm("runtime overhead (non-torch)", int(overhead_gib * GiB), "given", "--overhead-gib"))
-    else:
-        terms.append(BudgetTerm("runtime overhead (non-torch)", int(ASSUMED_OVERHEAD_GIB * GiB), "assumed",
-                                "cuBLAS/NCCL workspaces and buffers outside torch; not derivable from the config "
-                                "(--overhead-gib)"))
-    if cudagraph_gib is not None:
-        terms.append(BudgetTerm("CUDA graphs", int(cudagraph_gib * GiB), "given", "--cudagraph-gib"))
-    else:
-        terms.append(BudgetTerm("CUDA graphs", int(ASSUMED_CUDAGRAPH_GIB * GiB), "assumed",
-                                "captured graph pools, subtracted by default since vLLM 0.21; not derivable "
-                                "from the config (--cudagraph-gib)"))
+    terms.append(_given_or_assumed("runtime overhead (non-torch)", overhead_gib, "--overhead-gib", ASSUMED_OVERHEAD_GIB,
+                                   "cuBLAS/NCCL workspaces and buffers outside torch; not derivable from the config"))
+    terms.append(_given_or_assumed("CUDA graphs", cudagraph_gib, "--cudagraph-gib", ASSUMED_CUDAGRAPH_GIB,
+                                   "captured graph pools, subtracted by default since vLLM 0.21; not derivable "
+                                   "from the config"))
     return MemoryBudget(total_bytes, utilization, tuple(terms), available_bytes)
