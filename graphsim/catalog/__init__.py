@@ -102,6 +102,30 @@ def _no_constant(path: Path):
     return refuse
 
 
+# Sizes a config may state, each bounded far above any published model (the largest in
+# /shared/hf-configs, e.g. 94 layers, hidden 8,192, 512 experts, 262,144 positions): a value past the
+# bound is a typo or a unit slip, and building or accounting it would run out of memory or time.
+_SIZE_BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 10_000), "hidden_size": (1, 1_000_000), "intermediate_size": (1, 10_000_000),
+    "moe_intermediate_size": (1, 10_000_000), "num_attention_heads": (1, 100_000), "num_key_value_heads": (1, 100_000),
+    "head_dim": (1, 100_000), "vocab_size": (1, 100_000_000), "max_position_embeddings": (1, 1 << 40),
+    "num_experts": (0, 1_000_000), "n_routed_experts": (0, 1_000_000), "num_local_experts": (0, 1_000_000),
+}
+
+
+def check_config_sizes(cfg: dict[str, Any], where: str) -> None:
+    """ConfigError naming every size field that is not a whole number within its bound."""
+    problems = []
+    for key, (low, high) in _SIZE_BOUNDS.items():
+        v = cfg.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue  # absent, null or of another kind: the architecture's own reader decides
+        if v != int(v) or not low <= v <= high:
+            problems.append(f"{key} = {v!r} (must be a whole number in [{low:,}, {high:,}])")
+    if problems:
+        raise ConfigError(f"implausible config {where}: {'; '.join(problems)}; fix the config")
+
+
 def load_config_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -118,6 +142,7 @@ def load_config_file(path: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"malformed config {path}: top level is not a JSON object")
+    check_config_sizes(cfg, str(path))
     return cfg
 
 

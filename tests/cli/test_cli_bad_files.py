@@ -44,3 +44,15 @@ def test_a_binary_location_map(binary):
     r = _run("analyze", "llama-3.1-8b", "--map", str(binary), "--no-table")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "not UTF-8 text" in r.stderr
+
+
+def test_an_implausible_size_is_refused_before_any_work(tmp_path):
+    # 1e9 layers used to run for minutes while memory climbed; now every bad size is named at once.
+    p = tmp_path / "config.json"
+    p.write_text('{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1e9, '
+                 '"hidden_size": 4096.5, "vocab_size": 0}')
+    for command in (["work"], ["import"]):
+        r = _run(command[0], str(p))
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert "num_hidden_layers = 1000000000.0 (must be a whole number in [1, 10,000])" in r.stderr
+        assert "hidden_size = 4096.5" in r.stderr and "vocab_size = 0" in r.stderr
