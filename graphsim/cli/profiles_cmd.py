@@ -82,6 +82,7 @@ def show_cmd(
     with ProfileDB.open(db) as pdb:
         meta = pdb.meta
         counts = pdb.counts()
+        invalid = pdb.invalid_rows()
         keys = {kind: len(pdb.keys(kind)) for kind, n in counts.items() if n}
     meta_rows = dict(meta.to_rows())
     if as_json:
@@ -90,6 +91,7 @@ def show_cmd(
             "meta": {**meta_rows, "provenance": meta.provenance, "schema_version": meta.schema_version},
             "rows": {k.value: n for k, n in counts.items()},
             "geometries": {k.value: n for k, n in keys.items()},
+            "invalid_rows": {k.value: n for k, n in invalid.items()},
         }, indent=1))
         return
     mt = Table(title=f"{db} — meta", show_header=False)
@@ -108,6 +110,8 @@ def show_cmd(
     for kind, n in counts.items():
         ct.add_row(kind.value, f"{n:,}", f"{keys.get(kind, 0):,}")
     ct.add_row("[bold]total[/]", f"[bold]{sum(counts.values()):,}[/]", "")
+    for kind, n in invalid.items():
+        ct.add_row(f"[red]{kind.value}: invalid[/]", f"[red]{n:,}[/]", "time not a finite positive number: never used")
     console.print(ct)
 
 

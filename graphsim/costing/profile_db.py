@@ -221,7 +221,12 @@ class ProfileDB:
         where, args = _where(spec, key, point)
         cols = ", ".join(q(n) for n, _ in VALUE_COLUMNS)
         row = self._exec(f"SELECT {cols} FROM {spec.name} WHERE {where}", args).fetchone()
-        return None if row is None else Measurement(*row)
+        if row is None:
+            return None
+        try:
+            return Measurement(*row)
+        except ValueError as e:  # a row edited by hand: not a measurement
+            raise ProfileDBCorruptError(f"'{self.path}': {spec.name} row {point} of {key}: {e}") from None
 
     def has_row(self, key: KernelKey, point: Point) -> bool:
         check_point(key, point)
@@ -244,7 +249,10 @@ class ProfileDB:
         pcols = ", ".join(q(c.name) for c in spec.point_columns)
         data = self._exec(f"SELECT {pcols}, time_us FROM {spec.name} WHERE {where} ORDER BY {pcols}", args).fetchall()
         d = len(spec.point_columns)
-        arr = np.asarray(data, dtype=np.float64).reshape(len(data), d + 1)
+        arr = np.asarray(data, dtype=np.float64).reshape(len(data), d + 1)  # NULL (a NaN stored) reads as nan
+        # a row whose time is not a finite positive number (edited by hand, or written by another tool)
+        # is never a measurement: it is left out here and counted by `invalid_rows`
+        arr = arr[np.isfinite(arr[:, d]) & (arr[:, d] > 0)]
         out = KernelRows(key, arr[:, :d].astype(np.int64), arr[:, d].copy())
         self._rows_cache[key] = out
         return out
@@ -261,6 +269,16 @@ class ProfileDB:
 
     def counts(self) -> dict[TableKind, int]:
         return {kind: self.count(kind) for kind in TableKind}
+
+    def invalid_rows(self) -> dict[TableKind, int]:
+        """Rows per table whose time is not a finite positive number (never used for pricing)."""
+        out = {}
+        for kind in TableKind:
+            bad = f"SELECT COUNT(*) FROM {TABLES[kind].name} WHERE time_us IS NULL OR NOT (time_us > 0 AND time_us < 9e999)"
+            n = int(self._exec(bad).fetchone()[0])
+            if n:
+                out[kind] = n
+        return out
 
     # ---- internals ----------------------------------------------------------------------------
 
