@@ -12,17 +12,21 @@ their boundaries can differ; a capture settles which (graphsim align, issue 6).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from graphsim.ir import AttentionAttrs, ConvAttrs, EmbeddingAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node, Op
 from graphsim.ir.geometry import (
-    Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, LinearAttentionGeometry, MoeExpertsGeometry,
-    MoeRouterGeometry, NormGeometry, RotaryGeometry,
+    Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, Geometry, LinearAttentionGeometry,
+    MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+
+A = TypeVar("A")
 
 # model_executor/models/llama.py LlamaForCausalLM.packed_modules_mapping (same in qwen2/qwen3/
 # mistral/mixtral/…); model_executor/models/deepseek_v2.py fuses q_a_proj + kv_a_proj_with_mqa
@@ -285,21 +289,29 @@ def _gdn_gating(c: Candidate) -> KernelAttrs:
                        ElementwiseGeometry(num_v_heads=heads, width=2 * heads), "f32", Rows.TOKENS, tuple(n.name for n in c.nodes), "gdn_gating")
 
 
-def _match_linear_attention(ctx: FuseContext):
-    return [Candidate([n]) for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION]
+def _each(op: Op) -> Callable[[FuseContext], list[Candidate]]:
+    """Every node of `op`, one candidate each."""
+    return lambda ctx: [Candidate([n]) for n in ctx.graph.nodes if n.op is op]
 
 
-def _build_linear_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
-    a = c.nodes[0].attrs_as(LinearAttentionAttrs)
-    return KernelAttrs(KernelKind.LINEAR_ATTENTION, "chunk_gated_delta_rule",
-                       LinearAttentionGeometry(num_k_heads=a.num_k_heads, num_v_heads=a.num_v_heads,
-                                               k_head_dim=a.k_head_dim, v_head_dim=a.v_head_dim),
-                       c.nodes[0].outputs[0].dtype.value, Rows.NONE, (c.nodes[0].name,), "linear_attention")
+def _kernel_rule(name: str, source: str, match: Callable[[FuseContext], list[Candidate]], kind: KernelKind,
+                 kernel: str, attrs: type[A], geometry: Callable[[A], Geometry], rows: Rows) -> Rule:
+    """A rule whose candidates are each one `kernel` launch, shaped by the first node's attrs, at that
+    node's dtype."""
+    def build(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+        first = c.nodes[0]
+        return KernelAttrs(kind, kernel, geometry(first.attrs_as(attrs)), first.outputs[0].dtype.value, rows,
+                           tuple(n.name for n in c.nodes), name)
+
+    return Rule(name, source, match, build)
 
 
-LINEAR_ATTENTION = Rule("linear_attention", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:_forward_core "
-                        "(chunk_gated_delta_rule / fused_recurrent_gated_delta_rule)",
-                        _match_linear_attention, _build_linear_attention)
+LINEAR_ATTENTION = _kernel_rule(
+    "linear_attention", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:_forward_core "
+    "(chunk_gated_delta_rule / fused_recurrent_gated_delta_rule)", _each(Op.LINEAR_ATTENTION),
+    KernelKind.LINEAR_ATTENTION, "chunk_gated_delta_rule", LinearAttentionAttrs,
+    lambda a: LinearAttentionGeometry(num_k_heads=a.num_k_heads, num_v_heads=a.num_v_heads, k_head_dim=a.k_head_dim,
+                                      v_head_dim=a.v_head_dim), Rows.NONE)
 
 
 def _match_conv(ctx: FuseContext):
@@ -320,36 +332,15 @@ def _match_conv(ctx: FuseContext):
     return out
 
 
-CONV1D = Rule(
+CONV1D = _kernel_rule(
     "causal_conv1d", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:forward_cuda (causal_conv1d_fn)",
-    _match_conv,
-    lambda ctx, c: _conv1d(c),
-)
+    _match_conv, KernelKind.CONV1D, "causal_conv1d", ConvAttrs,
+    lambda a: Conv1dGeometry(channels=a.channels, kernel_size=a.kernel_size), Rows.TOKENS)
 
-
-def _conv1d(c: Candidate) -> KernelAttrs:
-    a = c.nodes[0].attrs_as(ConvAttrs)
-    return KernelAttrs(KernelKind.CONV1D, "causal_conv1d",
-                       Conv1dGeometry(channels=a.channels, kernel_size=a.kernel_size),
-                       c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "causal_conv1d")
-
-
-def _match_embedding(ctx: FuseContext):
-    return [Candidate([n]) for n in ctx.graph.nodes if n.op is Op.EMBEDDING]
-
-
-EMBEDDING = Rule(
+EMBEDDING = _kernel_rule(
     "embedding", "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding.forward",
-    _match_embedding,
-    lambda ctx, c: _embedding(c),
-)
-
-
-def _embedding(c: Candidate) -> KernelAttrs:
-    a = c.nodes[0].attrs_as(EmbeddingAttrs)
-    return KernelAttrs(KernelKind.EMBEDDING, "embedding",
-                       EmbeddingGeometry(vocab=a.num_embeddings, width=a.embedding_dim),
-                       c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, (c.nodes[0].name,), "embedding")
+    _each(Op.EMBEDDING), KernelKind.EMBEDDING, "embedding", EmbeddingAttrs,
+    lambda a: EmbeddingGeometry(vocab=a.num_embeddings, width=a.embedding_dim), Rows.TOKENS)
 
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION,
