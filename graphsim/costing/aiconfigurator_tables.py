@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import SupportsInt
+from typing import Any, SupportsInt
 
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
@@ -158,6 +158,17 @@ _ATTN = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "b
 _ATTN_DEFAULTS = {"beam_width": 1, "step": 0, "window_size": 0, "kernel_source": ""}
 
 
+def _attention_row(key_cls: Callable[..., KernelKey], geo: tuple[object, ...], bs: Any, isl: Any,
+                   step: Any) -> tuple[KernelKey, Point]:
+    """Key and point of one attention row: a decode key's point has one new token per sequence, a
+    prefill key's `isl`; kv_len counts the cached `step` tokens and the new ones."""
+    key = key_cls(*geo)
+    kv_len = int(step) + int(isl)
+    if key.POINT is AttentionDecodePoint:
+        return key, AttentionDecodePoint(int(bs), kv_len)
+    return key, AttentionPrefillPoint(int(bs), int(isl), kv_len)
+
+
 def _attention(cols: Columns, decode: bool) -> Converted:
     b = _Builder()
     for bs, isl, h, kvh, hd, beam, dt, kvdt, step, win, lat, ks in _rows(cols, _ATTN, _ATTN_DEFAULTS):
@@ -165,10 +176,7 @@ def _attention(cols: Columns, decode: bool) -> Converted:
             if int(beam) != 1:
                 raise _Skip("beam search rows")
             geo = (int(h), int(kvh), int(hd), _dtype(dt), _dtype(kvdt), int(win))
-            kv_len = int(step) + int(isl)
-            if decode:
-                return AttentionDecodeKey(*geo), AttentionDecodePoint(int(bs), kv_len)
-            return AttentionPrefillKey(*geo), AttentionPrefillPoint(int(bs), int(isl), kv_len)
+            return _attention_row(AttentionDecodeKey if decode else AttentionPrefillKey, geo, bs, isl, step)
         b.add(make, lat, ks)
     return b.done()
 
@@ -190,10 +198,7 @@ def _mla(cols: Columns, geometry: MlaGeometry, decode: bool) -> Converted:
     for bs, isl, h, dt, kvdt, step, lat, ks in _rows(cols, _MLA, {"step": 0, "kernel_source": ""}):
         def make():
             geo = (int(h), g.kv_lora_rank, g.qk_nope_head_dim, g.qk_rope_head_dim, g.v_head_dim, _dtype(dt), _dtype(kvdt))
-            kv_len = int(step) + int(isl)
-            if decode:
-                return MlaDecodeKey(*geo), AttentionDecodePoint(int(bs), kv_len)
-            return MlaPrefillKey(*geo), AttentionPrefillPoint(int(bs), int(isl), kv_len)
+            return _attention_row(MlaDecodeKey if decode else MlaPrefillKey, geo, bs, isl, step)
         b.add(make, lat, ks)
     return b.done()
 
@@ -216,10 +221,7 @@ def _mla_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None],
                 raise _Skip(f"model {model} not in the graphsim catalog (its MLA geometry is unknown)")
             geo = (int(h), g.kv_lora_rank, g.qk_nope_head_dim, g.qk_rope_head_dim, g.v_head_dim, _dtype(dt),
                    _dtype(kvdt), g.hidden_size, g.q_lora_rank, _dtype(gemm))
-            kv_len = int(step) + int(isl)
-            if decode:
-                return MlaModuleDecodeKey(*geo), AttentionDecodePoint(int(bs), kv_len)
-            return MlaModulePrefillKey(*geo), AttentionPrefillPoint(int(bs), int(isl), kv_len)
+            return _attention_row(MlaModuleDecodeKey if decode else MlaModulePrefillKey, geo, bs, isl, step)
         b.add(make, lat, ks)
     return b.done()
 
