@@ -27,7 +27,6 @@ instances are `scheduler.DecodeEngine`s. The link comes from the hardware spec
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,7 +35,7 @@ import numpy as np
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.errors import GraphsimError
 from graphsim.serving.requests import ClosedLoop, RequestSpec
-from graphsim.serving.simulator import SimulationError, SimulationResult, SimulationSetup, run_events
+from graphsim.serving.simulator import SimulationError, SimulationResult, SimulationSetup, run_result
 
 
 class KvLinkError(GraphsimError):
@@ -129,17 +128,13 @@ def simulate_disagg(setup: DisaggSetup, workload: list[RequestSpec] | ClosedLoop
     p, d = setup.prefill, setup.decode
     if p.replicas < 1 or d.replicas < 1:
         raise SimulationError(f"{p.replicas} prefill and {d.replicas} decode instances; give at least one of each")
-    wall0 = time.perf_counter()
-    loop = run_events(setup, workload, progress)
-    counts, preemptions = loop.totals()
-    values, weights = loop.itl.arrays()
-    per: list[dict[str, int | str]] = [
-        {"replica": e.index, "pool": "prefill" if e.index < p.replicas else "decode", "iterations": e.iterations,
-         "preemptions": e.preemptions} for e in loop.engines]
-    its = loop.log.arrays()
+    loop, common = run_result(setup, workload, progress, lambda e: {
+        "replica": e.index, "pool": "prefill" if e.index < p.replicas else "decode", "iterations": e.iterations,
+        "preemptions": e.preemptions})
+    its = common["iterations"]
     prefill = its["replica"] < p.replicas if len(its["replica"]) else np.zeros(0, dtype=bool)
     kv = loop.kv
-    return DisaggResult(setup, loop.requests, its, values, weights, counts, preemptions, time.perf_counter() - wall0,
-                        per, kv.prefill_done_s, kv.start_s, kv.end_s, kv.bytes,
-                        int(its["tokens"][prefill].sum()) if len(prefill) else 0,
-                        int(its["tokens"][~prefill].sum()) if len(prefill) else 0)
+    return DisaggResult(**common, prefill_done_s=kv.prefill_done_s, transfer_start_s=kv.start_s,
+                        transfer_end_s=kv.end_s, transfer_bytes=kv.bytes,
+                        prefill_tokens=int(its["tokens"][prefill].sum()) if len(prefill) else 0,
+                        decode_tokens=int(its["tokens"][~prefill].sum()) if len(prefill) else 0)

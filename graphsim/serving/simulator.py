@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -355,17 +355,26 @@ def run_events(setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec]
     return loop
 
 
+def run_result(setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
+               progress: Callable[[int, int], None] | None,
+               replica_row: Callable[[Engine], dict[str, int | str]]) -> tuple[EventLoop, dict[str, Any]]:
+    """Run the workload (`run_events`) and gather the fields of a SimulationResult, timed on the wall
+    clock, with `replica_row` of each engine; the loop too, for what a result type adds."""
+    wall0 = time.perf_counter()
+    loop = run_events(setup, workload, progress)
+    counts, preemptions = loop.totals()
+    values, weights = loop.itl.arrays()
+    its = loop.log.arrays()
+    return loop, {"setup": setup, "requests": loop.requests, "iterations": its, "itl_values": values,
+                  "itl_weights": weights, "source_counts": counts, "preemptions": preemptions,
+                  "wall_s": time.perf_counter() - wall0, "per_replica": [replica_row(e) for e in loop.engines]}
+
+
 def simulate(setup: SimulationSetup, workload: list[RequestSpec] | ClosedLoop,
              progress: Callable[[int, int], None] | None = None) -> SimulationResult:
     """Run the workload to completion; deterministic for a given setup and workload."""
     if setup.replicas < 1:
         raise SimulationError(f"{setup.replicas} replicas; give --replicas >= 1")
-    wall0 = time.perf_counter()
-    loop = run_events(setup, workload, progress)
-    counts, preemptions = loop.totals()
-    values, weights = loop.itl.arrays()
-    per: list[dict[str, int | str]] = [
-        {"replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions, "evicted_blocks": e.pool.evicted}
-        for e in loop.engines]
-    return SimulationResult(setup, loop.requests, loop.log.arrays(), values, weights, counts, preemptions,
-                            time.perf_counter() - wall0, per)
+    _, common = run_result(setup, workload, progress, lambda e: {
+        "replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions, "evicted_blocks": e.pool.evicted})
+    return SimulationResult(**common)
