@@ -79,11 +79,8 @@ class LocationMap:
 
     @property
     def regions(self) -> tuple[str, ...]:
-        seen: list[str] = []
-        for e in self.entries:
-            if e.region not in seen:
-                seen.append(e.region)
-        return tuple(seen)
+        """Each region once, in order of first appearance."""
+        return tuple(dict.fromkeys(e.region for e in self.entries))
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -64,11 +64,8 @@ class RowSet:
 
     @property
     def regions(self) -> tuple[str, ...]:
-        seen: list[str] = []
-        for r in self.rows:
-            if r.region not in seen:
-                seen.append(r.region)
-        return tuple(seen)
+        """Each region once, in order of first appearance."""
+        return tuple(dict.fromkeys(r.region for r in self.rows))
 
 
 def region_layers(tags: tuple[str, ...] | list[str]) -> dict[str, tuple[int, ...]]:
