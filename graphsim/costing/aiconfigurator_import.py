@@ -28,7 +28,7 @@ from graphsim.costing.aiconfigurator_tables import (
 from graphsim.costing.errors import ImportDataError, OptionalDependencyError
 from graphsim.costing.hardware import list_hardware
 from graphsim.costing.kernels import TableKind
-from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
+from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic, staged_copy
 
 PACKAGE = "aiconfigurator-core"
 MODULE = "aiconfigurator_core"
@@ -161,6 +161,14 @@ def _pick(dirs: list[Path], version: str, stem: str) -> tuple[Path, str, bool] |
     return have[best], best, True
 
 
+def backend_versions(root: Path, system: str, backend: str) -> list[str]:
+    """The backend versions measured for `system` (directories under its kernel families, not comm)."""
+    base = root / "data" / system
+    names = {d.name for spec in TABLE_SPECS if spec.family != "comm"
+             for d in (base / spec.family / backend).glob("*") if d.is_dir()}
+    return sorted(names, key=_version_key)
+
+
 def locate_tables(root: Path, system: str, backend: str, version: str) -> tuple[list[LocatedTable], list[str]]:
     """The tables to import for (system, backend, version), and the stems not found."""
     base = root / "data" / system
@@ -266,6 +274,10 @@ def import_aiconfigurator(
     if backend not in backends:
         raise ImportDataError(f"aiconfigurator has no {backend} data for {system}; backends: {', '.join(backends)}")
     chosen = version or default_version(root, system, backend)
+    measured = backend_versions(root, system, backend)
+    if measured and chosen not in measured:  # else every table would be back-filled under a made-up label
+        raise ImportDataError(f"aiconfigurator has no {backend} {chosen} tables for {system}; "
+                              f"measured versions: {', '.join(measured)}")
     located, not_found = locate_tables(root, system, backend, chosen)
     if tables is not None:
         unknown = sorted(set(tables) - {s.table for s in TABLE_SPECS})
@@ -323,7 +335,9 @@ def import_aiconfigurator(
         provenance=provenance,
     )
     imported = []
-    with ProfileDB.create(out, meta, overwrite=overwrite) as db:
+    # Written to a temporary copy beside `out` and renamed when complete: an interrupted or failed
+    # import leaves `out` as it was (or absent), never half filled.
+    with staged_copy(Path(out), keep_existing=not overwrite) as staged, ProfileDB.create(staged, meta) as db:
         for loc, conv in converted:
             tick(f"write {loc.spec.table} ({len(conv.rows)} rows)")
             written = db.put_many(conv.rows)

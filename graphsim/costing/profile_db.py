@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from enum import Enum
@@ -91,6 +92,44 @@ class KernelRows:
         return len(self.times_us)
 
 
+@contextmanager
+def staged_copy(path: Path, *, keep_existing: bool) -> Iterator[Path]:
+    """A temporary profile.db beside `path` to write into, renamed over `path` when the block ends
+    without an error; on an error or Ctrl-C it is deleted and `path` is left as it was. With
+    `keep_existing` it starts as a copy of `path` (read through SQLite, write-ahead log included)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    tmp.unlink()  # SQLite creates it
+
+    def discard() -> None:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(tmp) + suffix).unlink(missing_ok=True)
+
+    try:
+        if keep_existing and path.is_file() and path.stat().st_size > 0:
+            try:
+                src = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+                dst = sqlite3.connect(tmp)
+                try:
+                    src.backup(dst)
+                finally:
+                    dst.close()
+                    src.close()
+            except sqlite3.DatabaseError as e:
+                raise _db_error(e, path) from e
+        yield tmp
+        for suffix in ("-wal", "-shm"):  # the old file's log must not be replayed onto the new one
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, path)
+    finally:
+        discard()
+
+
 class ProfileDB:
     """A profile.db connection. Use `open` (read-only) or `create` (write / resume)."""
 
@@ -152,6 +191,12 @@ class ProfileDB:
         return cls(conn, p, meta, readonly=False)
 
     def close(self) -> None:
+        if not self.readonly:
+            # Fold the write-ahead log into the file and leave WAL mode: the .db alone is complete,
+            # and readers (also on read-only storage) need no -wal / -shm beside it.
+            with suppress(sqlite3.DatabaseError):
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self._conn.execute("PRAGMA journal_mode=DELETE")
         self._conn.close()
 
     def __enter__(self) -> ProfileDB:
@@ -204,6 +249,9 @@ class ProfileDB:
                 cols = ", ".join(q(c) for c in spec.all_columns)
                 marks = ", ".join("?" * len(spec.all_columns))
                 self._exec_many(f"INSERT OR REPLACE INTO {spec.name} ({cols}) VALUES ({marks})", values)
+        if not self._tx_depth:  # committed rows reach the .db itself, not only its -wal (a kill keeps them there)
+            with suppress(sqlite3.DatabaseError):
+                self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         self._rows_cache.clear()
         return sum(len(v) for v in by_kind.values())
 

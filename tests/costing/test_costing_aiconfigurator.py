@@ -233,3 +233,45 @@ def test_hardware_command(capsys):
     assert main(["profiles", "hardware", "--json"]) == 0
     ids = {s["id"] for s in json.loads(capsys.readouterr().out)}
     assert {"h100_sxm", "h200_sxm", "b200_sxm", "a100_sxm", "l40s"} <= ids
+
+
+def test_a_version_aiconfigurator_never_measured_is_refused(fake_root, tmp_path):
+    from graphsim.costing.errors import ImportDataError
+
+    out = tmp_path / "o.db"
+    with pytest.raises(ImportDataError, match=r"no vllm 9\.9\.9 tables for h200_sxm; measured versions: 0\.20\.0, 0\.24\.0, 0\.25\.0"):
+        aic.import_aiconfigurator("h200_sxm", "vllm", out, root=fake_root, version="9.9.9")
+    assert not out.exists()
+
+
+def test_an_interrupted_import_leaves_the_previous_file_intact(fake_root, tmp_path, monkeypatch):
+    out = tmp_path / "out.db"
+    aic.import_aiconfigurator("h200_sxm", "vllm", out, root=fake_root)
+    with ProfileDB.open(out) as db:
+        before = db.counts()
+    calls = []
+
+    def interrupted(self, rows):
+        calls.append(1)
+        if len(calls) == 2:  # after the first table was written
+            raise KeyboardInterrupt
+        return original(self, rows)
+
+    original = ProfileDB.put_many
+    monkeypatch.setattr(ProfileDB, "put_many", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        aic.import_aiconfigurator("h200_sxm", "vllm", out, root=fake_root, overwrite=True)
+    with ProfileDB.open(out) as db:
+        assert db.counts() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.db", "systems"]  # no partial file left
+
+
+def test_the_db_file_alone_holds_every_row(fake_root, tmp_path):
+    out = tmp_path / "out.db"
+    aic.import_aiconfigurator("h200_sxm", "vllm", out, root=fake_root)
+    wal = tmp_path / "out.db-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(out.read_bytes())  # the .db alone, as a user copies it
+    with ProfileDB.open(copy) as a, ProfileDB.open(out) as b:
+        assert a.counts() == b.counts() and sum(a.counts().values()) == 6

@@ -69,7 +69,12 @@ def test_wal_mode_and_resume_with_missing(tmp_path):
     grid = [GemmPoint(m) for m in (1, 2, 4, 8, 16)]
     with ProfileDB.create(path, META) as db:
         db.put_many([(key, p, Measurement(float(p.m))) for p in grid[:2]])
-    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        probe = sqlite3.connect(path)
+        assert probe.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # while writing
+        probe.close()
+    # closed: the log is folded into the file and WAL mode left, so the .db alone holds every row
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert not (tmp_path / "p.db-wal").exists()
     with ProfileDB.create(path, META) as db:  # resume: the rows are still there
         assert db.missing(key, grid) == grid[2:]
         db.put(key, grid[2], Measurement(4.0))
