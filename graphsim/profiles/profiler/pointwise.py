@@ -166,27 +166,14 @@ def _gdn_gating(s: Shape) -> Fn:
     return fn
 
 
-# name → (builder, label). Names are the IR op kinds (graphsim.ir.Op values) and vLLM kernel names.
+# name → (builder, label). Names are the IR op kinds (graphsim.ir.Op values) and vLLM kernel names;
+# the plain aten ops are torch's (or torch.nn.functional's) function of the same name.
 ELEMENTWISE_OPS: dict[str, tuple[Callable[[Shape], Fn], str]] = {
-    "add": (_binary(torch.add), "aten::add"),
-    "sub": (_binary(torch.sub), "aten::sub"),
-    "mul": (_binary(torch.mul), "aten::mul"),
-    "div": (_binary(torch.div), "aten::div"),
-    "neg": (_unary(torch.neg), "aten::neg"),
-    "exp": (_unary(torch.exp), "aten::exp"),
-    "log": (_unary(torch.log, True), "aten::log"),
-    "abs": (_unary(torch.abs), "aten::abs"),
-    "sqrt": (_unary(torch.sqrt, True), "aten::sqrt"),
-    "rsqrt": (_unary(torch.rsqrt, True), "aten::rsqrt"),
+    **{op: (_binary(getattr(torch, op)), f"aten::{op}") for op in ("add", "sub", "mul", "div")},
+    **{op: (_unary(getattr(torch, op)), f"aten::{op}") for op in ("neg", "exp", "abs", "sin", "cos", "tanh", "sigmoid")},
+    **{op: (_unary(getattr(torch, op), True), f"aten::{op}") for op in ("log", "sqrt", "rsqrt")},  # positive inputs
+    **{op: (_unary(getattr(F, op)), f"aten::{op}") for op in ("silu", "gelu", "relu", "softplus")},
     "pow": (_unary(lambda x: torch.pow(x, 2)), "aten::pow(x, 2)"),
-    "sin": (_unary(torch.sin), "aten::sin"),
-    "cos": (_unary(torch.cos), "aten::cos"),
-    "tanh": (_unary(torch.tanh), "aten::tanh"),
-    "sigmoid": (_unary(torch.sigmoid), "aten::sigmoid"),
-    "silu": (_unary(F.silu), "aten::silu"),
-    "gelu": (_unary(F.gelu), "aten::gelu"),
-    "relu": (_unary(F.relu), "aten::relu"),
-    "softplus": (_unary(F.softplus), "aten::softplus"),
     "clamp": (_unary(lambda x: torch.clamp(x, -1.0, 1.0)), "aten::clamp"),
     "cast": (_cast, "aten::_to_copy"),
     "copy": (_copy, "aten::copy_"),
