@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import sympy
 import torch
@@ -24,6 +25,8 @@ from graphsim.ir import (
 )
 from graphsim.ir.attrs import Attrs
 from graphsim.ir.ops import Op
+
+N = TypeVar("N", int, float)
 
 _TORCH_TO_DTYPE = {
     torch.float32: DType.FLOAT32, torch.float16: DType.FLOAT16, torch.bfloat16: DType.BFLOAT16,
@@ -96,21 +99,22 @@ def _arg(n: torch.fx.Node, i: int, name: str, default=None):
     return n.kwargs.get(name, default)
 
 
-def _int(a: object, default: int = 0) -> int:
-    """An integer argument of an aten call (an int, a bool, or a constant SymInt); `default` for None."""
+def _number(a: object, default: N, cast: Callable[[Any], N], what: str) -> N:
+    """A number argument of an aten call (an int, a bool, a float or a constant SymInt / SymFloat) made
+    `cast`; `default` for None."""
     if a is None:
         return default
     if isinstance(a, (int, float, torch.SymInt, torch.SymFloat)):
-        return int(a)
-    raise GraphError(f"expected an integer argument, got {type(a).__name__}: {a!r}")
+        return cast(a)
+    raise GraphError(f"expected {what} argument, got {type(a).__name__}: {a!r}")
+
+
+def _int(a: object, default: int = 0) -> int:
+    return _number(a, default, int, "an integer")
 
 
 def _float(a: object, default: float = 0.0) -> float:
-    if a is None:
-        return default
-    if isinstance(a, (int, float, torch.SymInt, torch.SymFloat)):
-        return float(a)
-    raise GraphError(f"expected a number argument, got {type(a).__name__}: {a!r}")
+    return _number(a, default, float, "a number")
 
 
 def _tensor(specs: list[TensorSpec | None], i: int, n: torch.fx.Node) -> TensorSpec:
