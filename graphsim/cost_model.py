@@ -17,7 +17,8 @@ from collections.abc import Callable
 
 from graphsim.catalog import ResolvedModel
 from graphsim.costing.cost_model import CostModel
-from graphsim.costing.hardware import HardwareSpec, load_hardware
+from graphsim.costing.errors import ProfileDBMismatchError
+from graphsim.costing.hardware import DeviceKind, HardwareSpec, load_hardware
 from graphsim.costing.predict import choose_data
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.errors import GraphsimError
@@ -49,6 +50,21 @@ def partition_pipeline(graph: Graph, tp: int = 1, ep: int = 1) -> str:
     return ",".join(passes)
 
 
+def check_same_device(db: ProfileDB, hardware: HardwareSpec, where: str) -> None:
+    """A profile's rows and the spec that prices what they do not cover must describe one device:
+    CPU rows with a GPU's roofline (or an H100's rows with an H200's) would mix two machines' times."""
+    on_cpu = db.meta.device.lower().startswith("cpu")
+    if db.meta.hardware and db.meta.hardware != hardware.id:
+        raise ProfileDBMismatchError(
+            f"{where} holds measurements of {db.meta.device} ({db.meta.hardware}), not of {hardware.id}; "
+            f"pass --gpu {db.meta.hardware}, or a profile measured on {hardware.id}")
+    if on_cpu != (hardware.kind is DeviceKind.CPU):
+        fix = ("pass this CPU's spec (`graphsim profiles measure-cpu -o cpu.json`, then --gpu cpu.json)" if on_cpu
+               else "pass that GPU's spec with --gpu")
+        raise ProfileDBMismatchError(
+            f"{where} holds measurements of {db.meta.device}, but --gpu is {hardware.id} ({hardware.kind.value}); {fix}")
+
+
 def profile_data(hardware: HardwareSpec | None, profile: str | os.PathLike[str] | ProfileDB | None,
                  default_profile: bool = True) -> tuple[ProfileDB | None, str]:
     """The profile.db to price from and a plain statement of what the numbers rest on.
@@ -66,6 +82,7 @@ def profile_data(hardware: HardwareSpec | None, profile: str | os.PathLike[str] 
     else:
         return None, "no profile.db and no hardware spec: every time is missing"
     if hardware is not None:  # choose_data's wording
+        check_same_device(db, hardware, where)
         return db, f"measured rows from {where} ({db.meta.device}), roofline where rows are missing"
     fallback = f"the {db.meta.hardware} roofline" if db.meta.hardware else "missing (no hardware spec for a roofline)"
     return db, f"measured rows from {where} ({db.meta.device}); where the rows do not reach: {fallback}"
