@@ -222,31 +222,35 @@ def _read_columns(path: Path) -> Columns:
         raise ImportDataError(f"cannot read {path}: {e}") from e
 
 
+def _reference_mla_geometry() -> MlaGeometry:
+    """The MLA geometry of the model aiconfigurator's MLA tables were measured with."""
+    geometry = catalog_mla_geometry(MLA_REFERENCE_MODEL)
+    if geometry is None:
+        raise ImportDataError(f"the MLA geometry of {MLA_REFERENCE_MODEL} is not in the graphsim catalog")
+    return geometry
+
+
+# table → its converter
+_CONVERTERS: dict[str, Callable[[Columns], Converted]] = {
+    "gemm_perf": convert_gemm,
+    "context_attention_perf": convert_context_attention,
+    "generation_attention_perf": convert_generation_attention,
+    "context_mla_perf": lambda cols: convert_context_mla(cols, _reference_mla_geometry()),
+    "generation_mla_perf": lambda cols: convert_generation_mla(cols, _reference_mla_geometry()),
+    "mla_context_module_perf": lambda cols: convert_mla_context_module(cols, catalog_mla_geometry),
+    "mla_generation_module_perf": lambda cols: convert_mla_generation_module(cols, catalog_mla_geometry),
+    "moe_perf": convert_moe,
+    "nccl_perf": convert_nccl,
+    "custom_allreduce_perf": convert_custom_allreduce,
+}
+
+
 def convert_table(spec: TableSpec, cols: Columns) -> Converted:
     """Dispatch one table to its converter."""
-    if spec.table == "gemm_perf":
-        return convert_gemm(cols)
-    if spec.table == "context_attention_perf":
-        return convert_context_attention(cols)
-    if spec.table == "generation_attention_perf":
-        return convert_generation_attention(cols)
-    if spec.table in ("context_mla_perf", "generation_mla_perf"):
-        geometry = catalog_mla_geometry(MLA_REFERENCE_MODEL)
-        if geometry is None:
-            raise ImportDataError(f"the MLA geometry of {MLA_REFERENCE_MODEL} is not in the graphsim catalog")
-        conv = convert_context_mla if spec.table == "context_mla_perf" else convert_generation_mla
-        return conv(cols, geometry)
-    if spec.table == "mla_context_module_perf":
-        return convert_mla_context_module(cols, catalog_mla_geometry)
-    if spec.table == "mla_generation_module_perf":
-        return convert_mla_generation_module(cols, catalog_mla_geometry)
-    if spec.table == "moe_perf":
-        return convert_moe(cols)
-    if spec.table == "nccl_perf":
-        return convert_nccl(cols)
-    if spec.table == "custom_allreduce_perf":
-        return convert_custom_allreduce(cols)
-    raise ValueError(f"no converter for {spec.table}")  # pragma: no cover
+    convert = _CONVERTERS.get(spec.table)
+    if convert is None:  # pragma: no cover
+        raise ValueError(f"no converter for {spec.table}")
+    return convert(cols)
 
 
 def import_aiconfigurator(
