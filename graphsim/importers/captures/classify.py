@@ -33,36 +33,35 @@ _PLUMBING: list[tuple[re.Pattern[str], str, bool]] = [
     (re.compile(r"prepare_inputs|advance_step|slot_mapping|block_table|compute_.*positions"), "input prep", False),
 ]
 
-_RULES: list[tuple[re.Pattern[str], C]] = [
-    (re.compile(r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce|custom_?ar_|"
-                r"one_?shot_?(all)?reduce|two_?shot|multimem|sendrecv"), C.COLLECTIVE),
-    (re.compile(r"topk_?gating_?softmax|topk_?softmax|grouped_?topk|moe_fused_gate|noaux_tc|topk_?sigmoid"),
-     C.MOE_ROUTER),
-    (re.compile(r"moe_align|count_and_sort|moe_sum|sort_tokens|shuffle_rows|moe_permute|moe_unpermute|expert_map|"
-                r"compute_expert_offsets|expand_.*expert|finalize_moe"), C.MOE_AUX),
-    (re.compile(r"fused_moe|moe_gemm|cutlass_moe|moe_mm|marlin_moe|moe_kernel|grouped_gemm|group_gemm|"
-                r"batched_?gemm_.*expert|experts?_gemm"), C.MOE),
-    (re.compile(r"splitkv_combine|merge_attn_states|merge_state|combine_attn|reduce_segments|"
-                r"paged_attention_v2_reduce|attention_reduce"), C.ATTENTION_AUX),
-    (re.compile(r"reshape_and_cache|concat_and_cache|store_kvcache|set_kv_buffer|append_paged_kv|kv_cache_write"),
-     C.KV_CACHE_WRITE),
-    (re.compile(r"gated_delta|delta_rule|fused_recurrent|chunk_scaled_dot_kkt|solve_tril|recompute_w_u|"
-                r"chunk_fwd_kernel_o|chunk_gla"), C.LINEAR_ATTENTION),
-    (re.compile(r"flash_?fwd|flash_?attn|flash::|fmha|flashinfer|batch_?prefill|batch_?decode|single_?prefill|"
-                r"single_?decode|paged_attention|attention|_attn_|unified_attention|scaled_dot_product|sdpa|"
-                r"mla_|cudnn.*mha|xformers|efficient_attention|decode_attention|prefill_attention"), C.ATTENTION),
-    (re.compile(r"causal_conv1d|conv1d|conv_depthwise"), C.CONV1D),
-    (re.compile(r"rms_?norm|layer_?norm|group_?norm|norm_kernel|welford"), C.NORM),
-    (re.compile(r"rotary|\brope|_rope|rope_"), C.ROTARY),
-    (re.compile(r"act_and_mul|silu_and_mul|gelu_and_mul|gelu_tanh_and_mul|swiglu|geglu|silu_mul|mul_and_silu"),
-     C.ACT_AND_MUL),
-    (re.compile(r"splitk_?reduce|split_k_reduce|reduce_1block_kernel"), C.GEMM_AUX),
-    (re.compile(r"gemm|gemv|xmma|nvjet|cublas|cutlass|s16816|h16816|s1688|hmma|wgmma|_mm_kernel|matmul|scaled_mm|"
-                r"deep_?gemm|marlin|machete|bmm|addmm|\bmm_"), C.GEMM),
-    (re.compile(r"embedding|embed"), C.EMBEDDING),
-    (re.compile(r"elementwise|functor|vectorized|unrolled|reduce_kernel|softmax|catarray|cat_|copy|index|gather|"
-                r"scatter|where|cumsum|sort|topk|transpose|permute|triton_|kernel"), C.ELEMENTWISE),
-]
+# launch class → the kernel-name pattern that marks it, in the order they are tried
+_PATTERNS: dict[C, str] = {
+    C.COLLECTIVE: r"nccl|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce|custom_?ar_|"
+                  r"one_?shot_?(all)?reduce|two_?shot|multimem|sendrecv",
+    C.MOE_ROUTER: r"topk_?gating_?softmax|topk_?softmax|grouped_?topk|moe_fused_gate|noaux_tc|topk_?sigmoid",
+    C.MOE_AUX: r"moe_align|count_and_sort|moe_sum|sort_tokens|shuffle_rows|moe_permute|moe_unpermute|expert_map|"
+               r"compute_expert_offsets|expand_.*expert|finalize_moe",
+    C.MOE: r"fused_moe|moe_gemm|cutlass_moe|moe_mm|marlin_moe|moe_kernel|grouped_gemm|group_gemm|"
+           r"batched_?gemm_.*expert|experts?_gemm",
+    C.ATTENTION_AUX: r"splitkv_combine|merge_attn_states|merge_state|combine_attn|reduce_segments|"
+                     r"paged_attention_v2_reduce|attention_reduce",
+    C.KV_CACHE_WRITE: r"reshape_and_cache|concat_and_cache|store_kvcache|set_kv_buffer|append_paged_kv|kv_cache_write",
+    C.LINEAR_ATTENTION: r"gated_delta|delta_rule|fused_recurrent|chunk_scaled_dot_kkt|solve_tril|recompute_w_u|"
+                        r"chunk_fwd_kernel_o|chunk_gla",
+    C.ATTENTION: r"flash_?fwd|flash_?attn|flash::|fmha|flashinfer|batch_?prefill|batch_?decode|single_?prefill|"
+                 r"single_?decode|paged_attention|attention|_attn_|unified_attention|scaled_dot_product|sdpa|"
+                 r"mla_|cudnn.*mha|xformers|efficient_attention|decode_attention|prefill_attention",
+    C.CONV1D: r"causal_conv1d|conv1d|conv_depthwise",
+    C.NORM: r"rms_?norm|layer_?norm|group_?norm|norm_kernel|welford",
+    C.ROTARY: r"rotary|\brope|_rope|rope_",
+    C.ACT_AND_MUL: r"act_and_mul|silu_and_mul|gelu_and_mul|gelu_tanh_and_mul|swiglu|geglu|silu_mul|mul_and_silu",
+    C.GEMM_AUX: r"splitk_?reduce|split_k_reduce|reduce_1block_kernel",
+    C.GEMM: r"gemm|gemv|xmma|nvjet|cublas|cutlass|s16816|h16816|s1688|hmma|wgmma|_mm_kernel|matmul|scaled_mm|"
+            r"deep_?gemm|marlin|machete|bmm|addmm|\bmm_",
+    C.EMBEDDING: r"embedding|embed",
+    C.ELEMENTWISE: r"elementwise|functor|vectorized|unrolled|reduce_kernel|softmax|catarray|cat_|copy|index|gather|"
+                   r"scatter|where|cumsum|sort|topk|transpose|permute|triton_|kernel",
+}
+_RULES: list[tuple[re.Pattern[str], C]] = [(re.compile(pattern), klass) for klass, pattern in _PATTERNS.items()]
 
 _FUNCTOR = re.compile(r"cudafunctor_?(\w+?)[<>,]|(\w+?)_?functor|at::native::(?:\w+::)*(\w+?)_kernel_cuda")
 _KNOWN_OPS = ("add", "sub", "mul", "div", "neg", "pow", "rsqrt", "sqrt", "exp", "log", "silu", "gelu", "relu",
