@@ -25,15 +25,18 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, StrictStr, ValidationError, field_validator
+from pydantic import AfterValidator, Field, StrictInt, StrictStr, ValidationError
 from pydantic_core import PydanticCustomError
 
 from graphsim.errors import GraphsimError
 from graphsim.validation import Strict, problems
 from graphsim.work.analyzer.locations import Site
 from graphsim.work.analyzer.rows import OUTSIDE, OUTSIDE_SEGMENTS, Row, RowSet
+
+if TYPE_CHECKING:
+    from typing_extensions import LiteralString
 
 SCHEMA = "graphsim.location-map"
 SCHEMA_VERSION = 1
@@ -98,20 +101,23 @@ def _summary(where: str, problems: list[str]) -> str:
     return f"{where}: {shown}{more}"
 
 
+def _matching(rx: re.Pattern[str], code: LiteralString, message: LiteralString) -> AfterValidator:
+    """A validator that lets a string through when `rx` matches it, else the error `code` with `message`."""
+    def check(v: str) -> str:
+        if not rx.match(v):
+            raise PydanticCustomError(code, message)
+        return v
+
+    return AfterValidator(check)
+
+
 class _EntryFile(Strict):
     """One location of a region: `at` is 'scope-role/kernel' (optionally '#k', k >= 2), `rows` the row
     references it consumes (empty: no compulsory work)."""
 
-    at: str
+    at: Annotated[str, _matching(_AT, "at_form", "must be 'scope-role/kernel' (optionally '#k', k >= 2)")]
     rows: list[StrictStr]
     note: StrictStr = ""
-
-    @field_validator("at")
-    @classmethod
-    def _at_form(cls, v: str) -> str:
-        if not _AT.match(v):
-            raise PydanticCustomError("at_form", "must be 'scope-role/kernel' (optionally '#k', k >= 2)")
-        return v
 
 
 class _MapFile(Strict):
@@ -120,19 +126,12 @@ class _MapFile(Strict):
 
     schema_: Literal["graphsim.location-map"] = Field(alias="schema")
     schema_version: Literal[1]
-    id: StrictStr
+    id: Annotated[StrictStr, _matching(_ID, "id_form", "must be a lower-case name such as 'gqa-dense'")]
     version: StrictInt = Field(ge=1)
     title: StrictStr = Field(min_length=1)
     fuse_target: StrictStr = Field(min_length=1)
     notes: tuple[StrictStr, ...] = ()
     regions: dict[str, list[_EntryFile]] = Field(min_length=1)
-
-    @field_validator("id")
-    @classmethod
-    def _id_form(cls, v: str) -> str:
-        if not _ID.match(v):
-            raise PydanticCustomError("id_form", "must be a lower-case name such as 'gqa-dense'")
-        return v
 
 
 def _map_where(loc: tuple[int | str, ...]) -> str:
