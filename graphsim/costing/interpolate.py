@@ -24,7 +24,7 @@ import numpy as np
 
 from graphsim.costing.geometry_interp import gemm_geometry_curve
 from graphsim.costing.hardware import HardwareSpec, load_hardware
-from graphsim.costing.kernels import AttentionPrefillPoint, GemmKey, KernelKey, Point, check_point, point_coords
+from graphsim.costing.kernels import AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, Point, check_point, point_coords
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
 from graphsim.costing.timing import TimeSource, Timing
@@ -198,6 +198,11 @@ class KernelPricer:
         if curve is not None:
             timing = curve.at(point)
             if not timing.is_missing:
+                floor = self._floor_us(key, np.asarray([point_coords(point)], dtype=np.float64))
+                if floor is not None and timing.time_us is not None and timing.time_us < floor[0]:
+                    return Timing(float(floor[0]), TimeSource.ROOFLINE,
+                                  f"{self.hardware.id if self.hardware else ''} roofline floor "
+                                  f"(the {timing.source.value} {timing.time_us:.3g} µs lies below it)")
                 return timing
         if self.hardware is not None:
             rt = roofline_us(self.hardware, key, np.asarray([point_coords(point)]))
@@ -213,6 +218,11 @@ class KernelPricer:
             t, s = curve.evaluate(q)
         else:
             t, s = np.full(len(q), np.nan), np.full(len(q), MISSING, dtype=np.int8)
+        floor = self._floor_us(key, q)
+        if floor is not None:  # no time from rows below the kernel's own roofline
+            low = (s != MISSING) & (t < floor)
+            t[low] = floor[low]
+            s[low] = ROOFLINE
         need = s == MISSING
         if need.any() and self.hardware is not None:
             rt = roofline_us(self.hardware, key, q[need])
@@ -220,6 +230,14 @@ class KernelPricer:
                 t[need] = rt
                 s[need] = ROOFLINE
         return t, s
+
+    def _floor_us(self, key: KernelKey, q: np.ndarray) -> np.ndarray | None:
+        """The kernel's compute/memory roofline, the physical floor of a time read off rows. Not for
+        collectives: their roofline's latency term is one measured NCCL figure, not a bound that
+        every implementation (vLLM's custom all-reduce) must respect."""
+        if self.hardware is None or isinstance(key, CollectiveKey):
+            return None
+        return roofline_us(self.hardware, key, q)
 
     def _why_missing(self, key: KernelKey, curve: Evaluator | None) -> str:
         data = "no profile rows" if curve is None else "profile rows do not cover the point"
