@@ -24,7 +24,9 @@ import numpy as np
 
 from graphsim.costing.geometry_interp import gemm_geometry_curve
 from graphsim.costing.hardware import HardwareSpec, load_hardware
-from graphsim.costing.kernels import AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, Point, check_point, point_coords
+from graphsim.costing.kernels import (
+    AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, Point, check_point, point_coords,
+)
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
 from graphsim.costing.timing import TimeSource, Timing
