@@ -77,14 +77,6 @@ class SearchSpec(Strict):
         except ValueError as e:
             raise SearchSpecError(str(e)) from None
 
-    @property
-    def model(self) -> str:
-        return self.base.model
-
-    @property
-    def gpu(self) -> str:
-        return self.base.hardware
-
     def check(self) -> SearchSpec:
         """The spec checked again (a copy made with `model_copy(update=…)` skips validation)."""
         return self.parse({k: getattr(self, k) for k in type(self).model_fields})

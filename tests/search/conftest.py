@@ -31,9 +31,9 @@ def small_search(roofline_home, hf_import):
     from graphsim.serving.search_space import enumerate_candidates
 
     spec = small_spec()
-    model, hw = resolve_model(spec.model), load_hardware(spec.gpu)
+    model, hw = resolve_model(spec.base.model), load_hardware(spec.base.hardware)
     cands, _ = enumerate_candidates(spec, model, hw)
-    return spec, make_context(spec, model, hw, cands, graph=hf_import(spec.model)[0])
+    return spec, make_context(spec, model, hw, cands, graph=hf_import(spec.base.model)[0])
 
 
 @pytest.fixture(scope="session")

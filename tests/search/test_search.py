@@ -44,7 +44,7 @@ def test_search_returns_only_deployments_that_fit(small_result):
     res = small_result
     spec = res.spec
     tokens = spec.isl.hi + spec.osl.hi
-    model = resolve_model(spec.model)
+    model = resolve_model(spec.base.model)
     assert res.rows
     for row in res.rows:
         c = row.candidate
@@ -132,14 +132,14 @@ def test_json_is_complete(small_result):
 def test_moe_models_get_expert_parallel_options():
     spec = SearchSpec(base=DeploymentConfig(model="qwen3-30b-a3b", hardware="h200"), gpus=4, modes=("agg",),
                       max_num_seqs=(8,), max_num_batched_tokens=(8192,))
-    cands, _ = enumerate_candidates(spec, resolve_model(spec.model), load_hardware(spec.gpu))
+    cands, _ = enumerate_candidates(spec, resolve_model(spec.base.model), load_hardware(spec.base.hardware))
     parts = {(c.pools[0].tp, c.pools[0].ep) for c in cands}
     assert {(1, 1), (2, 1), (2, 2), (4, 1), (4, 4)} <= parts
 
 
 def test_disaggregated_splits_fill_at_most_the_budget():
     spec = small_spec(modes=("disagg",))
-    cands, _ = enumerate_candidates(spec, resolve_model(spec.model), load_hardware(spec.gpu))
+    cands, _ = enumerate_candidates(spec, resolve_model(spec.base.model), load_hardware(spec.base.hardware))
     splits = {(c.pools[0].tp, c.pools[0].instances, c.pools[1].tp, c.pools[1].instances) for c in cands}
     assert (1, 1, 1, 1) in splits and (1, 1, 2, 1) in splits and (2, 1, 2, 1) in splits and (1, 3, 1, 1) in splits
     assert all(c.unit_gpus <= 4 and c.gpus_used == c.unit_gpus * (4 // c.unit_gpus) for c in cands)

@@ -24,10 +24,10 @@ def test_search_on_a_spec_from_a_json_file_matches_the_bundled_one(small_result,
     data.update(id="lab_h100", name="Lab H100 (a copy of the bundled H100 spec)", aliases=[])
     path = save_hardware(HardwareSpec.from_json(data), tmp_path / "lab_h100.json")
     spec = small_spec(base={"model": "llama-3.1-8b", "hardware": str(path)})
-    model, hw = resolve_model(spec.model), load_hardware(spec.gpu)
+    model, hw = resolve_model(spec.base.model), load_hardware(spec.base.hardware)
     assert hw.id == "lab_h100"
     cands, _ = enumerate_candidates(spec, model, hw)
-    ctx = make_context(spec, model, hw, cands, graph=hf_import(spec.model)[0])
+    ctx = make_context(spec, model, hw, cands, graph=hf_import(spec.base.model)[0])
     assert ctx.hardware is hw
     res = run_search(spec, context=ctx)
     assert res.hardware == "lab_h100" and "Lab H100" in res.data_note

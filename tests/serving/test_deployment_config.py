@@ -162,8 +162,8 @@ def test_simulator_setup_takes_the_parallel_config():
 def test_search_spec_takes_a_base_config_and_checks_its_ranges():
     spec = SearchSpec(base=llama(kv_cache_dtype="fp8", engine={"max_model_len": 8192}), gpus=2, modes=("agg",),
                       max_num_seqs=(16,), max_num_batched_tokens=(4096,))
-    assert (spec.model, spec.gpu) == ("llama-3.1-8b", "h100")
-    cands, _ = enumerate_candidates(spec, resolve_model(spec.model), load_hardware(spec.gpu))
+    assert (spec.base.model, spec.base.hardware) == ("llama-3.1-8b", "h100")
+    cands, _ = enumerate_candidates(spec, resolve_model(spec.base.model), load_hardware(spec.base.hardware))
     assert {c.pools[0].tp for c in cands} == {1, 2}
     for c in cands:  # each candidate is planned from the base with the search's own axes
         (pool,), (mem,) = c.pools, c.memory
