@@ -11,6 +11,7 @@ typer >= 0.26, or the standalone package); nothing here imports click.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import signal
 import sys
@@ -32,7 +33,7 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 console = Console()
 
-STATE = {"debug": False, "interrupted": False}
+STATE = {"debug": False, "interrupted": False, "entry_point": False}
 
 # Modules that register commands on `app` (each defines its commands with @app.command()).
 COMMAND_MODULES = [
@@ -92,6 +93,13 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 def _interrupted() -> int:
     err_console.print("[bold red]interrupted[/]")
+    if STATE.get("entry_point"):
+        # CPython remembers a KeyboardInterrupt raised inside exec()'d code even when a library caught
+        # it (torch does while it imports), and then ends the process by SIGINT whatever the exit
+        # code. As the program itself (not a call from Python), end here with 130, streams flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     return 130
 
 
@@ -99,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     STATE["debug"] = "--debug" in args
     STATE["interrupted"] = False
+    STATE["entry_point"] = argv is None  # run as `graphsim …` / `python -m graphsim …`
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
     try:
