@@ -1,9 +1,10 @@
 """Validation of the files a user hands in (hardware specs, traces, …) at the boundary.
 
 Each file format is a pydantic model with the ranges a value must lie in (finite, positive where it
-must be, sizes below physical limits). `validate_file` reads and checks one document and turns every
-problem into one line that names the file, each bad field with its location and what it must be,
-and the fix — all problems at once, never a traceback.
+must be, sizes below physical limits). `read_text` / `read_json` read a file (unreadable, binary and
+non-JSON files are one line), and `validate` checks a document against its model, turning every
+problem into one line that names each bad field with its location and what it must be, and the fix —
+all problems at once, never a traceback.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from graphsim.errors import ConfigError, UnknownModelError
+from graphsim.validation import read_text
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,8 @@ def _no_constant(path: Path):
     return refuse
 
 
-# Sizes a config may state, each bounded far above any published model (the largest in
-# /shared/hf-configs, e.g. 94 layers, hidden 8,192, 512 experts, 262,144 positions): a value past the
+# Sizes a config may state, each bounded far above any published model (the largest in the
+# bundled catalog, graphsim/catalog/configs: 94 layers, hidden 8,192, 512 experts, 262,144 positions): a value past the
 # bound is a typo or a unit slip, and building or accounting it would run out of memory or time.
 _SIZE_BOUNDS: dict[str, tuple[int, int]] = {
     "num_hidden_layers": (1, 10_000), "hidden_size": (1, 1_000_000), "intermediate_size": (1, 10_000_000),
@@ -128,12 +129,9 @@ def check_config_sizes(cfg: dict[str, Any], where: str) -> None:
 
 def load_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path} is not UTF-8 text (is it a binary file, e.g. weights or an .onnx?); "
-                          "pass a model's config.json or its directory") from None
-    except OSError as e:
-        raise ConfigError(f"cannot read {path}: {e.strerror}; pass a readable config.json") from None
+        text = read_text(path, "config", "pass a model's config.json or its directory")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     try:
         cfg = json.loads(text, parse_constant=_no_constant(path))
     except json.JSONDecodeError as e:

@@ -31,7 +31,7 @@ from pydantic import AfterValidator, Field, StrictInt, StrictStr, ValidationErro
 from pydantic_core import PydanticCustomError
 
 from graphsim.errors import GraphsimError
-from graphsim.validation import Strict, problems
+from graphsim.validation import Strict, problems, read_text
 from graphsim.work.analyzer.locations import Site
 from graphsim.work.analyzer.rows import OUTSIDE, OUTSIDE_SEGMENTS, Row, RowSet
 
@@ -184,11 +184,11 @@ def validate_map_data(data: Any, where: str = "location map") -> LocationMap:
 def load_map(path: str | Path) -> LocationMap:
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except UnicodeDecodeError:
-        raise LocationMapError(f"location map {p} is not UTF-8 text (is it a binary file?)") from None
-    except OSError as e:
-        raise LocationMapError(f"cannot read location map {p}: {e.strerror or e}") from None
+        text = read_text(p, "location map")
+    except ValueError as e:
+        raise LocationMapError(str(e)) from None
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except json.JSONDecodeError as e:
         raise LocationMapError(f"location map {p} is not valid JSON: {e.msg} at line {e.lineno}") from None
     except LocationMapError as e:
