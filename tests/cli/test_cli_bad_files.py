@@ -56,3 +56,14 @@ def test_an_implausible_size_is_refused_before_any_work(tmp_path):
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert "num_hidden_layers = 1000000000.0 (must be a whole number in [1, 10,000])" in r.stderr
         assert "hidden_size = 4096.5" in r.stderr and "vocab_size = 0" in r.stderr
+
+
+def test_an_encoder_is_refused_by_name(tmp_path):
+    # BERT's masked LM used to be traced and priced as a decoder (its LayerNorm named fused_add_rms_norm).
+    (tmp_path / "config.json").write_text(
+        '{"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, '
+        '"num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 1000, "max_position_embeddings": 128}')
+    for command in ("import", "predict"):
+        r = _run(command, str(tmp_path))
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert "BertForMaskedLM is not a causal (decoder) language model" in r.stderr

@@ -78,12 +78,24 @@ def make_hf_config(cfg: dict[str, Any]):
 
 def model_class(arch: str):
     import transformers
+    from transformers.models.auto import modeling_auto
 
     cls = getattr(transformers, arch, None)
     if cls is None or not isinstance(cls, type):
         raise UnsupportedArchitectureError(
             f"architecture '{arch}' is not known to transformers {transformers.__version__}; "
             "check config.json's 'architectures' or upgrade transformers"
+        )
+    # Serving is autoregressive generation: the class must be one transformers lists as a causal LM
+    # (its AutoModelForCausalLM mapping) or as an image/text-to-text generator. An encoder (BERT's
+    # masked LM, a classifier) would otherwise be traced and priced as if it decoded tokens.
+    generators = set(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()) | set(
+        modeling_auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values())
+    if arch not in generators:
+        raise UnsupportedArchitectureError(
+            f"{arch} is not a causal (decoder) language model in transformers {transformers.__version__} "
+            "(not in its AutoModelForCausalLM mapping): graphsim predicts autoregressive serving; "
+            "pass the config of a …ForCausalLM model"
         )
     return cls
 
