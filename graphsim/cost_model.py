@@ -19,7 +19,7 @@ from graphsim.catalog import ResolvedModel
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.errors import ProfileDBMismatchError
 from graphsim.costing.hardware import DeviceKind, HardwareSpec, load_hardware
-from graphsim.costing.predict import choose_data
+from graphsim.costing.predict import default_data
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op
@@ -70,18 +70,18 @@ def profile_data(hardware: HardwareSpec | None, profile: str | os.PathLike[str] 
     """The profile.db to price from and a plain statement of what the numbers rest on.
 
     `profile`: a path or an open db. With none and `default_profile`, the default db of `hardware`
-    ($GRAPHSIM_HOME/profiles/<id>_vllm.db) when it exists (`costing.predict.choose_data`)."""
+    ($GRAPHSIM_HOME/profiles/<id>_vllm.db) when it exists (`costing.predict.default_data`)."""
     if isinstance(profile, ProfileDB):
         db, where = profile, str(profile.path)
     elif profile:
         db, where = ProfileDB.open(profile), os.fspath(profile)
     elif hardware is not None and default_profile:
-        return choose_data(hardware, None)
+        return default_data(hardware)
     elif hardware is not None:
         return None, f"no profile.db: every time is a roofline estimate from the {hardware.name} spec"
     else:
         return None, "no profile.db and no hardware spec: every time is missing"
-    if hardware is not None:  # choose_data's wording
+    if hardware is not None:
         check_same_device(db, hardware, where)
         return db, f"measured rows from {where} ({db.meta.device}), roofline where rows are missing"
     fallback = f"the {db.meta.hardware} roofline" if db.meta.hardware else "missing (no hardware spec for a roofline)"

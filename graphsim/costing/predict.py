@@ -152,11 +152,9 @@ def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions
                        region_list, tally, missing)
 
 
-def choose_data(hardware: HardwareSpec, profile: str | None) -> tuple[ProfileDB | None, str]:
-    """The profile.db to use and a plain statement of what the numbers rest on."""
-    if profile:
-        db = ProfileDB.open(profile)
-        return db, f"measured rows from {profile} ({db.meta.device}), roofline where rows are missing"
+def default_data(hardware: HardwareSpec) -> tuple[ProfileDB | None, str]:
+    """The default profile.db of `hardware` when it exists, and a plain statement of what the numbers rest on
+    (an explicit profile is opened by `graphsim.cost_model.profile_data`)."""
     default = default_profile_path(hardware.id)
     if default.is_file():
         db = ProfileDB.open(default)
