@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from graphsim.atomic import publish
 from graphsim.costing.errors import ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError
 from graphsim.costing.kernels import KernelKey, Measurement, Point, TableKind, check_point, point_coords
 from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
@@ -92,6 +93,12 @@ class KernelRows:
         return len(self.times_us)
 
 
+def _remove_db_files(path: Path, suffixes: tuple[str, ...] = ("", "-wal", "-shm", "-journal")) -> None:
+    """Delete a SQLite file and its journals (those that exist)."""
+    for suffix in suffixes:
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
 @contextmanager
 def staged_copy(path: Path, *, keep_existing: bool) -> Iterator[Path]:
     """A temporary profile.db beside `path` to write into, renamed over `path` when the block ends
@@ -102,10 +109,6 @@ def staged_copy(path: Path, *, keep_existing: bool) -> Iterator[Path]:
     os.close(fd)
     tmp = Path(name)
     tmp.unlink()  # SQLite creates it
-
-    def discard() -> None:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(str(tmp) + suffix).unlink(missing_ok=True)
 
     try:
         if keep_existing and path.is_file() and path.stat().st_size > 0:
@@ -120,14 +123,10 @@ def staged_copy(path: Path, *, keep_existing: bool) -> Iterator[Path]:
             except sqlite3.DatabaseError as e:
                 raise _db_error(e, path) from e
         yield tmp
-        for suffix in ("-wal", "-shm"):  # the old file's log must not be replayed onto the new one
-            Path(str(path) + suffix).unlink(missing_ok=True)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
+        _remove_db_files(path, ("-wal", "-shm"))  # the old file's log must not be replayed onto the new one
+        publish(tmp, path)
     finally:
-        discard()
+        _remove_db_files(tmp)
 
 
 class ProfileDB:
@@ -162,8 +161,7 @@ class ProfileDB:
         or replaced when `overwrite`."""
         p = Path(path)
         if overwrite:
-            for suffix in ("", "-wal", "-shm", "-journal"):
-                Path(str(p) + suffix).unlink(missing_ok=True)
+            _remove_db_files(p)
         existed = p.is_file() and p.stat().st_size > 0
         p.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)

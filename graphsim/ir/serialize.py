@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from graphsim.atomic import publish
 from graphsim.errors import GraphsimError
 from graphsim.ir.attrs import attrs_from_json, attrs_to_json, attrs_to_text
 from graphsim.ir.graph import Graph, LayerSchedule, Node
@@ -84,12 +85,6 @@ def graph_from_json(d: dict[str, Any]) -> Graph:
     )
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save_graph(g: Graph, path: str | Path) -> None:
     """Write atomically: a failed write leaves no half-written file behind."""
     path = Path(path)
@@ -102,8 +97,7 @@ def save_graph(g: Graph, path: str | Path) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the output gets the usual permissions
-        os.replace(tmp, path)
+        publish(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise GraphsimError(f"cannot write {path}: {e.strerror}; choose a writable output path") from None
