@@ -107,8 +107,12 @@ def test_ep_spreads_experts(imported):
     assert w.shape == (32, 4096, 7168)
     a2a = [n for n in out.nodes if is_kind(n, KernelKind.ALL_TO_ALL)]
     assert len(a2a) == 2 and {n.kernel.geometry_as(CollectiveGeometry).reason for n in a2a} == {"moe_dispatch", "moe_combine"}
-    # the experts' TP all-reduce was replaced by the combine
-    assert run.results[-1][1].stats["tp_all_reduce_replaced"] == 1
+    # DeepSeek's routed output is summed with the TP-split shared expert before one all-reduce (tp pass), so
+    # no experts-only all-reduce is left to replace; the sum's all-reduce stays for the shared expert
+    assert run.results[-1][1].stats["tp_all_reduce_replaced"] == 0
+    reasons = [n.kernel.geometry_as(CollectiveGeometry).reason for n in out.nodes if is_kind(n, KernelKind.ALL_REDUCE)
+               and n.layer == moe[0].layer]
+    assert reasons == ["row_parallel", "moe_shared_sum"]
 
 
 def test_fold_of_full_depth_trace_matches_reduced_import():
@@ -154,3 +158,35 @@ def test_eager_target_partitions_with_small_incidental_widths(imported):
     # top-k scores and reduced sums (width 1) are computed whole on every rank, not an error
     run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=eager},tp{size=2}")
     assert run.results[-1][1].stats.get("elementwise_replicated", 0) > 0
+
+
+@pytest.mark.parametrize("name", ["deepseek-v2-lite", "qwen3-next-80b-a3b"])
+def test_routed_and_shared_experts_are_summed_then_reduced_once(name, imported):
+    # vLLM hands the shared MLP (built with reduce_results=False) to the FusedMoE layer, which adds it to
+    # the routed output and all-reduces the sum once (models/deepseek_v2.py DeepseekV2MoE, qwen3_next.py
+    # Qwen3NextSparseMoeBlock): per MoE layer one all-reduce for attention (o_proj) and one after the add.
+    g = imported(name)
+    base = run_pipeline(g, "fold,fuse{target=vllm}").graph
+    part = run_pipeline(g, "fold,fuse{target=vllm},tp{size=2}").graph
+    rep = part.schedule.representative["full.moe"]
+    layer = kernels_of_layer(part, rep)
+    reduces = [n for n in layer if is_kind(n, KernelKind.ALL_REDUCE)]
+    assert [n.kernel.geometry_as(CollectiveGeometry).reason for n in reduces] == ["row_parallel", "moe_shared_sum"]
+    add = next(n for n in layer if n.kernel.name == "add" and n.name in reduces[1].inputs)
+    moe = next(n for n in layer if is_kind(n, KernelKind.MOE_EXPERTS))
+    assert moe.name in add.inputs  # the routed output enters the sum unreduced
+    # the shared MLP is still split: its GEMM FLOPs per token are the unsplit ones / 2
+    full = {n.kernel.name: n for n in kernels_of_layer(base, rep)}
+    for n in layer:
+        if is_kind(n, KernelKind.GEMM) and "shared_expert" in n.scope and n.kernel.name != "shared_expert_gate":
+            assert gemm_flops_per_token(n) * 2 == gemm_flops_per_token(full[n.kernel.name])
+
+
+def test_routed_experts_without_shared_experts_reduce_after_the_experts(imported):
+    part = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=vllm},tp{size=2}").graph
+    reasons = [n.kernel.geometry_as(CollectiveGeometry).reason for n in kernels_of_layer(part, 0)
+               if is_kind(n, KernelKind.ALL_REDUCE)]
+    assert reasons == ["row_parallel", "moe_experts"]
+    # under ep the experts-only all-reduce is the one the combine replaces
+    run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=vllm},tp{size=2},ep{size=2}")
+    assert run.results[-1][1].stats["tp_all_reduce_replaced"] == 1

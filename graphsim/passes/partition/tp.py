@@ -7,7 +7,13 @@ Sharding is propagated along the data flow, so no layer names are needed:
 - a GEMM reading sharded activations is row-parallel (k/t) and is followed by an all-reduce;
 - attention splits heads; KV heads split while t ≤ num_kv_heads and are replicated (and counted)
   beyond; MLA keeps its latent whole on every rank; linear attention splits its heads;
-- MoE experts split their intermediate size and all-reduce their output;
+- MoE experts split their intermediate size and all-reduce their output; where the routed experts'
+  output is added to a shared-expert MLP's (a row-parallel GEMM, optionally scaled per token by a
+  replicated gate), both partial sums are added first and all-reduced once after the add, as vLLM
+  does (vllm-project/vllm@002d6073, models/deepseek_v2.py DeepseekV2MoE.__init__ and
+  models/qwen3_next.py Qwen3NextSparseMoeBlock.__init__: the shared MLP is built with
+  reduce_results=False and handed to the FusedMoE layer as `shared_experts`, which adds it to the
+  routed output and reduces the sum once);
 - the embedding is vocab-parallel (all-reduce), the LM head vocab-parallel (all-gather);
 - per-token kernels (norms, rotary, activations, elementwise) follow their input's sharding.
 A split that does not divide raises an error naming the dimension.
@@ -60,6 +66,8 @@ class TensorParallel(PartitionPass):
         rename: dict[str, str] = {}
         used = {n.name for n in graph.nodes}
         params = dict(graph.params)
+        deferred, sum_then_reduce = _shared_expert_sums(graph, users)
+        partial: set[str] = set()  # values that are per-rank partial sums awaiting one all-reduce
 
         def bump(key: str) -> None:
             stats[key] = stats.get(key, 0) + 1
@@ -69,11 +77,17 @@ class TensorParallel(PartitionPass):
             a = n.kernel
             acts = [v for v in n.inputs if v not in graph.params]
             in_sharded = any(v in sharded for v in acts)
+            in_partial = any(v in partial for v in acts)
             where = f"tp{{size={t}}} at {n.name}"
             after: Node | None = None
             out_sharded = False
             if a.kind is KernelKind.GEMM:
                 n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
+                if after is not None and n.name in deferred and in_sharded:
+                    after = None  # a shared expert's row-parallel output: reduced after the routed sum
+                    partial.update(_values(n))
+                    stats["all_reduce"] -= 1
+                    bump("shared_reduce_deferred")
             elif a.kind is KernelKind.ATTENTION:
                 n = n.with_(attrs=_attention(a, t, where, bump))
                 out_sharded = True
@@ -101,8 +115,18 @@ class TensorParallel(PartitionPass):
                         dims = [i for i, d in enumerate(spec.shape) if d in (inter, 2 * inter) and i > 0]
                         if dims:
                             params[v] = _shard_dim(spec, dims[0], t, "moe intermediate_size", where)
-                after = self._reduce(n, KernelKind.ALL_REDUCE, int(n.outputs[0].shape[-1]), "moe_experts", used)
+                if n.name in deferred:
+                    partial.update(_values(n))
+                    bump("moe_reduce_deferred")
+                else:
+                    after = self._reduce(n, KernelKind.ALL_REDUCE, int(n.outputs[0].shape[-1]), "moe_experts", used)
+                    bump("all_reduce")
+            elif in_partial and n.name in sum_then_reduce:
+                # routed + shared partial sums added on every rank, then reduced once
+                after = self._reduce(n, KernelKind.ALL_REDUCE, int(n.outputs[0].shape[-1]), "moe_shared_sum", used)
                 bump("all_reduce")
+            elif in_partial:  # a per-token scaling of a partial sum (a shared-expert gate) stays partial
+                partial.update(_values(n))
             elif a.kind is KernelKind.EMBEDDING:
                 eg = a.geometry_as(EmbeddingGeometry)
                 vocab = split(eg.vocab, t, "vocab_size", where)
@@ -183,6 +207,51 @@ class TensorParallel(PartitionPass):
             params[b] = _shard_dim(graph.params[b], 0, t, "out_features", where)
         bump("column_parallel")
         return n, None, True
+
+
+def _shared_expert_sums(graph: Graph, users: dict[str, list[Node]]) -> tuple[set[str], set[str]]:
+    """The MoE blocks whose routed and shared expert outputs are summed before one all-reduce: an
+    `add` of a MoE experts output and a GEMM output (directly, or through one elementwise `mul`
+    by a per-token gate), each used only on that path. Returns (the experts and GEMM nodes whose
+    reduce moves after the sum, the add nodes the one all-reduce follows)."""
+    producer = {v: n for n in graph.nodes for v in _values(n)}
+
+    def sole_user(n: Node) -> Node | None:
+        us = [u for v in _values(n) for u in users.get(v, [])]
+        return us[0] if len(us) == 1 else None
+
+    deferred: set[str] = set()
+    adds: set[str] = set()
+    for n in graph.nodes:
+        a = n.attrs
+        if not (isinstance(a, KernelAttrs) and a.kind is KernelKind.ELEMENTWISE and a.name == "add"):
+            continue
+        srcs = [producer[v] for v in n.inputs if v in producer]
+        if len(srcs) != 2 or len(n.inputs) != 2:
+            continue
+        experts = [m for m in srcs if m.kernel.kind is KernelKind.MOE_EXPERTS]
+        others = [m for m in srcs if m not in experts]
+        if len(experts) != 1 or len(others) != 1 or sole_user(experts[0]) is not n:
+            continue
+        shared = others[0]
+        if shared.kernel.kind is KernelKind.ELEMENTWISE and shared.kernel.name == "mul":  # a gated shared expert
+            width = n.kernel.geometry_as(ElementwiseGeometry).width
+            gemms = [m for m in _inputs_of(shared, producer) if m.kernel.kind is KernelKind.GEMM
+                     and m.kernel.geometry_as(GemmGeometry).n == width and sole_user(m) is shared]
+            if len(gemms) != 1 or sole_user(shared) is not n:
+                continue
+            shared = gemms[0]
+        elif sole_user(shared) is not n:
+            continue
+        if shared.kernel.kind is not KernelKind.GEMM:
+            continue
+        deferred.update((experts[0].name, shared.name))
+        adds.add(n.name)
+    return deferred, adds
+
+
+def _inputs_of(n: Node, producer: dict[str, Node]) -> list[Node]:
+    return [producer[v] for v in n.inputs if v in producer]
 
 
 def _values(n: Node) -> list[str]:
