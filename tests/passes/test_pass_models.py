@@ -168,6 +168,7 @@ def test_routed_and_shared_experts_are_summed_then_reduced_once(name, imported):
     g = imported(name)
     base = run_pipeline(g, "fold,fuse{target=vllm}").graph
     part = run_pipeline(g, "fold,fuse{target=vllm},tp{size=2}").graph
+    assert part.schedule is not None
     rep = part.schedule.representative["full.moe"]
     layer = kernels_of_layer(part, rep)
     reduces = [n for n in layer if is_kind(n, KernelKind.ALL_REDUCE)]
