@@ -9,26 +9,39 @@ from __future__ import annotations
 from typing import Any, overload
 
 from graphsim.errors import ConfigError
+from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
 from graphsim.work.dtypes import DType, parse_dtype
 
 _MISSING = object()
 
 
 class ConfigView:
-    """Read-only typed access to one config dict, for one architecture."""
+    """Read-only typed access to one config dict, for one architecture.
+
+    A field absent from the config reads as the architecture's transformers config-class default
+    (`config_defaults`), as transformers itself would build the model; the frame fields
+    (`FRAME_KEYS`) stay required. A field present as JSON null, or absent with a class default of
+    None, reads as missing: the builder's own rule applies (e.g. head_dim = hidden / heads).
+    """
 
     def __init__(self, cfg: dict[str, Any], architecture: str) -> None:
         self.cfg = cfg
         self.arch = architecture
+        self.defaults = class_defaults(architecture)
 
     def _where(self) -> str:
         return f"config.json ({self.arch})"
 
     def has(self, key: str) -> bool:
-        return self.cfg.get(key) is not None
+        return self._get(key) is not _MISSING
 
     def _get(self, key: str) -> Any:
-        value = self.cfg.get(key, _MISSING)
+        if key in self.cfg:
+            value = self.cfg[key]
+        elif key in FRAME_KEYS:
+            value = None
+        else:
+            value = self.defaults.get(key)
         return _MISSING if value is None else value
 
     def req_int(self, key: str, minimum: int = 1) -> int:
@@ -67,6 +80,14 @@ class ConfigView:
             return default
         if not isinstance(value, bool):
             raise ConfigError(f"{self._where()} field '{key}' is {value!r}, not true/false; fix the config")
+        return value
+
+    def opt_str(self, key: str, default: str) -> str:
+        value = self._get(key)
+        if value is _MISSING:
+            return default
+        if not isinstance(value, str):
+            raise ConfigError(f"{self._where()} field '{key}' is {value!r}, not a string; fix the config")
         return value
 
     def opt_int_list(self, key: str, default: tuple[int, ...] = ()) -> tuple[int, ...]:

@@ -100,16 +100,33 @@ def _broken(stem: str, drop: tuple[str, ...] = (), **changes) -> dict:
     "stem,field",
     [
         ("Llama-3.1-8B", "hidden_size"),
-        ("Llama-3.1-8B", "intermediate_size"),
-        ("Qwen3-30B-A3B", "moe_intermediate_size"),
-        ("DeepSeek-V3", "kv_lora_rank"),
-        ("Qwen3-Next-80B-A3B", "linear_num_value_heads"),
-        ("gpt-oss-20b", "num_local_experts"),
+        ("Llama-3.1-8B", "num_hidden_layers"),
+        ("Qwen3-30B-A3B", "num_attention_heads"),
+        ("DeepSeek-V3", "vocab_size"),
     ],
 )
-def test_missing_required_field_is_named(stem, field):
+def test_missing_frame_field_is_named(stem, field):
+    # The four fields that say which model this is stay required (config_defaults.FRAME_KEYS).
     with pytest.raises(ConfigError, match=f"'{field}'"):
         build_model(_broken(stem, drop=(field,)))
+
+
+@pytest.mark.parametrize(
+    "stem,field,read,expected",
+    [
+        # Expected values are the keyword defaults in transformers 5.24's config classes:
+        # LlamaConfig(intermediate_size=11008), Qwen3MoeConfig(moe_intermediate_size=768),
+        # DeepseekV3Config(kv_lora_rank=512), Qwen3NextConfig(linear_num_value_heads=32),
+        # GptOssConfig(num_local_experts=128).
+        ("Llama-3.1-8B", "intermediate_size", lambda s: s.stack.layers[0].ffn.intermediate, 11008),
+        ("Qwen3-30B-A3B", "moe_intermediate_size", lambda s: s.stack.layers[0].ffn.expert_intermediate, 768),
+        ("DeepSeek-V3", "kv_lora_rank", lambda s: s.stack.layers[0].attn.kv_lora_rank, 512),
+        ("Qwen3-Next-80B-A3B", "linear_num_value_heads", lambda s: s.stack.layers[0].attn.v_heads, 32),
+        ("gpt-oss-20b", "num_local_experts", lambda s: s.stack.layers[0].ffn.experts, 128),
+    ],
+)
+def test_omitted_field_takes_the_config_class_default(stem, field, read, expected):
+    assert read(build_model(_broken(stem, drop=(field,)))) == expected
 
 
 def test_inconsistent_dims():

@@ -38,7 +38,7 @@ def _moe(view: ConfigView, hidden: int, profile: MlaProfile) -> MoeFfn | None:
         )
     width = view.req_int("moe_intermediate_size")
     shared = view.opt_int("n_shared_experts", 0, minimum=0) or 0
-    topk_method = view.cfg.get("topk_method") or profile.topk_method_default
+    topk_method = view.opt_str("topk_method", profile.topk_method_default)
     return MoeFfn(
         hidden=hidden,
         expert_intermediate=width,

@@ -1,0 +1,70 @@
+"""Write `graphsim/work/config_defaults.json` from the installed transformers' config classes.
+
+Run `python -m graphsim.importers.hf.config_defaults` after changing the pinned transformers or
+the accountant's registry; `tests/work/test_work_config_defaults.py` fails until the table is
+current. (The accountant reads the table and never imports transformers.)
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from importlib import resources
+from typing import Any
+
+from graphsim.atomic import publish
+from graphsim.work.config_defaults import TABLE
+
+
+def _literal(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_literal(v) for v in value)
+    return False
+
+
+def defaults_from_transformers(architecture: str) -> tuple[str, dict[str, Any]]:
+    """(config class name, its JSON-literal keyword defaults) from the installed transformers."""
+    import transformers
+
+    model_class = getattr(transformers, architecture)
+    config_class = model_class.config_class
+    out: dict[str, Any] = {}
+    for name, param in inspect.signature(config_class.__init__).parameters.items():
+        if param.kind is not inspect.Parameter.KEYWORD_ONLY or param.default is inspect.Parameter.empty:
+            continue
+        if _literal(param.default):
+            default = param.default
+            out[name] = list(default) if isinstance(default, tuple) else default
+    return config_class.__name__, out
+
+
+def write_table(architectures: list[str]) -> dict[str, Any]:
+    import transformers
+
+    table: dict[str, Any] = {
+        "source": f"transformers {transformers.__version__}: keyword defaults of each config class's __init__",
+        "architectures": {},
+    }
+    for arch in sorted(architectures):
+        name, defaults = defaults_from_transformers(arch)
+        table["architectures"][arch] = {"config_class": name, "defaults": defaults}
+    return table
+
+
+def main() -> None:
+    from graphsim.work.registry import supported_architectures
+
+    path = str(resources.files("graphsim.work").joinpath(TABLE))
+    table = write_table(list(supported_architectures()))
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(table, f, indent=1, sort_keys=True)
+        f.write("\n")
+    publish(path + ".tmp", path)
+    print(f"wrote {path} ({len(table['architectures'])} architectures)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""The accountant follows transformers wherever a config omits a field.
+
+Three independent checks against the pinned transformers (the accountant never imports it; these
+tests do):
+1. `config_defaults.json` equals the keyword defaults of each registered architecture's config class.
+2. The accountant's resolved dimensions equal transformers' resolved config attributes, for each
+   registered architecture at its class-default config, at that config stripped to the four frame
+   fields (every other field then comes from the defaults), and for every config in the repository.
+3. The accountant's total parameter count equals the parameter count (parameters and persistent
+   buffers) of the transformers model built on the meta device from the same config (no weights),
+   for the same configs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from graphsim.work import accounting
+from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
+from graphsim.work.registry import build_model, supported_architectures
+from graphsim.work.specs import GqaAttention, MlaAttention, MoeFfn
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_DIRS = [REPO / "graphsim" / "catalog" / "configs", REPO.parent / "shared" / "hf-configs"]
+# Fields transformers' config classes do not take (or that only the checkpoint loader reads).
+_NOT_CONFIG_ARGS = ("architectures", "model_type", "transformers_version", "quantization_config", "auto_map")
+
+
+def _repo_configs() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    seen: set[str] = set()
+    for folder in CONFIG_DIRS:
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            text = path.read_text()
+            if text in seen:
+                continue
+            seen.add(text)
+            cfg = json.loads(text)
+            if cfg.get("architectures", [None])[0] in supported_architectures():
+                out.append((f"{folder.name}/{path.stem}", cfg))
+    return out
+
+
+def _config_class(arch: str) -> Any:
+    return getattr(transformers, arch).config_class
+
+
+def _hf_config(arch: str, cfg: dict[str, Any]) -> Any:
+    return _config_class(arch)(**{k: v for k, v in cfg.items() if k not in _NOT_CONFIG_ARGS})
+
+
+def _default_config(arch: str) -> dict[str, Any]:
+    cfg = _config_class(arch)().to_dict()
+    if arch == "DeepseekV2ForCausalLM":
+        # DeepseekV2Config() sets n_routed_experts=64 but num_experts_per_tok=None, and the model cannot
+        # be built from it (the router reads top_k); give it DeepSeek-V2's top-k (its config.json: 6).
+        cfg["num_experts_per_tok"] = 6
+    return cfg
+
+
+def _cases() -> list[Any]:
+    cases = []
+    for arch in supported_architectures():
+        full = _default_config(arch)
+        stripped = {k: full[k] for k in FRAME_KEYS}
+        if "num_experts_per_tok" in full and full.get("num_experts_per_tok") != _config_class(arch)().num_experts_per_tok:
+            stripped["num_experts_per_tok"] = full["num_experts_per_tok"]
+        cases.append(pytest.param(arch, full, id=f"{arch}-class-defaults"))
+        cases.append(pytest.param(arch, stripped, id=f"{arch}-frame-only"))
+    for name, cfg in _repo_configs():
+        cases.append(pytest.param(cfg["architectures"][0], cfg, id=name))
+    return cases
+
+
+def test_table_equals_the_installed_config_classes():
+    from graphsim.importers.hf.config_defaults import defaults_from_transformers
+
+    stale = []
+    for arch in supported_architectures():
+        _, live = defaults_from_transformers(arch)
+        if class_defaults(arch) != live:
+            stale.append(arch)
+    assert not stale, f"config_defaults.json is stale for {stale}: run python -m graphsim.importers.hf.config_defaults"
+
+
+def test_qwen3_without_head_dim_uses_the_class_default():
+    # Qwen3-32B: hidden 5120, 64 heads. Without head_dim, hidden/heads would give 80; Qwen3Config's
+    # default is 128 (transformers qwen3/configuration_qwen3.py), which the real checkpoint also states.
+    cfg = json.loads((REPO / "graphsim" / "catalog" / "configs" / "Qwen3-32B.json").read_text())
+    del cfg["head_dim"]
+    attn = build_model(cfg).stack.layers[0].attn
+    assert isinstance(attn, GqaAttention)
+    assert attn.head_dim == 128
+    # 32.76 B as the published checkpoint (Qwen/Qwen3-32B model page: 32.8B), not 30.50 B.
+    assert accounting(cfg).params().total == 32_762_123_264
+
+
+@pytest.mark.parametrize(("arch", "cfg"), _cases())
+def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
+    spec = build_model(dict(cfg, architectures=[arch]))
+    hf = _hf_config(arch, cfg)
+    assert (spec.hidden, spec.vocab, len(spec.stack.layers)) == (hf.hidden_size, hf.vocab_size, hf.num_hidden_layers)
+    assert spec.tie_embeddings == hf.tie_word_embeddings
+    layer_types = getattr(hf, "layer_types", None)
+    for i, layer in enumerate(spec.stack.layers):
+        attn = layer.attn
+        if isinstance(attn, GqaAttention):
+            kv = hf.num_key_value_heads if hf.num_key_value_heads is not None else hf.num_attention_heads
+            head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+            assert (attn.heads, attn.kv_heads, attn.head_dim) == (hf.num_attention_heads, kv, head_dim), f"layer {i}"
+            if layer_types is not None:
+                assert (attn.window is not None) == (layer_types[i] == "sliding_attention"), f"layer {i}"
+                if attn.window is not None:
+                    assert attn.window == hf.sliding_window
+        elif isinstance(attn, MlaAttention):
+            got = (attn.q_lora_rank, attn.kv_lora_rank, attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim)
+            want = (hf.q_lora_rank, hf.kv_lora_rank, hf.qk_nope_head_dim, hf.qk_rope_head_dim, hf.v_head_dim)
+            assert got == want, f"layer {i}"
+        if isinstance(layer.ffn, MoeFfn):
+            experts = next(getattr(hf, k) for k in ("num_experts", "num_local_experts", "n_routed_experts") if getattr(hf, k, None))
+            assert (layer.ffn.experts, layer.ffn.top_k) == (experts, hf.num_experts_per_tok), f"layer {i}"
+
+
+@pytest.mark.parametrize(("arch", "cfg"), _cases())
+def test_parameter_count_equals_the_meta_model(arch: str, cfg: dict[str, Any]):
+    hf = _hf_config(arch, cfg)
+    with torch.device("meta"):
+        model = getattr(transformers, arch)(hf)
+    # Parameters, plus persistent buffers: a checkpoint stores both (DeepSeek-V3's per-expert score
+    # correction vector is a buffer in transformers and a tensor in the safetensors files).
+    persistent = set(model.state_dict(keep_vars=True))
+    buffers = sum(b.numel() for name, b in model.named_buffers() if name in persistent)
+    meta_total = sum(p.numel() for p in model.parameters()) + buffers
+    assert accounting(dict(cfg, architectures=[arch])).params().total == meta_total
