@@ -1,48 +1,76 @@
-"""GEMMs whose (n, k) was not measured: interpolate between measured geometries.
+"""Kernel geometries that were not measured: interpolate between measured neighbouring geometries.
 
-Measured GEMM tables cover a generic grid of (n, k) (powers of two and midpoints); a model's
-fused projections often fall between grid values (e.g. n = 28,672). For such a key, the curves
-of the bracketing measured geometries (n_lo ≤ n ≤ n_hi, k_lo ≤ k ≤ k_hi, same dtype) are
-evaluated at the requested m and combined bilinearly in log(time) over (log n, log k). The
-result is marked `interpolated` (or `extrapolated` where a neighbour curve extrapolates in m);
-a key outside the measured (n, k) range gets nothing here and falls to the roofline.
+Measured tables cover a generic grid of geometries: GEMMs over (n, k) (powers of two and midpoints),
+attention over (query heads, KV heads, head_dim) pairs of common models. A model's fused projections
+often fall between grid values (e.g. n = 28,672), and its per-rank head counts too (e.g. 28 query / 4
+KV heads). For such a key, the curves of the bracketing measured geometries — every other key field
+(dtypes, sliding window) equal — are evaluated at the requested batch coordinates and combined
+multilinearly in log(time) over the log of each geometry field (`GEOMETRY_FIELDS`), one field after
+another, outermost first: the first field is bracketed among all measured values, each next one among
+the geometries that share the fields already chosen (ragged grids, like the batch coordinates in
+`interpolate.Curve`).
+
+Log–log, as along the batch coordinates: exact when time ∝ field^α, which covers both ends of a kernel's
+range — launch-bound (α = 0) and work-bound (α = 1: GEMM time ∝ n·k at large m; attention time ∝ query
+heads when compute-bound, ∝ KV heads when reading the cache) — and within one bracket it differs little
+from linear-in-field interpolation of a fixed cost plus work (t = 5 + h µs: 24 → 29, 32 → 37 µs gives
+33.04 µs at 28 against 33 linear). The result is `interpolated` (or `extrapolated` where a neighbour
+curve extrapolates in the batch coordinates); a key outside the measured range of a field gets nothing
+here and falls through the pricer's chain (derived or roofline).
 """
 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from graphsim.costing.kernels import GemmKey, Point, TableKind
+from graphsim.costing.kernels import (
+    AttentionDecodeKey, AttentionPrefillKey, GemmKey, KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey,
+    MlaPrefillKey, Point,
+)
 
 if TYPE_CHECKING:
-    from graphsim.costing.interpolate import Curve
+    from collections.abc import Callable
+
+    from graphsim.costing.interpolate import Evaluator
     from graphsim.costing.timing import Timing
+
+# Per key class, the geometry fields interpolated across (outermost first); every other field must match.
+# GEMMs: k, then n. Attention: head_dim, then KV heads, then query heads (the query heads of one KV-head
+# count form the GQA groups a table measures). MLA: query heads (its latent dimensions are one model's).
+GEOMETRY_FIELDS: dict[type, tuple[str, ...]] = {
+    GemmKey: ("k", "n"),
+    AttentionPrefillKey: ("head_dim", "num_kv_heads", "num_heads"),
+    AttentionDecodeKey: ("head_dim", "num_kv_heads", "num_heads"),
+    MlaPrefillKey: ("num_heads",), MlaDecodeKey: ("num_heads",),
+    MlaModulePrefillKey: ("num_heads",), MlaModuleDecodeKey: ("num_heads",),
+}
 
 
 @dataclass
 class GeometryCurve:
-    """Evaluates like `Curve`: coords (N, 1) of m → (times, source codes)."""
+    """Evaluates like `interpolate.Curve`: coords (N, d) in the key's point order → (times, source codes)."""
 
-    key: GemmKey
-    corners: list[tuple[float, Curve]]  # (bilinear weight, curve of a measured neighbour geometry)
+    key: KernelKey
+    corners: list[tuple[float, Evaluator]]  # (multilinear weight, curve of a measured neighbour geometry)
 
     @property
     def num_rows(self) -> int:
         return sum(c.num_rows for _, c in self.corners)
 
-    def evaluate(self, coords: np.ndarray):
+    def evaluate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         from graphsim.costing.interpolate import INTERPOLATED, MISSING
 
-        q = np.asarray(coords, dtype=np.float64).reshape(-1, 1)
+        q = np.asarray(coords, dtype=np.float64).reshape(-1, len(fields(self.key.POINT)))
         log_t = np.zeros(len(q))
         src = np.full(len(q), INTERPOLATED, dtype=np.int8)
         for w, curve in self.corners:
             t, s = curve.evaluate(q)
-            log_t += w * np.log(t)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                log_t += w * np.log(t)
             src = np.maximum(src, s)
         out = np.exp(log_t)
         bad = ~np.isfinite(out) | (src == MISSING)
@@ -56,46 +84,57 @@ class GeometryCurve:
         return timing_at(self, point)
 
 
-def _bracket(values: list[int], x: int) -> tuple[int, int] | None:
+def _weights(values: list[int], x: int) -> list[tuple[int, float]] | None:
+    """The measured values bracketing x with their log-space interpolation weights (None: outside)."""
     i = bisect.bisect_left(values, x)
     if i < len(values) and values[i] == x:
-        return x, x
+        return [(x, 1.0)]
     if i == 0 or i == len(values):
         return None
-    return values[i - 1], values[i]
-
-
-def _weights(values: list[int], x: int) -> list[tuple[int, float]] | None:
-    """The measured values bracketing x with their log-space interpolation weights."""
-    b = _bracket(values, x)
-    if b is None:
-        return None
-    lo, hi = b
-    if lo == hi:
-        return [(lo, 1.0)]
+    lo, hi = values[i - 1], values[i]
     w = float((np.log(x) - np.log(lo)) / (np.log(hi) - np.log(lo)))
     return [(lo, 1.0 - w), (hi, w)]
 
 
-def gemm_geometry_curve(db, key: GemmKey, curve_of) -> GeometryCurve | None:
-    """A GeometryCurve for an unmeasured GEMM key, or None when it cannot be bracketed.
-
-    `curve_of(key)` returns the measured Curve of a key (the pricer's cache)."""
-    cache = db.__dict__.setdefault("_gemm_geometries", {})
-    if key.dtype not in cache:
-        cache[key.dtype] = {(k.n, k.k) for k in db.keys(TableKind.GEMM) if k.dtype == key.dtype}
-    geos: set[tuple[int, int]] = cache[key.dtype]
-    k_weights = _weights(sorted({k for _, k in geos}), key.k)
-    if k_weights is None:
+def corners(geos: set[tuple[int, ...]], target: tuple[int, ...]) -> list[tuple[float, tuple[int, ...]]] | None:
+    """The measured geometries (tuples of the geometry fields, outermost first) bracketing `target`, with
+    their multilinear log-space weights; None when some field cannot be bracketed."""
+    if not target:
+        return [(1.0, ())]
+    ws = _weights(sorted({g[0] for g in geos}), target[0])
+    if ws is None:
         return None
-    corners = []
-    for kk, w_k in k_weights:
-        n_weights = _weights(sorted(n for n, k in geos if k == kk), key.n)
-        if n_weights is None:
+    out = []
+    for v, w in ws:
+        inner = corners({g[1:] for g in geos if g[0] == v}, target[1:])
+        if inner is None:
             return None
-        for nn, w_n in n_weights:
-            curve = curve_of(GemmKey(nn, kk, key.dtype))
-            if curve is None:
-                return None
-            corners.append((w_k * w_n, curve))
-    return GeometryCurve(key, corners)
+        out += [(w * wi, (v, *rest)) for wi, rest in inner]
+    return out
+
+
+def _family(key: KernelKey, names: tuple[str, ...]) -> tuple[object, ...]:
+    """The key's fields that must match exactly (its class and everything but the geometry fields)."""
+    return (type(key), *(getattr(key, f.name) for f in fields(key) if f.name not in names))
+
+
+def geometry_curve(db, key: KernelKey, curve_of: Callable[[KernelKey], Evaluator | None]) -> GeometryCurve | None:
+    """A GeometryCurve for an unmeasured key, or None when its kind has no geometry fields or the key
+    cannot be bracketed. `curve_of(key)` returns the measured curve of a key (the pricer's cache)."""
+    names = GEOMETRY_FIELDS.get(type(key))
+    if names is None:
+        return None
+    family = _family(key, names)
+    cache = db.__dict__.setdefault("_geometries", {})
+    if family not in cache:
+        cache[family] = {tuple(getattr(k, n) for n in names) for k in db.keys(key.KIND) if _family(k, names) == family}
+    found = corners(cache[family], tuple(getattr(key, n) for n in names))
+    if found is None:
+        return None
+    parts = []
+    for w, geo in found:
+        curve = curve_of(replace(key, **dict(zip(names, geo, strict=True))))
+        if curve is None:
+            return None
+        parts.append((w, curve))
+    return GeometryCurve(key, parts)

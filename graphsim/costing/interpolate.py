@@ -1,4 +1,4 @@
-"""Kernel time lookup: exact row → interpolation → roofline → missing (DESIGN §1).
+"""Kernel time lookup: exact row → interpolation → derived → roofline → missing (DESIGN §1).
 
 `Curve` interpolates the rows of one geometry key over their batch-dependent coordinates
 (`m` for GEMMs; batch and kv_len for decode; batch, q_len and cached prefix for prefill; tokens;
@@ -11,7 +11,10 @@ grows faster than the coordinate), extends it and the result is marked `extrapol
 or not at all.
 
 `KernelPricer` runs the chain for one profile.db and hardware spec, scalar (`time`) or vectorised
-over many points (`times`), and records every result's `TimeSource`.
+over many points (`times`), and records every result's `TimeSource`. A key with no rows of its own
+is interpolated between measured neighbouring geometries where it lies between them
+(`geometry_interp.py`); a point still without a time is priced `derived` where it is memory-bound
+and the profile says what the GPU achieves on such work (`derived.py`), `roofline` otherwise.
 """
 
 from __future__ import annotations
@@ -22,18 +25,17 @@ from typing import Protocol
 
 import numpy as np
 
-from graphsim.costing.geometry_interp import gemm_geometry_curve
+from graphsim.costing.derived import ProfileRates, derived_us, profile_rates
+from graphsim.costing.geometry_interp import geometry_curve
 from graphsim.costing.hardware import HardwareSpec, load_hardware
-from graphsim.costing.kernels import (
-    AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, Point, check_point, point_coords,
-)
+from graphsim.costing.kernels import AttentionPrefillPoint, CollectiveKey, KernelKey, Point, check_point, point_coords
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
 from graphsim.costing.timing import TimeSource, Timing
 
 # Source codes used in vectorised results: index into SOURCES.
 SOURCES: tuple[TimeSource, ...] = tuple(TimeSource)
-MEASURED, INTERPOLATED, EXTRAPOLATED, ROOFLINE, MISSING = (SOURCES.index(s) for s in SOURCES)
+MEASURED, INTERPOLATED, EXTRAPOLATED, DERIVED, ROOFLINE, MISSING = (SOURCES.index(s) for s in SOURCES)
 
 
 def grid_coordinates(key: KernelKey, coords: np.ndarray) -> np.ndarray:
@@ -179,15 +181,16 @@ class KernelPricer:
 
     def __post_init__(self) -> None:
         self._curves: dict[KernelKey, Evaluator | None] = {}
+        self._rates: tuple[ProfileRates | None] | None = None  # (rates,) once read
         if self.hardware is None and self.db is not None and self.db.meta.hardware:
             self.hardware = load_hardware(self.db.meta.hardware)
 
     def curve(self, key: KernelKey) -> Evaluator | None:
         if key not in self._curves:
             self._curves[key] = self._measured_curve(key)
-            if self._curves[key] is None and isinstance(key, GemmKey) and self.db is not None:
-                # an unmeasured GEMM geometry between measured ones (costing/geometry_interp.py)
-                self._curves[key] = gemm_geometry_curve(self.db, key, self._measured_curve)
+            if self._curves[key] is None and self.db is not None:
+                # an unmeasured geometry between measured ones (costing/geometry_interp.py)
+                self._curves[key] = geometry_curve(self.db, key, self._measured_curve)
         return self._curves[key]
 
     def _measured_curve(self, key: KernelKey) -> Curve | None:
@@ -207,9 +210,13 @@ class KernelPricer:
                                   f"(the {timing.source.value} {timing.time_us:.3g} µs lies below it)")
                 return timing
         if self.hardware is not None:
-            rt = roofline_us(self.hardware, key, np.asarray([point_coords(point)]))
-            if rt is not None:
-                return Timing(float(rt[0]), TimeSource.ROOFLINE, f"{self.hardware.id} spec")
+            t, s = self._fallback(key, np.asarray([point_coords(point)], dtype=np.float64))
+            if s[0] == DERIVED:
+                rates = self.rates
+                assert rates is not None  # a derived time has rates
+                return Timing(float(t[0]), TimeSource.DERIVED, f"{self.hardware.id}: {rates.describe()}")
+            if s[0] == ROOFLINE:
+                return Timing(float(t[0]), TimeSource.ROOFLINE, f"{self.hardware.id} spec")
         return Timing.missing(self._why_missing(key, curve))
 
     def times(self, key: KernelKey, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,10 +234,34 @@ class KernelPricer:
             s[low] = ROOFLINE
         need = s == MISSING
         if need.any() and self.hardware is not None:
-            rt = roofline_us(self.hardware, key, q[need])
-            if rt is not None:
-                t[need] = rt
-                s[need] = ROOFLINE
+            t[need], s[need] = self._fallback(key, q[need])
+        return t, s
+
+    @property
+    def rates(self) -> ProfileRates | None:
+        """The launch floor and achieved bandwidth the profile's rows show (`derived.py`); None without a
+        profile, a spec, or enough bandwidth-bound rows."""
+        if self._rates is None:
+            db, spec = self.db, self.hardware
+            self._rates = (profile_rates(db, spec) if db is not None and spec is not None else None,)
+        return self._rates[0]
+
+    def _fallback(self, key: KernelKey, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Points without a time from rows: derived where memory-bound and the profile gives rates,
+        else the roofline, else missing."""
+        t = np.full(len(q), np.nan)
+        s = np.full(len(q), MISSING, dtype=np.int8)
+        assert self.hardware is not None
+        rt = roofline_us(self.hardware, key, q)
+        if rt is None:
+            return t, s
+        t[:], s[:] = rt, ROOFLINE
+        rates = self.rates
+        if rates is not None:
+            d = derived_us(rates, self.hardware, key, q, rt)
+            if d is not None:
+                ok = np.isfinite(d)
+                t[ok], s[ok] = d[ok], DERIVED
         return t, s
 
     def _floor_us(self, key: KernelKey, q: np.ndarray) -> np.ndarray | None:

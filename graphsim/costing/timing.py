@@ -13,6 +13,7 @@ class TimeSource(str, Enum):
     MEASURED = "measured"  # an exact profile.db row
     INTERPOLATED = "interpolated"  # between profile.db rows (log-log), inside the measured range
     EXTRAPOLATED = "extrapolated"  # from profile.db rows, outside the measured range
+    DERIVED = "derived"  # no rows for the kernel: the profile's achieved bandwidth and launch floor (costing/derived.py)
     ROOFLINE = "roofline"  # max(flops / peak, bytes / bandwidth) from a hardware spec
     MISSING = "missing"  # nothing to price it with
 

@@ -26,4 +26,4 @@ def test_frozen_and_ranked():
         t.time_us = 2.0  # type: ignore[misc]
     assert worst_source([TimeSource.MEASURED, TimeSource.ROOFLINE, TimeSource.INTERPOLATED]) is TimeSource.ROOFLINE
     assert worst_source([]) is TimeSource.MISSING
-    assert [s.value for s in TimeSource] == ["measured", "interpolated", "extrapolated", "roofline", "missing"]
+    assert [s.value for s in TimeSource] == ["measured", "interpolated", "extrapolated", "derived", "roofline", "missing"]

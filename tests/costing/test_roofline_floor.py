@@ -7,7 +7,7 @@ import pytest
 
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.hardware import load_hardware
-from graphsim.costing.interpolate import KernelPricer
+from graphsim.costing.interpolate import MEASURED, ROOFLINE, KernelPricer
 from graphsim.costing.kernels import CollectiveKey, CollectiveOp, GemmKey, GemmPoint, Measurement, MessagePoint
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta
 from graphsim.costing.timing import TimeSource
@@ -35,7 +35,7 @@ def test_extrapolation_below_the_floor_is_clamped_and_says_so(pricer):
     assert "roofline floor (the extrapolated 3.35 µs lies below it)" in t.detail
     times, sources = pricer.times(KEY, np.asarray([[1.0], [64.0]]))
     assert times[0] == pytest.approx(6.99392, rel=1e-5) and times[1] == 10.0  # m = 64: floor 7.21 µs < 10 µs
-    assert [int(s) for s in sources] == [3, 0]  # roofline, measured
+    assert [int(s) for s in sources] == [ROOFLINE, MEASURED]
 
 
 def test_collectives_keep_their_measured_time(pricer):

@@ -1,0 +1,137 @@
+"""Derived prices: a memory-bound kernel the profile has no rows for, at what this GPU measurably achieves.
+
+A profile.db holds GEMMs, attention, MoE and collectives; the memory-bound glue between them (norms,
+rotary, activations, residual adds, embedding gathers) often has no rows — aiconfigurator's tables hold
+none (/work/shared/notes/aiconfigurator-data.md, "No measured tables for norms, activations, embeddings,
+RoPE"). At the datasheet bandwidth and with no launch cost such a kernel is priced far too fast. Instead,
+`profile_rates` reads two figures off the profile's own rows, and `derived_us` prices a row-less
+memory-bound point at
+
+    max(launch floor, bytes / achieved bandwidth, roofline)
+
+labelled `derived`. Rows for the kernel itself (measured / interpolated / extrapolated) always win; a
+compute-bound point (flops / peak > bytes / bandwidth) keeps its roofline, since a bandwidth says
+nothing about it.
+
+The rows read are those of the single-kernel tables whose byte count is exact (`RATE_TABLES`: GEMMs,
+attention, plain MLA attention, elementwise) — not MoE (its bytes depend on how tokens were routed:
+`roofline._moe` takes an expectation), not the MLA module tables (several kernels in one time), not
+collectives (the interconnect, not DRAM).
+
+- **Launch floor**: the 1st percentile of those rows' times (a measured time, not an average). The very
+  smallest row would do as well, but one odd row (or one edited by hand) then sets it alone.
+- **Achieved bandwidth**: the 90th percentile of bytes / time over the rows that are clearly bound by
+  DRAM: their memory roofline is at least `BOUND_FACTOR` × their compute roofline (so they stay
+  bandwidth-bound even at a quarter of peak FLOP/s), and at least `LARGE_FACTOR` launch floors long (so a
+  fixed launch cost is at most a fifth of their time). A high percentile, because what is below it is
+  mostly kernels that are bandwidth-bound on paper but not tuned to stream (small GEMM tiles, decode
+  attention with few sequences), while the plain streaming kernels priced here (norms, activations) are
+  the simplest to run at full speed; not the maximum, since single rows exceed the DRAM datasheet
+  (L2-resident operands: 5,078 GB/s on the H200 tables against 4,800). It is capped at the spec's
+  bandwidth. Fewer than `MIN_BOUND_ROWS` such rows: no rate, and row-less kernels keep their roofline.
+
+Measured on the imported aiconfigurator vLLM tables (2026-12-01, `python -c` over `profile_rates`):
+H200 floor 2.75 µs, bandwidth see docs/predict.md; both are recomputed from whatever profile is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.kernels import CollectiveKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey, TableKind
+from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.roofline import KernelWork, kernel_work
+
+# Tables read for the rates (see the module docstring for why these).
+RATE_TABLES: tuple[TableKind, ...] = (TableKind.GEMM, TableKind.ATTENTION_PREFILL, TableKind.ATTENTION_DECODE,
+                                      TableKind.MLA_PREFILL, TableKind.MLA_DECODE, TableKind.ELEMENTWISE)
+FLOOR_PERCENTILE = 1.0  # launch floor: a low percentile of the row times (module docstring)
+BANDWIDTH_PERCENTILE = 90.0  # achieved bandwidth: a high percentile over bandwidth-bound rows
+BOUND_FACTOR = 4.0  # memory roofline >= 4 x compute roofline: still memory-bound at 25% of peak FLOP/s
+LARGE_FACTOR = 4.0  # memory roofline >= 4 launch floors: a launch cost is <= 1/5 of the row's time
+MIN_BOUND_ROWS = 16  # below this a 90th percentile is one or two rows: no rate
+
+
+@dataclass(frozen=True)
+class ProfileRates:
+    """What one profile's rows say this GPU achieves on memory-bound work."""
+
+    floor_us: float  # launch floor: FLOOR_PERCENTILE of the rate tables' row times
+    bandwidth_bytes_per_s: float  # achieved DRAM bandwidth (capped at the spec's)
+    rows: int  # rows the floor was read from
+    bound_rows: int  # bandwidth-bound rows the bandwidth was read from
+    source: str  # the profile file's name, for labels
+
+    def describe(self) -> str:
+        return (f"max({self.floor_us:.3g} µs launch floor, bytes / {self.bandwidth_bytes_per_s / 1e9:,.0f} GB/s "
+                f"achieved), from {self.bound_rows:,} bandwidth-bound of {self.rows:,} rows of {self.source}")
+
+
+def _compute_s(key: KernelKey, work: KernelWork, spec: HardwareSpec) -> np.ndarray | None:
+    """flops / peak per point; None where the spec has no peak for the key's dtype (and flops are non-zero)."""
+    if not np.any(work.flops):
+        return np.zeros(len(work.flops))
+    dtype = key.gemm_dtype if isinstance(key, (MlaModulePrefillKey, MlaModuleDecodeKey)) else key.dtype
+    peak = spec.peak_flops(dtype)
+    if peak is None or peak <= 0:
+        return None
+    return work.flops / peak
+
+
+def compute_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
+    """The launch floor and achieved bandwidth of `db`'s rows on `spec` (None: too few rows to say)."""
+    bw = spec.memory_bandwidth_bytes_per_s
+    if bw <= 0:
+        return None
+    per_key: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (times_us, bytes, bandwidth-bound mask)
+    for kind in RATE_TABLES:
+        for key in db.keys(kind):
+            rows = db.rows(key)
+            if not len(rows):
+                continue
+            work = kernel_work(key, rows.coords)
+            if work is None:
+                continue
+            comp = _compute_s(key, work, spec)
+            mem = work.bytes / bw
+            bound = np.zeros(len(mem), dtype=bool) if comp is None else mem >= BOUND_FACTOR * comp
+            per_key.append((rows.times_us, work.bytes, bound))
+    if not per_key:
+        return None
+    times = np.concatenate([t for t, _, _ in per_key])
+    floor = float(np.percentile(times, FLOOR_PERCENTILE, method="lower"))
+    nbytes = np.concatenate([b for _, b, _ in per_key])
+    bound = np.concatenate([m for _, _, m in per_key]) & (nbytes / bw * 1e6 >= LARGE_FACTOR * floor)
+    if int(bound.sum()) < MIN_BOUND_ROWS:
+        return None
+    achieved = nbytes[bound] / (times[bound] * 1e-6)
+    rate = min(float(np.percentile(achieved, BANDWIDTH_PERCENTILE, method="lower")), bw)
+    return ProfileRates(floor, rate, len(times), int(bound.sum()), db.path.name)
+
+
+def profile_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
+    """`compute_rates`, once per profile and spec (cached on the open db)."""
+    cache = db.__dict__.setdefault("_derived_rates", {})
+    if spec.id not in cache:
+        cache[spec.id] = compute_rates(db, spec)
+    return cache[spec.id]
+
+
+def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: np.ndarray,
+               roofline: np.ndarray) -> np.ndarray | None:
+    """Derived times of `key` at `coords` (N, d), NaN at compute-bound points (which keep `roofline`, the
+    kernel's roofline at the same points); None when no point can be derived."""
+    if isinstance(key, CollectiveKey):  # the interconnect, not DRAM
+        return None
+    work = kernel_work(key, coords)
+    if work is None or spec.memory_bandwidth_bytes_per_s <= 0:
+        return None
+    comp = _compute_s(key, work, spec)
+    if comp is None:
+        return None
+    mem = work.bytes / spec.memory_bandwidth_bytes_per_s
+    out = np.maximum(np.maximum(rates.floor_us, work.bytes / rates.bandwidth_bytes_per_s * 1e6), roofline)
+    return np.where(mem >= comp, out, np.nan)
