@@ -1,8 +1,32 @@
 import copy
+import os
+import shutil
+import tempfile
 
 import pytest
 
 from graphsim.catalog import catalog
+
+_HOME: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every test (and the `graphsim` processes it starts) runs with its own empty GRAPHSIM_HOME, never the
+    user's: no profile.db unless a test makes one, a graph cache of this session only, and no automatic
+    profile build (a test that exercises it turns it back on)."""
+    _HOME["old"] = os.environ.get("GRAPHSIM_HOME", "")
+    _HOME["dir"] = tempfile.mkdtemp(prefix="graphsim-test-home-")
+    os.environ["GRAPHSIM_HOME"] = _HOME["dir"]
+    os.environ["GRAPHSIM_NO_AUTO_PROFILE"] = "1"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _HOME.get("dir"):
+        shutil.rmtree(_HOME["dir"], ignore_errors=True)
+        if _HOME["old"]:
+            os.environ["GRAPHSIM_HOME"] = _HOME["old"]
+        else:
+            os.environ.pop("GRAPHSIM_HOME", None)
 
 
 @pytest.fixture(scope="session")
@@ -12,7 +36,8 @@ def catalog_names() -> list[str]:
 
 @pytest.fixture(scope="session")
 def hf_import():
-    """`hf_import(name)` → (graph, report) of the HF importer, traced once per test session.
+    """`hf_import(name)` → (graph, report) of the HF importer, traced once per test session (never read from
+    the graph cache: these tests are about the trace).
 
     Callers get a copy of the graph, so a test that edits it cannot disturb another."""
     pytest.importorskip("torch")
@@ -23,7 +48,7 @@ def hf_import():
 
     def get(name: str):
         if name not in cache:
-            cache[name] = import_hf(name)
+            cache[name] = import_hf(name, cache=False)
         graph, report = cache[name]
         return copy.deepcopy(graph), report
 

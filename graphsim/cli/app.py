@@ -48,6 +48,8 @@ COMMAND_MODULES = [
     "graphsim.cli.analyze_cmd",
     "graphsim.cli.kv_cmd", "graphsim.cli.simulate_cmd",
     "graphsim.cli.search_cmd",
+    "graphsim.cli.compare_cmd",
+    "graphsim.cli.cache_cmd",
 ]
 
 
@@ -71,8 +73,12 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
     version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
                                  help="Print graphsim's version and exit."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Trace the model again instead of reading the graph "
+                                  "cache ($GRAPHSIM_HOME/cache/graphs), and store nothing there."),
 ) -> None:
     STATE["debug"] = debug
+    if no_cache:  # the environment reaches every importer, worker processes included
+        os.environ["GRAPHSIM_NO_CACHE"] = "1"
 
 
 def _register() -> None:

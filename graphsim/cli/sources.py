@@ -23,6 +23,6 @@ def load_source(arg: str, dtype: str | None = None) -> Graph:
         return import_onnx(arg)
     from graphsim.importers.hf import import_hf
 
-    with err_console.status(f"tracing {arg} on the meta device…"):
+    with err_console.status(f"loading {arg} (traced on the meta device unless the graph cache holds it)…"):
         graph, _ = import_hf(arg, dtype=dtype)
     return graph

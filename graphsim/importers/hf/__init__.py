@@ -31,13 +31,40 @@ class ImportReport:
     dynamic_tokens: bool
     semantic_kernels: list[str]
     timings_s: dict[str, float] = field(default_factory=dict)
+    cache: str = "off"  # the graph cache (graphsim/importers/graph_cache.py): "hit <file>", "stored <file>" or "off"
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
 
 
-def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_depth: bool = False) -> tuple[Graph, ImportReport]:
-    """Import a causal LM. `full_depth=True` traces every layer (slow; for comparison only)."""
+def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_depth: bool = False,
+              cache: bool = True) -> tuple[Graph, ImportReport]:
+    """Import a causal LM. `full_depth=True` traces every layer (slow; for comparison only).
+
+    With `cache` (and GRAPHSIM_NO_CACHE unset) a graph traced before from the same config, dtype, options and
+    graphsim / torch / transformers versions is read back from $GRAPHSIM_HOME/cache/graphs without importing
+    torch (graphsim/importers/graph_cache.py), and a new trace is stored there."""
+    from graphsim.importers import graph_cache
+
+    t0 = time.perf_counter()
+    resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
+    fields = graph_cache.key_fields(resolved.config, resolved.name, dtype, full_depth=full_depth)
+    hit = graph_cache.load(fields) if cache else None
+    if hit is not None:
+        graph, report_json = hit
+        graph.meta.config_source, graph.meta.config_location = resolved.source, resolved.location
+        report = ImportReport(**{**report_json, "source": resolved.source})
+        report.timings_s = {"cache_load_s": time.perf_counter() - t0}
+        report.cache = f"hit {graph_cache.entry_path(graph_cache.cache_key(fields))}"
+        return graph, report
+    graph, report = _trace_hf(resolved, dtype, full_depth)
+    if cache:
+        stored = graph_cache.store(fields, graph, report.to_json())
+        report.cache = f"stored {stored}" if stored is not None else "off"
+    return graph, report
+
+
+def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> tuple[Graph, ImportReport]:
     from graphsim.importers.hf.build import build_on_meta
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
     from graphsim.importers.hf.custom_ops import semantic_kernels
@@ -46,7 +73,6 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
     built = build_on_meta(resolved.config, dtype)
     timings["build_s"] = time.perf_counter() - t0
 
