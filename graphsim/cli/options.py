@@ -119,6 +119,48 @@ KvMemory = Annotated[str | None, typer.Option(
     "--kv-memory", help="Available KV memory per rank as vLLM logs it ('Available KV cache memory: 17.78 GiB'): "
                         "17.78GiB, 17.78 (GiB) or bytes with B.")]
 
+# The interconnect, where it differs from the GPU spec's (graphsim/costing/hardware.py InterconnectOverrides).
+LINK_KINDS = ("nvswitch", "nvlink", "pcie-p2p", "pcie")
+
+
+def _link_kind(value: str | None) -> str | None:
+    if value is not None and value not in LINK_KINDS:
+        raise typer.BadParameter(f"'{value}' is not a link kind; use {', '.join(LINK_KINDS)}")
+    return value
+
+
+Interconnect = Annotated[str | None, typer.Option(
+    "--interconnect", callback=_link_kind, metavar="LINK",
+    help="Link between the GPUs of a node: nvswitch, nvlink (every pair linked), pcie-p2p or pcie (no peer-to-peer; "
+         "vLLM then runs NCCL only). Default: the GPU spec's.")]
+LinkBandwidth = Annotated[float | None, typer.Option(
+    "--link-bandwidth", min=0.001, help="GB/s per GPU, one direction, of that link (default: the spec's; PCIe "
+                                        "kinds: the spec's PCIe figure).")]
+GpusPerNode = Annotated[int | None, typer.Option(
+    "--gpus-per-node", min=1, help="GPUs per node: a TP group larger than this spans nodes and its collectives "
+                                   "go over the network (default: the spec's).")]
+NetworkBandwidth = Annotated[float | None, typer.Option(
+    "--network-bandwidth", min=0.001, help="GB/s per GPU, one direction, between nodes (default: the spec's).")]
+NetworkLatency = Annotated[float | None, typer.Option(
+    "--network-latency-us", min=0, help="Latency between nodes in µs (default: the spec's).")]
+
+
+def interconnect_data(link: str | None = None, link_bandwidth: float | None = None, gpus_per_node: int | None = None,
+                      network_bandwidth: float | None = None, network_latency_us: float | None = None) -> dict[str, Any]:
+    """The interconnect options as the document `InterconnectOverrides` checks (options not given left out)."""
+    given = {"link": link, "link_bandwidth_gb_s": link_bandwidth, "gpus_per_node": gpus_per_node,
+             "network_bandwidth_gb_s": network_bandwidth, "network_latency_us": network_latency_us}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def hardware_on(gpu: str, interconnect: dict[str, Any]):
+    """The hardware spec `gpu` on the interconnect the options describe (`interconnect_data`)."""
+    from graphsim.costing.hardware import InterconnectOverrides, load_hardware
+
+    spec = load_hardware(gpu)
+    return InterconnectOverrides.model_validate(interconnect).apply(spec) if interconnect else spec
+
+
 # Measured data.
 Profile = Annotated[str | None, typer.Option(
     "--profile", help="profile.db with measured rows (default: $GRAPHSIM_HOME/profiles/<gpu>_vllm.db when present).")]
@@ -145,7 +187,7 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed of the simulated workloa
 
 def deployment_data(model: str, gpu: str, tp: int = 1, replicas: int = 1, *, dtype: str | None = None,
                     kv_dtype: str | None = None, kv_memory: str | None = None, memory: dict[str, Any] | None = None,
-                    **engine: Any) -> dict[str, Any]:
+                    interconnect: dict[str, Any] | None = None, **engine: Any) -> dict[str, Any]:
     """The deployment options of a command as the document `DeploymentConfig.parse` checks (graphsim/serving/
     config.py): vLLM's field names, `--kv-memory` in bytes, engine settings left out when not given (vLLM's
     defaults for the GPU and model)."""
@@ -156,4 +198,5 @@ def deployment_data(model: str, gpu: str, tp: int = 1, replicas: int = 1, *, dty
     return {"model": model, "hardware": gpu, "dtype": dtype, "kv_cache_dtype": kv_dtype,
             "parallel": {"tensor_parallel_size": tp, "data_parallel_size": replicas},
             "engine": {k: v for k, v in engine.items() if v is not None},
-            "memory": {k: v for k, v in (memory or {}).items() if v is not None}}
+            "memory": {k: v for k, v in (memory or {}).items() if v is not None},
+            **({"interconnect": interconnect} if interconnect else {})}

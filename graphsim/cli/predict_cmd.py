@@ -22,6 +22,11 @@ def predict_cmd(
     target: opt.Target = "vllm",
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
+    interconnect: opt.Interconnect = None,
+    link_bandwidth: opt.LinkBandwidth = None,
+    gpus_per_node: opt.GpusPerNode = None,
+    network_bandwidth: opt.NetworkBandwidth = None,
+    network_latency_us: opt.NetworkLatency = None,
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
     limit: opt.Limit = 25,
     as_json: opt.Json = False,
@@ -33,7 +38,9 @@ def predict_cmd(
 
     specs = batch or ["prefill:1x2048", "decode:64x2048"]
     steps = [parse_batch_spec(s) for s in specs]
-    cm = build_cost_model(lambda: load_source(model, dtype), gpu, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
+    hw = opt.hardware_on(gpu, opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
+                                                    network_latency_us))
+    cm = build_cost_model(lambda: load_source(model, dtype), hw, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
                           profile=profile, target=target)
     pred = predict(cm, steps, specs)
     if as_json:

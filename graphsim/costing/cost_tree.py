@@ -22,6 +22,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from graphsim.costing.collectives import CollectiveContext
+from graphsim.costing.composite import HasRows, MlaModuleBlock, composite_rows, mla_block
 from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes, KernelRows, StepArrays, kernel_rows
 from graphsim.costing.kernels import KernelKey
@@ -37,6 +39,7 @@ class Leaf:
     name: str
     attrs: KernelAttrs
     layer: int | None = None
+    block: MlaModuleBlock | None = None  # a composite leaf: the block its measured module rows replace
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class Labeled:
 Tree = Leaf | Sum | Max | Parallel | Scale | Labeled
 
 
-def build_tree(graph: Graph) -> Tree:
+def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | None = None) -> Tree:
     """iteration → ranks (Max over identical TP ranks) → [before layers, layer regions ×n, after]."""
     if not graph.nodes or not all(n.op is Op.KERNEL for n in graph.nodes):
         raise GraphsimError("cost trees are built from fused graphs; run the fuse pass first "
@@ -92,7 +95,7 @@ def build_tree(graph: Graph) -> Tree:
                 seen.append(tag)
         for tag in seen:
             rep = sched.representative[tag]
-            leaves = tuple(leaf(n) for n in graph.nodes if n.layer == rep)
+            leaves = _layer_leaves([n for n in graph.nodes if n.layer == rep], leaf, dtypes, has_rows)
             parts.append(Labeled(f"{tag} ×{sched.count(tag)}", Scale(sched.count(tag), Sum(leaves))))
     elif any(n.layer is not None for n in graph.nodes):
         raise GraphsimError("the graph has layers but no layer schedule; run the fold pass first")
@@ -101,6 +104,22 @@ def build_tree(graph: Graph) -> Tree:
     tp = graph.meta.tp
     rank = Labeled(f"rank 0 of {tp} (TP ranks are identical)" if tp > 1 else "rank 0", Sum(tuple(parts)))
     return Labeled(f"iteration {graph.name}", Max((rank,)))
+
+
+def _layer_leaves(nodes: list[Node], leaf, dtypes: Dtypes | None, has_rows: HasRows | None) -> tuple[Leaf, ...]:
+    """A layer's leaves; with `has_rows`, an MLA block the profile has module rows for becomes one composite
+    leaf in place of its kernels (`costing.composite`)."""
+    block = mla_block(nodes, dtypes or Dtypes(), has_rows) if has_rows is not None else None
+    if block is None or not block.used:
+        return tuple(leaf(n) for n in nodes)
+    name = next(n.name for n in nodes if n.kernel is block.attention)
+    out: list[Leaf] = []
+    for n in nodes:
+        if n.name == block.part_names[0]:
+            out.append(Leaf(name, block.attrs(), n.layer, block))
+        elif n.name not in block.part_names:
+            out.append(leaf(n))
+    return tuple(out)
 
 
 # --- compiled form ---------------------------------------------------------------------------
@@ -132,7 +151,7 @@ class CompiledTree:
         return len(self.kinds) - 1
 
     def evaluate(self, steps: list[Step], pricer: KernelPricer, dtypes: Dtypes) -> Evaluation:
-        rows = leaf_rows(self.leaves, steps, dtypes)
+        rows = leaf_rows(self.leaves, steps, dtypes, CollectiveContext.of(pricer))
         leaf_t, leaf_s = price_rows(rows, len(steps), pricer)
         n_b = len(steps)
         node_t = np.zeros((len(self.kinds), n_b))
@@ -227,10 +246,13 @@ class Evaluation:
 
 
 # --- bulk leaf pricing -----------------------------------------------------------------------
-def leaf_rows(leaves: list[Leaf], steps: list[Step], dtypes: Dtypes) -> list[KernelRows]:
-    """Every leaf converted once to its (key, coordinates) rows for `steps`."""
+def leaf_rows(leaves: list[Leaf], steps: list[Step], dtypes: Dtypes,
+              coll: CollectiveContext | None = None) -> list[KernelRows]:
+    """Every leaf converted once to its (key, coordinates) rows for `steps` (collectives keyed by `coll`, see
+    `costing.collectives`)."""
     arr = StepArrays.of(steps)
-    return [kernel_rows(leaf.attrs, arr, dtypes) for leaf in leaves]
+    return [composite_rows(leaf.block, arr, dtypes) if leaf.block is not None else kernel_rows(leaf.attrs, arr, dtypes, coll)
+            for leaf in leaves]
 
 
 def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tuple[np.ndarray, np.ndarray]:
@@ -259,4 +281,4 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
 
 def price_leaves(leaves: list[Leaf], steps: list[Step], pricer: KernelPricer, dtypes: Dtypes):
     """`price_rows` of `leaf_rows`: (times (leaves, batches) µs, NaN if missing; source codes)."""
-    return price_rows(leaf_rows(leaves, steps, dtypes), len(steps), pricer)
+    return price_rows(leaf_rows(leaves, steps, dtypes, CollectiveContext.of(pricer)), len(steps), pricer)

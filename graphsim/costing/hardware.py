@@ -8,6 +8,7 @@ source); peaks are *dense* (datasheet sparsity figures halved). The local CPU is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -33,6 +34,49 @@ class DeviceKind(str, Enum):
     CPU = "cpu"
 
 
+class LinkKind(str, Enum):
+    """How the GPUs of one node reach each other. What each kind lets vLLM run is decided in
+    `costing.collectives.choose_all_reduce` (from vLLM's CustomAllreduce and SymmMemCommunicator)."""
+
+    NVSWITCH = "nvswitch"  # every GPU on NVLink through NVSwitch: fully connected, NVLink multicast
+    NVLINK = "nvlink"  # every GPU pair linked directly by NVLink (fully connected), no switch, no multicast
+    PCIE_P2P = "pcie-p2p"  # PCIe only, with GPU peer-to-peer access
+    PCIE = "pcie"  # PCIe only, no peer-to-peer: NCCL stages through host memory
+
+    @property
+    def p2p(self) -> bool:
+        return self is not LinkKind.PCIE
+
+    @property
+    def fully_connected(self) -> bool:
+        """vLLM's `current_platform.is_fully_connected`: NVLink between every pair of GPUs."""
+        return self in (LinkKind.NVSWITCH, LinkKind.NVLINK)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where a deployment's GPUs sit and what joins them: one link kind inside a node, a network between
+    nodes. Bandwidths are per GPU and per direction."""
+
+    link: LinkKind
+    link_bandwidth_bytes_per_s: float
+    link_latency_us: float
+    gpus_per_node: int
+    network_bandwidth_bytes_per_s: float = 0.0  # 0: no network (a group cannot span nodes)
+    network_latency_us: float = 0.0
+
+    def nodes(self, world_size: int) -> int:
+        """Nodes a group of `world_size` GPUs spans (filled node by node)."""
+        return max(1, -(-world_size // max(self.gpus_per_node, 1)))
+
+    def describe(self) -> str:
+        s = f"{self.link.value} {self.link_bandwidth_bytes_per_s / 1e9:,.0f} GB/s, {self.gpus_per_node} GPUs/node"
+        if self.network_bandwidth_bytes_per_s > 0:
+            s += (f"; network {self.network_bandwidth_bytes_per_s / 1e9:,.1f} GB/s per GPU, "
+                  f"{self.network_latency_us:g} µs")
+        return s
+
+
 @dataclass(frozen=True)
 class HardwareSpec:
     id: str  # file stem, e.g. "h200_sxm"
@@ -48,6 +92,48 @@ class HardwareSpec:
     source: str = ""  # where the numbers come from (datasheet URL, or how they were measured)
     notes: str = ""
     aliases: tuple[str, ...] = ()
+    link: LinkKind | None = None  # the kind of `interconnect`; None: not stated (collectives run NCCL)
+    pcie_bandwidth_bytes_per_s: float = 0.0  # host PCIe link per GPU, one direction
+    network_bandwidth_bytes_per_s: float = 0.0  # between nodes, per GPU, one direction (0: none stated)
+    network_latency_us: float = 0.0
+    compute_capability: str = ""  # CUDA compute capability ("9.0"); vLLM keys its all-reduce limits on it
+
+    def topology(self) -> Topology:
+        """The spec's interconnect as a `Topology` (no link kind stated: PCIe without peer access, the
+        assumption that lets vLLM run nothing but NCCL)."""
+        return Topology(self.link or LinkKind.PCIE, self.interconnect_bandwidth_bytes_per_s,
+                        self.interconnect_latency_us, self.devices_per_node, self.network_bandwidth_bytes_per_s,
+                        self.network_latency_us)
+
+    def with_topology(self, link: LinkKind | None = None, *, link_bandwidth_gb_s: float | None = None,
+                      gpus_per_node: int | None = None, network_bandwidth_gb_s: float | None = None,
+                      network_latency_us: float | None = None) -> HardwareSpec:
+        """This spec deployed on another interconnect (the CLI's --interconnect, --gpus-per-node, ...).
+
+        A PCIe link without a bandwidth given runs at the spec's `pcie_bandwidth_bytes_per_s`; an NVLink one
+        needs the spec to have NVLink (or a bandwidth given). Raises HardwareSpecError naming the fix."""
+        bw, what = self.interconnect_bandwidth_bytes_per_s, self.interconnect
+        if link is not None and link is not self.link:
+            if link_bandwidth_gb_s is None:
+                if not link.fully_connected:
+                    if self.pcie_bandwidth_bytes_per_s <= 0:
+                        raise HardwareSpecError(f"the {self.id} spec states no PCIe bandwidth; give --link-bandwidth "
+                                                "(GB/s per GPU, one direction)")
+                    bw = self.pcie_bandwidth_bytes_per_s
+                    what = f"PCIe ({bw / 1e9:,.0f} GB/s per direction, {link.value})"
+                elif self.link is None or not self.link.fully_connected:
+                    raise HardwareSpecError(f"the {self.id} spec has no NVLink; give --link-bandwidth (GB/s per GPU, "
+                                            f"one direction) with --interconnect {link.value}")
+            what = f"{link.value} (given)" if link_bandwidth_gb_s is not None else what
+        if link_bandwidth_gb_s is not None:
+            bw = link_bandwidth_gb_s * 1e9
+            what = f"{(link or self.link or LinkKind.PCIE).value} {link_bandwidth_gb_s:g} GB/s (given)"
+        return dataclasses.replace(
+            self, link=link or self.link, interconnect=what, interconnect_bandwidth_bytes_per_s=bw,
+            devices_per_node=gpus_per_node or self.devices_per_node,
+            network_bandwidth_bytes_per_s=(network_bandwidth_gb_s * 1e9 if network_bandwidth_gb_s is not None
+                                           else self.network_bandwidth_bytes_per_s),
+            network_latency_us=network_latency_us if network_latency_us is not None else self.network_latency_us)
 
     def peak_flops(self, what: KernelDtype | PeakClass) -> float | None:
         """Dense peak FLOP/s for a dtype, or None where the hardware has no such path.
@@ -76,6 +162,11 @@ class HardwareSpec:
             "interconnect_bandwidth_bytes_per_s": self.interconnect_bandwidth_bytes_per_s,
             "interconnect_latency_us": self.interconnect_latency_us,
             "devices_per_node": self.devices_per_node,
+            "link": self.link.value if self.link else None,
+            "pcie_bandwidth_bytes_per_s": self.pcie_bandwidth_bytes_per_s,
+            "network_bandwidth_bytes_per_s": self.network_bandwidth_bytes_per_s,
+            "network_latency_us": self.network_latency_us,
+            "compute_capability": self.compute_capability,
             "source": self.source,
             "notes": self.notes,
             "aliases": list(self.aliases),
@@ -95,7 +186,10 @@ class HardwareSpec:
                    peak_flops_per_s=dict(f.peak_dense_flops_per_s), interconnect=f.interconnect,
                    interconnect_bandwidth_bytes_per_s=f.interconnect_bandwidth_bytes_per_s,
                    interconnect_latency_us=f.interconnect_latency_us, devices_per_node=f.devices_per_node,
-                   source=f.source, notes=f.notes, aliases=f.aliases)
+                   source=f.source, notes=f.notes, aliases=f.aliases, link=f.link,
+                   pcie_bandwidth_bytes_per_s=f.pcie_bandwidth_bytes_per_s,
+                   network_bandwidth_bytes_per_s=f.network_bandwidth_bytes_per_s,
+                   network_latency_us=f.network_latency_us, compute_capability=f.compute_capability)
 
 
 # Upper bounds are sanity limits, each far above any device shipped today (an H200 has 141 GB at
@@ -117,9 +211,33 @@ class HardwareSpecFile(Strict):
     interconnect_bandwidth_bytes_per_s: float = Field(0.0, ge=0, le=1e15)
     interconnect_latency_us: float = Field(0.0, ge=0, le=1e6)  # 1 s
     devices_per_node: int = Field(1, ge=1, le=4096)
+    link: LinkKind | None = None  # nvswitch, nvlink, pcie-p2p or pcie: the kind of `interconnect`
+    pcie_bandwidth_bytes_per_s: float = Field(0.0, ge=0, le=1e15)
+    network_bandwidth_bytes_per_s: float = Field(0.0, ge=0, le=1e15)  # per GPU, between nodes
+    network_latency_us: float = Field(0.0, ge=0, le=1e6)
+    compute_capability: str = Field("", pattern=r"^(\d+\.\d+)?$")
     source: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = ()
+
+
+class InterconnectOverrides(Strict):
+    """A deployment's interconnect where it differs from the spec's (CLI: --interconnect, --link-bandwidth,
+    --gpus-per-node, --network-bandwidth, --network-latency-us; a deployment document's `interconnect`)."""
+
+    link: LinkKind | None = None
+    link_bandwidth_gb_s: float | None = Field(None, gt=0, le=1e6)  # per GPU, one direction
+    gpus_per_node: int | None = Field(None, ge=1, le=4096)
+    network_bandwidth_gb_s: float | None = Field(None, gt=0, le=1e6)  # per GPU, one direction
+    network_latency_us: float | None = Field(None, ge=0, le=1e6)
+
+    def apply(self, spec: HardwareSpec) -> HardwareSpec:
+        """`spec` on this interconnect (itself when nothing is overridden)."""
+        if all(v is None for v in self.model_dump().values()):
+            return spec
+        return spec.with_topology(self.link, link_bandwidth_gb_s=self.link_bandwidth_gb_s,
+                                  gpus_per_node=self.gpus_per_node, network_bandwidth_gb_s=self.network_bandwidth_gb_s,
+                                  network_latency_us=self.network_latency_us)
 
 
 def _hardware_dir():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphsim.costing.collectives import CollectiveContext, plan_collective
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, KernelKey,
@@ -160,6 +161,7 @@ class KeyRows:
     coords: np.ndarray
     step: np.ndarray
     order: np.ndarray
+    note: str = ""  # how the key was chosen (a collective's implementation and rows), shown with its time
 
 
 @dataclass(frozen=True)
@@ -182,9 +184,15 @@ class KernelRows:
         np.add.at(out, step[idx], v[idx])
         return out
 
+    def note(self, step: int) -> str:
+        """The notes of the parts that price step `step` ('' when none has one)."""
+        return "; ".join(dict.fromkeys(p.note for p in self.parts if p.note and np.any(p.step == step)))
 
-def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
-    """The (key, coordinates) rows of kernel `a` for the steps in `arr` (see the module docstring)."""
+
+def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveContext | None = None) -> KernelRows:
+    """The (key, coordinates) rows of kernel `a` for the steps in `arr` (see the module docstring). A collective's
+    key names the implementation vLLM runs for each step's message (`costing.collectives.plan_collective` with
+    `coll`; without it, NCCL rows of the kernel's dtype)."""
     try:
         if a.kind is KernelKind.ATTENTION:
             return _attention_rows(key_for(a, dt, prefill=False), key_for(a, dt, prefill=True), arr)
@@ -193,10 +201,24 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
         return KernelRows(missing=str(e))
     n_b = arr.n_steps
     rows = arr.seqs if a.rows is Rows.SEQUENCES else np.ones(n_b) if a.rows is Rows.ONCE else arr.tokens
-    if isinstance(a.geometry, CollectiveGeometry):
-        rows = np.maximum(1, rows * a.geometry.bytes_per_row)
     steps = np.arange(n_b)
+    if isinstance(a.geometry, CollectiveGeometry) and isinstance(key, CollectiveKey):
+        return _collective_rows(key, np.maximum(1, rows * a.geometry.bytes_per_row), arr.tokens, coll)
     return KernelRows((KeyRows(key, rows.reshape(-1, 1), steps, steps),))
+
+
+def _collective_rows(key: CollectiveKey, nbytes: np.ndarray, tokens: np.ndarray,
+                     coll: CollectiveContext | None) -> KernelRows:
+    """One part per (key, note) the steps' messages are priced with (see `plan_collective`)."""
+    by_plan: dict[tuple[CollectiveKey, str], list[int]] = {}
+    for b, (n, t) in enumerate(zip(nbytes, tokens, strict=True)):
+        plan = plan_collective(key.op, key.num_gpus, key.dtype, int(n), int(t), coll)
+        by_plan.setdefault((plan.key, plan.note), []).append(b)
+    parts = []
+    for (k, note), idx in by_plan.items():
+        steps = np.asarray(idx, dtype=np.int64)
+        parts.append(KeyRows(k, nbytes[steps].reshape(-1, 1), steps, steps, note))
+    return KernelRows(tuple(parts))
 
 
 def _attention_rows(decode_key: KernelKey, prefill_key: KernelKey, arr: StepArrays) -> KernelRows:

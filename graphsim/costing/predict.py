@@ -42,6 +42,7 @@ class KernelRow:
     flops: float  # per iteration (all instances)
     bytes: float
     approximate: bool
+    note: str = ""  # how the kernel's rows were chosen (a collective: the implementation vLLM runs and its rows)
 
     @property
     def tflops_per_s(self) -> float | None:
@@ -140,7 +141,7 @@ def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions
         rows.append(KernelRow(leaf.name, regions.get(i, ""), leaf.attrs.kind.value, leaf.attrs.name, count,
                               None if np.isnan(per) else float(per), tot,
                               tot / known if (tot is not None and known > 0) else None, src, flops * count,
-                              bytes_ * count, leaf.attrs.approximate))
+                              bytes_ * count, leaf.attrs.approximate, ev.rows[i].note(b) if ev.rows else ""))
     reg: dict[str, dict[str, Any]] = {}
     for r in rows:
         d = reg.setdefault(r.region, {"region": r.region, "total_us": 0.0, "kernels": 0, "sources": set()})

@@ -2,7 +2,7 @@
 
 `kernel_work` gives the FLOPs and DRAM bytes a kernel must move at least (per rank), from its
 key and points; `roofline_us` turns them into microseconds. Collectives are priced on the
-interconnect instead: latency + bus bytes / link bandwidth. All functions take point coordinates
+interconnect instead: latency + bus bytes / link bandwidth (the network's where a group spans nodes). All functions take point coordinates
 as an (N, d) array (d in the point class's field order) and return arrays, so a CostTree can price
 many batches at once. These are lower-bound estimates, marked `roofline`, never `measured`.
 """
@@ -132,12 +132,24 @@ _BUS_FACTOR = {
 
 
 def collective_roofline_us(spec: HardwareSpec, key: CollectiveKey, coords: np.ndarray) -> np.ndarray | None:
-    """Ring-algorithm estimate: latency + bus factor × message bytes / per-direction link bandwidth."""
-    if spec.interconnect_bandwidth_bytes_per_s <= 0:
+    """Ring-algorithm estimate on the spec's topology (`HardwareSpec.topology`): latency + bus factor × message
+    bytes / per-direction bandwidth (NCCL's bus-bandwidth convention, nccl-tests doc/PERFORMANCE.md).
+
+    Inside one node every hop runs on the node's link. A group spanning nodes (more GPUs than
+    `gpus_per_node`) runs its ring through the network, whose hop is the slowest: every byte of the ring
+    passes it, at one GPU's network bandwidth, and the latency adds the network's to the link's. NCCL can
+    spread rings over several NICs and do better; give the bandwidth it reaches with --network-bandwidth."""
+    topo = spec.topology()
+    bw, lat = topo.link_bandwidth_bytes_per_s, topo.link_latency_us
+    if topo.nodes(key.num_gpus) > 1:
+        if topo.network_bandwidth_bytes_per_s <= 0:
+            return None
+        bw, lat = min(bw, topo.network_bandwidth_bytes_per_s), lat + topo.network_latency_us
+    if bw <= 0:
         return None
     msg = np.asarray(coords, dtype=np.float64).reshape(-1)
     factor = _BUS_FACTOR[key.op](key.num_gpus) if key.num_gpus > 1 else 0.0
-    return spec.interconnect_latency_us + factor * msg / spec.interconnect_bandwidth_bytes_per_s * 1e6
+    return lat + factor * msg / bw * 1e6
 
 
 def roofline_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) -> np.ndarray | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
@@ -45,8 +46,9 @@ def batch_tree(p: Prediction, b: BatchReport) -> Tree:
             each = f" = {r.count} × {fmt_us(r.time_us)}" if r.count > 1 else ""
             approx = " [dim]~placeholder[/]" if r.approximate else ""
             share_txt = f"{r.share:.1%}" if r.share is not None else "–"
+            note = f" [dim]({escape(r.note)})[/]" if r.note else ""
             br.add(f"{r.kernel} [dim]{r.kind}[/] {fmt_us(r.total_us)}{each} ({share_txt}) {_src(r.source)}"
-                   f"{approx} [dim]{_num(r.tflops_per_s, 'TFLOP/s')}, {_num(r.gb_per_s, 'GB/s')}[/]")
+                   f"{approx} [dim]{_num(r.tflops_per_s, 'TFLOP/s')}, {_num(r.gb_per_s, 'GB/s')}[/]{note}")
     return root
 
 
