@@ -30,8 +30,9 @@ collectives (the interconnect, not DRAM).
   (L2-resident operands: 5,078 GB/s on the H200 tables against 4,800). It is capped at the spec's
   bandwidth. Fewer than `MIN_BOUND_ROWS` such rows: no rate, and row-less kernels keep their roofline.
 
-Measured on the imported aiconfigurator vLLM tables (2026-12-01, `python -c` over `profile_rates`):
-H200 floor 2.75 µs, bandwidth see docs/predict.md; both are recomputed from whatever profile is given.
+On the imported aiconfigurator vLLM tables (2026-12-01, `compute_rates`): H200 (vLLM 0.24.0) 3.02 µs and
+3,907 GB/s; A100-SXM (vLLM 0.14.0) 3.29 µs and 1,515 GB/s (docs/predict.md). Nothing here is a constant of a
+GPU: both are recomputed from whatever profile is given.
 """
 
 from __future__ import annotations
