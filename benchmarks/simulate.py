@@ -4,6 +4,7 @@ Llama-3.1-8B, TP=1, one GPU, iteration times from the compiled cost tree.
     python benchmarks/simulate.py                     # rate 10 req/s on h100, roofline unless a profile exists
     python benchmarks/simulate.py --rates 5,10,20     # several loads
     python benchmarks/simulate.py --json
+    python benchmarks/simulate.py --compare-shares    # each rate also without the per-source meter (its cost)
 
 Reports, per rate, the wall time of `simulate()` (the figure the target of ≤ 10 s on one core is
 about), the iterations simulated, the probe steps the cost tables priced, and the headline metrics.
@@ -14,6 +15,7 @@ reported separately. Pin to one core with `taskset -c 0 python benchmarks/simula
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -32,6 +34,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--profile", default=None, help="profile.db (default: the GPU's default path when present)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--compare-shares", action="store_true",
+                    help="per rate: a warm-up run, then the timed run and one with source_shares off (SimulationSetup)")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -48,16 +52,24 @@ def main() -> None:
     for rate in (float(r) for r in args.rates.split(",")):
         specs = synthetic(args.num_requests, rate, parse_lengths(args.input_len, "input"),
                           parse_lengths(args.output_len, "output"), seed=args.seed)
+        unmetered = None
+        if args.compare_shares:  # warm the cost tables first, so that both timed runs find them priced
+            simulate(setup, specs)
         probes0 = getattr(cost, "evaluations", 0)
         w0, c0 = time.perf_counter(), time.process_time()
         res = simulate(setup, specs)
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
         s = summarize(res)
+        if args.compare_shares:  # the same run without the per-source meter
+            w0 = time.perf_counter()
+            simulate(dataclasses.replace(setup, source_shares=False), specs)
+            unmetered = time.perf_counter() - w0
         rows.append({"rate": rate, "simulate_wall_s": wall, "simulate_cpu_s": cpu, "iterations": s.iterations,
                      "probe_steps_priced": getattr(cost, "evaluations", 0) - probes0,
                      "completed": s.completed, "preemptions": s.preemptions,
                      "requests_per_s": s.requests_per_s, "output_tokens_per_s": s.output_tokens_per_s,
-                     "ttft_ms_mean": s.ttft_ms.mean, "tpot_ms_mean": s.tpot_ms.mean, "source": s.source})
+                     "ttft_ms_mean": s.ttft_ms.mean, "tpot_ms_mean": s.tpot_ms.mean, "source": s.source,
+                     "source_shares": s.source_shares, "simulate_wall_s_without_shares": unmetered})
     out = {"model": args.model, "gpu": dep.hardware.id, "tp": args.tp, "requests": args.num_requests,
            "input_len": args.input_len, "output_len": args.output_len, "data": note, "kernels": kernels,
            "setup_s": {"imports_and_plan": t1 - t0, "trace_and_cost_tables": t2 - t1},
@@ -76,7 +88,10 @@ def main() -> None:
               f"({r['simulate_cpu_s']:.2f} s CPU), {r['iterations']:,} iterations, "
               f"{r['probe_steps_priced']:,} probe steps priced; {r['completed']} done, {r['preemptions']} preemptions, "
               f"{r['requests_per_s']:.2f} req/s, {r['output_tokens_per_s']:,.0f} output tok/s, TTFT mean "
-              f"{r['ttft_ms_mean']:.1f} ms, TPOT mean {r['tpot_ms_mean']:.2f} ms [{r['source']}]")
+              f"{r['ttft_ms_mean']:.1f} ms, TPOT mean {r['tpot_ms_mean']:.2f} ms [shares of predicted time: "
+              + ", ".join(f"{k} {v:.1%}" for k, v in r["source_shares"].items()) + "]")
+        if r["simulate_wall_s_without_shares"] is not None:
+            print(f"  without the source meter: {r['simulate_wall_s_without_shares']:.2f} s wall")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,15 @@ def _src(s: str) -> str:
     return f"[{SOURCE_STYLE.get(s, '')}]{s}[/]"
 
 
+def shares_markup(shares: dict[str, float], worst: str | None = None) -> str:
+    """Source shares of predicted time, coloured: 'measured 71.2%, interpolated 20.1%, roofline 8.7%'."""
+    if not shares:
+        return f"worst source {_src(worst)}" if worst else "no iterations"
+    if len(shares) == 1:
+        return f"all {_src(next(iter(shares)))}"
+    return ", ".join(f"{_src(k)} {v:.1%}" for k, v in shares.items())
+
+
 def _ms(v: float) -> str:
     if v is None or math.isnan(v):
         return "–"
@@ -23,7 +32,7 @@ def _ms(v: float) -> str:
 
 
 def latency_table(s: Summary) -> Table:
-    t = Table(title=f"latency (iteration times: {_src(s.source)})", title_justify="left")
+    t = Table(title=f"latency (iteration times: {shares_markup(s.source_shares, s.source)})", title_justify="left")
     for col in ("metric", "count", "mean", "p50", "p90", "p99"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     rows: list[tuple[str, Stats]] = [("TTFT", s.ttft_ms), ("TPOT", s.tpot_ms), ("ITL", s.itl_ms), ("E2E", s.e2e_ms)]
@@ -34,7 +43,7 @@ def latency_table(s: Summary) -> Table:
 
 def throughput_table(s: Summary) -> Table:
     t = Table(title=f"throughput over {s.duration_s:,.1f} s simulated ({s.gpus} GPU{'s' if s.gpus > 1 else ''}; "
-                    f"iteration times: {_src(s.source)})", title_justify="left")
+                    f"iteration times: {shares_markup(s.source_shares, s.source)})", title_justify="left")
     for col in ("", "total", "per GPU"):
         t.add_column(col, justify="left" if not col else "right")
     t.add_row("requests/s", f"{s.requests_per_s:,.3f}", f"{s.per_gpu(s.requests_per_s):,.3f}")
@@ -62,16 +71,21 @@ def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router
     if dep.budget.given_available is None and dep.budget.source != "derived":
         head.append(f"[dim]KV memory {dep.capacity.available_bytes / (1 << 30):,.2f} GiB per rank is "
                     f"{dep.budget.source} (see graphsim kv; --kv-memory gives it)[/]")
-    tally = ", ".join(f"{_src(k)} {v:,}" for k, v in s.source_counts.items())
+    tally = ", ".join(f"{_src(k)} {v:,}" for k, v in s.source_counts.items())  # iterations by their worst source
     lines = [f"{s.completed:,} of {s.requests:,} requests completed"
              + (f", {s.rejected} rejected (prompt ≥ max_model_len)" if s.rejected else "")
-             + f"; {s.iterations:,} iterations (sources: {tally}); {s.preemptions:,} preemptions; prefix-cache hit "
+             + f"; {s.iterations:,} iterations (worst kernel source: {tally}); {s.preemptions:,} preemptions; "
+             f"prefix-cache hit "
              f"{s.prefix_hit_rate:.1%}; mean batch {s.mean_batch_tokens:,.0f} tokens, {s.mean_running:,.1f} running",
              f"Little's law: {s.little_l_observed:,.2f} requests in the system on average (engine queues) vs "
              f"λ·W = {s.little_lambda_w:,.2f}"]
+    if s.source_shares:
+        basis = ("share of predicted iteration time by kernel source" if s.source_basis == "kernel" else
+                 "share of predicted iteration time by each iteration's worst kernel source")
+        lines.append(f"{basis}: {shares_markup(s.source_shares)}")
     if s.all_roofline:
         lines.append("[magenta]every iteration time is a roofline estimate (no measured kernel rows were used)[/]")
     elif s.source in ("extrapolated", "roofline"):
-        lines.append(f"[yellow]some iteration times are {s.source}[/]: see the source tally")
+        lines.append(f"[yellow]some kernel times are {s.source}[/]: see the shares above")
     lines.append(f"[dim]simulated in {s.wall_s:,.2f} s wall[/]")
     return Group(*head, latency_table(s), throughput_table(s), *lines)

@@ -28,10 +28,14 @@ as vLLM's one varlen launch does) and each prefill chunk as its own group.
 A tree that is not a plain sum falls back to `MemoCost`: exact evaluation of each distinct step,
 memoised, decode runs priced in one call. Every time carries the worst source of its leaves
 (`graphsim.costing.interpolate.SOURCES` codes); a missing leaf is an error naming the kernel.
+For the shares of predicted time by source, each engine carries a meter (`new_meter`): `TableMeter` splits every
+table by leaf source, so a share is kernel time; `WorstSourceMeter` (costs without splits) counts each iteration
+under its worst source.
 """
 
 from __future__ import annotations
 
+from array import array
 from typing import Protocol
 
 import numpy as np
@@ -55,6 +59,48 @@ class IterationCost(Protocol):
                 chunks: list[tuple[int, int]]) -> tuple[float, int]: ...
 
     def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+NUM_SOURCES = len(SOURCES)
+
+
+class SourceMeter(Protocol):
+    """Per-source shares of the iteration times an engine committed (`step` for one iteration, `run` for a decode
+    segment of len(times_us) iterations); `source_us()` is µs of predicted time per SOURCES code."""
+
+    basis: str  # what a share is made of: "kernel" (leaf sources) or "iteration worst source"
+
+    def step(self, us: float, source: int, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+             chunks: list[tuple[int, int]]) -> None: ...
+
+    def run(self, times_us: np.ndarray, sources: np.ndarray, batch: int, ctx_mean0: float) -> None: ...
+
+    def source_us(self) -> np.ndarray: ...
+
+
+class WorstSourceMeter:
+    """Fallback for a cost without per-kernel splits: each iteration's whole time counts under its worst source
+    (the shares then overstate the worse sources)."""
+
+    basis = "iteration worst source"
+
+    def __init__(self) -> None:
+        self.us = np.zeros(NUM_SOURCES)
+
+    def step(self, us: float, source: int, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+             chunks: list[tuple[int, int]]) -> None:
+        self.us[source] += us
+
+    def run(self, times_us: np.ndarray, sources: np.ndarray, batch: int, ctx_mean0: float) -> None:
+        self.us += np.bincount(sources.astype(np.int64), weights=times_us, minlength=NUM_SOURCES)
+
+    def source_us(self) -> np.ndarray:
+        return self.us.copy()
+
+
+def new_meter(cost: IterationCost) -> SourceMeter:
+    """The cost's own kernel-level meter when it has one (`TreeCost`), else `WorstSourceMeter`."""
+    return cost.meter() if isinstance(cost, TreeCost) else WorstSourceMeter()
 
 
 def context_grid(max_context: int) -> np.ndarray:
@@ -115,6 +161,11 @@ class TreeCost:
         self.C, self.C_src = float(once_t[0]), int(once_s[0])
         s_lt, s_ls = self._leaf_times([Step((SeqGroup(1, 0, s),)) for s in range(1, max_seqs + 1)])
         self.H, self.H_src = self._part(s_lt, s_ls, self._seq, pad=True)
+        # the same parts split by leaf source (rows: SOURCES codes), for TableMeter's time-weighted shares
+        self.G_split = self._split(t_lt, t_ls, self._tok, pad=True)
+        self.A0_split = self._split(t_lt, t_ls, self._attn, pad=True)
+        self.C_split = self._split(t_lt[:, :1], t_ls[:, :1], self._once)[:, 0]
+        self.H_split = self._split(s_lt, s_ls, self._seq, pad=True)
         for arr in (self.G, self.H, self.A0):
             if np.isnan(arr[1:]).any() or np.isnan(self.C):
                 src = np.concatenate([t_ls, s_ls], axis=1)
@@ -124,6 +175,8 @@ class TreeCost:
         self.n_grid = chunk_grid(max_tokens)
         self._dec: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pre: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._dec_split: dict[int, np.ndarray] = {}
+        self._pre_split: dict[int, np.ndarray] = {}
 
     # --- probes --------------------------------------------------------------------------------
     def _leaf_times(self, steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:
@@ -140,6 +193,18 @@ class TreeCost:
             s = np.concatenate([np.zeros(1, dtype=np.int8), s])
         return t, s
 
+    @staticmethod
+    def _split(lt: np.ndarray, ls: np.ndarray, sel: np.ndarray, pad: bool = False) -> np.ndarray:
+        """Like `_part`, the summed time of the selected leaves, but one row per SOURCES code."""
+        out = np.zeros((NUM_SOURCES, lt.shape[1]))
+        if sel.any():
+            t, s = lt[sel], ls[sel]
+            for code in np.unique(s):
+                out[int(code)] = np.where(s == code, t, 0.0).sum(axis=0)
+        if pad:
+            out = np.concatenate([np.zeros((NUM_SOURCES, 1)), out], axis=1)
+        return out
+
     def _check(self, t: np.ndarray, ls: np.ndarray, what: str) -> None:
         if np.isnan(t).any():
             raise MissingTimingError(f"attention time missing for {what}: no data for "
@@ -152,6 +217,7 @@ class TreeCost:
             t, s = self._part(lt, ls, self._attn)
             self._check(t, ls, f"decode batches of {batch}")
             row = self._dec[batch] = (t, s)
+            self._dec_split[batch] = self._split(lt, ls, self._attn)
         return row
 
     def _prefill_row(self, p_index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -161,11 +227,13 @@ class TreeCost:
             if p == 0:
                 ns = self.n_grid.astype(np.int64)
                 row = (self.A0[ns], self.A0_src[ns])
+                self._pre_split[p_index] = self.A0_split[:, ns]
             else:
                 lt, ls = self._leaf_times([Step((SeqGroup(int(n), p, 1),)) for n in self.n_grid])
                 t, s = self._part(lt, ls, self._attn)
                 self._check(t, ls, f"prefill chunks after {p} cached tokens")
                 row = (t, s)
+                self._pre_split[p_index] = self._split(lt, ls, self._attn)
             self._pre[p_index] = row
         return row
 
@@ -182,6 +250,7 @@ class TreeCost:
             t, s = self._part(lt[:, part], ls[:, part], self._attn)
             self._check(t, ls[:, part], f"decode batches of {b}")
             self._dec[b] = (t, s)
+            self._dec_split[b] = self._split(lt[:, part], ls[:, part], self._attn)
 
     def warm_prefill_rows(self, max_prefix: int) -> None:
         """Price the prefill-attention rows of every cached-prefix grid point up to `max_prefix` (and the next) in
@@ -198,6 +267,7 @@ class TreeCost:
             t, s = self._part(lt[:, part], ls[:, part], self._attn)
             self._check(t, ls[:, part], f"prefill chunks after {int(g[j])} cached tokens")
             self._pre[j] = (t, s)
+            self._pre_split[j] = self._split(lt[:, part], ls[:, part], self._attn)
 
     def decode_attention_by_batch(self, ctx: int) -> tuple[np.ndarray, np.ndarray]:
         """Decode attention of B sequences at context `ctx` for every B ≤ max_seqs (entry 0: none), exactly, in
@@ -206,6 +276,9 @@ class TreeCost:
         t, s = self._part(lt, ls, self._attn, pad=True)
         self._check(t[1:], ls, f"decode batches at context {ctx}")
         return t, s
+
+    def meter(self) -> TableMeter:
+        return TableMeter(self)
 
     # --- lookups -------------------------------------------------------------------------------
     def decode_attention(self, batch: int, ctx: float) -> tuple[float, int]:
@@ -262,6 +335,95 @@ class TreeCost:
         i = np.clip(np.searchsorted(g, c, side="right") - 1, 0, len(g) - 2)
         src = np.maximum(np.maximum(s[i], s[i + 1]), floor).astype(np.int8)
         return base + np.interp(c, g, t), src
+
+
+class TableMeter:
+    """Kernel-level source shares for a `TreeCost`: records how much weight each committed iteration put on each
+    table entry (the same indices and interpolation weights `TreeCost` uses), and resolves them against the tables
+    split by leaf source at the end. Sum over sources = sum of the iteration times (up to rounding).
+
+    The simulator calls it once per iteration or decode segment, so a call only appends to flat buffers; every
+    `FLUSH` entries they are turned into table weights in one vectorised pass (memory stays bounded)."""
+
+    basis = "kernel"
+    FLUSH = 1 << 15  # buffered decode contexts / prefill chunks / segments before a vectorised pass
+
+    def __init__(self, cost: TreeCost) -> None:
+        self.cost = cost
+        self.iterations = 0
+        self.tokens = [0] * (cost.max_tokens + 1)
+        self.seqs = [0] * (cost.max_seqs + 1)
+        self.a0 = [0] * (cost.max_tokens + 1)  # prefill chunks without a cached prefix, by tokens
+        self._decs = array("d")  # (batch, mean context) of single decode steps
+        self._runs = array("d")  # (batch, first mean context, iterations) of decode segments
+        self._chunks = array("d")  # (tokens, cached prefix) of prefill chunks after a cached prefix
+        self.dec_w = np.zeros((cost.max_seqs + 1, len(cost.ctx_grid)))  # batch × ctx_grid weights
+        self.pre_w = np.zeros((len(cost.ctx_grid), len(cost.n_grid)))  # prefix grid index × n_grid weights
+
+    def step(self, us: float, source: int, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+             chunks: list[tuple[int, int]]) -> None:
+        self.iterations += 1
+        self.tokens[tokens] += 1
+        self.seqs[seqs] += 1
+        if dec_count:
+            self._decs.extend((dec_count, dec_ctx_mean))
+        for n, p in chunks:
+            if p <= 0:
+                self.a0[n] += 1
+            else:
+                self._chunks.extend((n, p))
+        if len(self._decs) > self.FLUSH or len(self._chunks) > self.FLUSH:
+            self._flush()
+
+    def run(self, times_us: np.ndarray, sources: np.ndarray, batch: int, ctx_mean0: float) -> None:
+        k = len(times_us)
+        self.iterations += k
+        self.tokens[batch] += k
+        self.seqs[batch] += k
+        self._runs.extend((batch, ctx_mean0, k))
+        if len(self._runs) > self.FLUSH:
+            self._flush()
+
+    def _flush(self) -> None:
+        g, ng = self.cost.ctx_grid, self.cost.n_grid
+        lg, lng = len(g), len(ng)
+        decs, runs = np.frombuffer(self._decs).reshape(-1, 2), np.frombuffer(self._runs).reshape(-1, 3)
+        ks = runs[:, 2].astype(np.int64)
+        starts = np.repeat(np.cumsum(ks) - ks, ks)
+        run_c = np.repeat(runs[:, 1], ks) + (np.arange(int(ks.sum())) - starts)  # contexts grow by 1 per iteration
+        b = np.concatenate([decs[:, 0], np.repeat(runs[:, 0], ks)]).astype(np.int64)
+        c = np.clip(np.concatenate([decs[:, 1], run_c]), 0.0, g[-1])  # as TreeCost.decode_attention / decode_run_us
+        i = np.minimum(np.searchsorted(g, c, side="right") - 1, lg - 2)
+        f = (c - g[i]) / (g[i + 1] - g[i])
+        flat = self.dec_w.reshape(-1)
+        flat += np.bincount(b * lg + i, weights=1.0 - f, minlength=flat.size)
+        flat += np.bincount(b * lg + i + 1, weights=f, minlength=flat.size)
+        ch = np.frombuffer(self._chunks).reshape(-1, 2)
+        if len(ch):  # as TreeCost.prefill_attention: bilinear in (cached prefix, chunk tokens)
+            n, pc = ch[:, 0], np.minimum(ch[:, 1], g[-1])
+            j = np.minimum(np.searchsorted(g, pc, side="right") - 1, lg - 2)
+            fp = (pc - g[j]) / (g[j + 1] - g[j])
+            ii = np.maximum(np.minimum(np.searchsorted(ng, n, side="right") - 1, lng - 2), 0)
+            fn = (n - ng[ii]) / (ng[ii + 1] - ng[ii]) if lng > 1 else np.zeros(len(n))
+            pflat = self.pre_w.reshape(-1)
+            for jj, wp in ((j, 1.0 - fp), (j + 1, fp)):
+                pflat += np.bincount(jj * lng + ii, weights=wp * (1.0 - fn), minlength=pflat.size)
+                if lng > 1:
+                    pflat += np.bincount(jj * lng + ii + 1, weights=wp * fn, minlength=pflat.size)
+        self._decs, self._runs, self._chunks = array("d"), array("d"), array("d")
+
+    def source_us(self) -> np.ndarray:
+        self._flush()
+        c = self.cost
+        out = (c.C_split * self.iterations + c.G_split @ np.asarray(self.tokens, dtype=np.float64)
+               + c.H_split @ np.asarray(self.seqs, dtype=np.float64) + c.A0_split @ np.asarray(self.a0, dtype=np.float64))
+        for b in np.flatnonzero(self.dec_w.any(axis=1)):
+            c._decode_row(int(b))
+            out = out + c._dec_split[int(b)] @ self.dec_w[b]
+        for j in np.flatnonzero(self.pre_w.any(axis=1)):
+            c._prefill_row(int(j))
+            out = out + c._pre_split[int(j)] @ self.pre_w[j]
+        return out
 
 
 class MemoCost:

@@ -34,7 +34,7 @@ import numpy as np
 from graphsim.serving.blocks import BlockPool
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout
-from graphsim.serving.pricing import IterationCost
+from graphsim.serving.pricing import IterationCost, SourceMeter
 from graphsim.serving.records import IterationLog, Request, Samples
 
 MAX_SEGMENT_ITERATIONS = 2048  # longest decode segment priced in one call
@@ -133,6 +133,7 @@ class Engine:
         self.registering: dict[int, Request] = {}  # insertion-ordered: deterministic
         self.fast_forward = True
         self.source_counts: dict[int, int] = {}
+        self.meter: SourceMeter | None = None  # per-source shares of the committed iteration times (simulator sets it)
 
     # --- bookkeeping ---------------------------------------------------------------------------
     @property
@@ -311,6 +312,8 @@ class Engine:
                      preempted, source, self.index)
         self.iterations += 1
         self.source_counts[source] = self.source_counts.get(source, 0) + 1
+        if self.meter is not None:
+            self.meter.step(duration_us, source, tokens, seqs, num_decodes, decode_context_mean, chunks)
         self.busy_until = end
         return end
 
@@ -397,6 +400,8 @@ class Engine:
         starts[1:] = ends[:-1]
         end = float(ends[-1])
         computed, held = running.num_computed_tokens[:n], running.num_held_blocks[:n]
+        if self.meter is not None:
+            self.meter.run(times_us, sources, n, float(computed.sum()) / n)
         kv_used = self.pool.used + held_per_iteration - held_per_iteration[0]
         last_held = self.layout.held_blocks(computed + k - 1, 1)
         extra = int(held_per_iteration[-1] - held_per_iteration[0])
