@@ -53,11 +53,13 @@ def simulate_cmd(
     slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
     slo_e2e_ms: float | None = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
     iteration_log: str | None = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
-    chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json)."),
+    chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json): every request, or --trace-sample of them."),
+    trace_sample: int | None = typer.Option(None, "--trace-sample", min=1, help="Show only this many requests (evenly spaced by id) in the --chrome-trace; stated in the file's otherData."),
+    requests_out: str | None = typer.Option(None, "--requests-out", help="Write one row per request (.csv or .parquet): lengths, times, TTFT/TPOT/E2E, preemptions, prefix hits."),
     as_json: opt.Json = False,
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
-    from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, simulate, summarize, synthetic
+    from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, summarize, synthetic
     from graphsim.serving.config import DeploymentConfig
     from graphsim.serving.deployment import build_cost, plan_deployment
     from graphsim.serving.requests import WorkloadSpecError
@@ -86,29 +88,23 @@ def simulate_cmd(
                  + f", input {ins.label()}, output {outs.label()}")
     if shared_prefix and trace is None:
         label += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
+    from graphsim.atomic import check_writable
+    from graphsim.serving.trace_export import check_suffix
+
+    if requests_out:
+        check_suffix(requests_out, "--requests-out", (".csv", ".parquet"))
+    if trace_sample is not None and not chrome_trace:
+        raise typer.BadParameter("--trace-sample needs --chrome-trace FILE.json", param_hint="--trace-sample")
+    for out_path in (iteration_log, chrome_trace, requests_out):  # fail before the run, not after it
+        if out_path:
+            check_writable(out_path)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
         cost, note, _ = build_cost(dep, profile)
     setup = dep.simulation_setup(cost, router=router)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
-    if as_json:
-        res = simulate(setup, workload)
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-        with Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                      transient=True) as bar:
-            task = bar.add_task("requests", total=total)
-            res = simulate(setup, workload, progress=lambda done, _t: bar.update(task, completed=done))
+    res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)
     summary = summarize(res, slo)
-    if iteration_log:
-        from graphsim.serving.trace_export import write_iteration_log
-
-        write_iteration_log(res, iteration_log)
-    if chrome_trace:
-        from graphsim.serving.trace_export import write_chrome_trace
-
-        write_chrome_trace(res, chrome_trace)
     if as_json:
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica}
@@ -117,6 +113,47 @@ def simulate_cmd(
     from graphsim.render.serving_view import render_summary
 
     console.print(render_summary(dep, summary, note, replicas, router, label, slo))
-    for path, what in ((iteration_log, "iteration log"), (chrome_trace, "Chrome trace (open at ui.perfetto.dev)")):
+    trace_what = "Chrome trace (open at ui.perfetto.dev), " + (f"{trace_sample} requests sampled" if trace_sample
+                                                                else "every request")
+    for path, what in ((iteration_log, "iteration log"), (requests_out, "per-request results"),
+                       (chrome_trace, trace_what)):
         if path:
             console.print(f"[dim]wrote {what}: {path}[/]")
+
+
+def _run_streamed(setup, workload, total: int, quiet: bool, iteration_log: str | None, chrome_trace: str | None,
+                  trace_sample: int | None, requests_out: str | None):
+    """Simulate with the iteration rows streamed, not kept (memory stays bounded however many requests): to a
+    spill beside --iteration-log (merged into time order at the end) and straight into --chrome-trace; each
+    output is published whole when the run completes, and none is left partial if it does not."""
+    import contextlib
+
+    from graphsim.atomic import atomic_writer, scratch_dir
+    from graphsim.serving import simulate
+    from graphsim.serving.records import IterationLog
+    from graphsim.serving.trace_export import (
+        ChromeTraceWriter, IterationSpill, fan_out, write_iteration_rows, write_requests,
+    )
+
+    with contextlib.ExitStack() as stack:
+        spill = IterationSpill(stack.enter_context(scratch_dir(iteration_log))) if iteration_log else None
+        trace = None
+        if chrome_trace:
+            trace = ChromeTraceWriter(stack.enter_context(atomic_writer(chrome_trace)), setup.replicas, trace_sample)
+        log = IterationLog(keep=False, sink=fan_out(spill, trace.iterations if trace else None))
+        if quiet:
+            res = simulate(setup, workload, log=log)
+        else:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+            with Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
+                          transient=True) as bar:
+                task = bar.add_task("requests", total=total)
+                res = simulate(setup, workload, progress=lambda done, _t: bar.update(task, completed=done), log=log)
+        if trace is not None:
+            trace.finish(res.requests)
+        if spill is not None and iteration_log:
+            write_iteration_rows(spill.rows(), iteration_log)
+        if requests_out:
+            write_requests(res, requests_out)
+    return res

@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -88,14 +88,9 @@ class Summary:
     source: str  # worst source of the iteration times used
     source_counts: dict[str, int]
     wall_s: float
-    source_shares: dict[str, float] = field(default_factory=dict)  # share of predicted iteration time per source
-    source_basis: str | None = None  # "kernel" or "iteration worst source" (SimulationResult.source_basis)
 
     @property
     def all_roofline(self) -> bool:
-        """Every predicted µs is a roofline estimate (by the shares when metered, else by the iteration labels)."""
-        if self.source_shares:
-            return set(self.source_shares) == {"roofline"}
         return set(self.source_counts) == {"roofline"}
 
     def per_gpu(self, value: float) -> float:
@@ -111,20 +106,22 @@ class Summary:
 
 
 def summarize(res: SimulationResult, slo: SLO = SLO()) -> Summary:
-    done = res.completed
-    arrival = np.asarray([r.arrival for r in done])
-    first = np.asarray([r.first_token_t for r in done])
-    finish = np.asarray([r.finish_t for r in done])
-    outs = np.asarray([r.max_tokens for r in done], dtype=np.float64)
-    prompts = np.asarray([r.num_prompt_tokens for r in done], dtype=np.float64)
-    span = float(finish.max() - min(r.arrival for r in res.requests)) if done else 0.0
+    table = res.requests  # compact columns (records.RequestTable): no Python object per request
+    mask = table.completed_mask
+    done = np.flatnonzero(mask)
+    arrival = table.column("arrival")[mask]
+    first = table.column("first_token_t")[mask]
+    finish = table.column("finish_t")[mask]
+    outs = table.column("max_tokens")[mask].astype(np.float64)
+    prompts = table.column("num_prompt_tokens")[mask].astype(np.float64)
+    span = float(finish.max() - table.column("arrival").min()) if len(done) else 0.0
     ttft = first - arrival
     e2e = finish - arrival
     multi = outs > 1
     tpot = (finish[multi] - first[multi]) / (outs[multi] - 1)
     good = None
     attained = None
-    if slo.given and done:
+    if slo.given and len(done):
         ok = np.ones(len(done), dtype=bool)
         if slo.ttft_ms is not None:
             ok &= ttft * 1e3 <= slo.ttft_ms
@@ -136,37 +133,26 @@ def summarize(res: SimulationResult, slo: SLO = SLO()) -> Summary:
             ok &= e2e * 1e3 <= slo.e2e_ms
         attained = float(ok.mean())
         good = float(ok.sum() / span) if span > 0 else math.nan
-    it = res.iterations
-    dur = it["dur_s"] if len(it["dur_s"]) else np.zeros(0)
-    busy = float(dur.sum())
-    in_system = it["running"] + it["waiting"] if len(dur) else np.zeros(0)
-    little_obs = float((in_system * dur).sum() / span) if span > 0 else math.nan
-    lam_w = float(len(done) / span * e2e.mean()) if span > 0 and done else math.nan
-    hits = np.asarray([max(r.hit_tokens, 0) for r in done], dtype=np.float64)
+    it = res.iteration_totals  # sums over the iteration rows (kept or streamed)
+    busy = it.busy_s
+    little_obs = float(it.in_system_dur / span) if span > 0 else math.nan
+    lam_w = float(len(done) / span * e2e.mean()) if span > 0 and len(done) else math.nan
+    hits = np.maximum(table.column("hit_tokens")[mask], 0).astype(np.float64)
+    itl_v, itl_w, itl_c = res.itl_runs  # run-length encoded samples: weight × count each
     counts = {SOURCES[k].value: v for k, v in sorted(res.source_counts.items())}
-    shares = source_shares(res.source_us)
     worst = SOURCES[max(res.source_counts)].value if res.source_counts else "missing"
     gpus = res.gpus  # replicas × tp; a disaggregated run counts both pools
     return Summary(
-        requests=len(res.requests), completed=len(done), rejected=sum(r.rejected for r in res.requests),
+        requests=len(table), completed=len(done), rejected=int(table.column("rejected").sum()),
         duration_s=span,
         requests_per_s=len(done) / span if span else math.nan,
         output_tokens_per_s=float(outs.sum() / span) if span else math.nan,
         total_tokens_per_s=float((outs.sum() + prompts.sum()) / span) if span else math.nan,
         gpus=gpus,
         ttft_ms=Stats.of(ttft, scale=1e3), tpot_ms=Stats.of(tpot, scale=1e3),
-        itl_ms=Stats.of(res.itl_values, res.itl_weights, scale=1e3), e2e_ms=Stats.of(e2e, scale=1e3),
+        itl_ms=Stats.of(itl_v, itl_w * itl_c, scale=1e3), e2e_ms=Stats.of(e2e, scale=1e3),
         goodput_requests_per_s=good, slo_attained=attained, preemptions=res.preemptions,
-        prefix_hit_rate=float(hits.sum() / prompts.sum()) if done else 0.0,
-        iterations=len(dur), mean_batch_tokens=float((it["tokens"] * dur).sum() / busy) if busy else 0.0,
-        mean_running=float((it["running"] * dur).sum() / busy) if busy else 0.0,
-        little_l_observed=little_obs, little_lambda_w=lam_w, source=worst, source_counts=counts, wall_s=res.wall_s,
-        source_shares=shares, source_basis=res.source_basis if shares else None)
-
-
-def source_shares(source_us: dict[int, float]) -> dict[str, float]:
-    """µs per SOURCES code → share of the total per source name, best source first, zero shares left out."""
-    total = sum(source_us.values())
-    if not total > 0:
-        return {}
-    return {SOURCES[k].value: v / total for k, v in sorted(source_us.items()) if v > 0}
+        prefix_hit_rate=float(hits.sum() / prompts.sum()) if len(done) else 0.0,
+        iterations=it.iterations, mean_batch_tokens=float(it.tokens_dur / busy) if busy else 0.0,
+        mean_running=float(it.running_dur / busy) if busy else 0.0,
+        little_l_observed=little_obs, little_lambda_w=lam_w, source=worst, source_counts=counts, wall_s=res.wall_s)

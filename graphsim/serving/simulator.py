@@ -27,8 +27,8 @@ from graphsim.errors import GraphsimError
 from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout
-from graphsim.serving.pricing import SOURCES, IterationCost, new_meter
-from graphsim.serving.records import IterationLog, Request, Samples
+from graphsim.serving.pricing import IterationCost
+from graphsim.serving.records import IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import DecodeEngine, Engine
@@ -53,7 +53,6 @@ class SimulationSetup:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)  # data_parallel_size replicas of tp ranks
     router: str = "round-robin"
     fast_forward: bool = True
-    source_shares: bool = True  # meter per-source shares of the iteration times (pricing.new_meter)
 
     @property
     def replicas(self) -> int:
@@ -71,20 +70,65 @@ class SimulationSetup:
 @dataclass(frozen=True)
 class SimulationResult:
     setup: SimulationSetup | DisaggSetup
-    requests: list[Request]  # all, in arrival order (rejected ones included)
-    iterations: dict[str, np.ndarray]
-    itl_values: np.ndarray
-    itl_weights: np.ndarray
+    requests: RequestTable  # every request's outcome, by id = arrival order (rejected ones included)
+    iterations: dict[str, np.ndarray]  # per-iteration columns in time order; empty when not kept (IterationLog(keep=False))
+    itl_runs: tuple[np.ndarray, np.ndarray, np.ndarray]  # inter-token latencies: (values, weights, counts), Samples.runs
+    iteration_totals: IterationTotals
     source_counts: dict[int, int]
     preemptions: int
     wall_s: float
     per_replica: list[dict[str, int | str]] = field(default_factory=list)
-    source_us: dict[int, float] = field(default_factory=dict)  # predicted µs per SOURCES code, all engines
-    source_basis: str | None = None  # "kernel" (leaf sources) or "iteration worst source"; None: not metered
 
     @property
-    def completed(self) -> list[Request]:
+    def completed(self) -> list[RequestRecord]:
+        """The finished requests as records (Python objects: for small runs; use `requests.column` at scale)."""
         return [r for r in self.requests if not r.rejected and not math.isnan(r.finish_t)]
+
+    @property
+    def itl_values(self) -> np.ndarray:
+        """Every inter-token latency sample, expanded from `itl_runs` (large for a long run)."""
+        v, _, c = self.itl_runs
+        return np.repeat(v, c)
+
+    @property
+    def itl_weights(self) -> np.ndarray:
+        _, w, c = self.itl_runs
+        return np.repeat(w, c)
+
+    def to_pandas(self) -> Any:
+        """One row per request (`trace_export.request_columns`: lengths, times, TTFT/TPOT/E2E in ms,
+        preemptions, prefix hits) as a pandas DataFrame; needs pandas."""
+        try:
+            import pandas as pd
+        except ModuleNotFoundError:
+            raise SimulationError("to_pandas() needs pandas (pip install pandas)") from None
+        from graphsim.serving.trace_export import request_columns
+
+        return pd.DataFrame(request_columns(self))
+
+    def __repr__(self) -> str:  # a few lines, not every request
+        done = int(self.requests.completed_mask.sum())
+        return (f"{type(self).__name__}({done:,} of {len(self.requests):,} requests completed, "
+                f"{self.iteration_totals.iterations:,} iterations on {self.gpus} GPU(s), {self.preemptions:,} "
+                f"preemptions, simulated in {self.wall_s:.2f} s wall; summarize(result) for the metrics, "
+                ".to_pandas() for one row per request)")
+
+    def __rich__(self) -> Any:
+        """A short table of the headline metrics (rich display in a terminal or notebook)."""
+        from rich.table import Table
+
+        from graphsim.serving.metrics import summarize
+
+        s = summarize(self)
+        t = Table(title=f"{type(self).__name__}: {s.completed:,} of {s.requests:,} requests on {s.gpus} GPU(s) "
+                        f"(iteration times: worst source {s.source})", show_header=True)
+        for col in ("metric", "mean", "p50", "p90", "p99"):
+            t.add_column(col, justify="left" if col == "metric" else "right")
+        for name, st in (("TTFT ms", s.ttft_ms), ("TPOT ms", s.tpot_ms), ("ITL ms", s.itl_ms), ("E2E ms", s.e2e_ms)):
+            t.add_row(name, *(f"{getattr(st, k):.2f}" for k in ("mean", "p50", "p90", "p99")))
+        t.caption = (f"{s.requests_per_s:.2f} req/s, {s.output_tokens_per_s:,.0f} output tok/s over {s.duration_s:.1f} s "
+                     f"simulated; {s.preemptions:,} preemptions")
+        return t
 
     @property
     def gpus(self) -> int:
@@ -164,11 +208,13 @@ class EventLoop:
     """The engines of a deployment and the state between them; `run()` processes every event."""
 
     def __init__(self, setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
-                 progress: Callable[[int, int], None] | None) -> None:
+                 progress: Callable[[int, int], None] | None, log: IterationLog | None = None) -> None:
         self.arrivals = Arrivals(workload)
         self.progress = progress
-        self.log, self.itl = IterationLog(), Samples()
-        self.requests: list[Request] = []  # as the clients see them, in arrival order
+        self.log, self.itl = log if log is not None else IterationLog(), Samples()
+        self.table = RequestTable(self.arrivals.total)  # outcomes as the clients see them, by id (arrival order)
+        self.arrived = 0
+        self.inflight: dict[int, Request] = {}  # disaggregated: client requests whose prefill has not ended
         self.finished = self.rejected = 0
         self.ready: dict[int, float] = {}  # idle engines with work, by index → time they may start
         self.transfers: list[tuple[float, int, int, Request]] = []  # (end, seq, decode instance, request)
@@ -210,8 +256,6 @@ class EventLoop:
                 on_finish: Callable[[Request], None]) -> EngineT:
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
-        if setup.source_shares:
-            e.meter = new_meter(setup.cost)
         return e
 
     def _lower_bound_s(self, tokens: int) -> float:
@@ -224,6 +268,7 @@ class EventLoop:
 
     # --- what happens to a request -------------------------------------------------------------------
     def _on_done(self, r: Request) -> None:
+        self.table.record(r)
         self.finished += 1
         self.arrivals.on_finish(r.finish_t)
         total = self.finished + self.rejected
@@ -235,7 +280,7 @@ class EventLoop:
         transfers ahead of it on either end of the link."""
         setup = self.disaggregated
         assert setup is not None
-        r = self.requests[prefilled.id]
+        r = self.inflight.pop(prefilled.id)
         j = self.exit_router.pick(self.loads)
         self.loads[j].incoming += 1
         t = prefilled.finish_t
@@ -250,7 +295,8 @@ class EventLoop:
 
     def _arrive(self, t: float) -> None:
         spec = self.arrivals.pop()
-        rid = len(self.requests)
+        rid = self.arrived
+        self.arrived += 1
         if self.disaggregated is None:
             r = Request(rid, spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.prefix_id,
                         spec.prefix_tokens, self.max_model_len)
@@ -259,11 +305,13 @@ class EventLoop:
             r = Request(rid, spec.arrival_s, spec.input_tokens, spec.output_tokens, None, 0, self.max_model_len)
             routed = Request(rid, spec.arrival_s, spec.input_tokens, 1, spec.prefix_id, spec.prefix_tokens,
                              self.max_model_len)
-        self.requests.append(r)
         if r.rejected:  # vLLM rejects prompts that do not fit max_model_len
+            self.table.record(r)
             self.rejected += 1
             self.arrivals.on_finish(t)
             return
+        if routed is not r:
+            self.inflight[rid] = r
         e = self.entry[self.entry_router.pick(self.entry)]
         e.add(routed)
         if e.busy_until is None and e.index not in self.ready:
@@ -342,17 +390,6 @@ class EventLoop:
             else:
                 self._start(min(ready, key=lambda j: (ready[j], j)))
 
-    def source_us(self) -> tuple[dict[int, float], str | None]:
-        """Predicted µs per source code over all engines, and the basis of the split (the coarser one when the
-        engines' meters differ); ({}, None) when an engine was not metered."""
-        meters = [e.meter for e in self.engines]
-        if not meters or any(m is None for m in meters):
-            return {}, None
-        total = sum((m.source_us() for m in meters if m is not None), np.zeros(len(SOURCES)))
-        bases = {m.basis for m in meters if m is not None}
-        basis = "kernel" if bases == {"kernel"} else "iteration worst source"
-        return {k: float(v) for k, v in enumerate(total) if v > 0}, basis
-
     def totals(self) -> tuple[dict[int, int], int]:
         """Iterations by cost source, over all engines; preemptions."""
         counts: dict[int, int] = {}
@@ -363,36 +400,38 @@ class EventLoop:
 
 
 def run_events(setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
-               progress: Callable[[int, int], None] | None = None) -> EventLoop:
+               progress: Callable[[int, int], None] | None = None, log: IterationLog | None = None) -> EventLoop:
     """Run the workload to completion on an aggregated or a disaggregated deployment; the loop's state
-    after the run (`simulate` and `disagg.simulate_disagg` turn it into their results)."""
-    loop = EventLoop(setup, workload, progress)
+    after the run (`simulate` and `disagg.simulate_disagg` turn it into their results). `log` (default: one
+    that keeps every row) may stream the iteration rows to a writer instead (`IterationLog(keep, sink)`)."""
+    loop = EventLoop(setup, workload, progress, log)
     loop.run()
     return loop
 
 
 def run_result(setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
                progress: Callable[[int, int], None] | None,
-               replica_row: Callable[[Engine], dict[str, int | str]]) -> tuple[EventLoop, dict[str, Any]]:
+               replica_row: Callable[[Engine], dict[str, int | str]],
+               log: IterationLog | None = None) -> tuple[EventLoop, dict[str, Any]]:
     """Run the workload (`run_events`) and gather the fields of a SimulationResult, timed on the wall
     clock, with `replica_row` of each engine; the loop too, for what a result type adds."""
     wall0 = time.perf_counter()
-    loop = run_events(setup, workload, progress)
+    loop = run_events(setup, workload, progress, log)
     counts, preemptions = loop.totals()
-    values, weights = loop.itl.arrays()
     its = loop.log.arrays()
-    source_us, basis = loop.source_us()
-    return loop, {"source_us": source_us, "source_basis": basis, "setup": setup, "requests": loop.requests,
-                  "iterations": its, "itl_values": values,
-                  "itl_weights": weights, "source_counts": counts, "preemptions": preemptions,
+    return loop, {"setup": setup, "requests": loop.table, "iterations": its, "itl_runs": loop.itl.runs(),
+                  "iteration_totals": loop.log.totals(), "source_counts": counts, "preemptions": preemptions,
                   "wall_s": time.perf_counter() - wall0, "per_replica": [replica_row(e) for e in loop.engines]}
 
 
 def simulate(setup: SimulationSetup, workload: list[RequestSpec] | ClosedLoop,
-             progress: Callable[[int, int], None] | None = None) -> SimulationResult:
-    """Run the workload to completion; deterministic for a given setup and workload."""
+             progress: Callable[[int, int], None] | None = None, log: IterationLog | None = None) -> SimulationResult:
+    """Run the workload to completion; deterministic for a given setup and workload. By default the result
+    keeps every iteration row; `log=IterationLog(keep=False, sink=writer)` streams them instead (bounded
+    memory for long runs: `result.iterations` is then empty and summaries use `iteration_totals`)."""
     if setup.replicas < 1:
         raise SimulationError(f"{setup.replicas} replicas; give --replicas >= 1")
     _, common = run_result(setup, workload, progress, lambda e: {
-        "replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions, "evicted_blocks": e.pool.evicted})
+        "replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions, "evicted_blocks": e.pool.evicted},
+        log)
     return SimulationResult(**common)
