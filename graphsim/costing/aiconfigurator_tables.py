@@ -221,7 +221,11 @@ def _mla_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None],
                 raise _Skip(f"model {model} not in the graphsim catalog (its MLA geometry is unknown)")
             geo = (int(h), g.kv_lora_rank, g.qk_nope_head_dim, g.qk_rope_head_dim, g.v_head_dim, _dtype(dt),
                    _dtype(kvdt), g.hidden_size, g.q_lora_rank, _dtype(gemm))
-            return _attention_row(MlaModuleDecodeKey if decode else MlaModulePrefillKey, geo, bs, isl, step)
+            # the module collector logs a decode row's `step` as the sequence length *including* the new token
+            # (collector/vllm/collect_mla_module.py run_mla_module: BatchSpec(seq_lens=[seq_len], query_lens=[1]),
+            # step=seq_len), unlike the attention tables' cached length: kv_len = step, not step + 1
+            cached = int(step) - int(isl) if decode else step
+            return _attention_row(MlaModuleDecodeKey if decode else MlaModulePrefillKey, geo, bs, isl, cached)
         b.add(make, lat, ks)
     return b.done()
 

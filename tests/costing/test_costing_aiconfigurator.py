@@ -10,13 +10,14 @@ from graphsim.cli.app import main
 from graphsim.costing import aiconfigurator_import as aic
 from graphsim.costing.aiconfigurator_tables import (
     MlaGeometry, convert_context_attention, convert_custom_allreduce, convert_gemm, convert_generation_attention,
-    convert_generation_mla, convert_mla_context_module, convert_moe, convert_nccl,
+    convert_generation_mla, convert_mla_context_module, convert_mla_generation_module, convert_moe, convert_nccl,
 )
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.errors import OptionalDependencyError
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey, CollectiveOp,
-    GemmKey, GemmPoint, MessagePoint, MlaDecodeKey, MlaModulePrefillKey, MoeKey, MoeRouting, TableKind, TokensPoint,
+    GemmKey, GemmPoint, MessagePoint, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MoeKey, MoeRouting,
+    TableKind, TokensPoint,
 )
 from graphsim.costing.profile_db import ProfileDB, TimeStatistic
 
@@ -116,6 +117,18 @@ def test_mla_tables_take_model_geometry():
     assert isinstance(k, MlaModulePrefillKey)
     assert (k.hidden_size, k.q_lora_rank, k.gemm_dtype) == (7168, 1536, D.FP8_BLOCK)
     assert p == AttentionPrefillPoint(1, 128, 128) and sum(module.skipped.values()) == 1
+
+
+def test_mla_module_decode_step_is_the_sequence_length():
+    # the module collector logs a decode row's step as seq_len including the new token (step 2048 = 2047 cached +
+    # 1 new), where the attention tables log the cached length (step 1023 + 1 new = kv_len 1024, above)
+    module = convert_mla_generation_module({
+        "mla_dtype": ["bfloat16"], "kv_cache_dtype": ["bfloat16"], "gemm_type": ["fp8_block"], "num_heads": [16],
+        "batch_size": [64], "isl": [1], "tp_size": [1], "step": [2048], "latency": [0.15],
+        "kernel_source": ["FLASH_ATTN_MLA"], "model": ["deepseek-ai/DeepSeek-V3"],
+    }, lambda model: DSV3)
+    ((k, p, m),) = module.rows
+    assert isinstance(k, MlaModuleDecodeKey) and p == AttentionDecodePoint(64, 2048) and m.time_us == pytest.approx(150.0)
 
 
 def test_catalog_supplies_deepseek_mla_geometry():
