@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from graphsim.catalog import ResolvedModel
 from graphsim.costing.cost_model import CostModel
+from graphsim.costing.derived import ROWLESS_NOTE
 from graphsim.costing.errors import ProfileDBMismatchError
 from graphsim.costing.hardware import DeviceKind, HardwareSpec, load_hardware
 from graphsim.costing.predict import default_data
@@ -83,7 +84,7 @@ def profile_data(hardware: HardwareSpec | None, profile: str | os.PathLike[str] 
         return None, "no profile.db and no hardware spec: every time is missing"
     if hardware is not None:
         check_same_device(db, hardware, where)
-        return db, f"measured rows from {where} ({db.meta.device}), roofline where rows are missing"
+        return db, f"measured rows from {where} ({db.meta.device}); {ROWLESS_NOTE}"
     fallback = f"the {db.meta.hardware} roofline" if db.meta.hardware else "missing (no hardware spec for a roofline)"
     return db, f"measured rows from {where} ({db.meta.device}); where the rows do not reach: {fallback}"
 

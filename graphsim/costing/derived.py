@@ -46,6 +46,10 @@ from graphsim.costing.kernels import CollectiveKey, KernelKey, MlaModuleDecodeKe
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.roofline import KernelWork, kernel_work
 
+# How a data note states what kernels without rows are priced at (cost_model.profile_data, predict.default_data).
+ROWLESS_NOTE = ("kernels without rows: derived from the profile's launch floor and achieved bandwidth where "
+                "memory-bound (when its rows show them), else roofline")
+
 # Tables read for the rates (see the module docstring for why these).
 RATE_TABLES: tuple[TableKind, ...] = (TableKind.GEMM, TableKind.ATTENTION_PREFILL, TableKind.ATTENTION_DECODE,
                                       TableKind.MLA_PREFILL, TableKind.MLA_DECODE, TableKind.ELEMENTWISE)

@@ -9,8 +9,8 @@ from rich.tree import Tree
 
 from graphsim.costing.predict import BatchReport, Prediction
 
-SOURCE_STYLE = {"measured": "green", "interpolated": "cyan", "extrapolated": "yellow", "roofline": "magenta",
-                "missing": "bold red"}
+SOURCE_STYLE = {"measured": "green", "interpolated": "cyan", "extrapolated": "yellow", "derived": "blue",
+                "roofline": "magenta", "missing": "bold red"}
 
 
 def fmt_us(v: float | None) -> str:
@@ -84,5 +84,5 @@ def render_prediction(p: Prediction, show_tree: bool = True, limit: int = 25) ->
         parts.append(kernel_table(b, limit))
         parts.append(tally_line(b))
     parts.append("[dim]~ = memory-bound placeholder for leftover ops; every time is labelled measured / "
-                 "interpolated / extrapolated / roofline / missing[/]")
+                 "interpolated / extrapolated / derived / roofline / missing[/]")
     return Group(*parts)
