@@ -85,7 +85,7 @@ def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router
         lines.append(f"{basis}: {shares_markup(s.source_shares)}")
     if s.all_roofline:
         lines.append("[magenta]every iteration time is a roofline estimate (no measured kernel rows were used)[/]")
-    elif s.source in ("extrapolated", "roofline"):
+    elif s.source in ("extrapolated", "derived", "roofline"):
         lines.append(f"[yellow]some kernel times are {s.source}[/]: see the shares above")
     lines.append(f"[dim]simulated in {s.wall_s:,.2f} s wall[/]")
     return Group(*head, latency_table(s), throughput_table(s), *lines)
