@@ -44,6 +44,11 @@ def search_cmd(
     dtype: opt.Dtype = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     profile: opt.Profile = None,
+    interconnect: opt.Interconnect = None,
+    link_bandwidth: opt.LinkBandwidth = None,
+    gpus_per_node: opt.GpusPerNode = None,
+    network_bandwidth: opt.NetworkBandwidth = None,
+    network_latency_us: opt.NetworkLatency = None,
     kv_link_gbps: float | None = typer.Option(None, "--kv-link-gbps", help="KV transfer bandwidth per GPU, GB/s (default: the spec's interconnect)."),
     kv_link_latency_us: float | None = typer.Option(None, "--kv-link-latency-us", help="KV transfer latency, µs (default: the spec's)."),
     verify: int = typer.Option(4, "--verify", min=0, help="Simulate the best N under the SLOs (more while they fail); 0: steady state only."),
@@ -67,7 +72,9 @@ def search_cmd(
     if modes is None:
         raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg or both")
     base = opt.deployment_data(model, gpu, dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
-                               gpu_memory_utilization=gpu_memory_utilization)
+                               gpu_memory_utilization=gpu_memory_utilization,
+                               interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node,
+                                                                  network_bandwidth, network_latency_us))
     spec = SearchSpec.parse({
         "base": base, "gpus": gpus, "isl": parse_lengths(isl, "--isl"), "osl": parse_lengths(osl, "--osl"),
         "slo": SLO(ttft, tpot), "tp": _ints(tp, "--tp"), "modes": modes,

@@ -226,10 +226,10 @@ class InterconnectOverrides(Strict):
     --gpus-per-node, --network-bandwidth, --network-latency-us; a deployment document's `interconnect`)."""
 
     link: LinkKind | None = None
-    link_bandwidth_gb_s: float | None = Field(None, gt=0, le=1e6)  # per GPU, one direction
-    gpus_per_node: int | None = Field(None, ge=1, le=4096)
-    network_bandwidth_gb_s: float | None = Field(None, gt=0, le=1e6)  # per GPU, one direction
-    network_latency_us: float | None = Field(None, ge=0, le=1e6)
+    link_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=1e6)  # per GPU, one direction
+    gpus_per_node: int | None = Field(default=None, ge=1, le=4096)
+    network_bandwidth_gb_s: float | None = Field(default=None, gt=0, le=1e6)  # per GPU, one direction
+    network_latency_us: float | None = Field(default=None, ge=0, le=1e6)
 
     def apply(self, spec: HardwareSpec) -> HardwareSpec:
         """`spec` on this interconnect (itself when nothing is overridden)."""

@@ -13,6 +13,8 @@
   `kv_cache_memory_bytes`, …), None where vLLM picks a default for the GPU or model.
 - `MemoryOverrides`: graphsim's own memory-model terms, in GiB, instead of its estimates (activation peak,
   non-torch runtime memory, CUDA graphs).
+- `InterconnectOverrides` (costing/hardware.py): the link between the GPUs of a node, GPUs per node and the
+  network between nodes, where they differ from the hardware spec's.
 
 Every model is pydantic: unknown keys, wrong types, NaN/inf and out-of-range values are errors, all reported
 at once. `DeploymentConfig.parse` checks a dict (a JSON document, or what a CLI command collected) and raises
@@ -26,12 +28,13 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from graphsim.costing.hardware import InterconnectOverrides
 from graphsim.errors import GraphsimError
 from graphsim.serving.engine_config import EngineArgs
 from graphsim.validation import Strict, validate
 
 _FIX = ("see DeploymentConfig in graphsim/serving/config.py (fields: model, hardware, dtype, kv_cache_dtype, "
-        "mamba_ssm_cache_dtype, parallel, engine, memory)")
+        "mamba_ssm_cache_dtype, parallel, engine, memory, interconnect)")
 
 
 class DeploymentConfigError(GraphsimError):
@@ -83,6 +86,7 @@ class DeploymentConfig(Strict):
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
     engine: EngineArgs = Field(default_factory=EngineArgs)
     memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
+    interconnect: InterconnectOverrides = Field(default_factory=InterconnectOverrides)  # where it differs from the spec's
 
     @field_validator("dtype", "kv_cache_dtype", "mamba_ssm_cache_dtype")
     @classmethod

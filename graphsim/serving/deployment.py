@@ -102,7 +102,7 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     """KV layout, memory budget and capacity of `config`. `model` / `hardware`: `config.model` /
     `config.hardware` already resolved (a caller planning many deployments of one model resolves it once)."""
     resolved = model or resolve_model(config.model)
-    hw = hardware or load_hardware(config.hardware)
+    hw = hardware or config.interconnect.apply(load_hardware(config.hardware))
     cfg = resolved.config
     tp, mem, e = config.parallel.tensor_parallel_size, config.memory, config.engine
     acc = accounting(cfg, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,

@@ -19,9 +19,9 @@ examples/online_serving/disaggregated_serving):
 
 Aggregated serving (one pool, chunked prefill: `simulator.simulate`) stays the default; both run in the
 same event loop (simulator.py), with the same engines, routers, records and arrival handling; the decode
-instances are `scheduler.DecodeEngine`s. The link comes from the hardware spec
-(`interconnect_bandwidth_bytes_per_s`, `interconnect_latency_us`: an estimate, reported as
-`roofline`) or is given.
+instances are `scheduler.DecodeEngine`s. The link comes from the hardware spec's topology (`KvLink.from_hardware`:
+the node's link while both pools fit in one node, the network between nodes otherwise; an estimate, reported
+as `roofline`) or is given.
 """
 
 from __future__ import annotations
@@ -61,13 +61,23 @@ class KvLink:
 
     @classmethod
     def from_hardware(cls, hw: HardwareSpec, bandwidth_gb_per_s: float | None = None,
-                      latency_us: float | None = None) -> KvLink:
-        bw = bandwidth_gb_per_s * 1e9 if bandwidth_gb_per_s else hw.interconnect_bandwidth_bytes_per_s
-        lat = latency_us if latency_us is not None else hw.interconnect_latency_us
+                      latency_us: float | None = None, gpus: int = 1) -> KvLink:
+        """The link of the spec's topology (`HardwareSpec.topology`) for a deployment of `gpus` GPUs in all
+        (both pools, placed node by node): the node's link while they fit in one node, else the network
+        between nodes (a prefill rank's shard leaves through its own NIC), unless a bandwidth or latency is given."""
+        topo = hw.topology()
+        cross = topo.nodes(gpus) > 1
+        spec_bw = topo.network_bandwidth_bytes_per_s if cross else topo.link_bandwidth_bytes_per_s
+        spec_lat = topo.network_latency_us if cross else topo.link_latency_us
+        bw = bandwidth_gb_per_s * 1e9 if bandwidth_gb_per_s else spec_bw
+        lat = latency_us if latency_us is not None else spec_lat
         if not bw:
-            raise KvLinkError(f"the {hw.id} spec has no interconnect bandwidth; give --kv-link-gbps")
+            where = "network bandwidth between nodes" if cross else "interconnect bandwidth"
+            raise KvLinkError(f"the {hw.id} spec has no {where}; give --kv-link-gbps")
         given = bandwidth_gb_per_s is not None or latency_us is not None
-        what = (f"{bw / 1e9:,.0f} GB/s, {lat:g} µs" + (" (given)" if given else f" ({hw.interconnect or hw.id} spec)"))
+        spec = (f"network between nodes, {gpus} GPUs over {topo.nodes(gpus)} nodes of {topo.gpus_per_node}" if cross
+                else f"{hw.interconnect or topo.link.value} inside one node")
+        what = f"{bw / 1e9:,.0f} GB/s, {lat:g} µs" + (" (given)" if given else f" ({spec}; {hw.id} spec)")
         return cls(bw, lat * 1e-6, "given" if given else "roofline", what)
 
 

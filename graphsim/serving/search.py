@@ -178,7 +178,7 @@ def run_search(spec: SearchSpec, backend: Backend | None = None,
     backend = backend or LocalBackend(1)
     t0 = time.perf_counter()
     model = resolve_model(spec.base.model)
-    hw = load_hardware(spec.base.hardware)
+    hw = spec.base.interconnect.apply(load_hardware(spec.base.hardware))
     cands, pruned = enumerate_candidates(spec, model, hw)
     t1 = time.perf_counter()
     if not cands:

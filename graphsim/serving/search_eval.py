@@ -77,6 +77,12 @@ def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candi
     return with_key(ctx)
 
 
+def kv_link(ctx: SearchContext, gpus: int) -> KvLink:
+    """The KV link of a disaggregated candidate of `gpus` GPUs: the one given, else its topology's (one node's
+    link, or the network once the candidate spans nodes: `KvLink.from_hardware`)."""
+    return ctx.link if ctx.link.source == "given" else KvLink.from_hardware(ctx.hardware, gpus=gpus)
+
+
 def with_key(ctx: SearchContext) -> SearchContext:
     """The context with its cache key: a hash of everything the cost models depend on."""
     raw = pickle.dumps((ctx.graph, ctx.model.name, ctx.hardware, ctx.profile, ctx.base.kv_cache_dtype, ctx.base.dtype,
@@ -163,11 +169,12 @@ def _steady(ctx: SearchContext, c: Candidate) -> Evaluation:
     else:
         pp, pd = c.pools
         setup_bytes = _transfer_bytes(ctx, pp, pd, isl)
+        link = kv_link(ctx, c.unit_gpus)
         sp = disaggregated_point(partition_cost(ctx, pp.tp, pp.ep), partition_cost(ctx, pd.tp, pd.ep), isl, osl,
                                  pp.instances, pd.instances, pd.max_num_seqs, pp.max_num_batched_tokens,
-                                 pd.max_num_batched_tokens, ctx.link.transfer_s(setup_bytes),
-                                 setup_bytes / ctx.link.bandwidth_bytes_per_s, pp.max_num_seqs)
-        link_src = ctx.link.source
+                                 pd.max_num_batched_tokens, link.transfer_s(setup_bytes),
+                                 setup_bytes / link.bandwidth_bytes_per_s, pp.max_num_seqs)
+        link_src = link.source
     return Evaluation(c.id, "steady-state", sp.requests_per_s, sp.output_tokens_per_s / c.unit_gpus,
                       sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, link_src,
                       sp.bound, sp.decode_batch, sp.transfer_s * 1e3)
@@ -233,9 +240,10 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
         unit_gpus, link_src, xfer = p.tp, None, 0.0
     else:
         pp, pd = c.pools
-        setup = DisaggSetup(_setup(ctx, pp), _setup(ctx, pd), ctx.link)
+        link = kv_link(ctx, c.unit_gpus)
+        setup = DisaggSetup(_setup(ctx, pp), _setup(ctx, pd), link)
         res = simulate_disagg(setup, loop)
-        unit_gpus, link_src = c.unit_gpus, ctx.link.source
+        unit_gpus, link_src = c.unit_gpus, link.source
         xfer = res.transfer_stats_ms()["mean"]
     m = window_metrics(res.requests, clients, WINDOW)
     worst = SOURCES[max(res.source_counts)].value if res.source_counts else "missing"
