@@ -11,6 +11,7 @@ from rich.table import Table
 
 from graphsim.errors import GraphsimError
 from graphsim.render.cost_view import SOURCE_STYLE
+from graphsim.render.serving_view import shares_markup
 from graphsim.serving.search import Row, SearchResult
 
 
@@ -98,6 +99,10 @@ def render_search(res: SearchResult, top: int = 8) -> Group:
     else:
         head.append(f"[dim]times carry the worst source of the iteration times they use; worst here: "
                     f"{_src(res.worst_source())}[/]")
+        shares = res.source_shares()
+        if shares:
+            head.append(f"[dim]share of predicted iteration time by kernel source over the simulated candidates:[/] "
+                        f"{shares_markup(shares)}")
     parts: list = list(head)
     if res.best is not None:
         b = res.row(res.best)

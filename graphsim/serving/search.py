@@ -81,6 +81,19 @@ class SearchResult:
     def sources(self) -> Counter:
         return Counter(r.final.source for r in self.rows)
 
+    def source_shares(self) -> dict[str, float]:
+        """Shares of predicted iteration time by kernel source, summed over the simulated candidates ({} when none
+        was simulated; steady-state rows carry only their worst source)."""
+        total: dict[str, float] = {}
+        for r in self.rows:
+            for k, v in (r.sim.source_us if r.sim is not None else {}).items():
+                total[k] = total.get(k, 0.0) + v
+        from graphsim.costing.interpolate import SOURCES
+
+        whole = sum(total.values())
+        order = [s.value for s in SOURCES]
+        return {k: total[k] / whole for k in sorted(total, key=order.index) if total[k] > 0} if whole > 0 else {}
+
     @property
     def all_roofline(self) -> bool:
         """No measured kernel rows were used: every time is a roofline estimate."""
@@ -127,6 +140,7 @@ class SearchResult:
             "workload": {"isl": vars(s.isl), "osl": vars(s.osl), "closed_loop": "max_num_seqs clients per (decode) instance"},
             "slo": vars(s.slo), "data": self.data_note, "kv_link": self.link,
             "source": self.worst_source(), "all_roofline": self.all_roofline, "sources": dict(self.sources),
+            "source_shares_simulated": self.source_shares(),
             "best": self.best, "frontier": self.frontier, "frontier_meeting_slos": self.frontier_slo,
             "verified": self.verified,
             "candidates": len(self.rows), "pruned": len(self.pruned),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import pickle
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -145,6 +145,7 @@ class Evaluation:
     tpot_p90_ms: float = math.nan
     sim_requests: int = 0
     sim_wall_s: float = 0.0
+    source_us: dict[str, float] = field(default_factory=dict)  # simulated only: predicted µs per time source
 
     @property
     def ttft_source(self) -> str:
@@ -253,7 +254,8 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
     return Evaluation(c.id, "simulated", m["requests_per_s"], m["output_tokens_per_s"] / unit_gpus,
                       1e3 / tpot if tpot > 0 else math.inf, m["ttft_ms"], tpot, worst, link_src,
                       "simulated", float(dec.mean()) if len(dec) else 0.0, float(xfer), m["ttft_p90_ms"],
-                      m["tpot_p90_ms"], len(res.requests), float(res.wall_s))
+                      m["tpot_p90_ms"], len(res.requests), float(res.wall_s),
+                      {SOURCES[k].value: v for k, v in sorted(res.source_us.items())})
 
 
 @dataclass(frozen=True)

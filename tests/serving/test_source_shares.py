@@ -124,3 +124,17 @@ def test_simulate_cli_reports_shares(capsys, tmp_path, monkeypatch):
     out = capsys.readouterr().out
     assert "share of predicted iteration time by kernel source: all roofline" in out
     assert "every iteration time is a roofline estimate" in out
+
+
+def test_search_json_reports_shares_of_the_simulated_candidates(capsys, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from graphsim.cli.app import main
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    assert main(["search", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "512", "--osl", "32", "--tpot",
+                 "50", "--max-num-seqs", "4,16", "--max-num-batched-tokens", "2048", "--mode", "agg", "--verify", "1",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    simulated = [r["simulated"] for r in d["rows"] if r["simulated"] is not None]
+    assert simulated and all(sum(sim["source_us"].values()) > 0 for sim in simulated)
+    assert d["source_shares_simulated"] == {"roofline": pytest.approx(1.0)} and d["all_roofline"]
