@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphsim.costing.composite import composite_note, graph_mla_blocks
 from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import KernelPricer
 from graphsim.costing.kernel_map import Dtypes
+from graphsim.costing.kernels import KernelKey
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.ir import Graph
 from graphsim.workload import Step
@@ -44,9 +46,16 @@ class CostModel:
                         pipeline: str = "") -> CostModel:
         """Compile a fused kernel graph's cost tree and pair it with a pricer for `db` and `hardware` (with no
         `hardware`, the spec the db's meta names, if any)."""
-        tree = compile_tree(build_tree(graph))
         pricer = KernelPricer(db, hardware)
-        return cls(graph, tree, pricer, Dtypes.for_graph(graph.meta, kv_dtype), pricer.hardware,
+        dtypes = Dtypes.for_graph(graph.meta, kv_dtype)
+        # an MLA block the profile has whole-module rows for is priced by them (costing/composite.py)
+        def has_rows(key: KernelKey) -> bool:
+            return pricer.curve(key) is not None
+
+        tree = compile_tree(build_tree(graph, dtypes, has_rows))
+        note = composite_note(graph_mla_blocks(graph, dtypes, has_rows), dtypes)
+        data_note = f"{data_note}; {note}" if data_note and note else data_note or note
+        return cls(graph, tree, pricer, dtypes, pricer.hardware,
                    str(db.path) if db is not None else None, data_note, graph.meta.tp,
                    graph.meta.ep, graph.meta.fuse_target, pipeline, dtype, kv_dtype)
 

@@ -1,0 +1,174 @@
+"""Composite rows: a whole block of kernels priced by one measured row where the profile has one.
+
+An engine module measured as one unit (its projections, norms, rotary and attention core timed in a
+single forward) replaces the kernels it covers when the profile holds rows for the block's geometry;
+otherwise the kernels are priced one by one, as before. Today's composite is the MLA attention block:
+
+- *Which kernels.* aiconfigurator's vLLM collector times `DeepseekV2MLAAttention.forward(positions,
+  hidden_states)` built with vLLM's own modeling code at TP 1 and the per-rank head count
+  (ai-dynamo/aiconfigurator collector/vllm/collect_mla_module.py, `_create_attention_module` /
+  `run_mla_module`): the q/kv down-projections, q_a and kv_a RMSNorms, q_b projection, rotary, KV-cache
+  write, the attention core with its kv_b up-projection, and o_proj — everything under the attention
+  module, but not the input layernorm before it nor the TP all-reduce after o_proj (TP 1). So the block
+  here is every kernel of a layer whose module scope is the MLA attention kernel's scope or below it,
+  collectives excepted (identified from the fused graph's scopes and kinds, never a model name).
+- *Geometry.* The row's key (`MlaModuleDecodeKey` / `MlaModulePrefillKey`) is the attention kernel's
+  per-rank heads and MLA dims, the hidden size (o_proj's output features), the q LoRA rank (the width
+  of the block's RMSNorm other than the kv_a one; 0 without one) and the projections' dtype.
+- *Which points.* Decode groups are priced at (batch, kv_len); a prefill group without a cached prefix at
+  (batch, q_len, q_len). The imported module prefill rows were all measured without a cached prefix
+  (collect_mla_module.py `get_context_test_cases`: MLA context cases carry no prefix length), so a
+  prefill chunk after a cached prefix is priced by the block's kernels instead, inside the same leaf.
+
+The composite is one cost-tree leaf whose kernel is named `composite: mla_module`; it is priced per
+sequence group like attention (kind `attention`), so the simulator's additive tables treat it as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphsim.costing.kernel_map import Dtypes, KernelRows, KeyRows, NoKernelKey, StepArrays, kernel_rows
+from graphsim.costing.kernels import KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey
+from graphsim.ir import Graph, Node
+from graphsim.ir.geometry import AttentionGeometry, GemmGeometry, NormGeometry
+from graphsim.ir.kernel import KernelAttrs, KernelKind
+
+COMPOSITE_MLA = "composite: mla_module"
+HasRows = Callable[[KernelKey], bool]  # does the profile hold measured rows for this key?
+
+
+@dataclass(frozen=True)
+class MlaModuleBlock:
+    """One layer's MLA attention block: its geometry and the kernels a module row replaces."""
+
+    attention: KernelAttrs  # the block's MLA attention kernel (per-rank heads, MLA dims)
+    hidden_size: int
+    q_lora_rank: int  # 0: no low-rank query projection
+    gemm_dtype: str  # IR dtype name of the block's projections
+    parts: tuple[KernelAttrs, ...]  # every kernel of the block, in launch order
+    part_names: tuple[str, ...]  # their node names
+    decode_rows: bool = False  # the profile holds module rows for the decode key
+    prefill_rows: bool = False  # ... for the prefill key
+
+    def keys(self, dt: Dtypes) -> tuple[MlaModuleDecodeKey, MlaModulePrefillKey]:
+        g = self.attention.geometry_as(AttentionGeometry)
+        rope = g.qk_rope_head_dim
+        geo = (g.num_heads, g.kv_lora_rank, g.head_dim - rope, rope, g.v_head_dim, dt.of(self.attention.dtype), dt.kv,
+               self.hidden_size, self.q_lora_rank, dt.of(self.gemm_dtype))
+        return MlaModuleDecodeKey(*geo), MlaModulePrefillKey(*geo)
+
+    @property
+    def used(self) -> bool:
+        return self.decode_rows or self.prefill_rows
+
+    def attrs(self) -> KernelAttrs:
+        """The composite leaf's kernel: the attention kernel renamed, covering every part's ops."""
+        covers = tuple(c for p in self.parts for c in p.covers)
+        phases = "/".join(p for p, ok in (("decode", self.decode_rows), ("prefill", self.prefill_rows)) if ok)
+        rule = (f"{COMPOSITE_MLA}: measured whole-block rows ({phases}) replace {', '.join(self.part_names)}; "
+                "costing/composite.py")
+        return KernelAttrs(self.attention.kind, COMPOSITE_MLA, self.attention.geometry, self.attention.dtype,
+                           self.attention.rows, covers, rule)
+
+
+def _in_scope(node: Node, scope: str) -> bool:
+    return node.scope == scope or node.scope.startswith(scope + ".")
+
+
+def mla_block(layer_nodes: Sequence[Node], dt: Dtypes, has_rows: HasRows | None) -> MlaModuleBlock | None:
+    """The MLA attention block among one layer's kernel nodes (None when the layer has no MLA attention or
+    its geometry cannot be read), with whether the profile has module rows for it."""
+    attn = next((n for n in layer_nodes if n.kernel.kind is KernelKind.ATTENTION
+                 and isinstance(n.kernel.geometry, AttentionGeometry) and n.kernel.geometry.is_mla), None)
+    if attn is None or not attn.scope:
+        return None
+    members = [n for n in layer_nodes if _in_scope(n, attn.scope) and not n.kernel.kind.is_collective]
+    o_proj = next((n for n in members if n.kernel.kind is KernelKind.GEMM and attn.name in n.inputs), None)
+    gemms = [n for n in members if n.kernel.kind is KernelKind.GEMM]
+    if o_proj is None or len({n.kernel.dtype for n in gemms}) != 1:
+        return None
+    g = attn.kernel.geometry_as(AttentionGeometry)
+    norms = [n.kernel.geometry_as(NormGeometry).width for n in members if n.kernel.kind is KernelKind.RMS_NORM]
+    if g.kv_lora_rank in norms:
+        norms.remove(g.kv_lora_rank)
+    block = MlaModuleBlock(attn.kernel, o_proj.kernel.geometry_as(GemmGeometry).n, norms[0] if norms else 0,
+                           gemms[0].kernel.dtype, tuple(n.kernel for n in members), tuple(n.name for n in members))
+    if has_rows is None:
+        return block
+    try:
+        decode, prefill = block.keys(dt)
+    except NoKernelKey:
+        return block
+    return MlaModuleBlock(block.attention, block.hidden_size, block.q_lora_rank, block.gemm_dtype, block.parts,
+                          block.part_names, has_rows(decode), has_rows(prefill))
+
+
+def graph_mla_blocks(graph: Graph, dt: Dtypes, has_rows: HasRows | None) -> list[MlaModuleBlock]:
+    """The MLA blocks of the graph's layer types (one per representative layer that has one)."""
+    reps = graph.schedule.representative.values() if graph.schedule is not None else ()
+    blocks = (mla_block([n for n in graph.nodes if n.layer == rep], dt, has_rows) for rep in reps)
+    return [b for b in blocks if b is not None]
+
+
+def _subset(arr: StepArrays, sel: np.ndarray) -> StepArrays:
+    """The steps of `arr` holding only the sequence groups `sel` (tokens and sequences recounted)."""
+    n = arr.n_steps
+    step = arr.g_step[sel]
+    tokens = np.bincount(step, weights=arr.g_new[sel] * arr.g_count[sel], minlength=n).astype(np.float64)
+    seqs = np.bincount(step, weights=arr.g_count[sel], minlength=n).astype(np.float64)
+    return StepArrays(tokens, seqs, step, arr.g_new[sel], arr.g_cached[sel], arr.g_count[sel])
+
+
+def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """Rows of a composite leaf: module rows for the groups they cover, the parts' rows for the rest."""
+    decode_key, prefill_key = block.keys(dt)
+    group = np.arange(len(arr.g_step))
+    dec = arr.g_new == 1
+    pre_whole = ~dec & (arr.g_cached == 0)
+    parts: list[KeyRows] = []
+    use_dec = dec if block.decode_rows else np.zeros_like(dec)
+    use_pre = pre_whole if block.prefill_rows else np.zeros_like(dec)
+    if use_dec.any():
+        coords = np.stack([arr.g_count[use_dec], arr.g_cached[use_dec] + 1], axis=1)
+        parts.append(KeyRows(decode_key, coords, arr.g_step[use_dec], group[use_dec]))
+    if use_pre.any():
+        coords = np.stack([arr.g_count[use_pre], arr.g_new[use_pre], arr.g_new[use_pre]], axis=1)
+        parts.append(KeyRows(prefill_key, coords, arr.g_step[use_pre], group[use_pre]))
+    rest = ~(use_dec | use_pre)
+    if rest.any():
+        sub = _subset(arr, rest)
+        present = np.zeros(arr.n_steps, dtype=bool)
+        present[sub.g_step] = True
+        offset = len(group)
+        for a in block.parts:
+            kr = kernel_rows(a, sub, dt)
+            if kr.missing:
+                return kr
+            for p in kr.parts:
+                keep = present[p.step] & (p.coords >= 1).all(axis=1)
+                if keep.any():
+                    parts.append(KeyRows(p.key, p.coords[keep], p.step[keep], p.order[keep] + offset))
+            offset += len(group) + arr.n_steps
+    return KernelRows(tuple(parts))
+
+
+def composite_note(blocks: Sequence[MlaModuleBlock], dt: Dtypes) -> str:
+    """A sentence for the data note: which MLA blocks are priced whole and which by parts."""
+    if not blocks:
+        return ""
+    whole = [b for b in blocks if b.used]
+    if whole:
+        phases = {p for b in whole for p, ok in (("decode", b.decode_rows), ("prefill", b.prefill_rows)) if ok}
+        return (f"MLA attention blocks: measured {COMPOSITE_MLA} rows ({'/'.join(sorted(phases))}) replace their "
+                "kernels (prefill chunks after a cached prefix: kernels)")
+    try:
+        key = blocks[0].keys(dt)[0]
+        what = (f"heads={key.num_heads} kv_lora_rank={key.kv_lora_rank} hidden={key.hidden_size} "
+                f"q_lora_rank={key.q_lora_rank} gemm={key.gemm_dtype.value}")
+    except NoKernelKey:
+        what = "its dtypes"
+    return f"MLA attention blocks priced by their kernels (the profile has no mla_module rows for {what})"

@@ -1,0 +1,125 @@
+"""Composite MLA rows: a block priced by one measured module row where the profile has one, by its kernels
+otherwise (torch-free: the graph is built by hand)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from graphsim.costing.composite import COMPOSITE_MLA, composite_note, graph_mla_blocks, mla_block
+from graphsim.costing.cost_model import CostModel
+from graphsim.costing.cost_tree import build_tree, compile_tree
+from graphsim.costing.dtypes import KernelDtype as D
+from graphsim.costing.hardware import load_hardware
+from graphsim.costing.interpolate import INTERPOLATED, MEASURED, KernelPricer
+from graphsim.costing.kernel_map import Dtypes
+from graphsim.costing.kernels import (
+    AttentionDecodePoint, AttentionPrefillPoint, Measurement, MlaModuleDecodeKey, MlaModulePrefillKey,
+)
+from graphsim.costing.profile_db import ProfileDB, ProfileMeta
+from graphsim.ir import DType, Graph, LayerSchedule, Node, Op, T, TensorSpec
+from graphsim.ir.geometry import AttentionGeometry, CollectiveGeometry, GemmGeometry, NormGeometry
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.workload import SeqGroup, Step
+
+# A small MLA layer: hidden 64, q LoRA rank 32, kv LoRA rank 16, 2 heads of nope 16 + rope 8 (q/k 24), v 16.
+MLA = AttentionGeometry(num_heads=2, num_kv_heads=2, head_dim=24, v_head_dim=16, window=0, causal=True,
+                        kv_lora_rank=16, qk_rope_head_dim=8)
+ATTN = "m.layers.0.self_attn"
+# its module rows' key: heads 2, kv_lora 16, nope 24 - 8 = 16, rope 8, v 16, bf16, bf16 KV, hidden 64, q_lora 32
+DECODE = MlaModuleDecodeKey(2, 16, 16, 8, 16, D.BF16, D.BF16, 64, 32, D.BF16)
+PREFILL = MlaModulePrefillKey(2, 16, 16, 8, 16, D.BF16, D.BF16, 64, 32, D.BF16)
+
+
+def _graph() -> Graph:
+    x = TensorSpec((1, T, 64), DType.BFLOAT16)
+
+    def k(name, kind, kname, geo, scope, *inputs, rows=Rows.TOKENS):
+        return Node(name, Op.KERNEL, inputs, (x,), KernelAttrs(kind, kname, geo, "bf16", rows), scope=scope, layer=0)
+
+    g = Graph("toy-mla", inputs={"h": x})
+    g.nodes = [
+        k("L0.norm", KernelKind.RMS_NORM, "rms_norm", NormGeometry(width=64, dim=64), "m.layers.0.input_layernorm", "h"),
+        k("L0.qkv_a", KernelKind.GEMM, "fused_qkv_a_proj", GemmGeometry(n=32 + 16 + 8, k=64), ATTN, "L0.norm"),
+        k("L0.q_norm", KernelKind.RMS_NORM, "rms_norm", NormGeometry(width=32, dim=32), f"{ATTN}.q_a_layernorm",
+          "L0.qkv_a"),
+        k("L0.q_b", KernelKind.GEMM, "q_b_proj", GemmGeometry(n=2 * 24, k=32), f"{ATTN}.q_b_proj", "L0.q_norm"),
+        k("L0.kv_norm", KernelKind.RMS_NORM, "rms_norm", NormGeometry(width=16, dim=16), f"{ATTN}.kv_a_layernorm",
+          "L0.qkv_a"),
+        k("L0.kv_b", KernelKind.GEMM, "kv_b_proj", GemmGeometry(n=2 * 32, k=16), f"{ATTN}.kv_b_proj", "L0.kv_norm"),
+        k("L0.attn", KernelKind.ATTENTION, "mla_attention", MLA, ATTN, "L0.q_b", "L0.kv_b", rows=Rows.NONE),
+        k("L0.o_proj", KernelKind.GEMM, "o_proj", GemmGeometry(n=64, k=2 * 16), f"{ATTN}.o_proj", "L0.attn"),
+        k("L0.ar", KernelKind.ALL_REDUCE, "all_reduce",
+          CollectiveGeometry(num_gpus=2, group="tp", width=64, bytes_per_row=128, reason="row_parallel"),
+          f"{ATTN}.o_proj", "L0.o_proj"),
+        k("L0.mlp", KernelKind.GEMM, "down_proj", GemmGeometry(n=64, k=64), "m.layers.0.mlp.down_proj", "L0.ar"),
+    ]
+    g.outputs = ["L0.mlp"]
+    g.schedule = LayerSchedule(("a", "a"), {"a": 0})
+    g.verify()
+    return g
+
+
+@pytest.fixture()
+def profile(tmp_path):
+    with ProfileDB.create(tmp_path / "mla.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
+        db.put_many([
+            (DECODE, AttentionDecodePoint(4, 128), Measurement(100.0)),
+            (DECODE, AttentionDecodePoint(4, 512), Measurement(144.0)),
+            (PREFILL, AttentionPrefillPoint(1, 256, 256), Measurement(300.0)),
+        ])
+    return ProfileDB.open(tmp_path / "mla.db")
+
+
+def test_block_is_the_attention_scope_without_its_collective():
+    b = mla_block(_graph().nodes, Dtypes(), None)
+    assert b is not None
+    # the input norm, the TP all-reduce and the MLP are not part of the measured module
+    assert b.part_names == ("L0.qkv_a", "L0.q_norm", "L0.q_b", "L0.kv_norm", "L0.kv_b", "L0.attn", "L0.o_proj")
+    # hidden = o_proj's n (64); q LoRA rank = the norm that is not kv_lora_rank wide (32)
+    assert (b.hidden_size, b.q_lora_rank) == (64, 32)
+    assert b.keys(Dtypes()) == (DECODE, PREFILL)
+
+
+def test_composite_leaf_priced_by_module_rows(profile):
+    cm = CostModel.of_kernel_graph(_graph(), None, profile)
+    names = [(leaf.name, leaf.attrs.name) for leaf in cm.tree.leaves]
+    assert names == [("L0.norm", "rms_norm"), ("L0.attn", COMPOSITE_MLA), ("L0.ar", "all_reduce"),
+                     ("L0.mlp", "down_proj")]
+    steps = [Step((SeqGroup(1, 127, 4),)), Step((SeqGroup(1, 255, 4),)), Step((SeqGroup(256, 0, 1),))]
+    ev = cm.evaluate(steps)
+    # decode 4 × kv 128: the row, 100 µs; kv 256 lies halfway between 128 and 512 in log space, so the
+    # log-log interpolation is the geometric mean √(100 × 144) = 120 µs; prefill 1 × 256: the row, 300 µs
+    assert ev.leaf_time_us[1] == pytest.approx([100.0, 120.0, 300.0])
+    assert list(ev.leaf_source[1]) == [MEASURED, INTERPOLATED, MEASURED]
+    assert "mla_module rows (decode/prefill) replace" in cm.data_note
+
+
+def test_without_rows_the_block_is_priced_by_its_kernels():
+    g = _graph()
+    cm = CostModel.of_kernel_graph(g, load_hardware("h200"), None)
+    assert [leaf.name for leaf in cm.tree.leaves] == [n.name for n in g.nodes]
+    assert "priced by their kernels" in cm.data_note and "hidden=64 q_lora_rank=32" in cm.data_note
+    assert composite_note(graph_mla_blocks(g, Dtypes(), lambda key: False), Dtypes()) == cm.data_note
+
+
+def test_prefill_after_a_cached_prefix_falls_back_to_the_kernels(profile):
+    # module prefill rows have no cached prefix, so a chunk after one is priced by the block's kernels, inside
+    # the composite leaf: its time is the sum of those kernels' times priced on their own
+    hw = load_hardware("h200")
+    g = _graph()
+    dt = Dtypes()
+    pricer = KernelPricer(profile, hw)
+    whole = compile_tree(build_tree(g, dt, lambda key: pricer.curve(key) is not None))
+    parts = compile_tree(build_tree(g))
+    chunk = Step((SeqGroup(64, 192, 1),))
+    mixed = Step((SeqGroup(1, 127, 4), SeqGroup(64, 192, 1)))
+    ev_whole = whole.evaluate([chunk, mixed], pricer, dt)
+    ev_parts = parts.evaluate([chunk], pricer, dt)
+    comp, blk = next((i, leaf.block) for i, leaf in enumerate(whole.leaves) if leaf.block is not None)
+    block = set(blk.part_names)
+    by_parts = sum(float(ev_parts.leaf_time_us[i, 0]) for i, leaf in enumerate(parts.leaves) if leaf.name in block)
+    assert ev_whole.leaf_time_us[comp, 0] == pytest.approx(by_parts)
+    # mixed step: the decode group from its row (100 µs) plus the chunk by the kernels
+    assert ev_whole.leaf_time_us[comp, 1] == pytest.approx(100.0 + by_parts)
+    assert math.isfinite(float(np.sum(ev_whole.total_us())))
