@@ -49,6 +49,7 @@ COMMAND_MODULES = [
     "graphsim.cli.kv_cmd", "graphsim.cli.simulate_cmd",
     "graphsim.cli.search_cmd",
     "graphsim.cli.compare_cmd",
+    "graphsim.cli.compare_cmd",
     "graphsim.cli.cache_cmd",
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import typer
 
@@ -18,6 +19,44 @@ def _router(value: str) -> str:
     return value
 
 
+def _bench_mode(dataset_name: str | None, trace: str | None, range_ratio: float, prefix_len: int, burstiness: float,
+                warm: bool) -> bool:
+    """--dataset-name random selects vllm bench serve's workload; its own options need it."""
+    from graphsim.serving.requests import WorkloadSpecError
+
+    if dataset_name is not None and dataset_name != "random":
+        raise WorkloadSpecError(f"--dataset-name {dataset_name}: graphsim models vllm bench serve's random dataset; "
+                                "use --dataset-name random, or --trace FILE.jsonl for other request lengths")
+    bench = dataset_name == "random"
+    if bench and trace is not None:
+        raise WorkloadSpecError("--dataset-name random and --trace are two workloads; give one")
+    used = [n for n, on in (("--random-range-ratio", range_ratio != 0.0), ("--random-prefix-len", prefix_len != 0),
+                            ("--burstiness", burstiness != 1.0), ("--warm-prefix-cache", warm)) if on]
+    if used and not bench:
+        raise WorkloadSpecError(f"{', '.join(used)} belong to vllm bench serve's random dataset; add --dataset-name random")
+    return bench
+
+
+def _save_result(path: str, res, dep, note: str, model: str, num_prompts: int, rate: float | None,
+                 concurrency: int | None, arrival: str, cv: float, bench: bool, burstiness: float,
+                 pct_metrics: tuple[str, ...], pcts: tuple[float, ...], detailed: bool, slo, due, summary) -> None:
+    """The simulation as `vllm bench serve --save-result` writes it, with a `graphsim` block (atomic write)."""
+    from graphsim.cli.app import _version
+    from graphsim.serving.bench_metrics import BenchSettings, bench_result, write_result
+
+    # graphsim's own arrivals in vLLM's terms: gamma shape 1/cv² (Poisson: 1)
+    b = burstiness if bench else 1.0 if arrival == "poisson" or rate is None else 1.0 / (cv * cv)
+    goodput = {k: v for k, v in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2el", slo.e2e_ms)) if v is not None}
+    settings = BenchSettings(model_id=model, num_prompts=len(res.requests) if not bench else num_prompts,
+                             request_rate=math.inf if rate is None else rate, burstiness=b,
+                             max_concurrency=concurrency, percentile_metrics=pct_metrics, metric_percentiles=pcts,
+                             goodput_ms=goodput or None, save_detailed=detailed)
+    extra = {"version": _version(), "predicted": True, "deployment": dep.to_json(), "data": note,
+             "time_source": summary.source, "source_counts": summary.source_counts,
+             "source_shares": getattr(summary, "source_shares", {})}
+    write_result(path, bench_result(res, settings, due, extra))
+
+
 @app.command("simulate")
 def simulate_cmd(
     model: opt.ConfigModel,
@@ -26,17 +65,38 @@ def simulate_cmd(
     replicas: int = typer.Option(1, "--replicas", "--data-parallel-size", "-dp", min=1,
                                  help="Data-parallel replicas behind the router."),
     router: str = typer.Option("round-robin", "--router", callback=_router, help="round-robin or least-outstanding."),
-    rate: float | None = typer.Option(None, "--rate", help="Open loop: requests per second."),
+    rate: float | None = typer.Option(None, "--rate", "--request-rate",
+                                      help="Open loop: requests per second (inf: all at t = 0, as vllm bench serve)."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
     cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
-    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Closed loop: clients, each sending its next request when the last one finishes."),
+    concurrency: int | None = typer.Option(None, "--concurrency", "--max-concurrency", min=1, help="Closed loop: clients, each sending its next request when the last one finishes (vllm bench serve's --max-concurrency: at most N in flight)."),
     trace: str | None = typer.Option(None, "--trace", help="Replay a JSONL trace (arrival_s, input_tokens, output_tokens[, prefix_id, prefix_tokens])."),
-    num_requests: int = typer.Option(1000, "--num-requests", "-n", min=1, help="Requests to send (synthetic workloads)."),
+    num_requests: int = typer.Option(1000, "--num-requests", "--num-prompts", "-n", min=1, help="Requests to send (synthetic workloads)."),
     input_len: str = typer.Option("1024:4096", "--input-len", help="N (fixed) or LO:HI (uniform)."),
     output_len: str = typer.Option("100:500", "--output-len", help="N (fixed) or LO:HI (uniform)."),
     shared_prefix: int = typer.Option(0, "--shared-prefix", min=0, help="Tokens of a shared prompt prefix (synthetic workloads)."),
     prefix_groups: int = typer.Option(1, "--prefix-groups", min=1, help="Distinct shared prefixes, drawn uniformly."),
     think_s: float = typer.Option(0.0, "--think-s", min=0, help="Closed loop: pause before a client's next request."),
+    dataset_name: str | None = typer.Option(None, "--dataset-name", help="random: vllm bench serve's random dataset and "
+                                            "arrivals (--random-*, --request-rate default inf, --burstiness, --max-concurrency)."),
+    random_input_len: int = typer.Option(1024, "--random-input-len", min=1, help="--dataset-name random: input tokens."),
+    random_output_len: int = typer.Option(128, "--random-output-len", min=1, help="--dataset-name random: output tokens."),
+    random_range_ratio: float = typer.Option(0.0, "--random-range-ratio", help="--dataset-name random: lengths uniform "
+                                             "in [L·(1−r), L·(1+r)], 0 <= r < 1."),
+    random_prefix_len: int = typer.Option(0, "--random-prefix-len", min=0, help="--dataset-name random: tokens of a "
+                                          "prefix every prompt shares."),
+    burstiness: float = typer.Option(1.0, "--burstiness", help="--dataset-name random: gamma shape of the gaps "
+                                     "(1: Poisson; < 1 burstier; inf: constant)."),
+    warm_prefix_cache: bool = typer.Option(False, "--warm-prefix-cache", help="--dataset-name random: the server "
+                                           "already saw these prompts (an earlier run, same --seed): they start "
+                                           "in its prefix cache."),
+    save_result: str | None = typer.Option(None, "--save-result", help="Write the result as vllm bench serve "
+                                           "--save-result does (same keys and units) to this .json file."),
+    save_detailed: bool = typer.Option(False, "--save-detailed", help="With --save-result: the per-request lists too."),
+    percentile_metrics: str = typer.Option("ttft,tpot,itl", "--percentile-metrics", help="Metrics whose "
+                                           "percentiles --save-result stores (ttft,tpot,itl,e2el)."),
+    metric_percentiles: str = typer.Option("99", "--metric-percentiles", help="Percentiles --save-result stores, "
+                                           "e.g. 50,90,99."),
     seed: opt.Seed = 0,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     kv_memory: opt.KvMemory = None,
@@ -49,11 +109,6 @@ def simulate_cmd(
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
     profile: opt.Profile = None,
-    interconnect: opt.Interconnect = None,
-    link_bandwidth: opt.LinkBandwidth = None,
-    gpus_per_node: opt.GpusPerNode = None,
-    network_bandwidth: opt.NetworkBandwidth = None,
-    network_latency_us: opt.NetworkLatency = None,
     slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
     slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
     slo_e2e_ms: float | None = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
@@ -65,24 +120,40 @@ def simulate_cmd(
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
     from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, summarize, synthetic
+    from graphsim.serving.bench_metrics import parse_percentile_metrics, parse_percentiles
     from graphsim.serving.config import DeploymentConfig
     from graphsim.serving.deployment import build_cost, plan_deployment
     from graphsim.serving.requests import WorkloadSpecError
 
+    bench = _bench_mode(dataset_name, trace, random_range_ratio, random_prefix_len, burstiness, warm_prefix_cache)
+    pct_metrics, pcts = parse_percentile_metrics(percentile_metrics), parse_percentiles(metric_percentiles)
     modes = [x is not None for x in (rate, concurrency, trace)]
-    if sum(modes) != 1:
+    if not bench and sum(modes) != 1:
         raise WorkloadSpecError("give exactly one workload: --rate R (open loop), --concurrency N (closed loop) "
                                 "or --trace FILE.jsonl")
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
-        enable_chunked_prefill=chunked_prefill,
-        interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
-                                           network_latency_us)))
+        enable_chunked_prefill=chunked_prefill))
     dep = plan_deployment(config)
     ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
-    if trace is not None:
+    due: list[float] | None = None
+    if bench:
+        from graphsim.serving.requests import bench_arrivals, bench_random
+
+        request_rate = math.inf if rate is None else rate
+        workload = bench_random(num_requests, random_input_len, random_output_len, random_range_ratio,
+                                random_prefix_len, request_rate, burstiness, concurrency, seed,
+                                warm_prompts=num_requests if warm_prefix_cache else 0)
+        due = list(bench_arrivals(num_requests, request_rate, burstiness, seed))
+        label = (f"vllm bench serve random dataset: {num_requests} prompts, input {random_input_len}, output "
+                 f"{random_output_len}" + (f" (range ratio {random_range_ratio:g})" if random_range_ratio else "")
+                 + f", request rate {request_rate:g}" + ("" if math.isinf(request_rate) else f" (burstiness {burstiness:g})")
+                 + (f", max concurrency {concurrency}" if concurrency else "")
+                 + (f", {random_prefix_len}-token shared prefix" if random_prefix_len else "")
+                 + (", prompts already in the prefix cache" if warm_prefix_cache else ""))
+    elif trace is not None:
         workload = load_trace(trace)
         label = f"trace {trace} ({len(workload)} requests)"
     elif concurrency is not None:
@@ -93,7 +164,7 @@ def simulate_cmd(
         workload = synthetic(num_requests, rate, ins, outs, seed, arrival, cv, shared_prefix, prefix_groups)
         label = (f"{num_requests} requests, {arrival} arrivals at {rate:g}/s" + (f" (cv {cv:g})" if arrival == "gamma" else "")
                  + f", input {ins.label()}, output {outs.label()}")
-    if shared_prefix and trace is None:
+    if shared_prefix and trace is None and not bench:
         label += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
     from graphsim.atomic import check_writable
     from graphsim.serving.trace_export import check_suffix
@@ -102,7 +173,7 @@ def simulate_cmd(
         check_suffix(requests_out, "--requests-out", (".csv", ".parquet"))
     if trace_sample is not None and not chrome_trace:
         raise typer.BadParameter("--trace-sample needs --chrome-trace FILE.json", param_hint="--trace-sample")
-    for out_path in (iteration_log, chrome_trace, requests_out):  # fail before the run, not after it
+    for out_path in (iteration_log, chrome_trace, requests_out, save_result):  # fail before the run, not after it
         if out_path:
             check_writable(out_path)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
@@ -112,6 +183,9 @@ def simulate_cmd(
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)
     summary = summarize(res, slo)
+    if save_result:
+        _save_result(save_result, res, dep, note, model, num_requests, rate, concurrency, arrival, cv, bench,
+                     burstiness, pct_metrics, pcts, save_detailed, slo, due, summary)
     if as_json:
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica}
@@ -123,7 +197,7 @@ def simulate_cmd(
     trace_what = "Chrome trace (open at ui.perfetto.dev), " + (f"{trace_sample} requests sampled" if trace_sample
                                                                 else "every request")
     for path, what in ((iteration_log, "iteration log"), (requests_out, "per-request results"),
-                       (chrome_trace, trace_what)):
+                       (chrome_trace, trace_what), (save_result, "vllm bench serve result (predicted)")):
         if path:
             console.print(f"[dim]wrote {what}: {path}[/]")
 

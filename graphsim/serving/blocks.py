@@ -18,7 +18,7 @@ Cached content has two forms:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 
 
 class BlockPool:
@@ -103,6 +103,20 @@ class BlockPool:
         self.used -= 1
         self._evictable[key] = 1
         self._evictable_total += 1
+
+    def warm(self, keys: Iterable[Hashable]) -> None:
+        """Shared blocks a server computed before this run, free and cached, the last given the most recently
+        freed; when they outnumber the pool, the earliest are the ones evicted (LRU)."""
+        if not self.caching:
+            return
+        for key in keys:
+            if self.is_cached(key):
+                continue
+            if self._evictable_total >= self.free:  # the pool is full of them: the earliest goes
+                self._evictable.popitem(last=False)
+                self._evictable_total -= 1
+            self._evictable[key] = 1
+            self._evictable_total += 1
 
     # --- runs of a preempted request ---------------------------------------------------------------
     def cache_run(self, rid: int, start: int, count: int) -> None:

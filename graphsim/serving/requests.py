@@ -12,6 +12,7 @@ and go together: requests with the same prefix id share their first `prefix_toke
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +29,14 @@ class WorkloadSpecError(GraphsimError):
     pass
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: a million-request workload is ~100 MB, not ~250 MB
 class RequestSpec:
     arrival_s: float
     input_tokens: int
     output_tokens: int
     prefix_id: str | None = None
     prefix_tokens: int = 0
+    warm: bool = False  # the server already saw this prompt: its prefix blocks start in the prefix cache
 
 
 @dataclass(frozen=True)
@@ -195,19 +197,121 @@ class ClosedLoop:
     prefix_tokens: int = 0
     prefix_groups: int = 1
     ramp_s: float = 0.0
+    # vLLM bench serve's --max-concurrency with a finite --request-rate: request i is due at schedule[i] and
+    # sent at the later of that and a free slot (an asyncio.Semaphore, FIFO). `prebuilt`: the requests
+    # (lengths, prefixes), drawn elsewhere; their arrival times are replaced by the send times.
+    schedule: tuple[float, ...] = ()
+    prebuilt: tuple[RequestSpec, ...] = ()
 
     def start_s(self, client: int) -> float:
-        return self.ramp_s * client / self.concurrency
+        return self.schedule[client] if self.schedule else self.ramp_s * client / self.concurrency
+
+    def due_s(self, index: int) -> float:
+        """The earliest instant request `index` may be sent (0 without a schedule)."""
+        return self.schedule[index] if self.schedule else 0.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1 or self.num_requests < 1:
             raise WorkloadSpecError("--concurrency and --num-requests must be >= 1")
-        rng = np.random.default_rng(self.seed)
         n = self.num_requests
+        if self.schedule and len(self.schedule) != n:
+            raise WorkloadSpecError(f"{len(self.schedule)} scheduled times for {n} requests")
+        if self.prebuilt:
+            if len(self.prebuilt) != n:
+                raise WorkloadSpecError(f"{len(self.prebuilt)} prebuilt requests for --num-requests {n}")
+            self._specs = [(s.input_tokens, s.output_tokens, s.prefix_id, s.prefix_tokens, s.warm) for s in self.prebuilt]
+            return
+        rng = np.random.default_rng(self.seed)
         ins, outs = self.input_len.sample(rng, n), self.output_len.sample(rng, n)
         pids, plens = _prefixes(rng, n, ins, self.prefix_tokens, self.prefix_groups)
-        self._specs = [(int(ins[i]), int(outs[i]), pids[i], int(plens[i])) for i in range(n)]
+        self._specs = [(int(ins[i]), int(outs[i]), pids[i], int(plens[i]), False) for i in range(n)]
 
     def spec(self, index: int, arrival_s: float) -> RequestSpec:
-        i, o, pid, plen = self._specs[index]
-        return RequestSpec(arrival_s, i, o, pid, plen)
+        i, o, pid, plen, warm = self._specs[index]
+        return RequestSpec(arrival_s, i, o, pid, plen, warm)
+
+    def all_specs(self) -> list[RequestSpec]:
+        """Every request, at its due time (for what needs them before the run: a warm prefix cache)."""
+        return [self.spec(k, self.due_s(k)) for k in range(self.num_requests)]
+
+
+# --- vLLM bench serve's workload (`vllm bench serve --dataset-name random`) -----------------------------
+# vllm/benchmarks/serve.py, get_request(): --request-rate inf sends every request at t = 0; otherwise the gap
+# before each request is gamma(shape=burstiness, scale=1/(rate·burstiness)) (burstiness 1: exponential,
+# a Poisson process; burstiness inf: the constant 1/rate), drawn from numpy's global generator seeded with
+# --seed (main_async: np.random.seed(args.seed)); the gaps are summed from the first request on (the first
+# request waits its own gap) and, without a ramp-up, rescaled so the last one is due at num_prompts / rate.
+# vllm/benchmarks/datasets/random.py, RandomDataset.get_sampling_params(): input lengths uniform integers in
+# [floor(L·(1−r)), ceil(L·(1+r))] (L = --random-input-len less the tokenizer's special tokens; 0 for Qwen2
+# and Llama-3 completions prompts), output lengths likewise in [max(1, floor(O·(1−r))), max(1, ceil(O·(1+r)))],
+# drawn in that order from numpy.default_rng(--seed); every prompt starts with the same --random-prefix-len
+# random tokens. Prompts are (offset + i + arange(len)) % vocab sequences with a seeded offset, so a second
+# run with the same seed sends the very same prompts (prefix-cache hits on a server that saw them).
+BENCH_PREFIX_ID = "random-prefix"
+
+
+def bench_arrivals(n: int, request_rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
+    """When each of n requests is due (s from the benchmark start), as vLLM bench serve's get_request."""
+    if not request_rate > 0:
+        raise WorkloadSpecError(f"--request-rate {request_rate:g}; give a rate > 0 requests/s, or inf (all at t = 0)")
+    if not burstiness > 0:
+        raise WorkloadSpecError(f"--burstiness {burstiness:g}; give a factor > 0 (1: Poisson; < 1 burstier)")
+    if math.isinf(request_rate):
+        return np.zeros(n)
+    if math.isinf(burstiness):
+        gaps = np.full(n, 1.0 / request_rate)
+    else:
+        gaps = np.random.RandomState(seed).gamma(shape=burstiness, scale=1.0 / (request_rate * burstiness), size=n)
+    due = np.cumsum(gaps)
+    return due * (n / request_rate / due[-1]) if due[-1] != 0 else due
+
+
+def bench_lengths(mean: int, range_ratio: float, floor_one: bool = False) -> Lengths:
+    """vLLM's random-dataset length range around `mean` for --random-range-ratio r (0 <= r < 1)."""
+    if not 0.0 <= range_ratio < 1.0:
+        raise WorkloadSpecError(f"--random-range-ratio {range_ratio:g}; give 0 <= r < 1 (as vLLM's random dataset)")
+    lo, hi = math.floor(mean * (1 - range_ratio)), math.ceil(mean * (1 + range_ratio))
+    if floor_one:
+        lo, hi = max(lo, 1), max(hi, 1)
+    if lo < 1:
+        raise WorkloadSpecError(f"--random-input-len {mean} with range ratio {range_ratio:g} allows empty prompts; "
+                                "raise the length or lower the ratio")
+    return Lengths(lo, hi)
+
+
+def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
+                 prefix_len: int = 0, request_rate: float = math.inf, burstiness: float = 1.0,
+                 max_concurrency: int | None = None, seed: int = 0,
+                 warm_prompts: int = 0) -> list[RequestSpec] | ClosedLoop:
+    """The requests `vllm bench serve --dataset-name random` sends (defaults: vLLM's, 1024 in / 128 out, rate inf).
+    `warm_prompts`: the server already saw the first that many prompts (an earlier run with the same seed);
+    their prompts start in its prefix cache. Without --max-concurrency: arrivals at the due times; with it:
+    at most that many in flight, each sent at the later of its due time and a free slot."""
+    if num_prompts < 1:
+        raise WorkloadSpecError(f"--num-prompts {num_prompts}; give >= 1")
+    if prefix_len < 0:
+        raise WorkloadSpecError(f"--random-prefix-len {prefix_len}; give >= 0")
+    rng = np.random.default_rng(seed)
+    ins = bench_lengths(input_len, range_ratio).sample(rng, num_prompts) + prefix_len
+    outs = bench_lengths(output_len, range_ratio, floor_one=True).sample(rng, num_prompts)
+    due = bench_arrivals(num_prompts, request_rate, burstiness, seed)
+    specs = []
+    for i in range(num_prompts):
+        if i < warm_prompts:  # its whole prompt was computed before: one key per prompt covers it
+            pid, plen, warm = f"prompt-{seed}-{i}", int(ins[i]), True
+        else:
+            pid, plen, warm = (BENCH_PREFIX_ID, prefix_len, False) if prefix_len else (None, 0, False)
+        specs.append(RequestSpec(float(due[i]), int(ins[i]), int(outs[i]), pid, plen, warm))
+    if max_concurrency is None:
+        return specs
+    if max_concurrency < 1:
+        raise WorkloadSpecError(f"--max-concurrency {max_concurrency}; give >= 1")
+    return ClosedLoop(max_concurrency, num_prompts, Lengths(int(ins.min()), int(ins.max())),
+                      Lengths(int(outs.min()), int(outs.max())), seed, prefix_tokens=prefix_len,
+                      schedule=tuple(float(t) for t in due), prebuilt=tuple(specs))
+
+
+def warm_prefixes(workload: list[RequestSpec] | ClosedLoop) -> list[tuple[str, int]]:
+    """(prefix id, tokens) of the prompts a warm server holds, in the order it saw them."""
+    specs = workload.all_specs() if isinstance(workload, ClosedLoop) else workload
+    return [(s.prefix_id, s.prefix_tokens) for s in specs if s.warm and s.prefix_id is not None]

@@ -29,7 +29,7 @@ from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost
 from graphsim.serving.records import IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples
-from graphsim.serving.requests import ClosedLoop, RequestSpec
+from graphsim.serving.requests import ClosedLoop, RequestSpec, warm_prefixes
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import DecodeEngine, Engine
 
@@ -161,8 +161,8 @@ class Arrivals:
 
     def _emit(self, t: float) -> None:
         assert self.loop is not None
-        if self._sent < self.total:
-            self._push(self.loop.spec(self._sent, t))
+        if self._sent < self.total:  # sent when a client is free and the request is due
+            self._push(self.loop.spec(self._sent, max(t, self.loop.due_s(self._sent))))
             self._sent += 1
 
     def next_time(self) -> float:
@@ -226,6 +226,9 @@ class EventLoop:
             self.engines = self.entry
             self.roles = ["replica"] * setup.replicas
             self.entry_router = Router(setup.router)
+            warm = warm_prefixes(workload)
+            for e in self.entry if warm else ():  # prompts the server saw before (vllm bench serve reruns)
+                e.pool.warm((pid, i) for pid, tokens in warm for i in range(tokens // e.block_size))
         else:  # disaggregated: the prefill pool's first tokens are discarded (its own inter-token samples)
             p, d = setup.prefill, setup.decode
             self.disaggregated = setup
