@@ -7,6 +7,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -76,7 +77,11 @@ def show_cmd(
     db: Path = typer.Argument(..., help="profile.db file."),
     as_json: opt.Json = False,
 ) -> None:
-    """Print a profile.db's meta table and row counts per kernel table."""
+    """Print a profile.db's meta table, row counts per kernel table, and the launch floor and achieved bandwidth
+    its rows give kernels without rows (`derived` prices)."""
+    from graphsim.costing.derived import compute_rates
+    from graphsim.costing.errors import HardwareSpecError
+    from graphsim.costing.hardware import load_hardware
     from graphsim.costing.profile_db import ProfileDB
 
     with ProfileDB.open(db) as pdb:
@@ -84,6 +89,10 @@ def show_cmd(
         counts = pdb.counts()
         invalid = pdb.invalid_rows()
         keys = {kind: len(pdb.keys(kind)) for kind, n in counts.items() if n}
+        try:
+            rates = compute_rates(pdb, load_hardware(meta.hardware)) if meta.hardware else None
+        except HardwareSpecError:  # a spec id this graphsim does not ship: no bandwidth to classify rows with
+            rates = None
     meta_rows = dict(meta.to_rows())
     if as_json:
         print(json.dumps({
@@ -92,6 +101,9 @@ def show_cmd(
             "rows": {k.value: n for k, n in counts.items()},
             "geometries": {k.value: n for k, n in keys.items()},
             "invalid_rows": {k.value: n for k, n in invalid.items()},
+            "derived": None if rates is None else {
+                "floor_us": rates.floor_us, "bandwidth_bytes_per_s": rates.bandwidth_bytes_per_s,
+                "rows": rates.rows, "bandwidth_bound_rows": rates.bound_rows},
         }, indent=1))
         return
     mt = Table(title=f"{db} — meta", show_header=False)
@@ -113,6 +125,11 @@ def show_cmd(
     for kind, n in invalid.items():
         ct.add_row(f"[red]{kind.value}: invalid[/]", f"[red]{n:,}[/]", "time not a finite positive number: never used")
     console.print(ct)
+    if rates is not None:
+        console.print(f"kernels without rows, where memory-bound: [blue]derived[/] = {escape(rates.describe())}")
+    else:
+        console.print("kernels without rows: [magenta]roofline[/] (no hardware spec in the meta, or too few "
+                      "bandwidth-bound rows for a derived price)")
 
 
 @profiles_app.command("hardware")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,13 @@ def test_collectives_are_never_derived(db):
     # ring all-reduce on 2 GPUs: latency + 2·(2-1)/2 × bytes / link bandwidth (the spec's figures)
     t = KernelPricer(db, H200).time(CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.BF16), MessagePoint(1 << 20))
     assert t.source is TimeSource.ROOFLINE
+
+
+def test_profiles_show_states_the_rates(db, capsys):
+    from graphsim.cli.app import main
+
+    assert main(["profiles", "show", str(db.path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["derived"]
+    # the figures of test_rates_from_the_rows: 2 µs, 2.8 TB/s, 21 rows, 20 bandwidth-bound
+    assert shown["floor_us"] == 2.0 and shown["rows"] == 21 and shown["bandwidth_bound_rows"] == 20
+    assert shown["bandwidth_bytes_per_s"] == pytest.approx(2.8e12, rel=1e-12)
