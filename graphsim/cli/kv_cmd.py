@@ -7,11 +7,12 @@ import json
 import typer
 
 from graphsim.cli import options as opt
-from graphsim.cli.app import app, console
+from graphsim.cli.app import app, console, err_console
 
 
 @app.command("kv")
 def kv_cmd(
+    ctx: typer.Context,
     model: opt.ConfigModel,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
@@ -23,24 +24,38 @@ def kv_cmd(
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     max_num_seqs: opt.MaxNumSeqs = None,
     kv_memory: opt.KvMemory = None,
+    from_vllm_log: opt.FromVllmLog = None,
     activation_gib: float | None = typer.Option(None, "--activation-gib", help="Activation peak instead of the estimate."),
     overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory instead of the assumed 0.5 GiB."),
     cudagraph_gib: float | None = typer.Option(None, "--cudagraph-gib", help="CUDA-graph memory instead of the assumed 0.5 GiB."),
     as_json: opt.Json = False,
 ) -> None:
     """KV bytes per token per rank, the memory budget term by term, and the capacity vLLM would log."""
+    from graphsim.cli.from_log import apply_vllm_log
     from graphsim.serving.config import DeploymentConfig
     from graphsim.serving.deployment import plan_deployment
 
+    from_log = apply_vllm_log(ctx, from_vllm_log, locals())
+    if from_log is not None:
+        tp, gpu_memory_utilization, max_model_len, kv_dtype, dtype, block_size, max_num_batched_tokens, max_num_seqs, \
+            kv_memory = from_log.get("tp", "gpu_memory_utilization", "max_model_len", "kv_dtype", "dtype", "block_size",
+                                     "max_num_batched_tokens", "max_num_seqs", "kv_memory")
+        err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory,
         memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib}))
     dep = plan_deployment(config)
+    check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None
     if as_json:
-        print(json.dumps(dep.to_json(), indent=1))
+        out = dep.to_json()
+        if from_log is not None:
+            out["from_vllm_log"] = {**from_log.to_json(), "capacity_check": check}
+        print(json.dumps(out, indent=1))
         return
     from graphsim.render.kv_view import render_kv
 
     console.print(render_kv(dep))
+    if check:
+        console.print(check, highlight=False)

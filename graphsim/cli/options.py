@@ -115,6 +115,10 @@ PrefixCaching = Annotated[bool, typer.Option(
 ChunkedPrefill = Annotated[bool, typer.Option(
     "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill/--no-enable-chunked-prefill",
     help="Chunked prefill (vLLM's --enable-chunked-prefill).")]
+FromVllmLog = Annotated[str | None, typer.Option(
+    "--from-vllm-log", metavar="FILE",
+    help="A vLLM server log: its engine args (TP, max_model_len, KV dtype, block size, …), version and available KV "
+         "memory set the options not given on the command line; each value taken is printed.")]
 KvMemory = Annotated[str | None, typer.Option(
     "--kv-memory", help="Available KV memory per rank as vLLM logs it ('Available KV cache memory: 17.78 GiB'): "
                         "17.78GiB, 17.78 (GiB) or bytes with B.")]

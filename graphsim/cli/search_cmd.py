@@ -26,6 +26,7 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 @app.command("search")
 def search_cmd(
+    ctx: typer.Context,
     model: opt.ConfigModel,
     gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget."),
     gpu: opt.Gpu = opt.DEFAULT_GPU,
@@ -44,6 +45,7 @@ def search_cmd(
     dtype: opt.Dtype = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     profile: opt.Profile = None,
+    from_vllm_log: opt.FromVllmLog = None,
     interconnect: opt.Interconnect = None,
     link_bandwidth: opt.LinkBandwidth = None,
     gpus_per_node: opt.GpusPerNode = None,
@@ -61,6 +63,7 @@ def search_cmd(
     as_json: opt.Json = False,
 ) -> None:
     """Search deployments (TP/EP, replicas, batch settings, aggregated or xPyD) for the most output tokens/s per GPU under the SLOs."""
+    from graphsim.cli.from_log import apply_vllm_log
     from graphsim.serving import SLO, parse_lengths
     from graphsim.serving.backends import make_backend
     from graphsim.serving.search import run_search
@@ -71,6 +74,12 @@ def search_cmd(
     modes = {"both": ("agg", "disagg"), "agg": ("agg",), "disagg": ("disagg",)}.get(mode)
     if modes is None:
         raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg or both")
+    from_log = apply_vllm_log(ctx, from_vllm_log, locals(),
+                              not_searched=("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens"))
+    if from_log is not None:
+        max_model_len, kv_dtype, dtype, gpu_memory_utilization = from_log.get(
+            "max_model_len", "kv_dtype", "dtype", "gpu_memory_utilization")
+        err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     base = opt.deployment_data(model, gpu, dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
                                gpu_memory_utilization=gpu_memory_utilization,
                                interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node,
@@ -99,7 +108,10 @@ def search_cmd(
 
         write_pareto_png(res, plot)
     if as_json:
-        print(json.dumps(res.to_json(), indent=1, default=float))
+        out = res.to_json()
+        if from_log is not None:
+            out["from_vllm_log"] = from_log.to_json()
+        print(json.dumps(out, indent=1, default=float))
         return
     from graphsim.render.search_view import render_search
 
