@@ -3,6 +3,7 @@
 Every expected value is derived by hand from vLLM's source (custom_all_reduce.py, symm_mem.py,
 all_reduce_utils.py; see graphsim/costing/collectives.py) or from the bundled specs' figures."""
 
+import numpy as np
 import pytest
 
 from graphsim.costing.collectives import AllReduceImpl, CollectiveContext, choose_all_reduce, plan_collective
@@ -89,16 +90,23 @@ def _price(attrs, spec, pricer):
     step = parse_batch_spec(spec)
     rows = kernel_rows(attrs, StepArrays.of([step]), Dtypes(), CollectiveContext.of(pricer))
     (part,) = rows.parts
+    assert isinstance(part.key, CollectiveKey)
     t, s = pricer.times(part.key, part.coords)
-    return part, float(t[0]), SOURCES[int(s[0])]
+    return part.key, part, float(t[0]), SOURCES[int(s[0])]
+
+
+def _roofline_us(spec, key, nbytes):
+    t = collective_roofline_us(spec, key, np.asarray([[nbytes]], dtype=np.float64))
+    assert t is not None
+    return float(t[0])
 
 
 def test_bf16_nccl_message_priced_from_fp16_rows_of_equal_bytes(a100_db):
     pricer = KernelPricer(a100_db, load_hardware("a100"))
     # 1024 tokens × 8192 bf16 = 16 MiB >= the 8 MiB custom limit; sm 8.0 has no symmetric memory → NCCL;
     # no bf16 NCCL rows, so the fp16 row at 16 MiB (equal bytes) prices it: 100 µs, measured
-    part, t, src = _price(_attrs(8192), "prefill:1x1024", pricer)
-    assert part.key == CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.FP16, "nccl")
+    key, part, t, src = _price(_attrs(8192), "prefill:1x1024", pricer)
+    assert key == CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.FP16, "nccl")
     assert part.coords[0, 0] == 16 * MiB
     assert (t, src) == (100.0, TimeSource.MEASURED)
     assert "bf16 from fp16 rows of equal bytes" in part.note and part.note.startswith("nccl")
@@ -107,21 +115,22 @@ def test_bf16_nccl_message_priced_from_fp16_rows_of_equal_bytes(a100_db):
 def test_custom_all_reduce_uses_vllm_rows_graph_or_eager(a100_db):
     pricer = KernelPricer(a100_db, load_hardware("a100"))
     # decode of 64 tokens × 8192 × 2 B = 1 MiB < 8 MiB: custom AR; 64 <= 512 tokens: a CUDA graph
-    part, t, src = _price(_attrs(8192), "decode:64x2048", pricer)
-    assert part.key.implementation == "vllm_custom_graph" and (t, src) == (12.0, TimeSource.MEASURED)
+    key, part, t, src = _price(_attrs(8192), "decode:64x2048", pricer)
+    assert key.implementation == "vllm_custom_graph" and (t, src) == (12.0, TimeSource.MEASURED)
     assert part.note.startswith("custom_ar") and "graph" in part.note
     # 1024 tokens × 1024 × 2 B = 2 MiB: custom AR; 1024 > 512 tokens: eager
-    part, t, src = _price(_attrs(1024), "prefill:1x1024", pricer)
-    assert part.key.implementation == "vllm_custom_eager" and (t, src) == (20.0, TimeSource.MEASURED)
+    key, part, t, src = _price(_attrs(1024), "prefill:1x1024", pricer)
+    assert key.implementation == "vllm_custom_eager" and (t, src) == (20.0, TimeSource.MEASURED)
 
 
 def test_rows_from_another_link_are_not_used(a100_db):
     hw = InterconnectOverrides(link=LinkKind.PCIE).apply(load_hardware("a100"))
     pricer = KernelPricer(a100_db, hw)
-    part, t, src = _price(_attrs(8192), "prefill:1x1024", pricer)
+    key, part, t, src = _price(_attrs(8192), "prefill:1x1024", pricer)
     # PCIe without peer access: NCCL, on a100's PCIe Gen4 32 GB/s per direction, latency 9 µs:
     # 9 + 2·3/4 · 16 MiB / 32e9 s = 9 + 1.5 · 16777216 / 32e9 · 1e6 = 9 + 786.432 = 795.432 µs
     assert src is TimeSource.ROOFLINE and t == pytest.approx(795.432)
+    assert key.implementation == "nccl@pcie"  # a name no imported rows carry
     assert "no rows" in part.note and "nvswitch" in part.note
 
 
@@ -130,10 +139,10 @@ def test_tp_across_nodes_is_priced_on_the_network():
     key = CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.BF16, "nccl@nvswitch")
     # 4 GPUs over 2 nodes: the ring's network hop at 50 GB/s per GPU (400 Gb/s NDR), latency 5 (link) + 10 (network):
     # 15 + 2·3/4 · 16 MiB / 50e9 s = 15 + 1.5 · 16777216 / 50e9 · 1e6 = 15 + 503.316 = 518.316 µs
-    (t,) = collective_roofline_us(h200, key, [[16 * MiB]])
+    t = _roofline_us(h200, key, 16 * MiB)
     assert t == pytest.approx(518.31648)
     # inside one node the same message runs on NVLink: 5 + 1.5 · 16777216 / 450e9 · 1e6 = 5 + 55.924 = 60.924 µs
-    (t1,) = collective_roofline_us(load_hardware("h200"), key, [[16 * MiB]])
+    t1 = _roofline_us(load_hardware("h200"), key, 16 * MiB)
     assert t1 == pytest.approx(60.92405)
     assert choose_all_reduce(1 * MiB, 4, h200.topology(), compute_capability="9.0").impl is AR.NCCL
 
@@ -144,7 +153,7 @@ def test_pcie_without_p2p_tp2():
     plan = plan_collective(CollectiveOp.ALL_REDUCE, 2, D.BF16, 16 * MiB, 1024, CollectiveContext(l40s.topology(), "8.9"))
     assert plan.key.implementation == "nccl" and "peer-to-peer" in plan.note
     # 5.2 + 2·1/2 · 16 MiB / 32e9 s = 5.2 + 16777216 / 32e9 · 1e6 = 5.2 + 524.288 = 529.488 µs
-    (t,) = collective_roofline_us(l40s, plan.key, [[16 * MiB]])
+    t = _roofline_us(l40s, plan.key, 16 * MiB)
     assert t == pytest.approx(529.488)
 
 
