@@ -113,7 +113,7 @@ def corners(geos: set[tuple[int, ...]], target: tuple[int, ...]) -> list[tuple[f
     return out
 
 
-def _family(key: KernelKey, names: tuple[str, ...]) -> tuple[object, ...]:
+def geometry_family(key: KernelKey, names: tuple[str, ...]) -> tuple[object, ...]:
     """The key's fields that must match exactly (its class and everything but the geometry fields)."""
     return (type(key), *(getattr(key, f.name) for f in fields(key) if f.name not in names))
 
@@ -124,10 +124,10 @@ def geometry_curve(db, key: KernelKey, curve_of: Callable[[KernelKey], Evaluator
     names = GEOMETRY_FIELDS.get(type(key))
     if names is None:
         return None
-    family = _family(key, names)
+    family = geometry_family(key, names)
     cache = db.__dict__.setdefault("_geometries", {})
     if family not in cache:
-        cache[family] = {tuple(getattr(k, n) for n in names) for k in db.keys(key.KIND) if _family(k, names) == family}
+        cache[family] = {tuple(getattr(k, n) for n in names) for k in db.keys(key.KIND) if geometry_family(k, names) == family}
     found = corners(cache[family], tuple(getattr(key, n) for n in names))
     if found is None:
         return None
