@@ -142,9 +142,10 @@ def scratch_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 def remove_stale(directory: str | os.PathLike[str], name: str) -> list[Path]:
     """Remove the temporaries of `name` whose writing process is gone (a SIGKILL runs no cleanup); those
-    of a live process, another writer still at work, stay. Returns what was removed."""
+    of a live process, another writer still at work, stay (a SQLite temporary's -wal/-shm/-journal files go
+    with it). Returns what was removed."""
     removed = []
-    for p in Path(directory).glob(f".{glob_escape(name)}.*{TMP_SUFFIX}"):
+    for p in Path(directory).glob(f".{glob_escape(name)}.*{TMP_SUFFIX}*"):
         pid = p.name[len(name) + 2:].split(".", 1)[0]
         if not pid.isdigit() or _alive(int(pid)):
             continue
@@ -177,4 +178,4 @@ def _remove(tmp: str) -> None:
 
 def leftover_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
     """Temporary outputs a killed process left in `directory` (a SIGKILL runs no cleanup)."""
-    return sorted(Path(directory).glob(f".*{TMP_SUFFIX}"))
+    return sorted(Path(directory).glob(f".*{TMP_SUFFIX}*"))

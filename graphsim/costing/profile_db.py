@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphsim.atomic import publish
+from graphsim.atomic import TMP_SUFFIX, publish, remove_stale
 from graphsim.costing.errors import ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError
 from graphsim.costing.kernels import KernelKey, Measurement, Point, TableKind, check_point, point_coords
 from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
@@ -105,7 +105,8 @@ def staged_copy(path: Path, *, keep_existing: bool) -> Iterator[Path]:
     without an error; on an error or Ctrl-C it is deleted and `path` is left as it was. With
     `keep_existing` it starts as a copy of `path` (read through SQLite, write-ahead log included)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    remove_stale(path.parent, path.name)  # a killed import's staged copy (its process is gone)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TMP_SUFFIX, dir=path.parent)
     os.close(fd)
     tmp = Path(name)
     tmp.unlink()  # SQLite creates it

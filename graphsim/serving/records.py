@@ -160,8 +160,8 @@ class IterationLog:
     `keep` is true. The totals a summary needs (`totals()`) are kept either way."""
 
     NAMES = ("start_s", "dur_s", "tokens", "seqs", "prefill_tokens", "decode_seqs", "running", "waiting",
-             "kv_used_blocks", "preempted", "source", "replica")
-    _FLOAT = ("start_s", "dur_s")
+             "kv_used_blocks", "preempted", "source", "replica", "host_s")
+    _FLOAT = ("start_s", "dur_s", "host_s")  # host_s: engine host time in dur_s beyond the GPU kernels (host.py)
     # Stored narrower (every integer column comes back int64 from arrays()): the source code (< 8 codes) and
     # counts of requests or replicas (a run of 2³¹ requests would not fit in memory anyway); token and block
     # counts stay int64 (no bound an int32 is sure to hold).
@@ -248,7 +248,7 @@ class IterationTotals:
     requests; tokens per replica."""
 
     def __init__(self) -> None:
-        self.iterations = 0
+        self.iterations = self.request_iterations = 0
         self.busy_s = self.tokens_dur = self.running_dur = self.in_system_dur = 0.0
         self.max_kv_used_blocks = 0
         self.tokens_by_replica: dict[int, int] = {}
@@ -256,6 +256,7 @@ class IterationTotals:
     def add(self, c: dict[str, np.ndarray]) -> None:
         dur = c["dur_s"]
         self.iterations += len(dur)
+        self.request_iterations += int(c["seqs"].sum())  # (request, iteration) pairs: the simulator's unit of work
         self.busy_s += float(dur.sum())
         self.tokens_dur += float((c["tokens"] * dur).sum())
         self.running_dur += float((c["running"] * dur).sum())
@@ -296,17 +297,21 @@ class Samples:
         new = np.ones(len(v), dtype=bool)
         new[1:] = (v[1:] != v[:-1]) | (w[1:] != w[:-1])
         starts = np.flatnonzero(new)
-        counts = np.diff(np.append(starts, len(v)))
-        self._runs.append((v[starts], w[starts], counts))
+        # stored compact: weights are batch sizes (integers, exact in float32 below 2²⁴); a run lies within one pack
+        # of FLUSH additions of at most MAX_SEGMENT_ITERATIONS or max_num_seqs samples each, far below 2³¹
+        counts = np.diff(np.append(starts, len(v))).astype(np.int32)
+        self._runs.append((v[starts], w[starts].astype(np.float32), counts))
 
     def runs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(values, weights, counts): value i stands for counts[i] samples of weight weights[i]."""
+        """(values, weights, counts) as float64, float64, int64: value i stands for counts[i] samples of
+        weight weights[i]."""
         self._pack()
         if not self._runs:
             return np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)
         if len(self._runs) > 1:
             self._runs = [tuple(np.concatenate(x) for x in zip(*self._runs, strict=True))]  # type: ignore[list-item]
-        return self._runs[0]
+        v, w, c = self._runs[0]
+        return v, w.astype(np.float64), c.astype(np.int64)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Every sample, expanded (for small runs and tests: a million requests make ~10⁸)."""

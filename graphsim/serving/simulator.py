@@ -136,12 +136,15 @@ class SimulationResult:
 
 
 class Arrivals:
-    """Open loop (a sorted list) or closed loop (a heap fed by completions)."""
+    """Open loop (a sorted list, read in order: no per-request heap entry) or closed loop (a heap fed by
+    completions)."""
 
     def __init__(self, workload: list[RequestSpec] | ClosedLoop) -> None:
         self.closed = isinstance(workload, ClosedLoop)
         self._heap: list[tuple[float, int, RequestSpec]] = []
         self._seq = 0
+        self._specs: list[RequestSpec] = []  # open loop, by arrival (ties in the given order, as the heap had them)
+        self._next = 0
         if isinstance(workload, ClosedLoop):
             self.loop = workload
             self.total = workload.num_requests
@@ -150,10 +153,8 @@ class Arrivals:
                 self._emit(workload.start_s(i))
         else:
             self.loop = None
-            specs = sorted(workload, key=lambda s: s.arrival_s)
-            self.total = len(specs)
-            for s in specs:
-                self._push(s)
+            self._specs = sorted(workload, key=lambda s: s.arrival_s)
+            self.total = len(self._specs)
 
     def _push(self, spec: RequestSpec) -> None:
         heapq.heappush(self._heap, (spec.arrival_s, self._seq, spec))
@@ -166,9 +167,14 @@ class Arrivals:
             self._sent += 1
 
     def next_time(self) -> float:
+        if self.loop is None:
+            return self._specs[self._next].arrival_s if self._next < self.total else math.inf
         return self._heap[0][0] if self._heap else math.inf
 
     def pop(self) -> RequestSpec:
+        if self.loop is None:
+            self._next += 1
+            return self._specs[self._next - 1]
         return heapq.heappop(self._heap)[2]
 
     def on_finish(self, t: float) -> None:
