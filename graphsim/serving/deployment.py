@@ -73,6 +73,7 @@ class Deployment:
         e = self.engine
         return {
             "model": self.model.name, "architecture": self.model.architecture, "hardware": self.hardware.id,
+            "interconnect": self.hardware.topology().describe(),
             "tp": self.tp, "precision": self.acc.precision.describe(),
             "engine": {"max_num_batched_tokens": e.max_num_batched_tokens, "max_num_seqs": e.max_num_seqs,
                        "max_model_len": e.max_model_len, "block_size": self.layout.block_size,
