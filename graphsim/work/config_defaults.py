@@ -39,5 +39,9 @@ def class_defaults(architecture: str) -> dict[str, Any]:
     return dict(entry["defaults"]) if entry else {}
 
 
+def table_architectures() -> tuple[str, ...]:
+    return tuple(sorted(_table()["architectures"]))
+
+
 def table_source() -> str:
     return str(_table()["source"])

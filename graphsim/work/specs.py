@@ -84,6 +84,7 @@ class GqaAttention:
     kv_bias: bool = False
     o_bias: bool = False
     qk_norm: bool = False
+    qk_norm_full: bool = False  # q/k norms over all heads' width (OLMo-2, Cohere) instead of one head_dim
     output_gate: bool = False
     sinks: bool = False
     block_norms: int = 1  # hidden-size norms this block owns (pre-norm; Gemma-2 adds a post-norm)
@@ -192,6 +193,7 @@ class MoeFfn:
     router_score_bias: bool = False  # per-expert score correction vector (DeepSeek-V3 noaux_tc)
     shared_intermediate: int = 0  # total width of the always-on shared expert(s); 0 = none
     shared_gate: bool = False  # sigmoid gate (hidden → 1) on the shared expert (Qwen3-Next)
+    shared_bias: bool = False  # biases on the shared expert's matrices (DeepSeek-V2 with mlp_bias)
     block_norms: int = 1
     module: str = "mlp"
     router_module: str = "gate"

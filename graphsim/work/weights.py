@@ -18,7 +18,10 @@ from graphsim.work.specs import (
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
 
 ATTN_NORMS = ("input_layernorm", "post_attention_layernorm")
-FFN_NORMS = {1: ("post_attention_layernorm",), 2: ("pre_feedforward_layernorm", "post_feedforward_layernorm")}
+# 0: a parallel block (Cohere) whose attention and MLP read the same input norm
+FFN_NORMS = {
+    0: (), 1: ("post_attention_layernorm",), 2: ("pre_feedforward_layernorm", "post_feedforward_layernorm"),
+}
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,8 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         ws += _linear("qkv", f"{sa}.k_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
         ws += _linear("qkv", f"{sa}.v_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
         if attn.qk_norm:
-            ws += [Weight("norm", f"{sa}.q_norm", NORM, (hd,)), Weight("norm", f"{sa}.k_norm", NORM, (hd,))]
+            q_w, k_w = (attn.heads * hd, attn.kv_heads * hd) if attn.qk_norm_full else (hd, hd)
+            ws += [Weight("norm", f"{sa}.q_norm", NORM, (q_w,)), Weight("norm", f"{sa}.k_norm", NORM, (k_w,))]
         if attn.sinks:
             ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,)))
         ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * hd, attn.o_bias)
@@ -112,7 +116,7 @@ def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
         )
         if ffn.shared_intermediate:
             shared = f"{ffn.module}.{ffn.shared_module}"
-            ws += _gated_mlp("shared", shared, ffn.hidden, ffn.shared_intermediate, False)
+            ws += _gated_mlp("shared", shared, ffn.hidden, ffn.shared_intermediate, ffn.shared_bias)
             if ffn.shared_gate:
                 ws += _linear("shared", f"{shared}_gate", 1, ffn.hidden, False, quantizable=False)
     else:  # pragma: no cover - closed union

@@ -5,7 +5,8 @@ tests do):
 1. `config_defaults.json` equals the keyword defaults of each registered architecture's config class.
 2. The accountant's resolved dimensions equal transformers' resolved config attributes, for each
    registered architecture at its class-default config, at that config stripped to the four frame
-   fields (every other field then comes from the defaults), and for every config in the repository.
+   fields (every other field then comes from the defaults), with each boolean weight trait flipped
+   and with grouped KV heads, and for every config in the repository.
 3. The accountant's total parameter count equals the parameter count (parameters and persistent
    buffers) of the transformers model built on the meta device from the same config (no weights),
    for the same configs.
@@ -33,6 +34,13 @@ CONFIG_DIRS = [REPO / "graphsim" / "catalog" / "configs", REPO.parent / "shared"
 _NOT_CONFIG_ARGS = ("architectures", "model_type", "transformers_version", "quantization_config", "auto_map")
 
 
+# Boolean config fields that change which weights exist; each is flipped in a case of its own.
+TRAITS = {
+    "attention_bias", "attention_out_bias", "mlp_bias", "use_bias", "qkv_bias", "use_qk_norm", "use_post_norm",
+    "tie_word_embeddings",
+}
+
+
 def _repo_configs() -> list[tuple[str, dict[str, Any]]]:
     out = []
     seen: set[str] = set()
@@ -56,24 +64,34 @@ def _hf_config(arch: str, cfg: dict[str, Any]) -> Any:
     return _config_class(arch)(**{k: v for k, v in cfg.items() if k not in _NOT_CONFIG_ARGS})
 
 
+# Class-default configs transformers itself cannot build a model from, and the field that fixes each:
+# DeepseekV2Config() has n_routed_experts=64 but num_experts_per_tok=None (the router reads top-k;
+# DeepSeek-V2's config.json says 6); HunYuanDenseV1Config() and MinistralConfig() have head_dim=None,
+# which their attention reads as-is (`head_dim ** -0.5`); hidden/heads = 4096/32 = 128.
+_UNBUILDABLE_DEFAULTS = {
+    "DeepseekV2ForCausalLM": {"num_experts_per_tok": 6},
+    "HunYuanDenseV1ForCausalLM": {"head_dim": 128},
+    "MinistralForCausalLM": {"head_dim": 128},
+}
+
+
 def _default_config(arch: str) -> dict[str, Any]:
-    cfg = _config_class(arch)().to_dict()
-    if arch == "DeepseekV2ForCausalLM":
-        # DeepseekV2Config() sets n_routed_experts=64 but num_experts_per_tok=None, and the model cannot
-        # be built from it (the router reads top_k); give it DeepSeek-V2's top-k (its config.json: 6).
-        cfg["num_experts_per_tok"] = 6
-    return cfg
+    return dict(_config_class(arch)().to_dict(), **_UNBUILDABLE_DEFAULTS.get(arch, {}))
 
 
 def _cases() -> list[Any]:
     cases = []
     for arch in supported_architectures():
         full = _default_config(arch)
-        stripped = {k: full[k] for k in FRAME_KEYS}
-        if "num_experts_per_tok" in full and full.get("num_experts_per_tok") != _config_class(arch)().num_experts_per_tok:
-            stripped["num_experts_per_tok"] = full["num_experts_per_tok"]
+        stripped = {k: full[k] for k in FRAME_KEYS} | _UNBUILDABLE_DEFAULTS.get(arch, {})
         cases.append(pytest.param(arch, full, id=f"{arch}-class-defaults"))
         cases.append(pytest.param(arch, stripped, id=f"{arch}-frame-only"))
+        for key in sorted(TRAITS & set(full)):
+            if isinstance(full[key], bool):
+                cases.append(pytest.param(arch, dict(full, **{key: not full[key]}), id=f"{arch}-{key}-flipped"))
+        heads, kv = full["num_attention_heads"], full.get("num_key_value_heads")
+        if kv is not None and heads % 4 == 0 and kv != heads // 4:
+            cases.append(pytest.param(arch, dict(full, num_key_value_heads=heads // 4), id=f"{arch}-gqa"))
     for name, cfg in _repo_configs():
         cases.append(pytest.param(cfg["architectures"][0], cfg, id=name))
     return cases

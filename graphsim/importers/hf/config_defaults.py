@@ -1,7 +1,8 @@
 """Write `graphsim/work/config_defaults.json` from the installed transformers' config classes.
 
 Run `python -m graphsim.importers.hf.config_defaults` after changing the pinned transformers or
-the accountant's registry; `tests/work/test_work_config_defaults.py` fails until the table is
+the accountant's registry (`--coverage` prints how many of transformers' causal-LM classes the
+accountant registers); `tests/work/test_work_config_defaults.py` fails until the table is
 current. (The accountant reads the table and never imports transformers.)
 """
 
@@ -54,8 +55,35 @@ def write_table(architectures: list[str]) -> dict[str, Any]:
     return table
 
 
+def causal_lm_classes() -> list[str]:
+    """Every class name transformers maps as a causal LM (its AutoModelForCausalLM table)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    names: set[str] = set()
+    for value in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        names.update([value] if isinstance(value, str) else value)
+    return sorted(names)
+
+
+def coverage() -> str:
+    from graphsim.work.registry import supported_architectures
+
+    every = causal_lm_classes()
+    registered = set(supported_architectures())
+    missing = [name for name in every if name not in registered]
+    share = len(registered & set(every)) / len(every)
+    return (
+        f"work accountant: {len(registered & set(every))} of {len(every)} causal-LM classes of transformers "
+        f"registered ({share:.0%}); not registered: {', '.join(missing)}"
+    )
+
+
 def main() -> None:
     from graphsim.work.registry import supported_architectures
+
+    if sys.argv[1:] == ["--coverage"]:
+        print(coverage())
+        return
 
     path = str(resources.files("graphsim.work").joinpath(TABLE))
     table = write_table(list(supported_architectures()))

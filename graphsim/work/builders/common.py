@@ -109,10 +109,15 @@ def moe_ffn(view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1) ->
     )
 
 
-def ffn_schedule(view: ConfigView, hidden: int, layers: int, fields: MoeFields | None, norms: int = 1) -> list[FfnSpec]:
+MLP_BIAS = Flag("mlp_bias", False)
+
+
+def ffn_schedule(
+    view: ConfigView, hidden: int, layers: int, fields: MoeFields | None, norms: int = 1, bias: Flag = MLP_BIAS
+) -> list[FfnSpec]:
     """One FFN per layer: dense, all-MoE, or Qwen-style sparse schedule (decoder_sparse_step, mlp_only_layers)."""
     if fields is None:
-        dense = dense_ffn(view, hidden, norms=norms, bias=Flag("mlp_bias", False))
+        dense = dense_ffn(view, hidden, norms=norms, bias=bias)
         return [dense] * layers
     moe = moe_ffn(view, hidden, fields, norms)
     if not fields.sparse_schedule:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from graphsim.errors import ConfigError
-from graphsim.work.builders.common import ALWAYS, NEVER, Flag, MoeFields, ffn_schedule, finish, read_frame
+from graphsim.work.builders.common import ALWAYS, MLP_BIAS, NEVER, Flag, MoeFields, ffn_schedule, finish, read_frame
 from graphsim.work.config import ConfigView
 from graphsim.work.specs import GqaAttention, LayerSpec, ModelSpec
 
@@ -23,24 +23,33 @@ class WindowRule(Enum):
     ALL = "all"  # every layer (Mistral, Phi-3, Mixtral, Qwen3-MoE)
     FROM_MAX_WINDOW_LAYERS = "from_max_window_layers"  # layers i >= max_window_layers (Qwen2, Qwen3)
     ALTERNATE = "alternate"  # even layers sliding, odd layers full (Gemma-2, gpt-oss)
+    PERIODIC = "periodic"  # layer i full when (i + period_shift) % period == 0, else sliding (Gemma-3, Cohere-2)
+    NONE = "none"  # no sliding layers without `layer_types` (the class derives them only from other fields)
 
 
 @dataclass(frozen=True)
 class GqaProfile:
     qkv_bias: Flag = NEVER
     o_bias: Flag = NEVER
-    qk_norm: bool = False
+    qk_norm: Flag = NEVER
+    qk_norm_full: bool = False  # q_norm over heads·head_dim and k_norm over kv_heads·head_dim
     attn_norms: int = 1
-    ffn_norms: int = 1
+    ffn_norms: int = 1  # 0: parallel block sharing the attention's input norm (Cohere)
+    post_norms: Flag | None = None  # a config flag that adds a post-norm to each block (HyperCLOVA X)
+    mlp_bias: Flag = MLP_BIAS
     tie_default: bool = False
     sliding_default: int | None = None  # HF config default for sliding_window when the key is absent
     use_sliding: Flag = ALWAYS  # `use_sliding_window` gate (Qwen defaults it to false)
     window_rule: WindowRule = WindowRule.ALL
+    period_key: str | None = None  # WindowRule.PERIODIC: config key of the period (else period_default)
+    period_default: int = 1
+    period_shift: int = 0
     sinks: bool = False
     moe: MoeFields | None = None
 
 
 ATTN_BIAS = Flag("attention_bias", False)
+QK_NORM = ALWAYS
 
 LLAMA = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS)
 MISTRAL = GqaProfile(sliding_default=4096)
@@ -49,19 +58,105 @@ QWEN2 = GqaProfile(
     sliding_default=4096,
 )
 QWEN3 = GqaProfile(
-    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=True, use_sliding=Flag("use_sliding_window", False),
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, use_sliding=Flag("use_sliding_window", False),
     window_rule=WindowRule.FROM_MAX_WINDOW_LAYERS, sliding_default=4096,
 )
 PHI3 = GqaProfile()
 MIXTRAL = GqaProfile(moe=MoeFields("num_local_experts", "intermediate_size", module="block_sparse_moe"))
 QWEN3_MOE = GqaProfile(
-    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=True, use_sliding=Flag("use_sliding_window", False),
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, use_sliding=Flag("use_sliding_window", False),
     sliding_default=4096,
     moe=MoeFields("num_experts", "moe_intermediate_size", sparse_schedule=True),
 )
 GEMMA2 = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, attn_norms=2, ffn_norms=2, tie_default=True, sliding_default=4096,
     window_rule=WindowRule.ALTERNATE,
+)
+
+# --- The long tail: standard decoders whose math the GQA specs express. Each profile was read off the
+# family's modelling file in transformers 5.24 (models/<family>/modeling_<family>.py: which nn.Linear
+# layers take a bias and from which config key, which norms a decoder layer owns, the q/k norm
+# shape, the sliding-window pattern its config class derives when `layer_types` is absent).
+# tests/work/test_work_config_defaults.py holds each against the transformers model built on the
+# meta device (parameter count) at its class defaults and with every boolean trait flipped.
+
+# Gemma: Llama's attention (bias from attention_bias); head_dim 256 and tied embeddings come from
+# GemmaConfig's defaults.
+GEMMA = LLAMA
+# Granite, Ernie-4.5 and Helium differ from Llama only in scalar multipliers or bias keys.
+GRANITE = LLAMA
+ERNIE4_5 = GqaProfile(qkv_bias=Flag("use_bias", False), o_bias=Flag("use_bias", False), mlp_bias=Flag("use_bias", False))
+HELIUM = GqaProfile(qkv_bias=ATTN_BIAS)  # o_proj has no bias (modeling_helium.py HeliumAttention)
+# Seed-OSS: q/k/v bias from attention_bias, o_proj from attention_out_bias.
+SEED_OSS = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=Flag("attention_out_bias", False))
+# GLM: q/k/v bias from attention_bias, o_proj without (GlmAttention); GLM-4 adds post-norms after
+# attention and MLP (four norms per layer: Glm4DecoderLayer).
+GLM = GqaProfile(qkv_bias=ATTN_BIAS)
+GLM4 = GqaProfile(qkv_bias=ATTN_BIAS, attn_norms=2, ffn_norms=2)
+# OLMo-2/3: post-norms only (two per layer), q_norm/k_norm over the full q/k width.
+OLMO2 = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, qk_norm_full=True)
+OLMO3 = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, qk_norm_full=True,
+    window_rule=WindowRule.PERIODIC, period_default=4, period_shift=1,  # Olmo3Config: full when (i+1) % 4 == 0
+)
+# Ministral: every layer slides when sliding_window is set (MinistralConfig); Ministral-3 likewise
+# (Ministral3Attention passes sliding_window to every layer).
+MINISTRAL = GqaProfile()
+# SmolLM3: Llama's biases; sliding only where layer_types says so and use_sliding_window is set.
+SMOLLM3 = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, use_sliding=Flag("use_sliding_window", False), window_rule=WindowRule.NONE,
+)
+# CWM: no biases; every 4th layer (i % 4 == 0) full, the rest sliding (CwmConfig.__post_init__).
+CWM = GqaProfile(window_rule=WindowRule.PERIODIC, period_default=4)
+# Gemma-3 (text): Gemma-2's four norms plus per-head q/k norms; full every sliding_window_pattern-th layer.
+GEMMA3 = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, attn_norms=2, ffn_norms=2,
+    window_rule=WindowRule.PERIODIC, period_key="sliding_window_pattern", period_default=6, period_shift=1,
+)
+# VaultGemma: Gemma-2 without the two post-norms (VaultGemmaDecoderLayer deletes them).
+VAULTGEMMA = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, window_rule=WindowRule.ALTERNATE)
+# EXAONE-4: per-head q/k norms, post-norms only; full every sliding_window_pattern-th layer.
+EXAONE4 = GqaProfile(
+    qk_norm=QK_NORM, window_rule=WindowRule.PERIODIC, period_key="sliding_window_pattern", period_default=4,
+    period_shift=1,
+)
+# Command-R (Cohere): parallel attention and MLP on one input norm; optional q/k LayerNorms over
+# (heads, head_dim). Cohere-2 adds the sliding pattern and drops the q/k norms.
+COHERE = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=Flag("use_qk_norm", False), qk_norm_full=True, ffn_norms=0)
+COHERE2 = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, ffn_norms=0, window_rule=WindowRule.PERIODIC,
+    period_key="sliding_window_pattern", period_default=4, period_shift=1,
+)
+# HunYuan dense: per-head q/k norms (query_layernorm / key_layernorm).
+HUNYUAN_DENSE = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM)
+# HyperCLOVA X: Llama plus optional post-norms (use_post_norm).
+HYPERCLOVAX = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, post_norms=Flag("use_post_norm", True))
+# Qwen2-MoE: q/k/v bias from qkv_bias; Qwen's sparse schedule; one sigmoid-gated shared expert.
+QWEN2_MOE = GqaProfile(
+    qkv_bias=Flag("qkv_bias", True), use_sliding=Flag("use_sliding_window", False),
+    window_rule=WindowRule.FROM_MAX_WINDOW_LAYERS,
+    moe=MoeFields(
+        "num_experts", "moe_intermediate_size", shared_key="shared_expert_intermediate_size", shared_gate=True,
+        sparse_schedule=True,
+    ),
+)
+# OLMoE: q/k norms over the full width; every layer MoE (num_experts × intermediate_size).
+OLMOE = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, qk_norm_full=True,
+    moe=MoeFields("num_experts", "intermediate_size"),
+)
+# Granite-MoE: Mixtral-shaped experts (fused input_linear = gate+up); the shared variant adds an
+# ungated shared MLP of shared_intermediate_size.
+GRANITE_MOE = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
+    moe=MoeFields("num_local_experts", "intermediate_size", module="block_sparse_moe", router_module="router"),
+)
+GRANITE_MOE_SHARED = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
+    moe=MoeFields(
+        "num_local_experts", "intermediate_size", module="block_sparse_moe", router_module="router",
+        shared_key="shared_intermediate_size", shared_module="shared_mlp",
+    ),
 )
 GPT_OSS = GqaProfile(
     qkv_bias=Flag("attention_bias", True), o_bias=Flag("attention_bias", True), sliding_default=128,
@@ -72,9 +167,7 @@ GPT_OSS = GqaProfile(
 
 def layer_windows(view: ConfigView, layers: int, profile: GqaProfile) -> list[int | None]:
     """Per layer, the sliding window W or None (full causal attention)."""
-    window = view.opt_int_or_null("sliding_window", profile.sliding_default)
-    if not profile.use_sliding.read(view):
-        window = None
+    window = view.opt_int_or_null("sliding_window", profile.sliding_default) if profile.use_sliding.read(view) else None
     types = view.layer_types(layers)
     if types is not None:
         out: list[int | None] = []
@@ -100,6 +193,11 @@ def layer_windows(view: ConfigView, layers: int, profile: GqaProfile) -> list[in
         return [window] * layers
     if profile.window_rule is WindowRule.ALTERNATE:
         return [window if i % 2 == 0 else None for i in range(layers)]
+    if profile.window_rule is WindowRule.NONE:
+        return [None] * layers
+    if profile.window_rule is WindowRule.PERIODIC:
+        period = view.opt_int(profile.period_key, profile.period_default) if profile.period_key else profile.period_default
+        return [None if (i + profile.period_shift) % period == 0 else window for i in range(layers)]
     first = view.req_int("max_window_layers", minimum=0)
     return [window if i >= first else None for i in range(layers)]
 
@@ -109,7 +207,10 @@ def build_gqa_decoder(profile: GqaProfile, view: ConfigView) -> ModelSpec:
     head_dim = view.head_dim(frame.heads, frame.hidden)
     kv_heads = view.kv_heads(frame.heads)
     qkv_bias, o_bias = profile.qkv_bias.read(view), profile.o_bias.read(view)
-    ffns = ffn_schedule(view, frame.hidden, frame.layers, profile.moe, profile.ffn_norms)
+    attn_norms, ffn_norms = profile.attn_norms, profile.ffn_norms
+    if profile.post_norms is not None and profile.post_norms.read(view):
+        attn_norms, ffn_norms = 2, 2
+    ffns = ffn_schedule(view, frame.hidden, frame.layers, profile.moe, ffn_norms, profile.mlp_bias)
     layers = []
     for i, window in enumerate(layer_windows(view, frame.layers, profile)):
         attn = GqaAttention(
@@ -121,9 +222,10 @@ def build_gqa_decoder(profile: GqaProfile, view: ConfigView) -> ModelSpec:
             q_bias=qkv_bias,
             kv_bias=qkv_bias,
             o_bias=o_bias,
-            qk_norm=profile.qk_norm,
+            qk_norm=profile.qk_norm.read(view),
+            qk_norm_full=profile.qk_norm_full,
             sinks=profile.sinks,
-            block_norms=profile.attn_norms,
+            block_norms=attn_norms,
         )
         layers.append(LayerSpec(attn, ffns[i]))
     return finish(view, frame, layers, profile.tie_default)

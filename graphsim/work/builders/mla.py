@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphsim.errors import ConfigError
-from graphsim.work.builders.common import dense_ffn, finish, read_frame
+from graphsim.work.builders.common import MLP_BIAS, dense_ffn, finish, read_frame
 from graphsim.work.config import ConfigView
 from graphsim.work.specs import FfnSpec, LayerSpec, MlaAttention, ModelSpec, MoeFfn
 
@@ -46,6 +46,7 @@ def _moe(view: ConfigView, hidden: int, profile: MlaProfile) -> MoeFfn | None:
         top_k=top_k,
         router_score_bias=topk_method == "noaux_tc",
         shared_intermediate=shared * width,
+        shared_bias=MLP_BIAS.read(view),  # DeepseekV2MLP / V3MLP: bias=config.mlp_bias (shared experts too)
         shared_module="shared_experts",
     )
 
@@ -72,7 +73,7 @@ def build_mla_decoder(profile: MlaProfile, view: ConfigView) -> ModelSpec:
         if moe is not None and i >= first_dense and i % freq == 0:
             ffn: FfnSpec = moe
         else:
-            dense = dense or dense_ffn(view, frame.hidden)
+            dense = dense or dense_ffn(view, frame.hidden, bias=MLP_BIAS)
             ffn = dense
         layers.append(LayerSpec(attn, ffn))
     notes: tuple[str, ...] = ()
