@@ -21,8 +21,10 @@ REPO = "https://github.com/dennislee22/vLLM-benchmarking"
 # Per test: what its heading and startup log say. Startup logs (log/*.log) give the vLLM version
 # ("vLLM API server version 0.10.1.1"), non-default args (max_model_len, tensor_parallel_size,
 # gpu_memory_utilization), "Available KV cache memory", "GPU KV cache size: N tokens" and
-# "Chunked prefill is enabled with max_num_batched_tokens=2048". Tests 6-8 have no startup log: their
-# KV memory is the heading's; max_model_len 16384 and vLLM 0.10.1.1 are assumed from the other tests.
+# "Chunked prefill is enabled with max_num_batched_tokens=2048"; gpu_p2p False: the same-node TP2 logs say
+# "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed" (vLLM then
+# all-reduces with NCCL without peer-to-peer). Tests 6-8 have no startup log: their KV memory is the heading's;
+# max_model_len 16384, vLLM 0.10.1.1 and no P2P are assumed from the other tests on the same cluster.
 TESTS = {
     1: {"model": "Qwen2-7B-Instruct", "tp": 2, "nodes": 2, "gpu": "A100 40GB", "gpu_memory_utilization": 0.5,
         "kv_cache_memory_gib": 11.03, "kv_cache_tokens": 412944, "max_model_len": 16384, "vllm": "0.10.1.1",
@@ -30,10 +32,10 @@ TESTS = {
         "the log name says A100 40GB (and 0.5 x 40 GB less 7.12 GiB weights fits 11.03 GiB of KV cache)"},
     2: {"model": "Qwen2-7B-Instruct", "tp": 2, "nodes": 1, "gpu": "A100 80GB", "gpu_memory_utilization": 0.25,
         "kv_cache_memory_gib": 12.02, "kv_cache_tokens": 450192, "max_model_len": 16384, "vllm": "0.10.1.1",
-        "log": "log/vllm-7B-2gpuA10080GB-0.25GRAM-same-node.log"},
+        "log": "log/vllm-7B-2gpuA10080GB-0.25GRAM-same-node.log", "gpu_p2p": False},
     3: {"model": "Qwen2-7B-Instruct", "tp": 2, "nodes": 1, "gpu": "A100 80GB", "gpu_memory_utilization": 0.5,
         "kv_cache_memory_gib": 31.83, "kv_cache_tokens": 1192160, "max_model_len": 16384, "vllm": "0.10.1.1",
-        "log": "log/vllm-7B-2gpuA10080GB-0.5GRAM-same-node.log"},
+        "log": "log/vllm-7B-2gpuA10080GB-0.5GRAM-same-node.log", "gpu_p2p": False},
     4: {"model": "Qwen2-7B-Instruct", "tp": 1, "nodes": 1, "gpu": "A100 80GB", "gpu_memory_utilization": 0.25,
         "kv_cache_memory_gib": 5.01, "kv_cache_tokens": 93872, "max_model_len": 16384, "vllm": "0.10.1.1",
         "log": "log/vllm-7B-1gpuA10080GB-0.25GRAM.log"},
@@ -41,12 +43,13 @@ TESTS = {
         "kv_cache_memory_gib": 24.83, "kv_cache_tokens": 464848, "max_model_len": 16384, "vllm": "0.10.1.1",
         "log": "log/vllm-7B-1gpuA10080GB-0.5GRAM.log"},
     6: {"model": "Qwen2.5-32B", "tp": 2, "nodes": 1, "gpu": "A100 80GB", "kv_cache_memory_gib": 8.22,
-        "max_model_len": 16384, "vllm": "0.10.1.1", "log": None,
-        "assumed": ["max_model_len", "vllm"]},
+        "max_model_len": 16384, "vllm": "0.10.1.1", "log": None, "gpu_p2p": False,
+        "assumed": ["max_model_len", "vllm", "gpu_p2p"]},
     7: {"model": "Qwen2.5-32B", "tp": 1, "nodes": 1, "gpu": "A100 80GB", "kv_cache_memory_gib": 9.70,
         "max_model_len": 16384, "vllm": "0.10.1.1", "log": None, "assumed": ["max_model_len", "vllm"]},
     8: {"model": "Qwen2-72B", "tp": 2, "nodes": 1, "gpu": "A100 80GB", "kv_cache_memory_gib": 6.77,
-        "max_model_len": 16384, "vllm": "0.10.1.1", "log": None, "assumed": ["max_model_len", "vllm"]},
+        "max_model_len": 16384, "vllm": "0.10.1.1", "log": None, "gpu_p2p": False,
+        "assumed": ["max_model_len", "vllm", "gpu_p2p"]},
     9: {"model": "gpt-oss-120b", "tp": 4, "nodes": 4, "gpu": "A100 80GB", "gpu_memory_utilization": 0.8,
         "kv_cache_memory_gib": 45.32, "kv_cache_tokens": 2640144, "max_model_len": 16384, "vllm": "0.10.1.1",
         "log": "log/vllm-120B-4gpuA10080GB-0.8GRAM-diff-nodes.log",

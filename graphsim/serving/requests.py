@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,8 +173,10 @@ def load_trace(path: str | Path) -> list[RequestSpec]:
 
 
 def write_trace(specs: list[RequestSpec], path: str | Path) -> Path:
+    from graphsim.atomic import atomic_writer
+
     p = Path(path)
-    with p.open("w") as f:
+    with atomic_writer(p) as f:  # whole or not at all
         for s in specs:
             d = {"arrival_s": s.arrival_s, "input_tokens": s.input_tokens, "output_tokens": s.output_tokens}
             if s.prefix_id is not None:
@@ -282,10 +285,10 @@ def bench_lengths(mean: int, range_ratio: float, floor_one: bool = False) -> Len
 def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
                  prefix_len: int = 0, request_rate: float = math.inf, burstiness: float = 1.0,
                  max_concurrency: int | None = None, seed: int = 0,
-                 warm_prompts: int = 0) -> list[RequestSpec] | ClosedLoop:
+                 warm_prompts: int | Collection[int] = 0) -> list[RequestSpec] | ClosedLoop:
     """The requests `vllm bench serve --dataset-name random` sends (defaults: vLLM's, 1024 in / 128 out, rate inf).
-    `warm_prompts`: the server already saw the first that many prompts (an earlier run with the same seed);
-    their prompts start in its prefix cache. Without --max-concurrency: arrivals at the due times; with it:
+    `warm_prompts`: prompts the server already saw (an earlier run with the same seed), by index, or a count k for
+    the first k; they start in its prefix cache. Without --max-concurrency: arrivals at the due times; with it:
     at most that many in flight, each sent at the later of its due time and a free slot."""
     if num_prompts < 1:
         raise WorkloadSpecError(f"--num-prompts {num_prompts}; give >= 1")
@@ -295,9 +298,10 @@ def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128,
     ins = bench_lengths(input_len, range_ratio).sample(rng, num_prompts) + prefix_len
     outs = bench_lengths(output_len, range_ratio, floor_one=True).sample(rng, num_prompts)
     due = bench_arrivals(num_prompts, request_rate, burstiness, seed)
+    warm_set = set(range(warm_prompts)) if isinstance(warm_prompts, int) else set(warm_prompts)
     specs = []
     for i in range(num_prompts):
-        if i < warm_prompts:  # its whole prompt was computed before: one key per prompt covers it
+        if i in warm_set:  # its whole prompt was computed before: one key per prompt covers it
             pid, plen, warm = f"prompt-{seed}-{i}", int(ins[i]), True
         else:
             pid, plen, warm = (BENCH_PREFIX_ID, prefix_len, False) if prefix_len else (None, 0, False)

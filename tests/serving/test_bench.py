@@ -142,6 +142,8 @@ def test_warm_prefix_cache_lru():
     specs = bench_random(3, 40, 4, warm_prompts=2)
     assert isinstance(specs, list)
     assert warm_prefixes(specs) == [("prompt-0-0", 40), ("prompt-0-1", 40)]
+    by_index = bench_random(3, 40, 4, warm_prompts={2})  # prompts by index: only the third was seen
+    assert isinstance(by_index, list) and warm_prefixes(by_index) == [("prompt-0-2", 40)]
     pool = BlockPool(4)
     # 2 blocks of 16 per warm prompt (40 // 16); 3 prompts = 6 blocks > 4: the earliest two are dropped
     pool.warm([("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0), ("c", 1)])

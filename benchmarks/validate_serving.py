@@ -1,0 +1,287 @@
+"""Serving validation: graphsim's simulate against real, public `vllm bench serve` runs.
+
+    python benchmarks/validate_serving.py [--json] [--subset SEL]... [--all] [--profile A100.db] [--max-prompts N]
+
+The runs are facts stored under benchmarks/data/ (settings, measured metrics and the source of each;
+`benchmarks/data/dennislee22_vllm_benchmarking.json`: vLLM 0.10.1.1 on A100, Qwen2-7B-Instruct at TP1/TP2
+on one node and TP2 across two nodes, Qwen2.5-32B at TP1/TP2, Qwen2-72B at TP2, gpt-oss-120b at TP4). For
+each run the harness
+
+1. plans the deployment with the run's own numbers: GPU, TP, `--max-model-len`, the available KV cache
+   memory its startup log printed (`--kv-memory`), vLLM's defaults otherwise; when graphsim's
+   deployment config takes an interconnect: a TP group over several nodes (one GPU per node) gets
+   `gpus_per_node` 1 (its collectives go over the network, at the spec's network figures: the runs do
+   not say theirs), and a same-node group whose log says the GPUs lack P2P gets link `pcie` (vLLM then
+   all-reduces with NCCL only);
+2. prices iterations from the aiconfigurator A100 SXM tables (`graphsim profiles import-aiconfigurator
+   --system a100_sxm --backend vllm`, built once into $GRAPHSIM_HOME/validation/ unless --profile);
+   each model is traced once per TP size;
+3. simulates vLLM bench serve's workload for that run: the random dataset at the run's lengths, every
+   request at t = 0 (the runs give no --request-rate: vLLM's default inf), and the prompts an earlier
+   run on the same server sent already in the prefix cache (same seed 0, same input length: the same
+   first prompts; the server is the engine's APIServer pid in the log lines, the order their times).
+   Output length per request: the run's measured total output tokens / completed requests (the runs
+   did not pass --ignore-eos, so a few requests stopped early; this is a workload fact, not a fitted
+   number);
+4. prints predicted vs measured mean TTFT, mean TPOT and output throughput per run, the median and
+   worst |error| per model × topology group, and how many errors are over and under.
+
+By default the harness leaves out, with the reason printed: runs where some requests failed (the
+client's metrics then cover only the successes), runs whose command lost a setting, and gpt-oss-120b
+(a reasoning model whose outputs end at EOS after a few dozen tokens: the mean output length the
+client divides by is not the length each request ran; and its MXFP4 MoE on A100 runs Triton kernels
+the A100 tables do not hold). `--all` takes them too. `--subset` selects by run id prefix, test number
+(`t2`), model or topology substring; repeatable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import OrderedDict, defaultdict
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:  # run from a checkout: import this tree's graphsim
+    sys.path.insert(0, str(HERE.parent))
+DATA = HERE / "data"
+CONFIGS = DATA / "configs"
+# The harness's names for the served models → graphsim's model argument (a catalog name or a config file).
+MODELS = {
+    "Qwen2-7B-Instruct": str(CONFIGS / "Qwen2-7B-Instruct"),
+    "Qwen2.5-32B": str(CONFIGS / "Qwen2.5-32B"),
+    "Qwen2-72B": str(CONFIGS / "Qwen2-72B"),
+    "gpt-oss-120b": "gpt-oss-120b",
+}
+GPU = {"A100 80GB": "a100", "A100 40GB": "a100"}  # no A100 40GB spec or tables: priced as the 80 GB SXM
+METRICS = (("mean_ttft_ms", "TTFT"), ("mean_tpot_ms", "TPOT"), ("output_throughput", "out tok/s"))
+TARGET = {"mean_ttft_ms": 15.0, "mean_tpot_ms": 10.0, "output_throughput": 10.0}  # issue 13's done-when, %
+
+
+def load_runs() -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    runs, tests = [], {}
+    for path in sorted(DATA.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        prefix = path.stem
+        for k, t in doc["tests"].items():
+            tests[f"{prefix}:{k}"] = {**t, "source": doc["source"], "commit": doc.get("commit")}
+        for r in doc["runs"]:
+            runs.append({**r, "test_key": f"{prefix}:{r['test']}", "file": path.name})
+    return runs, tests
+
+
+def topology(t: dict[str, Any]) -> str:
+    if t["tp"] == 1:
+        return "TP1"
+    where = "1 node" if t["nodes"] == 1 else f"{t['nodes']} nodes"
+    return f"TP{t['tp']} {where}" + (f" ({t['gpu']})" if t["gpu"] != "A100 80GB" else "")
+
+
+def excluded(run: dict[str, Any], test: dict[str, Any]) -> str | None:
+    if run.get("incomplete"):
+        return run["incomplete"]
+    if run["bench"]["random_output_len"] is None:
+        return "the README's command lost its --random-output-len value"
+    if test["model"] == "gpt-oss-120b":
+        return ("gpt-oss-120b: a reasoning model whose outputs end at EOS long before 1024 tokens (mean "
+                f"{run['measured']['total_output_tokens'] / run['measured']['completed']:.0f}), so the client's TPOT "
+                "divides by lengths the requests did not run; MXFP4 MoE on A100 runs Triton kernels the A100 tables "
+                "do not hold")
+    return None
+
+
+def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_tokens: int) -> set[int]:
+    """Prompts of this run still in the server's prefix cache when it starts. Earlier runs on the same server
+    (same APIServer pid, earlier log time) with the same input length sent the same first prompts (seed 0);
+    each request leaves its prompt and output blocks cached, freed in request order, and the cache keeps the
+    most recently freed `capacity_tokens` (LRU). The client's test request (the first prompt, sent once
+    before each run) keeps prompt 0 warm."""
+    log = run["server_log"]
+    history = sorted((r for r in runs if r["file"] == run["file"] and r is not run
+                      and r["server_log"].get("api_server_pid") == log.get("api_server_pid")
+                      and r["server_log"].get("time", "") < log.get("time", "")),
+                     key=lambda r: r["server_log"]["time"])
+    lru: OrderedDict[tuple[int, int], int] = OrderedDict()
+    total = 0
+    for r in history:
+        in_len, m = r["bench"]["random_input_len"], r["measured"]
+        tokens = in_len + max(1, round(m["total_output_tokens"] / max(1, m["completed"])))
+        for i in range(r["bench"]["num_prompts"]):
+            total -= lru.pop((in_len, i), 0)
+            lru[(in_len, i)] = tokens
+            total += tokens
+            while total > capacity_tokens:
+                total -= lru.popitem(last=False)[1]
+    n, in_len = run["bench"]["num_prompts"], run["bench"]["random_input_len"]
+    return {i for (length, i) in lru if length == in_len and i < n} | {0}
+
+
+def ensure_profile(path: str | None) -> str:
+    if path:
+        return path
+    home = Path(os.environ.get("GRAPHSIM_HOME", Path.home() / ".graphsim"))
+    out = home / "validation" / "a100_sxm_vllm.db"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        print(f"building the A100 tables once: {out}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "graphsim", "profiles", "import-aiconfigurator", "--system", "a100_sxm",
+                        "--backend", "vllm", "-o", str(out)], check=True, stdout=subprocess.DEVNULL)
+    return str(out)
+
+
+class Predictor:
+    """Deployments per test, cost trees per (model, TP): each model traced once per TP size."""
+
+    def __init__(self, profile: str) -> None:
+        self.profile = profile
+        self.costs: dict[tuple[str, int], Any] = {}
+
+    def deployment(self, test: dict[str, Any]):
+        from graphsim.cli import options as opt
+        from graphsim.serving.config import DeploymentConfig
+        from graphsim.serving.deployment import plan_deployment
+
+        extra: dict[str, Any] = {}
+        link: dict[str, Any] = {}
+        if test["nodes"] > 1:  # one GPU per node: TP collectives over the network
+            link["gpus_per_node"] = max(1, test["tp"] // test["nodes"])
+        elif test["tp"] > 1 and test.get("gpu_p2p") is False:  # vLLM: no custom all-reduce, NCCL without P2P
+            link["link"] = "pcie"
+        if link and "interconnect" in inspect.signature(opt.deployment_data).parameters:
+            extra["interconnect"] = link
+        data = opt.deployment_data(MODELS[test["model"]], GPU[test["gpu"]], test["tp"], 1,
+                                   kv_memory=f"{test['kv_cache_memory_gib']}GiB", max_model_len=test["max_model_len"],
+                                   **extra)
+        return plan_deployment(DeploymentConfig.parse(data)), bool(extra)
+
+    def cost(self, dep, key: tuple[str, int]):
+        from graphsim.serving.deployment import build_cost
+
+        if key not in self.costs:
+            self.costs[key] = build_cost(dep, self.profile)
+        return self.costs[key]
+
+
+def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]], pred: Predictor,
+            max_prompts: int | None) -> dict[str, Any]:
+    from graphsim.serving import simulate
+    from graphsim.serving.bench_metrics import BenchSettings, bench_result
+    from graphsim.serving.requests import bench_random
+
+    m, b = run["measured"], run["bench"]
+    n = b["num_prompts"] if max_prompts is None else min(b["num_prompts"], max_prompts)
+    in_len = round(m["total_input_tokens"] / m["completed"])
+    out_len = max(1, round(m["total_output_tokens"] / m["completed"]))
+    dep, network = pred.deployment(test)
+    warm = {i for i in warm_prompts(run, runs, dep.capacity.tokens) if i < n}
+    key = (test["model"], test["tp"]) if not network else (test["model"], test["tp"], "network")
+    cost, note, _ = pred.cost(dep, key)  # type: ignore[arg-type]
+    setup = dep.simulation_setup(cost)
+    workload = bench_random(n, in_len, out_len, 0.0, 0, math.inf, 1.0, None, 0, warm_prompts=warm)
+    t0 = time.perf_counter()
+    res = simulate(setup, workload)
+    doc = bench_result(res, BenchSettings(model_id=test["model"], num_prompts=n))
+    return {"predicted": {k: doc[k] for k, _ in METRICS}, "warm_prompts": len(warm), "prompts": n,
+            "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
+            "network": network}
+
+
+def select(runs: list[dict[str, Any]], tests: dict[str, dict[str, Any]], subsets: list[str]) -> list[dict[str, Any]]:
+    if not subsets:
+        return runs
+    out = []
+    for r in runs:
+        t = tests[r["test_key"]]
+        words = {r["id"], f"t{r['test']}", t["model"], topology(t)}
+        if any(any(w.startswith(s) or s in w for w in words) for s in subsets):
+            out.append(r)
+    return out
+
+
+def error_pct(p: float, m: float) -> float:
+    return (p - m) / m * 100
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    ap.add_argument("--subset", action="append", default=[], help="run id prefix, t<test>, model or topology (repeatable)")
+    ap.add_argument("--all", action="store_true", help="include the runs left out by default (reasons printed)")
+    ap.add_argument("--profile", help="A100 profile.db (default: built once from aiconfigurator's tables)")
+    ap.add_argument("--max-prompts", type=int, help="simulate at most N prompts of each run (stated per run)")
+    args = ap.parse_args(argv)
+    runs, tests = load_runs()
+    chosen = select(runs, tests, args.subset)
+    profile = ensure_profile(args.profile)
+    pred = Predictor(profile)
+    rows, skipped = [], []
+    for r in chosen:
+        t = tests[r["test_key"]]
+        why = excluded(r, t)
+        if why and not args.all:
+            skipped.append({"id": r["id"], "reason": why})
+            continue
+        try:
+            p = predict(r, t, runs, pred, args.max_prompts)
+        except Exception as e:  # a run graphsim cannot model is reported, not fatal
+            skipped.append({"id": r["id"], "reason": f"graphsim failed: {type(e).__name__}: {e}"})
+            continue
+        errs = {k: error_pct(p["predicted"][k], r["measured"][k]) for k, _ in METRICS}
+        rows.append({"id": r["id"], "model": t["model"], "topology": topology(t), "vllm": t["vllm"],
+                     "prompts": r["bench"]["num_prompts"], "simulated_prompts": p["prompts"],
+                     "input_len": p["input_len"], "output_len": p["output_len"], "warm_prompts": p["warm_prompts"],
+                     "measured": {k: r["measured"][k] for k, _ in METRICS}, "predicted": p["predicted"],
+                     "error_pct": errs, "sim_s": p["sim_s"], "source": r["source"], "network": p["network"]})
+        if not args.json:
+            e = errs
+            print(f"{r['id']:<13} {t['model']:<18} {topology(t):<22} n={r['bench']['num_prompts']:<5} "
+                  f"in {p['input_len']:<5} out {p['output_len']:<5} warm {p['warm_prompts']:<4} "
+                  + "  ".join(f"{lbl} {r['measured'][k]:>9.2f}→{p['predicted'][k]:>9.2f} ({e[k]:+6.1f}%)"
+                              for k, lbl in METRICS), flush=True)
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[f"vLLM {row['vllm']} · {row['model']} · {row['topology']}"].append(row)
+    summary = {}
+    for g, members in sorted(groups.items()):
+        summary[g] = {"runs": len(members)}
+        for k, _ in METRICS:
+            errs = [m["error_pct"][k] for m in members]
+            summary[g][k] = {"median_abs_pct": statistics.median(abs(x) for x in errs),
+                             "worst_pct": max(errs, key=abs), "over": sum(x > 0 for x in errs),
+                             "under": sum(x < 0 for x in errs), "target_pct": TARGET[k]}
+    overall = {}
+    for k, _ in METRICS:
+        errs = [r["error_pct"][k] for r in rows]
+        if errs:
+            overall[k] = {"median_abs_pct": statistics.median(abs(x) for x in errs), "worst_pct": max(errs, key=abs),
+                          "over": sum(x > 0 for x in errs), "under": sum(x < 0 for x in errs), "target_pct": TARGET[k]}
+    doc = {"profile": profile, "runs": rows, "groups": summary, "overall": overall, "left_out": skipped}
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return 0
+    print()
+    print(f"{'group':<58} {'runs':>4}  " + "  ".join(f"{lbl + ' med|err| / worst (over:under)':<36}" for _, lbl in METRICS))
+    for g, s in [*summary.items(), ("all", {"runs": len(rows), **overall})]:
+        cells = []
+        for k, _ in METRICS:
+            if k in s:
+                c = s[k]
+                cells.append(f"{c['median_abs_pct']:5.1f}% / {c['worst_pct']:+7.1f}% ({c['over']}:{c['under']})".ljust(36))
+        print(f"{g:<58} {s['runs']:>4}  " + "  ".join(cells))
+    print(f"\ntargets (issue 13): median |error| <= {TARGET['mean_tpot_ms']:g} % TPOT and output throughput, "
+          f"<= {TARGET['mean_ttft_ms']:g} % TTFT, per group; errors not all of one sign")
+    for s in skipped:
+        print(f"left out {s['id']}: {s['reason']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
