@@ -4,7 +4,8 @@ A model argument resolves, in order, to:
 1. a bundled catalog name (`llama-3.1-8b`, case-insensitive) or a catalog HF id
    (`meta-llama/Llama-3.1-8B`);
 2. a path: a `config.json` file or a directory holding one;
-3. an HF id found in the local Hugging Face hub cache (never the network).
+3. an HF id found in the local Hugging Face hub cache (never the network): the snapshot `refs/main` (or
+   `--revision`) names, in the directory huggingface_hub uses (HF_HUB_CACHE / HF_HOME / XDG_CACHE_HOME).
 Anything else is an `UnknownModelError` that suggests close catalog names.
 """
 
@@ -70,27 +71,71 @@ def _find_entry(arg: str) -> CatalogEntry | None:
     return None
 
 
+REVISION_ENV = "GRAPHSIM_HF_REVISION"  # set by --revision; resolve_model's default revision
+
+
+def hf_hub_cache() -> Path:
+    """The Hugging Face hub cache, as huggingface_hub resolves it (`huggingface_hub.constants.HF_HUB_CACHE`:
+    HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else $HF_HOME/hub, HF_HOME defaulting to
+    $XDG_CACHE_HOME/huggingface, XDG_CACHE_HOME to ~/.cache). Without huggingface_hub the same rules, by hand."""
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path("~") / ".cache")
+        hf_home = os.environ.get("HF_HOME") or str(Path(xdg) / "huggingface")
+        default = str(Path(hf_home).expanduser() / "hub")
+        return Path(os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or default).expanduser()
+    return Path(constants.HF_HUB_CACHE).expanduser()
+
+
 def hf_cache_dirs() -> list[Path]:
-    """Where transformers keeps downloaded models on this machine (read only, never fetched)."""
-    dirs = []
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):
-        if os.environ.get(var):
-            dirs.append(Path(os.environ[var]))
-    hf_home = os.environ.get("HF_HOME")
-    dirs.append(Path(hf_home) / "hub" if hf_home else Path.home() / ".cache" / "huggingface" / "hub")
+    """Where downloaded models are looked for, read only (never fetched): the hub cache, then the legacy
+    TRANSFORMERS_CACHE when it names another directory."""
+    dirs = [hf_hub_cache()]
+    legacy = os.environ.get("TRANSFORMERS_CACHE")
+    if legacy and Path(legacy).expanduser() != dirs[0]:
+        dirs.append(Path(legacy).expanduser())
     return dirs
 
 
-def _find_in_hf_cache(hf_id: str) -> Path | None:
+def _cached_file(cache: Path, hf_id: str, revision: str) -> Path | None:
+    """config.json of `hf_id` at `revision` (a branch or tag under refs/, or a commit hash) in one hub cache
+    (huggingface_hub.try_to_load_from_cache; the same layout read by hand without it)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        repo = cache / ("models--" + hf_id.replace("/", "--"))
+        ref = repo / "refs" / revision
+        commit = ref.read_text().strip() if ref.is_file() else revision
+        found = repo / "snapshots" / commit / "config.json"
+        return found if found.is_file() else None
+    try:
+        found = try_to_load_from_cache(hf_id, "config.json", cache_dir=cache, revision=revision)
+    except ValueError:  # an id huggingface_hub refuses (bad characters)
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+def cached_revisions(hf_id: str) -> list[str]:
+    """The refs (`main`, tags) and snapshot commits cached for `hf_id`, for error messages."""
+    out: list[str] = []
+    for base in hf_cache_dirs():
+        repo = base / ("models--" + hf_id.replace("/", "--"))
+        if (repo / "refs").is_dir():
+            out += sorted(f"{p.relative_to(repo / 'refs')} -> {p.read_text().strip()[:12]}"
+                          for p in (repo / "refs").rglob("*") if p.is_file())
+        if (repo / "snapshots").is_dir():
+            out += sorted(p.name[:12] for p in (repo / "snapshots").iterdir() if p.is_dir())
+    return out
+
+
+def _find_in_hf_cache(hf_id: str, revision: str | None = None) -> Path | None:
     if hf_id.count("/") != 1:
         return None
-    folder = "models--" + hf_id.replace("/", "--")
     for base in hf_cache_dirs():
-        snaps = base / folder / "snapshots"
-        if snaps.is_dir():
-            for snap in sorted(snaps.iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
-                if (snap / "config.json").is_file():
-                    return snap / "config.json"
+        found = _cached_file(base, hf_id, revision or "main")
+        if found is not None:
+            return found
     return None
 
 
@@ -144,9 +189,16 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return cfg
 
 
-def resolve_model(arg: str) -> ResolvedModel:
-    """Resolve a model argument (catalog name, HF id, config path, model dir) to its config."""
+def resolve_model(arg: str, revision: str | None = None) -> ResolvedModel:
+    """Resolve a model argument (catalog name, HF id, config path, model dir) to its config.
+
+    `revision` (default: $GRAPHSIM_HF_REVISION, which `--revision` sets): the branch, tag or commit of an HF id
+    to read from the local hub cache (`main` when none is given); with one, a catalog name or id is looked up
+    in the hub cache under its HF id instead of the bundled config."""
+    revision = revision or os.environ.get(REVISION_ENV) or None
     entry = _find_entry(arg)
+    if entry is not None and revision is not None:
+        return _from_hf_cache(entry.hf_id, revision)
     if entry is not None:
         location = str(_catalog_dir() / "configs" / entry.file)
         return ResolvedModel(entry.name, catalog_config(entry), "catalog", location)
@@ -159,10 +211,22 @@ def resolve_model(arg: str) -> ResolvedModel:
     if path.is_file():
         name = path.resolve().parent.name if path.name == "config.json" else path.stem
         return ResolvedModel(name, load_config_file(path), "path", str(path))
-    cached = _find_in_hf_cache(arg.strip())
-    if cached is not None:
-        return ResolvedModel(arg.strip(), load_config_file(cached), "hf-cache", str(cached))
+    if arg.strip().count("/") == 1 and (revision is not None or cached_revisions(arg.strip())):
+        return _from_hf_cache(arg.strip(), revision)
     raise UnknownModelError(_unknown_message(arg))
+
+
+def _from_hf_cache(hf_id: str, revision: str | None) -> ResolvedModel:
+    cached = _find_in_hf_cache(hf_id, revision)
+    if cached is not None:
+        return ResolvedModel(hf_id, load_config_file(cached), "hf-cache", str(cached))
+    have = cached_revisions(hf_id)
+    where = ", ".join(str(d) for d in hf_cache_dirs())
+    held = f"it holds {', '.join(have)}" if have else "it holds no snapshot of it"
+    raise UnknownModelError(
+        f"{hf_id} at revision {revision or 'main'} is not in the local Hugging Face cache ({where}; {held}); "
+        "graphsim never downloads: fetch it with `huggingface-cli download " + hf_id + " config.json"
+        + (f" --revision {revision}" if revision else "") + "`, or pass --revision with a cached one")
 
 
 def _unknown_message(arg: str) -> str:

@@ -13,6 +13,7 @@ from graphsim.cli.app import app, console
 @app.command("analyze")
 def analyze_cmd(
     model: opt.ConfigModel,
+    revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     ep: opt.Ep = 1,

@@ -28,6 +28,7 @@ def _check_output(path: Path) -> None:
 @app.command("import")
 def import_model(
     model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model directory, or .onnx file."),
+    revision: opt.Revision = None,
     output: opt.GraphOutput = None,
     dtype: opt.Dtype = None,
     as_json: opt.Json = False,

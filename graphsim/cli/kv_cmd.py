@@ -14,6 +14,7 @@ from graphsim.cli.app import app, console, err_console
 def kv_cmd(
     ctx: typer.Context,
     model: opt.ConfigModel,
+    revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,

@@ -14,6 +14,7 @@ from graphsim.cli.sources import load_source
 @app.command("predict")
 def predict_cmd(
     model: opt.GraphModel,
+    revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     ep: opt.Ep = 1,

@@ -28,6 +28,7 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
 def search_cmd(
     ctx: typer.Context,
     model: opt.ConfigModel,
+    revision: opt.Revision = None,
     gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget."),
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     isl: str = typer.Option("4000", "--isl", help="Input tokens per request: N or LO:HI."),

@@ -59,7 +59,9 @@ def _save_result(path: str, res, dep, note: str, model: str, num_prompts: int, r
 
 @app.command("simulate")
 def simulate_cmd(
+    ctx: typer.Context,
     model: opt.ConfigModel,
+    revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     replicas: int = typer.Option(1, "--replicas", "--data-parallel-size", "-dp", min=1,
@@ -100,6 +102,7 @@ def simulate_cmd(
     seed: opt.Seed = 0,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     kv_memory: opt.KvMemory = None,
+    from_vllm_log: opt.FromVllmLog = None,
     max_model_len: opt.MaxModelLen = None,
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     max_num_seqs: opt.MaxNumSeqs = None,
@@ -119,6 +122,7 @@ def simulate_cmd(
     as_json: opt.Json = False,
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
+    from graphsim.cli.from_log import apply_vllm_log
     from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, summarize, synthetic
     from graphsim.serving.bench_metrics import parse_percentile_metrics, parse_percentiles
     from graphsim.serving.config import DeploymentConfig
@@ -131,6 +135,13 @@ def simulate_cmd(
     if not bench and sum(modes) != 1:
         raise WorkloadSpecError("give exactly one workload: --rate R (open loop), --concurrency N (closed loop) "
                                 "or --trace FILE.jsonl")
+    from_log = apply_vllm_log(ctx, from_vllm_log, locals())
+    if from_log is not None:
+        (tp, gpu_memory_utilization, kv_memory, max_model_len, max_num_batched_tokens, max_num_seqs, block_size,
+         prefix_caching, chunked_prefill, kv_dtype, dtype) = from_log.get(
+            "tp", "gpu_memory_utilization", "kv_memory", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+            "block_size", "prefix_caching", "chunked_prefill", "kv_dtype", "dtype")
+        err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
@@ -189,6 +200,8 @@ def simulate_cmd(
     if as_json:
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica}
+        if from_log is not None:
+            out["from_vllm_log"] = from_log.to_json()
         print(json.dumps(out, indent=1, default=float))
         return
     from graphsim.render.serving_view import render_summary

@@ -103,6 +103,7 @@ def _render_step(report: WorkReport) -> None:
 @app.command("work")
 def work(
     model: opt.ConfigModel,
+    revision: opt.Revision = None,
     prefill: list[str] | None = typer.Option(
         None, "--prefill", help="N@P: N new tokens after P cached (repeatable; K*N@P for K sequences)."
     ),
