@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec, LinkKind, Topology, load_hardware
 from graphsim.costing.kernels import CollectiveKey, CollectiveOp
@@ -114,19 +116,23 @@ def custom_ar_limit(world_size: int, topology: Topology, compute_capability: str
 def choose_all_reduce(message_bytes: int, world_size: int, topology: Topology, *, compute_capability: str = "",
                       dtype: KernelDtype = KernelDtype.BF16, custom_all_reduce: bool = True) -> AllReduceChoice:
     """The all-reduce vLLM runs for one message on a TP group of `world_size` GPUs (see the module docstring).
-    `custom_all_reduce=False` is vLLM's --disable-custom-all-reduce."""
+    `custom_all_reduce=False` is vLLM's --disable-custom-all-reduce. The reason names the rule, not the size."""
     limit, why = custom_ar_limit(world_size, topology, compute_capability) if custom_all_reduce else (
         0, "custom all-reduce disabled (--disable-custom-all-reduce)")
     if limit and message_bytes % CUSTOM_AR_ALIGN == 0 and message_bytes < limit:
-        return AllReduceChoice(AllReduceImpl.CUSTOM, f"{_size(message_bytes)} < {_size(limit)} custom all-reduce limit")
-    if symm_mem_enabled(world_size, topology, compute_capability) and dtype is KernelDtype.BF16 \
-            and message_bytes % SYMM_MEM_ALIGN == 0:
-        cap = SYMM_MEM_MAX_BYTES[compute_capability][world_size]
-        if message_bytes <= cap:
-            return AllReduceChoice(AllReduceImpl.SYMM_MEM, f"{_size(message_bytes)} <= {_size(cap)} symmetric-memory "
-                                                           f"limit (sm {compute_capability}, {world_size} GPUs)")
-    if limit:
-        why = f"{_size(message_bytes)} >= {_size(limit)} custom all-reduce limit"
+        return AllReduceChoice(AllReduceImpl.CUSTOM, f"below the {_size(limit)} custom all-reduce limit")
+    symm = symm_mem_enabled(world_size, topology, compute_capability) and dtype is KernelDtype.BF16
+    cap = SYMM_MEM_MAX_BYTES[compute_capability][world_size] if symm else 0
+    if symm and message_bytes % SYMM_MEM_ALIGN == 0 and message_bytes <= cap:
+        low = f"at or above the {_size(limit)} custom all-reduce limit, " if limit else ""
+        return AllReduceChoice(AllReduceImpl.SYMM_MEM, f"{low}up to the {_size(cap)} symmetric-memory limit "
+                                                       f"(sm {compute_capability}, {world_size} GPUs)")
+    if symm:
+        why = f"above the {_size(cap)} symmetric-memory limit"
+    elif limit:
+        why = f"at or above the {_size(limit)} custom all-reduce limit"
+    if limit and message_bytes % CUSTOM_AR_ALIGN:
+        why += f"; not a multiple of {CUSTOM_AR_ALIGN} bytes"
     return AllReduceChoice(AllReduceImpl.NCCL, why)
 
 
@@ -215,3 +221,25 @@ def plan_collective(op: CollectiveOp, world_size: int, dtype: KernelDtype, messa
             return CollectivePlan(key, f"{impl} ({choice.reason}); {mode}; rows {rows} {dt.value}{extra}")
     return CollectivePlan(CollectiveKey(op, world_size, dtype, candidates[0][1]),
                           f"{impl} ({choice.reason}); {mode}; no {candidates[0][1]} rows for {world_size} GPUs")
+
+
+def plan_steps(op: CollectiveOp, world_size: int, dtype: KernelDtype, message_bytes: np.ndarray, tokens: np.ndarray,
+               ctx: CollectiveContext | None) -> list[tuple[CollectivePlan, np.ndarray]]:
+    """`plan_collective` for many steps at once: (plan, indices of the steps it prices). A plan depends on a
+    message only through the limits it crosses and its alignment, so steps are grouped by those first and one
+    message of each group is planned (a simulator's probe tables price thousands of steps)."""
+    n = np.asarray(message_bytes, dtype=np.int64)
+    t = np.asarray(tokens, dtype=np.int64)
+    if ctx is None or ctx.topology is None:
+        return [(plan_collective(op, world_size, dtype, 0, 0, ctx), np.arange(len(n)))]
+    limit, _ = custom_ar_limit(world_size, ctx.topology, ctx.compute_capability)
+    symm = symm_mem_enabled(world_size, ctx.topology, ctx.compute_capability)
+    cap = SYMM_MEM_MAX_BYTES[ctx.compute_capability][world_size] if symm else 0
+    graph = (t > 0) & (t <= ctx.max_cudagraph_tokens)
+    sig = np.stack([n < limit, n % CUSTOM_AR_ALIGN == 0, n <= cap, n % SYMM_MEM_ALIGN == 0, graph], axis=1)
+    _, first, inverse = np.unique(sig, axis=0, return_index=True, return_inverse=True)
+    by_plan: dict[CollectivePlan, list[np.ndarray]] = {}
+    for g, i in enumerate(first):
+        plan = plan_collective(op, world_size, dtype, int(n[i]), int(t[i]), ctx)
+        by_plan.setdefault(plan, []).append(np.flatnonzero(inverse.reshape(-1) == g))
+    return [(plan, np.sort(np.concatenate(idx))) for plan, idx in by_plan.items()]

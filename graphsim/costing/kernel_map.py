@@ -16,12 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing.collectives import CollectiveContext, plan_collective
+from graphsim.costing.collectives import CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, KernelKey,
     MlaDecodeKey, MlaPrefillKey, MoeKey,
 )
+from graphsim.costing.moe_routing import BALANCED, RoutingModel
 from graphsim.ir.geometry import (
     AttentionGeometry, CollectiveGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry,
     LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
@@ -45,10 +46,12 @@ _COLLECTIVES = {
 
 @dataclass(frozen=True)
 class Dtypes:
-    """How IR dtype names become kernel dtypes for one deployment."""
+    """How IR dtype names become kernel dtypes for one deployment — and the deployment's MoE routing model, the
+    other choice a kernel's key and point depend on beyond the graph (`costing.moe_routing`)."""
 
     kv: KernelDtype = KernelDtype.BF16
     fp8_block: bool = False  # fp8 weights with block scales (e.g. DeepSeek-V3's 128×128)
+    routing: RoutingModel = BALANCED  # which MoE rows, at how many tokens (graphsim's default: moe_routing.DEFAULT)
 
     def of(self, name: str) -> KernelDtype:
         """A kernel dtype; raises NoKernelKey for dtypes no kernel table holds (bool, complex)."""
@@ -61,11 +64,11 @@ class Dtypes:
         return parse_kernel_dtype(name)
 
     @classmethod
-    def for_graph(cls, meta: GraphMeta, kv_dtype: str | None = None) -> Dtypes:
+    def for_graph(cls, meta: GraphMeta, kv_dtype: str | None = None, routing: RoutingModel = BALANCED) -> Dtypes:
         q = meta.quantization_config or {}
         block = q.get("quant_method") == "fp8" and bool(q.get("weight_block_size"))
         model = meta.model_dtype.value if meta.model_dtype is not None else "bf16"  # other model dtypes price as bf16
-        return cls(kv=parse_kernel_dtype(kv_dtype or model), fp8_block=block)
+        return cls(kv=parse_kernel_dtype(kv_dtype or model), fp8_block=block, routing=routing)
 
 
 def is_mla(a: KernelAttrs) -> bool:
@@ -86,7 +89,7 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         cls = AttentionPrefillKey if prefill else AttentionDecodeKey
         return cls(g.num_heads, g.num_kv_heads, g.head_dim, dtype, dt.kv, g.window)
     if isinstance(g, MoeExpertsGeometry):
-        return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype)
+        return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype, dt.routing.table)
     if isinstance(g, CollectiveGeometry):
         return CollectiveKey(_COLLECTIVES[a.kind], g.num_gpus, dtype)
     return ElementwiseKey(elementwise_op(a), per_token_width(a), dtype)
@@ -201,6 +204,8 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
         return KernelRows(missing=str(e))
     n_b = arr.n_steps
     rows = arr.seqs if a.rows is Rows.SEQUENCES else np.ones(n_b) if a.rows is Rows.ONCE else arr.tokens
+    if isinstance(a.geometry, MoeExpertsGeometry) and dt.routing.token_scale != 1.0:
+        rows = np.ceil(rows * dt.routing.token_scale)  # a routing corpus: the busiest expert's load (moe_routing)
     steps = np.arange(n_b)
     if isinstance(a.geometry, CollectiveGeometry) and isinstance(key, CollectiveKey):
         return _collective_rows(key, np.maximum(1, rows * a.geometry.bytes_per_row), arr.tokens, coll)
@@ -209,15 +214,9 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
 
 def _collective_rows(key: CollectiveKey, nbytes: np.ndarray, tokens: np.ndarray,
                      coll: CollectiveContext | None) -> KernelRows:
-    """One part per (key, note) the steps' messages are priced with (see `plan_collective`)."""
-    by_plan: dict[tuple[CollectiveKey, str], list[int]] = {}
-    for b, (n, t) in enumerate(zip(nbytes, tokens, strict=True)):
-        plan = plan_collective(key.op, key.num_gpus, key.dtype, int(n), int(t), coll)
-        by_plan.setdefault((plan.key, plan.note), []).append(b)
-    parts = []
-    for (k, note), idx in by_plan.items():
-        steps = np.asarray(idx, dtype=np.int64)
-        parts.append(KeyRows(k, nbytes[steps].reshape(-1, 1), steps, steps, note))
+    """One part per implementation and rows the steps' messages are priced with (see `plan_steps`)."""
+    parts = [KeyRows(plan.key, nbytes[steps].reshape(-1, 1), steps, steps, plan.note)
+             for plan, steps in plan_steps(key.op, key.num_gpus, key.dtype, nbytes, tokens, coll)]
     return KernelRows(tuple(parts))
 
 
