@@ -8,7 +8,7 @@ from graphsim.costing.hardware import load_hardware
 from graphsim.costing.interpolate import KernelPricer
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, GemmKey, GemmPoint,
-    Measurement,
+    Measurement, MlaDecodeKey,
 )
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta
 from graphsim.costing.timing import TimeSource
@@ -113,3 +113,15 @@ def test_heads_outside_the_measured_range_or_another_window_are_not_interpolated
         assert pricer.time(AttentionDecodeKey(28, 2, 128, BF16, BF16), point).is_missing  # kv 2 unmeasured
         assert pricer.time(AttentionDecodeKey(28, 4, 128, BF16, BF16, window=4096), point).is_missing  # windowed
         assert pricer.time(AttentionDecodeKey(28, 4, 128, BF16, KernelDtype.FP8), point).is_missing  # fp8 KV
+
+
+def test_mla_query_heads_between_measured_counts(tmp_path):
+    # MLA decode at 16 heads (20 µs) and 64 heads (80 µs), DeepSeek-V3 latent dims: 32 heads → w = ln 2 / ln 4 = 0.5,
+    # 20 · (80 / 20)^0.5 = 40 µs
+    def key(h):
+        return MlaDecodeKey(h, 512, 128, 64, 128, BF16, BF16)
+
+    rows = [(key(h), AttentionDecodePoint(b, 4096), Measurement(t)) for h, t in ((16, 20.0), (64, 80.0)) for b in (1, 64)]
+    with attention_db(tmp_path, rows) as db:
+        t = KernelPricer(db, None).time(key(32), AttentionDecodePoint(64, 4096))
+    assert t.source is TimeSource.INTERPOLATED and t.time_us == pytest.approx(40.0, rel=1e-12)
