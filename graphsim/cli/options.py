@@ -72,24 +72,6 @@ ConfigModel = Annotated[str, typer.Argument(help="Catalog name, HF id, config.js
 GraphModel = Annotated[str, typer.Argument(
     help="Catalog name, HF id, config.json, model directory, ONNX file, or a saved (fused) graph (.json).")]
 
-def _revision(value: str | None) -> str | None:
-    """--revision reaches every resolver of the model (worker processes too) through the environment."""
-    import os
-
-    from graphsim.catalog import REVISION_ENV
-
-    if value:
-        os.environ[REVISION_ENV] = value
-    else:
-        os.environ.pop(REVISION_ENV, None)
-    return value
-
-
-Revision = Annotated[str | None, typer.Option(
-    "--revision", callback=_revision, metavar="REV",
-    help="Branch, tag or commit of an HF id in the local Hugging Face cache (default: the snapshot refs/main "
-         "names), as vLLM's --revision; never downloads.")]
-
 # The deployment.
 GPU_HELP = ("GPU: a hardware spec id or alias (h100, h200, b200, a100, l40s; `graphsim profiles hardware` lists "
             "them) or a JSON spec file.")
@@ -106,6 +88,23 @@ KvDtype = Annotated[str | None, typer.Option(
     "--kv-dtype", "--kv-cache-dtype", callback=_kv_cache_dtype, metavar="DTYPE",
     help="KV-cache dtype: auto (the model dtype), bfloat16, float16, fp8 (= fp8_e4m3), "
          "fp8_e5m2 or int8.")]
+
+
+def _moe_routing(value: str | None) -> str | None:
+    from graphsim.costing.moe_routing import MoeRoutingError, parse_routing
+
+    try:
+        parse_routing(value)  # the command parses it again; a bad value stops here, before any work
+    except MoeRoutingError as e:
+        raise typer.BadParameter(str(e).removeprefix(f"--moe-routing {value}: ")) from None
+    return value
+
+
+MoeRoutingSpec = Annotated[str | None, typer.Option(
+    "--moe-routing", callback=_moe_routing, metavar="MODEL",
+    help="How tokens spread over routed experts: balanced, power-law[:ALPHA] (α 1.01 or 1.2, the tables' "
+         "exponents) or corpus:FILE.json (measured per-layer expert token counts). Default: power-law:1.2, "
+         "aiconfigurator's default; printed with the prediction.")]
 
 
 def _target_option(default: str = "") -> typer.models.OptionInfo:

@@ -14,7 +14,6 @@ from graphsim.cli.sources import load_source
 @app.command("predict")
 def predict_cmd(
     model: opt.GraphModel,
-    revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     ep: opt.Ep = 1,
@@ -23,6 +22,7 @@ def predict_cmd(
     target: opt.Target = "vllm",
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
+    moe_routing: opt.MoeRoutingSpec = None,
     interconnect: opt.Interconnect = None,
     link_bandwidth: opt.LinkBandwidth = None,
     gpus_per_node: opt.GpusPerNode = None,
@@ -34,6 +34,7 @@ def predict_cmd(
 ) -> None:
     """Predict iteration times for explicit batches; every number says where it came from."""
     from graphsim.cost_model import build_cost_model
+    from graphsim.costing.moe_routing import parse_routing
     from graphsim.costing.predict import predict
     from graphsim.workload import parse_batch_spec
 
@@ -42,7 +43,7 @@ def predict_cmd(
     hw = opt.hardware_on(gpu, opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                                     network_latency_us))
     cm = build_cost_model(lambda: load_source(model, dtype), hw, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
-                          profile=profile, target=target)
+                          profile=profile, target=target, moe_routing=parse_routing(moe_routing))
     pred = predict(cm, steps, specs)
     if as_json:
         print(json.dumps(pred.to_json(), indent=1, default=str))

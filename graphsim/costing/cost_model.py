@@ -9,16 +9,19 @@ without the importers or passes (DESIGN §3).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from graphsim.costing import moe_routing
 from graphsim.costing.composite import composite_note, graph_mla_blocks
 from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import KernelPricer
-from graphsim.costing.kernel_map import Dtypes
-from graphsim.costing.kernels import KernelKey
+from graphsim.costing.kernel_map import Dtypes, key_for
+from graphsim.costing.kernels import KernelKey, MoeRouting
+from graphsim.costing.moe_routing import RoutingModel
 from graphsim.costing.profile_db import ProfileDB
-from graphsim.ir import Graph
+from graphsim.ir import Graph, Op
+from graphsim.ir.geometry import MoeExpertsGeometry
 from graphsim.workload import Step
 
 
@@ -39,15 +42,19 @@ class CostModel:
     pipeline: str  # the passes this model's builder ran ('' when it was handed a finished kernel graph)
     dtype: str | None  # model dtype override asked for (None: the checkpoint's)
     kv_dtype: str | None  # KV-cache dtype asked for (None: the model dtype)
+    moe_routing: str = ""  # the MoE routing model priced with, stated ('' when the graph has no routed experts)
 
     @classmethod
     def of_kernel_graph(cls, graph: Graph, hardware: HardwareSpec | None = None, db: ProfileDB | None = None, *,
                         kv_dtype: str | None = None, dtype: str | None = None, data_note: str = "",
-                        pipeline: str = "") -> CostModel:
+                        pipeline: str = "", routing: RoutingModel | None = None) -> CostModel:
         """Compile a fused kernel graph's cost tree and pair it with a pricer for `db` and `hardware` (with no
-        `hardware`, the spec the db's meta names, if any)."""
+        `hardware`, the spec the db's meta names, if any). `routing`: the MoE routing model (None: the default,
+        `moe_routing.DEFAULT`)."""
         pricer = KernelPricer(db, hardware)
-        dtypes = Dtypes.for_graph(graph.meta, kv_dtype)
+        routing, routing_note = _routing_with_rows(graph, routing or moe_routing.DEFAULT, pricer,
+                                                   Dtypes.for_graph(graph.meta, kv_dtype))
+        dtypes = Dtypes.for_graph(graph.meta, kv_dtype, routing)
         # an MLA block the profile has whole-module rows for is priced by them (costing/composite.py)
         def has_rows(key: KernelKey) -> bool:
             return pricer.curve(key) is not None
@@ -57,7 +64,7 @@ class CostModel:
         data_note = f"{data_note}; {note}" if data_note and note else data_note or note
         return cls(graph, tree, pricer, dtypes, pricer.hardware,
                    str(db.path) if db is not None else None, data_note, graph.meta.tp,
-                   graph.meta.ep, graph.meta.fuse_target, pipeline, dtype, kv_dtype)
+                   graph.meta.ep, graph.meta.fuse_target, pipeline, dtype, kv_dtype, routing_note)
 
     @property
     def db(self) -> ProfileDB | None:
@@ -71,3 +78,22 @@ class CostModel:
     def evaluate(self, steps: list[Step]) -> Evaluation:
         """Price `steps` (one column per step) on the compiled tree."""
         return self.tree.evaluate(steps, self.pricer, self.dtypes)
+
+
+def _routing_with_rows(graph: Graph, routing: RoutingModel, pricer: KernelPricer, dt: Dtypes) -> tuple[RoutingModel, str]:
+    """The routing model to price with and its statement ('' for a graph without routed experts). A power-law
+    model whose rows the profile lacks for a MoE geometry that has balanced rows falls back to balanced, and
+    the statement says so."""
+    moe = [n.kernel for n in graph.nodes if n.op is Op.KERNEL and isinstance(n.kernel.geometry, MoeExpertsGeometry)]
+    if not moe:
+        return routing, ""
+    if routing.table is not MoeRouting.BALANCED and pricer.db is not None:
+        lacking = [a for a in moe if pricer.curve(key_for(a, replace(dt, routing=routing))) is None
+                   and pricer.curve(key_for(a, replace(dt, routing=moe_routing.BALANCED))) is not None]
+        if lacking:
+            return moe_routing.BALANCED, (f"{moe_routing.BALANCED.describe()} — {routing.spec} asked for, but the profile has "
+                                      f"no {routing.table.value} rows for {lacking[0].name} "
+                                      f"{lacking[0].geometry.as_dict()}")
+    if pricer.db is None:
+        return routing, f"{routing.describe()}; without a profile the MoE roofline spreads tokens evenly"
+    return routing, routing.describe()

@@ -77,6 +77,7 @@ class Prediction:
     tp: int
     ep: int
     batches: list[BatchReport]
+    moe_routing: str = ""  # the MoE routing model the routed experts were priced with ('' without routed experts)
 
     def to_json(self) -> dict[str, Any]:
         def row(r: KernelRow) -> dict[str, Any]:
@@ -87,7 +88,7 @@ class Prediction:
 
         return {
             "model": self.model, "hardware": self.hardware, "profile": self.profile, "data": self.data_note,
-            "tp": self.tp, "ep": self.ep,
+            "tp": self.tp, "ep": self.ep, "moe_routing": self.moe_routing or None,
             "batches": [dict({k: v for k, v in vars(b).items() if k != "rows"}, kernels=[row(r) for r in b.rows])
                         for b in self.batches],
         }
@@ -116,7 +117,7 @@ def predict(cm: CostModel, steps: list[Step], specs: list[str]) -> Prediction:
     regions = _regions(tree)
     batches = [_batch_report(tree, ev, b, spec, regions, dtypes) for b, spec in enumerate(specs)]
     return Prediction(cm.graph.name, cm.hardware.id if cm.hardware else "none", cm.profile, cm.data_note, cm.tp,
-                      cm.ep, batches)
+                      cm.ep, batches, cm.moe_routing)
 
 
 def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions: dict[int, str],

@@ -77,6 +77,8 @@ def tally_line(b: BatchReport) -> str:
 def render_prediction(p: Prediction, show_tree: bool = True, limit: int = 25) -> Group:
     head = (f"[bold]{p.model}[/] on [bold]{p.hardware}[/] tp={p.tp} ep={p.ep}\n"
             f"[dim]data:[/] {p.data_note}")
+    if p.moe_routing:
+        head += f"\n[dim]MoE routing:[/] {escape(p.moe_routing)}"
     parts: list = [head]
     for b in p.batches:
         if show_tree:

@@ -82,3 +82,17 @@ def test_bad_input_is_one_line(capsys, args, fragment):
     err = capsys.readouterr().err
     assert code == 2 and fragment in err
     assert len([line for line in err.strip().splitlines() if line.strip()]) == 1
+
+
+def test_moe_routing_is_stated_and_a_bad_one_is_a_usage_error(capsys):
+    p = run_json(capsys, "predict", "qwen3-30b-a3b", "--gpu", "h200", "--batch", "decode:8x128",
+                 "--moe-routing", "balanced")
+    assert p["moe_routing"].startswith("balanced")
+    assert run_json(capsys, "predict", "qwen3-30b-a3b", "--gpu", "h200", "--batch", "decode:8x128")[
+        "moe_routing"].startswith("power-law α=1.2")  # the default
+    assert run_json(capsys, "predict", "llama-3.1-8b", "--gpu", "h200", "--batch", "decode:8x128")[
+        "moe_routing"] is None  # no routed experts
+    code = main(["predict", "qwen3-30b-a3b", "--moe-routing", "power-law:1.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--moe-routing" in err and "1.01, 1.2" in err
+    assert len([line for line in err.strip().splitlines() if line.strip()]) == 1
