@@ -190,6 +190,11 @@ class CollectivePlan:
     note: str
 
 
+# vLLM's all-gather and reduce-scatter call pynccl only (CudaCommunicator.all_gatherv / reduce_scatter); its EP
+# all-to-all goes through an all2all manager (VLLM_ALL2ALL_BACKEND: naive, allgather_reducescatter, DeepEP, ...)
+_NOT_ALL_REDUCE = {CollectiveOp.ALL_TO_ALL: "priced as NCCL's all-to-all; vLLM's all2all backend may differ"}
+
+
 def plan_collective(op: CollectiveOp, world_size: int, dtype: KernelDtype, message_bytes: int, tokens: int,
                     ctx: CollectiveContext | None) -> CollectivePlan:
     """Which implementation runs one collective message (`tokens`: the step's tokens, for graph or eager) and
@@ -201,7 +206,7 @@ def plan_collective(op: CollectiveOp, world_size: int, dtype: KernelDtype, messa
         choice = choose_all_reduce(message_bytes, world_size, ctx.topology, compute_capability=ctx.compute_capability,
                                    dtype=dtype, custom_all_reduce=ctx.custom_all_reduce)
     else:
-        choice = AllReduceChoice(AllReduceImpl.NCCL, f"vLLM runs {op.value} with NCCL")
+        choice = AllReduceChoice(AllReduceImpl.NCCL, _NOT_ALL_REDUCE.get(op, f"vLLM runs {op.value} with NCCL"))
     impl = choice.impl.value
     mode = "graph" if graph else "eager"
     no_rows = ctx.rows_apply(world_size)

@@ -6,7 +6,9 @@ all_reduce_utils.py; see graphsim/costing/collectives.py) or from the bundled sp
 import numpy as np
 import pytest
 
-from graphsim.costing.collectives import AllReduceImpl, CollectiveContext, choose_all_reduce, plan_collective
+from graphsim.costing.collectives import (
+    AllReduceImpl, CollectiveContext, choose_all_reduce, plan_collective, plan_steps,
+)
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.errors import HardwareSpecError
 from graphsim.costing.hardware import InterconnectOverrides, LinkKind, Topology, load_hardware
@@ -180,3 +182,16 @@ def test_overrides_and_spec_fields():
     assert InterconnectOverrides().apply(h200) is h200
     back = type(h200).from_json(h200.to_json())
     assert back.topology() == h200.topology() and back.compute_capability == "9.0"
+
+
+def test_steps_grouped_by_the_limits_they_cross():
+    """H200 TP4, 16 KiB per token (hidden 8192, bf16): custom AR while T·16 KiB < 8 MiB (T < 512), symmetric memory
+    while T·16 KiB <= 32 MiB (T <= 2048), NCCL above; CUDA graphs up to 512 tokens."""
+    ctx = CollectiveContext(load_hardware("h200").topology(), "9.0", None, lambda _key: True)
+    tokens = np.arange(1, 4097)
+    plans = plan_steps(CollectiveOp.ALL_REDUCE, 4, D.BF16, tokens * 16 * KiB, tokens, ctx)
+    got = sorted((int(tokens[idx[0]]), int(tokens[idx[-1]]), p.key.implementation, p.note.split(" ")[0])
+                 for p, idx in plans)
+    assert got == [(1, 511, "vllm_custom_graph", "custom_ar"), (512, 512, "vllm_custom_graph", "symm_mem"),
+                   (513, 2048, "vllm_custom_eager", "symm_mem"), (2049, 4096, "nccl", "nccl")]
+    assert sum(len(idx) for _, idx in plans) == len(tokens)
