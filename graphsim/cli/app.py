@@ -76,10 +76,14 @@ def _root(
                                  help="Print graphsim's version and exit."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Trace the model again instead of reading the graph "
                                   "cache ($GRAPHSIM_HOME/cache/graphs), and store nothing there."),
+    no_auto_profile: bool = typer.Option(False, "--no-auto-profile", help="Do not build a missing "
+                                         "$GRAPHSIM_HOME/profiles/<gpu>_vllm.db from aiconfigurator-core's tables."),
 ) -> None:
     STATE["debug"] = debug
     if no_cache:  # the environment reaches every importer, worker processes included
         os.environ["GRAPHSIM_NO_CACHE"] = "1"
+    if no_auto_profile:
+        os.environ["GRAPHSIM_NO_AUTO_PROFILE"] = "1"
 
 
 def _register() -> None:

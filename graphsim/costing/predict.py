@@ -159,6 +159,10 @@ def default_data(hardware: HardwareSpec) -> tuple[ProfileDB | None, str]:
     """The default profile.db of `hardware` when it exists, and a plain statement of what the numbers rest on
     (an explicit profile is opened by `graphsim.cost_model.profile_data`)."""
     default = default_profile_path(hardware.id)
+    if not default.exists():  # measured by default: built once from aiconfigurator-core when it has the GPU
+        from graphsim.costing.auto_profile import auto_build
+
+        auto_build(hardware.id, default)
     if default.is_file():
         db = ProfileDB.open(default)
         return db, f"measured rows from {default}; {ROWLESS_NOTE}"

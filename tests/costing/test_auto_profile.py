@@ -1,0 +1,51 @@
+"""Measured by default: a missing default profile.db is built once from aiconfigurator-core's tables (here the
+small fake package tree of test_costing_aiconfigurator), announced on stderr; the opt-out builds nothing."""
+
+from __future__ import annotations
+
+import pytest
+from test_costing_aiconfigurator import fake_root  # noqa: F401  (the fixture)
+
+from graphsim.costing import aiconfigurator_import as aic
+from graphsim.costing import auto_profile
+from graphsim.costing.hardware import load_hardware
+from graphsim.costing.predict import default_data, default_profile_path
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(auto_profile.NO_AUTO_PROFILE_ENV, raising=False)
+    return tmp_path / "home"
+
+
+def test_first_use_builds_the_default_profile(home, fake_root, monkeypatch, capsys):  # noqa: F811
+    monkeypatch.setattr(aic, "aiconfigurator_root", lambda: fake_root)
+    hw = load_hardware("h200")
+    db, note = default_data(hw)
+    path = default_profile_path(hw.id)
+    assert path == home / "profiles" / "h200_sxm_vllm.db" and path.is_file()
+    assert db is not None and f"measured rows from {path}" in note
+    err = capsys.readouterr().err
+    assert err.count("notice:") == 1 and f"building {path} once" in err and "GRAPHSIM_NO_AUTO_PROFILE=1" in err
+    db2, _ = default_data(hw)  # the second use reads the file: no notice, no rebuild
+    assert db2 is not None and "notice:" not in capsys.readouterr().err
+
+
+def test_opt_out_and_a_gpu_without_tables_build_nothing(home, fake_root, monkeypatch, capsys):  # noqa: F811
+    monkeypatch.setattr(aic, "aiconfigurator_root", lambda: fake_root)
+    monkeypatch.setenv(auto_profile.NO_AUTO_PROFILE_ENV, "1")
+    db, note = default_data(load_hardware("h200"))
+    assert db is None and "roofline" in note and not (home / "profiles").exists()
+    monkeypatch.delenv(auto_profile.NO_AUTO_PROFILE_ENV)
+    assert auto_profile.auto_build("a100_sxm", home / "profiles" / "a100_sxm_vllm.db") is False  # not in the tree
+    assert capsys.readouterr().err == ""
+
+
+def test_missing_package_builds_nothing(home, monkeypatch):
+    def absent():
+        raise aic.OptionalDependencyError("aiconfigurator-core is not installed")
+
+    monkeypatch.setattr(aic, "aiconfigurator_root", absent)
+    db, _ = default_data(load_hardware("h200"))
+    assert db is None and not (home / "profiles").exists()
