@@ -37,11 +37,7 @@ def publish(tmp: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
 
 def output_error(path: str | os.PathLike[str], e: OSError) -> OutputError:
     """The one-line error for an output that could not be written."""
-    why = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-           errno.EACCES: "permission denied", errno.EPERM: "permission denied",
-           errno.EROFS: "read-only file system", errno.ENOENT: "no such directory",
-           errno.EISDIR: "it is a directory", errno.ENOTDIR: "a parent is not a directory"}.get(
-        e.errno or 0, e.strerror or str(e))
+    why = e.strerror or os.strerror(e.errno) if e.errno else str(e)  # "No space left on device", "Permission denied", …
     return OutputError(f"cannot write {os.fspath(path)}: {why}; choose a writable output path with free space "
                        "(nothing was written; a previous file there is unchanged)")
 

@@ -133,10 +133,7 @@ def write_draft_map(p: Prepared, path: str | Path, map_id: str = "new-family") -
     """Write a skeleton location map of this deployment (see `work.analyzer.maps.draft_map`)."""
     if p.rows is None:
         raise GraphsimError(f"cannot draft a location map: {p.reason}")
-    out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        tmp.write_text(json.dumps(draft_map(p.sites, p.rows, p.fuse_target, map_id), indent=1) + "\n")
-        tmp.replace(out)
-    except OSError as e:
-        raise GraphsimError(f"cannot write {out}: {e.strerror or e}") from None
+    from graphsim.atomic import atomic_writer
+
+    with atomic_writer(path) as f:  # whole or not at all; a failed write is one line naming the path
+        f.write(json.dumps(draft_map(p.sites, p.rows, p.fuse_target, map_id), indent=1) + "\n")

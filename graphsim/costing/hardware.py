@@ -274,9 +274,12 @@ def load_hardware(name: str) -> HardwareSpec:
 
 
 def save_hardware(spec: HardwareSpec, path: str | os.PathLike[str]) -> Path:
+    from graphsim.atomic import atomic_writer
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(spec.to_json(), indent=2) + "\n")
+    with atomic_writer(p) as f:  # whole or not at all
+        f.write(json.dumps(spec.to_json(), indent=2) + "\n")
     return p
 
 

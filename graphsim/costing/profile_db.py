@@ -217,7 +217,10 @@ class ProfileDB:
             finally:
                 self._tx_depth -= 1
             return
-        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")  # waits out another writer up to the busy timeout
+        except sqlite3.DatabaseError as e:
+            raise _db_error(e, self.path) from e
         self._tx_depth = 1
         try:
             yield
@@ -363,6 +366,9 @@ def _where(spec: TableSpec, key: KernelKey, point: Point | None) -> tuple[str, t
 
 def _db_error(e: sqlite3.DatabaseError, path: Path) -> ProfileDBError:
     msg = str(e)
+    if "locked" in msg or "busy" in msg:  # another writer held it past sqlite3's busy timeout (5 s by default)
+        return ProfileDBError(f"'{path}' is being written by another process (SQLite: {msg}); wait for it to finish "
+                              "or write to another file")
     if "not a database" in msg or "malformed" in msg or "disk image" in msg:
         return ProfileDBCorruptError(f"'{path}' is not a readable profile.db ({msg}); delete it and {REBUILD_HINT}")
     return ProfileDBError(f"'{path}': SQLite error: {msg}")

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from graphsim.atomic import publish
+from graphsim.atomic import atomic_writer
 from graphsim.errors import GraphsimError
 from graphsim.ir.attrs import attrs_from_json, attrs_to_json, attrs_to_text
 from graphsim.ir.graph import Graph, LayerSchedule, Node
@@ -87,20 +85,9 @@ def graph_from_json(d: dict[str, Any]) -> Graph:
 
 def save_graph(g: Graph, path: str | Path) -> None:
     """Write atomically: a failed write leaves no half-written file behind."""
-    path = Path(path)
     text = json.dumps(graph_to_json(g), indent=1)
-    parent = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as e:
-        raise GraphsimError(f"cannot write {path}: {e.strerror}; choose a writable output path") from None
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        publish(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise GraphsimError(f"cannot write {path}: {e.strerror}; choose a writable output path") from None
+    with atomic_writer(path) as f:  # temp beside it, fsync, rename; removed on an error or Ctrl-C
+        f.write(text)
 
 
 def load_graph(path: str | Path) -> Graph:

@@ -177,8 +177,11 @@ def write_pareto_png(res: SearchResult, path: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = p.with_name(p.name + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(p)
+    from graphsim.atomic import atomic_path
+
+    try:
+        with atomic_path(p) as tmp:  # whole or not at all; a failed write is one line naming the path
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)
     return p
