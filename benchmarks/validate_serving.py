@@ -23,7 +23,9 @@ each run the harness
    Output length per request: the run's measured total output tokens / completed requests (the runs
    did not pass --ignore-eos, so a few requests stopped early; this is a workload fact, not a fitted
    number);
-4. prints predicted vs measured mean TTFT, mean TPOT and output throughput per run, the median and
+4. models the run's vLLM version (`--engine vllm==0.10.1`: its defaults and host time) when graphsim's
+   deployment config takes an engine version;
+5. prints predicted vs measured mean TTFT, mean TPOT and output throughput per run, the median and
    worst |error| per model × topology group, and how many errors are over and under.
 
 By default the harness leaves out, with the reason printed: runs where some requests failed (the
@@ -157,10 +159,12 @@ class Predictor:
             link["link"] = "pcie"
         if link and "interconnect" in inspect.signature(opt.deployment_data).parameters:
             extra["interconnect"] = link
+        if hasattr(opt, "Engine"):  # graphsim models engine versions: the run's (major.minor.patch)
+            extra["engine"] = "vllm==" + ".".join(test["vllm"].split(".")[:3])
         data = opt.deployment_data(MODELS[test["model"]], GPU[test["gpu"]], test["tp"], 1,
                                    kv_memory=f"{test['kv_cache_memory_gib']}GiB", max_model_len=test["max_model_len"],
                                    **extra)
-        return plan_deployment(DeploymentConfig.parse(data)), bool(extra)
+        return plan_deployment(DeploymentConfig.parse(data)), "interconnect" in extra
 
     def cost(self, dep, key: tuple[str, int]):
         from graphsim.serving.deployment import build_cost
@@ -213,6 +217,7 @@ def error_pct(p: float, m: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    ap.add_argument("--markdown", action="store_true", help="print the group table as Markdown (for docs)")
     ap.add_argument("--subset", action="append", default=[], help="run id prefix, t<test>, model or topology (repeatable)")
     ap.add_argument("--all", action="store_true", help="include the runs left out by default (reasons printed)")
     ap.add_argument("--profile", help="A100 profile.db (default: built once from aiconfigurator's tables)")
@@ -267,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
+    if args.markdown:
+        print("\n| group | runs | " + " | ".join(f"{lbl}: median \\|err\\| / worst (over:under)" for _, lbl in METRICS) + " |")
+        print("|---|---|" + "---|" * len(METRICS))
+        for g, gs in [*summary.items(), ("all", {"runs": len(rows), **overall})]:
+            cells = [f"{gs[k]['median_abs_pct']:.1f} % / {gs[k]['worst_pct']:+.1f} % ({gs[k]['over']}:{gs[k]['under']})"
+                     for k, _ in METRICS if k in gs]
+            print(f"| {g} | {gs['runs']} | " + " | ".join(cells) + " |")
     print()
     print(f"{'group':<58} {'runs':>4}  " + "  ".join(f"{lbl + ' med|err| / worst (over:under)':<36}" for _, lbl in METRICS))
     for g, s in [*summary.items(), ("all", {"runs": len(rows), **overall})]:
