@@ -25,6 +25,7 @@ def kv_cmd(
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     max_num_seqs: opt.MaxNumSeqs = None,
     kv_memory: opt.KvMemory = None,
+    engine: opt.Engine = opt.DEFAULT_ENGINE,
     from_vllm_log: opt.FromVllmLog = None,
     activation_gib: float | None = typer.Option(None, "--activation-gib", help="Activation peak instead of the estimate."),
     overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory instead of the assumed 0.5 GiB."),
@@ -45,7 +46,7 @@ def kv_cmd(
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        block_size=block_size, kv_memory=kv_memory,
+        block_size=block_size, kv_memory=kv_memory, engine=engine,
         memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib}))
     dep = plan_deployment(config)
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None

@@ -107,8 +107,12 @@ def simulate_cmd(
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     max_num_seqs: opt.MaxNumSeqs = None,
     block_size: opt.BlockSize = None,
-    prefix_caching: opt.PrefixCaching = True,
-    chunked_prefill: opt.ChunkedPrefill = True,
+    prefix_caching: opt.PrefixCaching = None,
+    chunked_prefill: opt.ChunkedPrefill = None,
+    engine: opt.Engine = opt.DEFAULT_ENGINE,
+    async_scheduling: opt.AsyncScheduling = None,
+    host_time: bool = typer.Option(True, "--host-time/--no-host-time", help="Add the engine's host time (scheduling, "
+                                   "input prep, sampling; docs/serving.md) to every iteration, or price GPU kernels only."),
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
     profile: opt.Profile = None,
@@ -146,7 +150,7 @@ def simulate_cmd(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
-        enable_chunked_prefill=chunked_prefill))
+        enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling))
     dep = plan_deployment(config)
     ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
     due: list[float] | None = None
@@ -189,7 +193,7 @@ def simulate_cmd(
             check_writable(out_path)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
         cost, note, _ = build_cost(dep, profile)
-    setup = dep.simulation_setup(cost, router=router)
+    setup = dep.simulation_setup(cost, router=router, host_time=host_time)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)

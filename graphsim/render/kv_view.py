@@ -93,8 +93,8 @@ def capacity_lines(dep: Deployment) -> list[str]:
                  f"max_model_len {cap.max_model_len:,} needs {cap.blocks_per_request:,} blocks")
     if lay.single_block_size:
         lines.append(f"tokens in the cache: {cap.num_blocks:,} × {lay.block_size} = {cap.num_blocks * lay.block_size:,}")
-    a, b = cap.vllm_log_lines()
-    lines.append(f"as vLLM logs it: [bold]{a}[/], [bold]{b}[/]")
+    lines.append(f"as {cap.profile.name} ({cap.profile.family}) logs it: "
+                 + "; ".join(f"[bold]{line}[/]" for line in cap.vllm_log_verbatim()))
     if not cap.fits_one_request and cap.num_blocks > 0:
         lines.append("[bold red]one request of max_model_len does not fit[/]: vLLM refuses to start; lower "
                      "--max-model-len or raise --gpu-memory-utilization")

@@ -17,6 +17,7 @@ from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.config import DeploymentConfig, ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
+from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout, kv_layout
 from graphsim.serving.memory import MemoryBudget, memory_budget
 from graphsim.serving.pricing import IterationCost, iteration_cost
@@ -49,8 +50,9 @@ class Deployment:
         return self.config.dtype
 
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
-                         fast_forward: bool = True) -> SimulationSetup:
-        """The simulator's setup: `replicas` engines (default: the config's data_parallel_size) behind `router`."""
+                         fast_forward: bool = True, host_time: bool = True) -> SimulationSetup:
+        """The simulator's setup: `replicas` engines (default: the config's data_parallel_size) behind `router`;
+        `host_time`: each iteration carries the engine's host time (host.py; False: GPU kernels only)."""
         if not self.capacity.fits_one_request:
             raise CapacityError(
                 f"the KV cache holds {self.capacity.num_blocks} blocks but one request of max_model_len "
@@ -58,7 +60,10 @@ class Deployment:
                 "--gpu-memory-utilization (or --kv-memory)")
         parallel = self.config.parallel if replicas is None else ParallelConfig(
             tensor_parallel_size=self.tp, data_parallel_size=replicas)
-        return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward)
+        host = EngineHost(self.engine.host, self.acc.spec.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
+            if host_time else None
+        return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
+                               host=host)
 
     def cost_model(self, profile: str | None = None, target: str = "vllm") -> CostModel:
         """The deployment's cost model: its model traced with its dtype, fused for `target`, split over its TP
@@ -81,7 +86,9 @@ class Deployment:
                        "prefix_caching_simulated": e.enable_prefix_caching and self.layout.prefix_cacheable,
                        "enable_chunked_prefill": e.enable_chunked_prefill,
                        "max_in_flight_tokens": e.max_in_flight_tokens,
-                       "gpu_memory_utilization": e.gpu_memory_utilization},
+                       "gpu_memory_utilization": e.gpu_memory_utilization,
+                       "async_scheduling": e.async_scheduling, "profile": e.profile.to_json(),
+                       "host": e.host.to_json()},
             "layout": {
                 "bytes_per_token_per_rank": self.layout.bytes_per_token,
                 "state_bytes_per_request_per_rank": self.layout.state_bytes_per_request,
@@ -114,7 +121,7 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
                            eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=mem.activation_gib,
                            overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
                            available_bytes=e.kv_cache_memory_bytes)
-    cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens)
+    cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     return Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
 
 

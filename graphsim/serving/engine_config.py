@@ -1,10 +1,12 @@
-"""Scheduler and cache settings of one vLLM engine, with vLLM 0.33.0's defaults per GPU.
+"""Scheduler and cache settings of one vLLM engine, with the defaults of the selected vLLM version per GPU.
 
-`vllm serve` (UsageContext.OPENAI_API_SERVER) picks `max_num_batched_tokens` / `max_num_seqs` from the
-device memory (`EngineArgs.get_batch_defaults`, vllm/engine/arg_utils.py): ≥ 160 GiB → 16384 /
-1024; ≥ 70 GiB and not an A100 → 8192 / 1024; otherwise 2048 / 256. Chunked prefill and prefix
-caching are on, async scheduling is on (two batches in flight), the watermark is 0, and admission
-requires the whole current sequence to fit (`scheduler_reserve_full_isl = True`,
+`engine` names the vLLM version (`vllm`, the newest graphsim knows, or `vllm==0.10.1`, …); its family's
+defaults and behaviour come from `graphsim.serving.engine_versions` (V0 ≤ 0.7, V1 0.8–0.13, V1 with async
+scheduling ≥ 0.14). For the newest (0.33.0), `vllm serve` (UsageContext.OPENAI_API_SERVER) picks
+`max_num_batched_tokens` / `max_num_seqs` from the device memory (`EngineArgs.get_batch_defaults`,
+vllm/engine/arg_utils.py): ≥ 160 GiB → 16384 / 1024; ≥ 70 GiB and not an A100 → 8192 / 1024; otherwise
+2048 / 256. Chunked prefill and prefix caching are on, async scheduling is on (two batches in flight), the
+watermark is 0, and admission requires the whole current sequence to fit (`scheduler_reserve_full_isl = True`,
 vllm/config/scheduler.py).
 """
 
@@ -12,10 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pydantic import Field
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.errors import GraphsimError
+from graphsim.serving.engine_versions import NEWEST_PROFILE, EngineProfile, EngineVersionError, parse_engine
+from graphsim.serving.host import HostModel
 from graphsim.validation import Strict
 
 GiB = 1 << 30
@@ -39,22 +44,43 @@ class EngineArgs(Strict):
     max_num_seqs: int | None = Field(default=None, ge=1, le=1 << 31)
     max_model_len: int | None = Field(default=None, ge=1, le=1 << 31)
     block_size: int | None = Field(default=None, ge=1, le=1 << 20)
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    max_concurrent_batches: int = Field(default=2, ge=1, le=64)  # async scheduling: 2 batches in flight
+    enable_prefix_caching: bool | None = None  # None: the engine version's default
+    enable_chunked_prefill: bool | None = None
+    async_scheduling: bool | None = None  # None: the engine version's default (on from 0.14)
+    max_concurrent_batches: int | None = Field(default=None, ge=1, le=64)  # None: 2 with async scheduling (0.30+)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     kv_cache_memory_bytes: int | None = Field(default=None, gt=0, le=1 << 50)
+    engine: str = "vllm"  # vLLM version: vllm (the newest graphsim knows), vllm==0.10.1, vllm==0.6, …
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str) -> str:
+        try:
+            parse_engine(v)
+        except EngineVersionError as e:
+            raise PydanticCustomError("engine", "{reason}", {"reason": str(e)}) from None
+        return v
+
+    @property
+    def profile(self) -> EngineProfile:
+        return parse_engine(self.engine)
 
     def resolve(self, hardware: HardwareSpec, cfg: dict) -> EngineConfig:
         """The settings with vLLM serve's defaults for this GPU and model filled in (EngineConfigError when
         the model has no context length and none was given, or the settings contradict each other)."""
-        mnbt, seqs = batch_defaults(hardware)
+        p = self.profile
         mml = self.max_model_len or default_max_model_len(cfg)
         if mml is None:
             raise EngineConfigError("the config has no max_position_embeddings; give --max-model-len")
+        sliding = bool(cfg.get("sliding_window")) or "sliding_attention" in (cfg.get("layer_types") or ())
+        chunked = (p.enable_chunked_prefill(mml, sliding) if self.enable_chunked_prefill is None
+                   else self.enable_chunked_prefill)
+        mnbt, seqs = p.batch_defaults(hardware, mml, chunked)
+        caching = p.enable_prefix_caching() if self.enable_prefix_caching is None else self.enable_prefix_caching
+        async_ = p.async_scheduling if self.async_scheduling is None else self.async_scheduling
+        batches = self.max_concurrent_batches or p.concurrent_batches(async_)
         return EngineConfig(self.max_num_batched_tokens or mnbt, self.max_num_seqs or seqs, mml, self.block_size,
-                            self.enable_prefix_caching, self.enable_chunked_prefill, self.max_concurrent_batches,
-                            self.gpu_memory_utilization).check()
+                            caching, chunked, batches, self.gpu_memory_utilization, p, async_).check()
 
 
 @dataclass(frozen=True)
@@ -69,6 +95,26 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     max_concurrent_batches: int = 2  # async scheduling: 2 batches in flight (reserve for sliding windows)
     gpu_memory_utilization: float = 0.9
+    profile: EngineProfile = NEWEST_PROFILE  # the vLLM version whose behaviour the scheduler follows
+    async_scheduling: bool = True
+
+    @property
+    def host(self) -> HostModel:
+        """The engine's host-time model: its family's constants, overlapped with the GPU under async scheduling."""
+        return self.profile.host.with_overlap(self.async_scheduling)
+
+    @property
+    def prefill_first(self) -> bool:
+        """V0's default scheduler (no chunked prefill): a step with prompts to admit runs no decodes."""
+        return self.profile.prefill_first and not self.enable_chunked_prefill
+
+    @property
+    def watermark(self) -> float:
+        return self.profile.watermark
+
+    @property
+    def reserve_full_isl(self) -> bool:
+        return self.profile.reserve_full_isl
 
     @property
     def max_in_flight_tokens(self) -> int:
@@ -90,14 +136,10 @@ class EngineConfig:
         return replace(self, **changes)
 
 
-def batch_defaults(hardware: HardwareSpec) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) that `vllm serve` picks on this GPU."""
-    mem = hardware.memory_bytes
-    if mem >= 160 * GiB:
-        return 16384, 1024
-    if mem >= 70 * GiB and "a100" not in hardware.name.lower() and "a100" not in hardware.id.lower():
-        return 8192, 1024
-    return 2048, 256
+def batch_defaults(hardware: HardwareSpec, profile: EngineProfile = NEWEST_PROFILE) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) that `vllm serve` of `profile`'s version picks on this GPU (chunked
+    prefill on)."""
+    return profile.batch_defaults(hardware, 0, True)
 
 
 def default_max_model_len(cfg: dict) -> int | None:

@@ -33,6 +33,7 @@ import numpy as np
 
 from graphsim.serving.blocks import BlockPool
 from graphsim.serving.engine_config import EngineConfig
+from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost, SourceMeter
 from graphsim.serving.records import IterationLog, Request, Samples
@@ -134,6 +135,7 @@ class Engine:
         self.fast_forward = True
         self.source_counts: dict[int, int] = {}
         self.meter: SourceMeter | None = None  # per-source shares of the committed iteration times (simulator sets it)
+        self.host: EngineHost | None = None  # host time added to each iteration's GPU time (None: kernels only)
 
     # --- bookkeeping ---------------------------------------------------------------------------
     @property
@@ -196,10 +198,14 @@ class Engine:
             hits += run_hits
         return hits, shared, evictable, run_hits
 
-    def _blocks_to_admit(self, r: Request, hits: int, evictable: int) -> int:
-        """Free blocks the head of the queue needs to be admitted (`scheduler_reserve_full_isl`)."""
-        tokens = min(r.num_tokens, self.config.max_model_len)
-        return self.layout.admission_blocks(tokens, self.config.max_in_flight_tokens) - hits + evictable
+    def _blocks_to_admit(self, r: Request, hits: int, evictable: int, upto: int | None = None) -> int:
+        """Free blocks the head of the queue needs to be admitted: its whole current sequence
+        (`scheduler_reserve_full_isl`, vLLM 0.20+) or, before, the tokens up to `upto` (computed + this chunk);
+        V0 also keeps `watermark` of the blocks free (BlockSpaceManager.can_allocate)."""
+        config = self.config
+        tokens = min(r.num_tokens if config.reserve_full_isl or upto is None else upto, config.max_model_len)
+        need = self.layout.admission_blocks(tokens, config.max_in_flight_tokens) - hits + evictable
+        return need + int(config.watermark * self.pool.num_blocks)
 
     def _admit(self, token_budget: int) -> tuple[Request, int, int] | None:
         """Try the head of the waiting queue; returns (request, running index, scheduled tokens) or None."""
@@ -210,7 +216,7 @@ class Engine:
         if not self.config.enable_chunked_prefill and new > token_budget:
             return None
         new = min(new, token_budget)
-        if self._blocks_to_admit(r, hits, evictable) > self.pool.free:
+        if self._blocks_to_admit(r, hits, evictable, computed + new) > self.pool.free:
             return None
         self.waiting.popleft()
         pool = self.pool
@@ -239,10 +245,13 @@ class Engine:
         self.now_t = t
         config, running, pool = self.config, self.running, self.pool
         token_budget = config.max_num_batched_tokens
-        preempted = 0
+        preempted = admitted = 0
         n = running.size
         all_decode = False
-        if n:
+        first = self._prefill_first(token_budget) if config.prefill_first and self.waiting else None
+        if first is not None:  # V0: this step runs the admitted prompts only
+            scheduled, admitted = first, running.size - n
+        elif n:
             computed, held = running.num_computed_tokens[:n], running.num_held_blocks[:n]
             remaining = running.num_tokens[:n] - computed
             total = int(remaining.sum())
@@ -267,8 +276,7 @@ class Engine:
                 held[:] = new_held
         else:
             scheduled = np.zeros(0, dtype=np.int64)
-        admitted = 0
-        if not preempted and self.waiting:
+        if first is None and not preempted and self.waiting:
             left = token_budget - int(scheduled.sum())
             added = []
             while left > 0 and self.waiting and running.size < config.max_num_seqs:
@@ -292,9 +300,9 @@ class Engine:
             # a decode segment: every running request decodes, nothing else can change
             if (self.fast_forward and not self.registering and int(running.num_output_tokens[:n].min()) >= 1
                     and self._waiting_blocked()):
-                k, times_us, sources, held_per_iteration = self._segment_length(t, horizon)
+                k, times_us, gpu_us, sources, held_per_iteration = self._segment_length(t, horizon)
                 if k > 1:
-                    return self._plan_segment(t, k, times_us, sources, held_per_iteration)
+                    return self._plan_segment(t, k, times_us, gpu_us, sources, held_per_iteration)
             num_decodes, decode_context_mean, chunks, prefill_tokens = n, float(computed.sum()) / n, [], 0
         else:
             decodes = scheduled == 1
@@ -304,18 +312,34 @@ class Engine:
             chunks = list(zip(scheduled[chunked].tolist(), computed[chunked].tolist(), strict=True))
             prefill_tokens = int(scheduled[chunked].sum())
         tokens, seqs = int(scheduled.sum()), int(np.count_nonzero(scheduled))
-        duration_us, source = self.cost.step_us(tokens, seqs, num_decodes, decode_context_mean, chunks)
+        gpu_us, source = self.cost.step_us(tokens, seqs, num_decodes, decode_context_mean, chunks)
+        duration_us = self.host.iteration_us(gpu_us, tokens, seqs) if self.host is not None else gpu_us
         duration_s = duration_us * 1e-6
         end = t + duration_s
         self.plan = StepPlan(t, end, scheduled, source)
         self.log.row(t, duration_s, tokens, seqs, prefill_tokens, num_decodes, n, len(self.waiting), pool.used,
-                     preempted, source, self.index)
+                     preempted, source, self.index, (duration_us - gpu_us) * 1e-6)
         self.iterations += 1
         self.source_counts[source] = self.source_counts.get(source, 0) + 1
         if self.meter is not None:
-            self.meter.step(duration_us, source, tokens, seqs, num_decodes, decode_context_mean, chunks)
+            self.meter.step(gpu_us, source, tokens, seqs, num_decodes, decode_context_mean, chunks)
         self.busy_until = end
         return end
+
+    def _prefill_first(self, token_budget: int) -> np.ndarray | None:
+        """V0's default policy (`Scheduler._schedule_default`, vllm/core/scheduler.py 0.6.3): admit waiting prompts,
+        whole, within the token budget; if any was admitted the step runs them alone (the running requests do not
+        decode). Returns the step's scheduled tokens (0 for the running requests), or None when none was admitted."""
+        n0, left, added = self.running.size, token_budget, []
+        while left > 0 and self.waiting and self.running.size < self.config.max_num_seqs:
+            got = self._admit(left)
+            if got is None:
+                break
+            added.append(got[2])
+            left -= got[2]
+        if not added:
+            return None
+        return np.concatenate([np.zeros(n0, dtype=np.int64), np.asarray(added, dtype=np.int64)])
 
     def _allocate_with_preemption(self, scheduled: np.ndarray, new_held: np.ndarray) -> tuple[np.ndarray, int]:
         """Allocate in running order; when short, preempt the last running request (vLLM FCFS)."""
@@ -350,7 +374,9 @@ class Engine:
             return True
         r = self.waiting[0]
         hits, _, evictable, _ = self._prefix_hits(r)
-        return self._blocks_to_admit(r, hits, evictable) > self.pool.free  # free blocks only shrink while decoding
+        chunk = min(r.num_tokens - hits * self.block_size, self.config.max_num_batched_tokens - n)
+        # free blocks only shrink while decoding
+        return self._blocks_to_admit(r, hits, evictable, hits * self.block_size + chunk) > self.pool.free
 
     def _segment_blocks(self, k: int) -> np.ndarray:
         """Blocks the running requests hold during each of k decode iterations (iteration j allocates
@@ -367,29 +393,32 @@ class Engine:
         steps = computed[:, None] + np.arange(k, dtype=np.int64)[None, :]
         return self.layout.held_blocks(steps, np.ones_like(steps)).sum(axis=0)
 
-    def _segment_length(self, t: float, horizon: float) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    def _segment_length(self, t: float, horizon: float) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(iterations, their times with host time, their GPU times, sources, blocks held per iteration)."""
         running = self.running
         n = running.size
         k = int(min(int((running.max_tokens[:n] - running.num_output_tokens[:n]).min()), MAX_SEGMENT_ITERATIONS))
         if not self.layout.single_block_size:
             k = min(k, max(2, 200_000 // n))
         if k <= 1:
-            return 1, np.zeros(0), np.zeros(0), np.zeros(0)
+            return 1, np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)
         context_mean0 = float(running.num_computed_tokens[:n].sum()) / n
         first = min(k, 32)  # price a few first: the next arrival usually comes sooner
-        times_us, sources = self.cost.decode_run_us(n, context_mean0, first)
+        gpu_us, sources = self.cost.decode_run_us(n, context_mean0, first)
+        times_us = self.host.iteration_us(gpu_us, n, n) if self.host is not None else gpu_us
         ends = t + np.cumsum(times_us) * 1e-6
         if ends[-1] < horizon and first < k:
-            times_us, sources = self.cost.decode_run_us(n, context_mean0, k)
+            gpu_us, sources = self.cost.decode_run_us(n, context_mean0, k)
+            times_us = self.host.iteration_us(gpu_us, n, n) if self.host is not None else gpu_us
             ends = t + np.cumsum(times_us) * 1e-6
         k = min(len(times_us), 1 + int(np.searchsorted(ends[:-1], horizon, side="left")))
         held = self._segment_blocks(k)
         grow = held - held[0]
         if grow[-1] > self.pool.free:  # stop before the first iteration that would need preemption
             k = int(np.searchsorted(grow, self.pool.free, side="right"))
-        return k, times_us[:k], sources[:k], held[:k]
+        return k, times_us[:k], gpu_us[:k], sources[:k], held[:k]
 
-    def _plan_segment(self, t: float, k: int, times_us: np.ndarray, sources: np.ndarray,
+    def _plan_segment(self, t: float, k: int, times_us: np.ndarray, gpu_us: np.ndarray, sources: np.ndarray,
                       held_per_iteration: np.ndarray) -> float:
         running = self.running
         n = running.size
@@ -401,7 +430,7 @@ class Engine:
         end = float(ends[-1])
         computed, held = running.num_computed_tokens[:n], running.num_held_blocks[:n]
         if self.meter is not None:
-            self.meter.run(times_us, sources, n, float(computed.sum()) / n)
+            self.meter.run(gpu_us, sources, n, float(computed.sum()) / n)
         kv_used = self.pool.used + held_per_iteration - held_per_iteration[0]
         last_held = self.layout.held_blocks(computed + k - 1, 1)
         extra = int(held_per_iteration[-1] - held_per_iteration[0])
@@ -411,7 +440,8 @@ class Engine:
             self.pool.release(-extra)
         held[:] = last_held
         self.plan = SegmentPlan(t, end, k, durations_s)
-        self.log.block(starts, durations_s, n, n, 0, n, n, len(self.waiting), kv_used, 0, sources, self.index)
+        self.log.block(starts, durations_s, n, n, 0, n, n, len(self.waiting), kv_used, 0, sources, self.index,
+                       (times_us - gpu_us) * 1e-6)
         self.iterations += k
         lo, hi = int(sources.min()), int(sources.max())
         if lo == hi:

@@ -26,6 +26,7 @@ import numpy as np
 from graphsim.errors import GraphsimError
 from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
+from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost
 from graphsim.serving.records import IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples
@@ -53,6 +54,7 @@ class SimulationSetup:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)  # data_parallel_size replicas of tp ranks
     router: str = "round-robin"
     fast_forward: bool = True
+    host: EngineHost | None = None  # engine host time per iteration (host.py); None: GPU kernels only
 
     @property
     def replicas(self) -> int:
@@ -265,6 +267,7 @@ class EventLoop:
                 on_finish: Callable[[Request], None]) -> EngineT:
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
+        e.host = setup.host
         return e
 
     def _lower_bound_s(self, tokens: int) -> float:

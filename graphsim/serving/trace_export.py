@@ -30,7 +30,7 @@ from graphsim.serving.records import IterationLog, RequestTable
 from graphsim.serving.simulator import SimulationResult
 
 SRC_NAMES = [s.value for s in SOURCES]
-ROW_DTYPE = np.dtype([(n, np.float64 if n in ("start_s", "dur_s") else np.int64) for n in IterationLog.NAMES])
+ROW_DTYPE = np.dtype([(n, np.float64 if n in IterationLog._FLOAT else np.int64) for n in IterationLog.NAMES])
 BATCH = 65536  # rows converted to Python objects at a time
 
 
@@ -193,7 +193,8 @@ class ChromeTraceWriter:
             self._event({"name": name, "ph": "X", "pid": rep, "tid": 0, "ts": start_us[i], "dur": dur_us[i],
                          "args": {"tokens": cols["tokens"][i], "seqs": cols["seqs"][i], "prefill_tokens": pre,
                                   "decode_seqs": dec, "preempted": cols["preempted"][i],
-                                  "source": SRC_NAMES[cols["source"][i]]}})
+                                  "source": SRC_NAMES[cols["source"][i]], "host_ms": cols["host_s"][i] * 1e3,
+                                  "host_source": "derived"}})
             self._event({"name": "requests", "ph": "C", "pid": rep, "ts": start_us[i],
                          "args": {"running": cols["running"][i], "waiting": cols["waiting"][i]}})
             self._event({"name": "kv blocks used", "ph": "C", "pid": rep, "ts": start_us[i],

@@ -1,0 +1,180 @@
+"""vLLM engine versions: the behaviour and defaults `--engine vllm==X.Y` selects.
+
+Three families, read from vLLM's released wheels (each fact names the file and the versions it was checked in;
+"first seen" is the first of the inspected releases 0.6.3, 0.7.3, 0.8.0, 0.10.1, 0.11.0, 0.12.0, 0.13.0,
+0.14.0, 0.20.0, 0.25.0, 0.30.0, 0.33.0 that has it, so a change may have landed a little earlier):
+
+- **v0** (≤ 0.7; vllm/envs.py `VLLM_USE_V1` defaults to "0" in 0.7.3, "1" in 0.8.0): the V0 engine.
+  `Scheduler._schedule_default` (vllm/core/scheduler.py, 0.6.3) schedules waiting prompts first, whole, and a
+  step with prompts runs no decodes; chunked prefill is off unless `max_model_len > 32768` (and no sliding
+  window), then `max_num_batched_tokens = 512`, else `max(max_model_len, 2048)`; `max_num_seqs = 256`;
+  prefix caching off; admission keeps 1 % of the blocks free (`watermark = 0.01`, EngineArgs). Start-up log
+  (vllm/executor/gpu_executor.py `initialize_cache`): `# GPU blocks: N, # CPU blocks: M` and
+  `Maximum concurrency for L tokens per request: N × block_size / L`; every layer is paged at full length
+  (no hybrid KV manager) and the CPU swap space is `swap_space = 4` GiB.
+- **v1** (0.8 – 0.13): the V1 engine, chunked prefill and prefix caching on, synchronous scheduling
+  (`SchedulerConfig.async_scheduling = False` through 0.13.0). `EngineArgs._set_default_args_v1`
+  (vllm/engine/arg_utils.py): 0.8.0 picks `max_num_batched_tokens` 8192 on a GPU named H100/H200, else 2048,
+  `max_num_seqs` 1024; 0.10.1 picks 8192 / 1024 on ≥ 70 GiB GPUs that are not A100s, else 2048 / 256.
+  KV log (vllm/v1/core/kv_cache_utils.py 0.10.1): `GPU KV cache size: num_blocks // groups × block_size`
+  tokens and `Maximum concurrency: num_blocks / Σ_groups blocks(max_model_len)`, a sliding group reserving
+  `cdiv(min(W − 1 + max_num_batched_tokens, L), block) + 1` blocks (`SlidingWindowSpec.max_memory_usage_bytes`).
+- **v1-async** (≥ 0.14; `async_scheduling: bool | None = None`, resolved to True by `VllmConfig` unless
+  incompatible, first seen 0.14.0): host work overlaps the GPU step. Within the family:
+  `scheduler_reserve_full_isl` (admission needs the whole prompt's blocks) first seen 0.20.0 (absent in
+  0.14.0); `GPU KV cache size = int(max_concurrency × max_model_len)` (`get_kv_cache_capacity`) first seen
+  0.25.0; sliding reservations over `max_concurrent_batches × max_num_batched_tokens` in-flight tokens
+  (`VllmConfig.max_in_flight_tokens`), the ≥ 160 GiB default tier 16384 / 1024, and the one-line KV log first
+  seen 0.30.0.
+
+Versions newer than `NEWEST` take its profile (recorded in the JSON as `assumed_like`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.errors import GraphsimError
+from graphsim.serving.host import HostModel, host_model
+
+GiB = 1 << 30
+NEWEST = (0, 33, 0)  # the newest release inspected
+OLDEST = (0, 5, 0)  # the oldest V0 release the v0 profile is claimed for (host figures: 0.5.x / 0.6.x traces)
+V0_CHUNKED_LONG_CONTEXT = 32768  # EngineArgs.create_engine_config, 0.6.3 / 0.7.3: `use_long_context = L > 32768`
+V0_CHUNK_TOKENS = 512  # SchedulerConfig, 0.6.3: max_num_batched_tokens with chunked prefill ("best balance on A100")
+V0_WATERMARK = 0.01  # EngineArgs.block_manager watermark, 0.6.3 / 0.7.3 (vllm/engine/arg_utils.py)
+V0_SWAP_SPACE_GIB = 4  # EngineArgs.swap_space, 0.6.3 (GiB of CPU blocks per GPU)
+
+
+class EngineVersionError(GraphsimError):
+    pass
+
+
+Version = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What one vLLM version does that graphsim models (see the module docstring for the sources)."""
+
+    version: Version
+    family: str  # "v0" | "v1" | "v1-async"
+
+    # --- behaviour -------------------------------------------------------------------------------
+    @property
+    def async_scheduling(self) -> bool:
+        return self.family == "v1-async"
+
+    @property
+    def prefill_first(self) -> bool:
+        """V0's default policy: a step with waiting prompts (whole) runs no decodes."""
+        return self.family == "v0"
+
+    @property
+    def reserve_full_isl(self) -> bool:
+        return self.version >= (0, 20, 0)
+
+    @property
+    def watermark(self) -> float:
+        return V0_WATERMARK if self.family == "v0" else 0.0
+
+    def concurrent_batches(self, async_scheduling: bool | None = None) -> int:
+        """Batches whose tokens a sliding-window reservation covers (`VllmConfig.max_concurrent_batches`, 0.30+:
+        2 with async scheduling; before 0.30 the reservation covers one `max_num_batched_tokens`)."""
+        on = self.async_scheduling if async_scheduling is None else async_scheduling
+        return 2 if on and self.version >= (0, 30, 0) else 1
+
+    @property
+    def hybrid_kv(self) -> bool:
+        """Per-group paging (sliding windows hold the window). V0 pages every layer at full length."""
+        return self.family != "v0"
+
+    @property
+    def kv_tokens_formula(self) -> str:
+        if self.family == "v0":
+            return "blocks"  # num_gpu_blocks × block_size
+        return "concurrency" if self.version >= (0, 25, 0) else "groups"
+
+    @property
+    def kv_log_one_line(self) -> bool:
+        return self.version >= (0, 30, 0)
+
+    @property
+    def host(self) -> HostModel:
+        return host_model(self.family)
+
+    @property
+    def name(self) -> str:
+        return "vllm==" + ".".join(map(str, self.version))
+
+    @property
+    def assumed_like(self) -> Version | None:
+        return NEWEST if self.version > NEWEST else None
+
+    # --- defaults ----------------------------------------------------------------------------------
+    def enable_chunked_prefill(self, max_model_len: int, sliding_window: bool) -> bool:
+        if self.family != "v0":
+            return True
+        return max_model_len > V0_CHUNKED_LONG_CONTEXT and not sliding_window
+
+    def enable_prefix_caching(self) -> bool:
+        return self.family != "v0"
+
+    def batch_defaults(self, hardware: HardwareSpec, max_model_len: int, chunked: bool) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) `vllm serve` picks (UsageContext.OPENAI_API_SERVER)."""
+        if self.family == "v0":
+            return (V0_CHUNK_TOKENS if chunked else max(max_model_len, 2048)), 256
+        mem, names = hardware.memory_bytes, (hardware.name + " " + hardware.id).lower()
+        if self.version < (0, 10, 0):  # 0.8.0: keyed on the device name; max_num_seqs 1024 everywhere
+            return (8192 if "h100" in names or "h200" in names else 2048), 1024
+        if self.version >= (0, 30, 0) and mem >= 160 * GiB:
+            tokens, seqs = 16384, 1024
+        elif mem >= 70 * GiB and "a100" not in names:
+            tokens, seqs = 8192, 1024
+        else:
+            tokens, seqs = 2048, 256
+        if not chunked:  # _set_default_args_v1 (0.10.1): without chunked prefill, the whole context
+            tokens = max_model_len
+        return tokens, min(seqs, tokens)
+
+    def to_json(self) -> dict[str, Any]:
+        h = self.host
+        return {"engine": self.name, "family": self.family, "async_scheduling": self.async_scheduling,
+                "scheduler_policy": "prefill-first (V0 default)" if self.prefill_first else "decode-first, chunked (V1)",
+                "reserve_full_isl": self.reserve_full_isl, "watermark": self.watermark,
+                "max_concurrent_batches": self.concurrent_batches(), "hybrid_kv": self.hybrid_kv,
+                "kv_tokens_formula": self.kv_tokens_formula, "kv_log_one_line": self.kv_log_one_line,
+                "assumed_like": ".".join(map(str, self.assumed_like)) if self.assumed_like else None,
+                "host": h.to_json()}
+
+
+def family_of(version: Version) -> str:
+    if version < (0, 8, 0):
+        return "v0"
+    if version < (0, 14, 0):
+        return "v1"
+    return "v1-async"
+
+
+_SPEC = re.compile(r"^\s*(?:vllm\s*(?:==\s*)?)?(v?\d+(?:\.\d+){0,2})?(?:\.?post\d+)?\s*$", re.IGNORECASE)
+
+
+def parse_engine(text: str | None) -> EngineProfile:
+    """`vllm` (the newest), `vllm==0.10.1`, `vllm==0.6`, `0.10` → its profile (EngineVersionError otherwise)."""
+    if text is None or not str(text).strip() or str(text).strip().lower() == "vllm":
+        return EngineProfile(NEWEST, family_of(NEWEST))
+    m = _SPEC.match(str(text))
+    if not m or not m.group(1):
+        raise EngineVersionError(f"cannot read engine '{text}'; write vllm, vllm==0.10.1 or vllm==0.6")
+    parts = [int(p) for p in m.group(1).lstrip("vV").split(".")]
+    version: Version = (parts[0], parts[1] if len(parts) > 1 else 0, parts[2] if len(parts) > 2 else 0)
+    if version < OLDEST:
+        raise EngineVersionError(f"engine vllm=={'.'.join(map(str, version))} is older than graphsim's oldest "
+                                 f"profile ({'.'.join(map(str, OLDEST))}); give --engine vllm==0.6 or newer")
+    return EngineProfile(version, family_of(version))
+
+
+NEWEST_PROFILE = EngineProfile(NEWEST, family_of(NEWEST))

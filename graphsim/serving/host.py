@@ -1,0 +1,122 @@
+"""Engine host time: the CPU work of an iteration and of a request's front end, and sampling, per engine family.
+
+An iteration of vLLM is more than its GPU kernels. The engine schedules (`Scheduler.schedule`), prepares the
+inputs (positions, slot mappings, block tables), launches the step, samples, copies the sampled tokens back
+and updates its requests (`update_from_output`); the front end tokenises prompts and detokenises and streams
+outputs. graphsim models it as
+
+    host_us(tokens, seqs) = step_us + per_seq_us × seqs + per_token_us × tokens        (CPU)
+    sample_us(rows)       = rows × vocab × SAMPLE_BYTES_PER_LOGIT / HBM bandwidth      (GPU, roofline)
+    iteration             = gpu + sample + host          engines that wait for the GPU (V0, V1 sync)
+                          = max(gpu + sample, host)      async scheduling: step n+1 is prepared while n runs
+
+and `frontend_us` per request before the engine sees it (tokenise, HTTP), which the client's TTFT includes.
+Detokenising and streaming are off the engine's critical path in V1 (a separate API-server process,
+vllm/v1/engine/output_processor.py) and in V0 ≥ 0.6 (the async output processor, vllm-project/vllm PR 7049),
+so no per-token front-end term is charged.
+
+The constants, per family (each names where it comes from; nothing is fitted to a graphsim run):
+
+- v0: `step_us` 4000 — the ≈ 4 ms GPU bubble per decode step in the V0 trace of vllm-project/vllm issue 6854
+  (Llama 3 8B, H100, "for baseline, this overhead is incurred on every decode"); `per_seq_us` 5.9 — issue 10634
+  measured a 5–6 ms gap between V0 decodes at batch 256 (Llama 2 7B): (5500 − 4000) / 256 µs per sequence.
+- v1, v1-async (the same Python; async only overlaps it): `step_us` and `per_seq_us` from
+  `V1_SCHEDULER_*`, vLLM 0.10.1's own `Scheduler.schedule` + `update_from_output` timed on a CPU
+  (benchmarks/host_scheduler.py, the numbers and the CPU in its docstring), plus `V1_RUNNER_STEP_US`, the
+  model runner's per-step input preparation: vllm-project/vllm PR 17866 cut TPOT of Llama 3.2 1B from 2.73 to
+  ≈ 2.46 ms (≈ 10 %) by a fast path for repeated decodes' `_prepare_inputs` — taken as what that preparation
+  costs per step.
+- `per_token_us` 0 in every family: no published per-token figure for input preparation (vectorised numpy
+  in V1); prefill steps are long enough that it would not matter at this scale.
+- `frontend_us` 0: no citable per-request figure for vLLM's HTTP front end; tokenising is ~0.1 µs per token
+  (HF tokenizers: "less than 20 seconds to tokenize a GB of text", huggingface/tokenizers README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+# --- sampling (GPU) ---------------------------------------------------------------------------------------------
+# Bytes the sampler moves per logit, greedy path of vLLM's V1 Sampler (vllm/v1/sample/sampler.py, 0.10.1):
+# logits cast to fp32 (read 2 B, write 4 B) and argmax over them (read 4 B). Random sampling adds the
+# temperature divide and the softmax (another 16 B); `vllm bench serve` sends temperature 0 (greedy) by default.
+SAMPLE_BYTES_PER_LOGIT = 10
+
+# --- V0 (vllm-project/vllm issues 6854 and 10634; see the module docstring) --------------------------------------
+V0_STEP_US = 4000.0
+V0_PER_SEQ_US = (5500.0 - 4000.0) / 256
+
+# --- V1 (measured / cited; see the module docstring) -------------------------------------------------------------
+# vLLM 0.10.1's Scheduler.schedule + update_from_output, decode steps, median of 200 (benchmarks/host_scheduler.py
+# --batches 1,8,32,128,256 on this project's 2-core AMD EPYC VM under load ~5): 12.6, 49.6, 179.3, 699.0, 1470.6 µs.
+# Per sequence: the slope from batch 1 to 256, (1470.6 − 12.6) / 255 = 5.7 µs; per step: 12.6 − 5.7 = 6.9 µs.
+V1_SCHEDULER_STEP_US = 12.6 - 5.7
+V1_SCHEDULER_PER_SEQ_US = (1470.6 - 12.6) / 255
+V1_RUNNER_STEP_US = 2730.0 * 0.10  # PR 17866: ≈ 10 % of a 2.73 ms TPOT removed by the decode fast path
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """Host (CPU) time of an engine's iterations and requests, and whether it overlaps the GPU step."""
+
+    family: str
+    step_us: float  # per iteration
+    per_seq_us: float  # per scheduled sequence (scheduling, input prep, output update)
+    per_token_us: float  # per scheduled token
+    frontend_us: float  # per request, before the engine sees it
+    overlap: bool  # async scheduling: max(gpu, host) instead of gpu + host
+    sample_bytes_per_logit: int = SAMPLE_BYTES_PER_LOGIT
+
+    def host_us(self, tokens, seqs):
+        """CPU time of an iteration of `tokens` tokens over `seqs` sequences (scalars or numpy arrays)."""
+        return self.step_us + self.per_seq_us * seqs + self.per_token_us * tokens
+
+    def sample_us(self, rows, vocab: int, bandwidth_bytes_per_s: float):
+        """GPU time to sample `rows` rows over `vocab` logits (roofline on the memory bandwidth)."""
+        if bandwidth_bytes_per_s <= 0:
+            return 0.0 * rows
+        return rows * vocab * self.sample_bytes_per_logit / bandwidth_bytes_per_s * 1e6
+
+    def iteration_us(self, gpu_us, host_us):
+        """An iteration's wall time from its GPU time (sampling included) and its host time."""
+        if self.overlap:
+            import numpy as np
+
+            return np.maximum(gpu_us, host_us) if hasattr(gpu_us, "__len__") else max(gpu_us, host_us)
+        return gpu_us + host_us
+
+    def with_overlap(self, overlap: bool) -> HostModel:
+        return replace(self, overlap=overlap)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"family": self.family, "step_us": self.step_us, "per_seq_us": self.per_seq_us,
+                "per_token_us": self.per_token_us, "frontend_us": self.frontend_us, "overlap": self.overlap,
+                "sample_bytes_per_logit": self.sample_bytes_per_logit, "source": "derived"}
+
+
+NO_HOST = HostModel("none", 0.0, 0.0, 0.0, 0.0, True, 0)  # GPU kernels only (the pre-host-model behaviour)
+
+
+def host_model(family: str) -> HostModel:
+    if family == "v0":
+        return HostModel("v0", V0_STEP_US, V0_PER_SEQ_US, 0.0, 0.0, overlap=False)
+    step = V1_SCHEDULER_STEP_US + V1_RUNNER_STEP_US
+    return HostModel(family, step, V1_SCHEDULER_PER_SEQ_US, 0.0, 0.0, overlap=family == "v1-async")
+
+
+@dataclass(frozen=True)
+class EngineHost:
+    """A `HostModel` bound to one deployment: the model's vocabulary and the GPU's memory bandwidth (sampling)."""
+
+    model: HostModel
+    vocab: int
+    bandwidth_bytes_per_s: float
+
+    def iteration_us(self, gpu_us, tokens, seqs):
+        """Wall time of iterations whose kernels take `gpu_us` (scalar or array): every scheduled sequence gets a
+        sampled row (vLLM V1 samples every request of the batch and discards partial prefills' tokens,
+        gpu_model_runner.py `discard_sampled_tokens_req_indices`)."""
+        m = self.model
+        gpu = gpu_us + m.sample_us(seqs, self.vocab, self.bandwidth_bytes_per_s)
+        return m.iteration_us(gpu, m.host_us(tokens, seqs))

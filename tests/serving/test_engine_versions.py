@@ -1,0 +1,141 @@
+"""Engine versions (`--engine vllm==X.Y`) and the host-time model: hand-derived values, arithmetic in comments."""
+
+from __future__ import annotations
+
+import pytest
+from serving_helpers import AffineCost, llama_layout
+
+from graphsim.costing.hardware import load_hardware
+from graphsim.serving import EngineConfig, ParallelConfig, SimulationSetup, simulate
+from graphsim.serving.config import DeploymentConfig
+from graphsim.serving.deployment import plan_deployment
+from graphsim.serving.engine_config import EngineArgs
+from graphsim.serving.engine_versions import EngineVersionError, parse_engine
+from graphsim.serving.host import EngineHost, HostModel
+from graphsim.serving.requests import RequestSpec
+
+
+@pytest.mark.parametrize(("text", "version", "family"), [
+    ("vllm", (0, 33, 0), "v1-async"), ("vllm==0.10.1", (0, 10, 1), "v1"), ("vllm==0.6.3", (0, 6, 3), "v0"),
+    ("vllm==0.7", (0, 7, 0), "v0"), ("0.8.0", (0, 8, 0), "v1"), ("vllm==0.13.0", (0, 13, 0), "v1"),
+    ("vllm==0.14", (0, 14, 0), "v1-async"), ("vllm==0.6.3.post1", (0, 6, 3), "v0")])
+def test_versions_map_to_families(text, version, family):
+    p = parse_engine(text)
+    assert (p.version, p.family) == (version, family)
+
+
+@pytest.mark.parametrize("bad", ["sglang", "vllm==x", "vllm==0.4.2"])
+def test_bad_engine_is_one_error(bad):
+    with pytest.raises(EngineVersionError):
+        parse_engine(bad)
+
+
+# (engine, gpu) → (max_num_batched_tokens, max_num_seqs, prefix caching, chunked prefill, async, in-flight batches)
+# for a model with an 8192-token context, read off each version's arg_utils.py (engine_versions.py cites them):
+# V0: chunked prefill only above 32768 → max(8192, 2048) tokens, 256 seqs, no prefix caching, sync;
+# 0.8.0: 8192 on a GPU named H100/H200 else 2048, 1024 seqs; 0.10.1: 8192/1024 on >= 70 GiB non-A100 else
+# 2048/256; 0.33.0: B200 (>= 160 GiB) 16384/1024, H200 (141 GB = 131 GiB) 8192/1024, async → 2 batches in flight.
+@pytest.mark.parametrize(("engine", "gpu", "want"), [
+    ("vllm==0.6.3", "h100", (8192, 256, False, False, False, 1)),
+    ("vllm==0.8.0", "a100", (2048, 1024, True, True, False, 1)),
+    ("vllm==0.8.0", "h100", (8192, 1024, True, True, False, 1)),
+    ("vllm==0.10.1", "a100", (2048, 256, True, True, False, 1)),
+    ("vllm==0.10.1", "h200", (8192, 1024, True, True, False, 1)),
+    ("vllm==0.10.1", "b200", (8192, 1024, True, True, False, 1)),
+    ("vllm==0.20", "h100", (8192, 1024, True, True, True, 1)),
+    ("vllm", "h200", (8192, 1024, True, True, True, 2)),
+    ("vllm", "b200", (16384, 1024, True, True, True, 2))])
+def test_family_defaults(engine, gpu, want):
+    e = EngineArgs(engine=engine).resolve(load_hardware(gpu), {"max_position_embeddings": 8192})
+    assert (e.max_num_batched_tokens, e.max_num_seqs, e.enable_prefix_caching, e.enable_chunked_prefill,
+            e.async_scheduling, e.max_concurrent_batches) == want
+
+
+def test_v0_long_context_turns_chunked_prefill_on():
+    # V0 (0.6.3 EngineArgs.create_engine_config): max_model_len > 32768 and no sliding window → chunked, 512 tokens
+    e = EngineArgs(engine="vllm==0.6.3").resolve(load_hardware("h100"), {"max_position_embeddings": 131072})
+    assert (e.enable_chunked_prefill, e.max_num_batched_tokens, e.prefill_first) == (True, 512, False)
+
+
+def test_explicit_settings_beat_the_family():
+    e = EngineArgs(engine="vllm==0.10.1", async_scheduling=True, enable_prefix_caching=False).resolve(
+        load_hardware("h100"), {"max_position_embeddings": 8192})
+    assert (e.async_scheduling, e.host.overlap, e.enable_prefix_caching) == (True, True, False)
+
+
+# gpt-oss-120b, TP 4, A100 (max_num_batched_tokens 2048), max_model_len 16384, exactly 330,018 blocks of KV memory.
+# Per rank: 8 KV heads / 4 = 2, head_dim 64, bf16: a layer's page is 2 (K, V) × 2 × 64 × 2 B × 16 tokens = 8,192 B;
+# 18 sliding (window 128) + 18 full layers → 2 groups of 18, a block 18 × 8,192 = 147,456 B.
+BLOCKS = 330_018
+KV_BYTES = BLOCKS * 147_456
+
+
+def _gpt_oss(engine: str):
+    return plan_deployment(DeploymentConfig.parse({
+        "model": "gpt-oss-120b", "hardware": "a100", "parallel": {"tensor_parallel_size": 4},
+        "engine": {"engine": engine, "kv_cache_memory_bytes": KV_BYTES, "max_model_len": 16384}})).capacity
+
+
+def test_gpt_oss_concurrency_vllm_0_10_1_reproduces_its_log():
+    # 0.10.1: tokens = 330,018 // 2 groups × 16 = 2,640,144; per request: full cdiv(16384, 16) = 1,024 blocks,
+    # sliding cdiv(min(127 + 2048, 16384), 16) + 1 = 136 + 1 = 137 → 1,161; 330,018 / 1,161 = 284.253.
+    # The issue quotes vLLM 0.10.1 logging exactly "2,640,144 tokens / 284.25x" for this deployment.
+    cap = _gpt_oss("vllm==0.10.1")
+    assert (cap.num_blocks, cap.blocks_per_request) == (BLOCKS, 1161)
+    assert cap.vllm_log_verbatim() == ("GPU KV cache size: 2,640,144 tokens",
+                                       "Maximum concurrency for 16,384 tokens per request: 284.25x")
+
+
+def test_gpt_oss_concurrency_newest_reserves_two_batches():
+    # 0.33.0: sliding cdiv(min(127 + 2 × 2048, 16384), 16) + 1 = 264 + 1 = 265 → 1,289 blocks per request;
+    # 330,018 / 1,289 = 256.026; tokens int(330,018 × 16,384 / 1,289) = int(4,194,736.2) = 4,194,736; one line (0.30+).
+    cap = _gpt_oss("vllm")
+    assert cap.blocks_per_request == 1289
+    assert cap.vllm_log_verbatim() == ("GPU KV cache size: 4,194,736 tokens, Maximum concurrency for 16,384 tokens "
+                                       "per request: 256.03x",)
+
+
+def test_gpt_oss_concurrency_0_25_token_formula():
+    # 0.25: one batch in flight (1,161 blocks as 0.10.1) but tokens = int(330,018 × 16,384 / 1,161) = 4,657,204
+    assert _gpt_oss("vllm==0.25").vllm_log_lines() == ("GPU KV cache size: 4,657,204 tokens",
+                                                       "Maximum concurrency for 16,384 tokens per request: 284.25x")
+
+
+def test_gpt_oss_v0_pages_every_layer_full():
+    # V0: a block holds 16 tokens of all 36 layers: 36 × 8,192 = 294,912 B → 48,663,134,208 // 294,912 = 165,009
+    # blocks; CPU blocks 4 GiB // 294,912 = 14,563; concurrency 165,009 × 16 / 16,384 = 161.14.
+    cap = _gpt_oss("vllm==0.6.3")
+    assert cap.vllm_log_verbatim() == ("# GPU blocks: 165009, # CPU blocks: 14563",
+                                       "Maximum concurrency for 16384 tokens per request: 161.14x")
+
+
+def test_host_arithmetic_and_overlap():
+    # host = 100 + 2 × 4 seqs + 0.5 × 10 tokens = 113 µs; sampling 4 rows × 100,000 logits × 10 B / 2e12 B/s = 2 µs
+    sync = HostModel("t", step_us=100.0, per_seq_us=2.0, per_token_us=0.5, frontend_us=0.0, overlap=False)
+    assert sync.host_us(10, 4) == 113.0
+    h = EngineHost(sync, vocab=100_000, bandwidth_bytes_per_s=2e12)
+    assert h.iteration_us(1000.0, 10, 4) == pytest.approx(1000 + 2 + 113)  # waits for the host
+    over = EngineHost(sync.with_overlap(True), 100_000, 2e12)
+    assert over.iteration_us(1000.0, 10, 4) == pytest.approx(1002.0)  # host hidden under the GPU step
+    assert over.iteration_us(50.0, 10, 4) == pytest.approx(113.0)  # host longer than the GPU step
+
+
+def _two_requests(engine: str) -> list:
+    # every iteration 1 ms (AffineCost with only a base), no host time: scheduling alone. A: 100-token prompt,
+    # 5 outputs, at 0; B: 100 tokens, 3 outputs, at 2.5 ms.
+    p = parse_engine(engine)
+    chunked = p.family != "v0"
+    cfg = EngineConfig(8192, 64, 8192, enable_prefix_caching=False, enable_chunked_prefill=chunked, profile=p,
+                       async_scheduling=p.async_scheduling, max_concurrent_batches=1)
+    setup = SimulationSetup(cfg, llama_layout(), 2000, AffineCost(1000.0, 0.0, 0.0, 0.0), ParallelConfig(),
+                            fast_forward=False)
+    res = simulate(setup, [RequestSpec(0.0, 100, 5), RequestSpec(0.0025, 100, 3)])
+    return [(round(r.first_token_t * 1e3, 6), round(r.finish_t * 1e3, 6)) for r in res.requests]
+
+
+def test_v0_prefill_stalls_decodes():
+    # V0: [0,1] A prefill (first token 1); [1,2], [2,3] A decodes; B waits from 2.5; [3,4] B's prompt alone —
+    # A stalls; [4,5], [5,6] both decode: A's 5th token and B's 3rd at 6 ms.
+    assert _two_requests("vllm==0.6.3") == [(1.0, 6.0), (4.0, 6.0)]
+    # V1: [3,4] runs A's decode and B's prompt together; A's 5th token at 5 ms, B's 3rd at 6 ms.
+    assert _two_requests("vllm==0.10.1") == [(1.0, 5.0), (4.0, 6.0)]
