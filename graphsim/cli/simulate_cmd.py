@@ -115,6 +115,7 @@ def simulate_cmd(
                                    "input prep, sampling; docs/serving.md) to every iteration, or price GPU kernels only."),
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
+    moe_routing: opt.MoeRoutingSpec = None,
     profile: opt.Profile = None,
     slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
     slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
@@ -127,6 +128,7 @@ def simulate_cmd(
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
     from graphsim.cli.from_log import apply_vllm_log
+    from graphsim.costing.moe_routing import parse_routing
     from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, summarize, synthetic
     from graphsim.serving.bench_metrics import parse_percentile_metrics, parse_percentiles
     from graphsim.serving.config import DeploymentConfig
@@ -192,7 +194,7 @@ def simulate_cmd(
         if out_path:
             check_writable(out_path)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
-        cost, note, _ = build_cost(dep, profile)
+        cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing))
     setup = dep.simulation_setup(cost, router=router, host_time=host_time)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)

@@ -14,6 +14,7 @@ from typing import Any
 from graphsim.catalog import ResolvedModel, resolve_model
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.hardware import HardwareSpec, load_hardware
+from graphsim.costing.moe_routing import RoutingModel
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.config import DeploymentConfig, ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
@@ -65,14 +66,15 @@ class Deployment:
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
                                host=host)
 
-    def cost_model(self, profile: str | None = None, target: str = "vllm") -> CostModel:
+    def cost_model(self, profile: str | None = None, target: str = "vllm",
+                   moe_routing: RoutingModel | None = None) -> CostModel:
         """The deployment's cost model: its model traced with its dtype, fused for `target`, split over its TP
         ranks (no expert parallelism), priced with its KV dtype on its hardware from `profile` (default: the
         hardware's default profile.db when present). Needs the `trace` extra (torch)."""
         from graphsim.cost_model import build_cost_model
 
         return build_cost_model(self.model, self.hardware, tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype,
-                                profile=profile, target=target)
+                                profile=profile, target=target, moe_routing=moe_routing)
 
     def to_json(self) -> dict[str, Any]:
         e = self.engine
@@ -125,10 +127,12 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     return Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
 
 
-def build_cost(dep: Deployment, profile: str | None = None, target: str = "vllm") -> tuple[IterationCost, str, int]:
+def build_cost(dep: Deployment, profile: str | None = None, target: str = "vllm",
+               moe_routing: RoutingModel | None = None) -> tuple[IterationCost, str, int]:
     """Trace, fuse and partition the model (`graphsim.cost_model.build_cost_model`), and wrap its cost tree for
     the simulator. Returns (cost, what the numbers rest on, kernels in the tree)."""
-    cm = dep.cost_model(profile, target)
+    cm = dep.cost_model(profile, target, moe_routing)
     e = dep.engine
     cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len)
-    return cost, cm.data_note, cm.kernels
+    note = f"{cm.data_note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else cm.data_note
+    return cost, note, cm.kernels
