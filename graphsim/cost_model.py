@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 
 from graphsim.catalog import ResolvedModel
+from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.derived import ROWLESS_NOTE
 from graphsim.costing.errors import ProfileDBMismatchError
@@ -94,7 +95,8 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
                      hardware: str | HardwareSpec | None = None, *, tp: int = 1, ep: int = 1, dtype: str | None = None, kv_dtype: str | None = None,
                      profile: str | os.PathLike[str] | ProfileDB | None = None, default_profile: bool = True,
                      target: str = "vllm", pipeline: str | None = None,
-                     on_stage: Callable[[str], None] | None = None, moe_routing: RoutingModel | None = None) -> CostModel:
+                     on_stage: Callable[[str], None] | None = None, moe_routing: RoutingModel | None = None,
+                     collectives: CollectiveSettings | None = None) -> CostModel:
     """Import (when not handed a graph), run the passes, compile the cost tree and pair it with its pricer.
 
     model: a catalog name, HF id, config.json or model dir (traced on the meta device, with `dtype`), a
@@ -107,7 +109,8 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
     target, tp, ep: the default pipeline `pipeline_for(target, tp, ep)`; `pipeline` replaces it verbatim
         (the profiler records the string it ran).
     on_stage: called with a short line before tracing and before the passes (progress displays).
-    moe_routing: the MoE routing model (`costing.moe_routing`; None: its DEFAULT)."""
+    moe_routing: the MoE routing model (`costing.moe_routing`; None: its DEFAULT).
+    collectives: vLLM's settings that pick a collective's implementation (`costing.collectives`; None: defaults)."""
     if tp < 1 or ep < 1:
         raise GraphsimError(f"tensor- and expert-parallel sizes must be >= 1 (got tp={tp}, ep={ep})")
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
@@ -132,4 +135,4 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
             on_stage(f"running {pipeline}")
         graph = run_pipeline(graph, pipeline).graph
     return CostModel.of_kernel_graph(graph, hw, db, kv_dtype=kv_dtype, dtype=dtype, data_note=note,
-                                     pipeline=pipeline, routing=moe_routing)
+                                     pipeline=pipeline, routing=moe_routing, collectives=collectives)

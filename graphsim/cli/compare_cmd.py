@@ -85,7 +85,9 @@ def compare_cmd(
     if not rows:
         raise CompareError(f"'{predicted}' and '{measured}' share no numeric metric; are both vllm bench serve results?")
     g = pred.get("graphsim") if isinstance(pred.get("graphsim"), dict) else {}
-    source = g.get("time_source") if g else None
+    shares = g.get("source_shares") if g else None
+    source = (", ".join(f"{k} {v:.1%}" for k, v in shares.items()) if isinstance(shares, dict) and shares
+              else g.get("time_source") if g else None)  # share of predicted time per source, else the worst
     differ = [k for k in ("num_prompts", "request_rate", "max_concurrency", "burstiness") if pred.get(k) != meas.get(k)]
     if as_json:
         print(json.dumps({"predicted": predicted, "measured": measured, "predicted_time_source": source,

@@ -28,12 +28,15 @@ def predict_cmd(
     gpus_per_node: opt.GpusPerNode = None,
     network_bandwidth: opt.NetworkBandwidth = None,
     network_latency_us: opt.NetworkLatency = None,
+    enforce_eager: opt.EnforceEager = False,
+    disable_custom_all_reduce: opt.DisableCustomAllReduce = False,
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
     limit: opt.Limit = 25,
     as_json: opt.Json = False,
 ) -> None:
     """Predict iteration times for explicit batches; every number says where it came from."""
     from graphsim.cost_model import build_cost_model
+    from graphsim.costing.collectives import MAX_CUDAGRAPH_CAPTURE_SIZE, CollectiveSettings
     from graphsim.costing.moe_routing import parse_routing
     from graphsim.costing.predict import predict
     from graphsim.workload import parse_batch_spec
@@ -43,7 +46,9 @@ def predict_cmd(
     hw = opt.hardware_on(gpu, opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                                     network_latency_us))
     cm = build_cost_model(lambda: load_source(model, dtype), hw, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
-                          profile=profile, target=target, moe_routing=parse_routing(moe_routing))
+                          profile=profile, target=target, moe_routing=parse_routing(moe_routing),
+                          collectives=CollectiveSettings(not disable_custom_all_reduce,
+                                                         0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE))
     pred = predict(cm, steps, specs)
     if as_json:
         print(json.dumps(pred.to_json(), indent=1, default=str))

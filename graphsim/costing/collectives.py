@@ -145,6 +145,23 @@ def _size(n: int) -> str:
 
 
 @dataclass(frozen=True)
+class CollectiveSettings:
+    """The engine settings that change which collective runs: vLLM's --disable-custom-all-reduce, and the
+    largest step replayed in a CUDA graph (0: vLLM's --enforce-eager)."""
+
+    custom_all_reduce: bool = True
+    max_cudagraph_tokens: int = MAX_CUDAGRAPH_CAPTURE_SIZE
+
+    @classmethod
+    def for_engine(cls, max_num_seqs: int, max_num_batched_tokens: int, *, enforce_eager: bool = False,
+                   custom_all_reduce: bool = True) -> CollectiveSettings:
+        """vLLM's default capture bound: min(max_num_seqs × 2, 512, max_num_batched_tokens) (vllm/config/vllm.py
+        `_set_cudagraph_sizes`, without speculative decoding)."""
+        size = 0 if enforce_eager else min(max_num_seqs * 2, MAX_CUDAGRAPH_CAPTURE_SIZE, max_num_batched_tokens)
+        return cls(custom_all_reduce, size)
+
+
+@dataclass(frozen=True)
 class CollectiveContext:
     """What choosing a collective's rows needs beyond the kernel: the deployment's topology, whether the
     profile's rows were measured on it, and which keys have rows."""
@@ -166,8 +183,10 @@ class CollectiveContext:
                 rows_topo = load_hardware(db.meta.hardware).topology()
             except GraphsimError:  # a profile naming a spec this install lacks: rows taken as they are
                 rows_topo = None
+        settings = pricer.collectives
         return cls(hw.topology() if hw is not None else None, hw.compute_capability if hw is not None else "",
-                   rows_topo, lambda key: pricer.curve(key) is not None)
+                   rows_topo, lambda key: pricer.curve(key) is not None, settings.custom_all_reduce,
+                   settings.max_cudagraph_tokens)
 
     def rows_apply(self, world_size: int) -> str:
         """'' where the profile's collective rows describe this deployment's links, else why not."""
@@ -210,6 +229,12 @@ def plan_collective(op: CollectiveOp, world_size: int, dtype: KernelDtype, messa
     impl = choice.impl.value
     mode = "graph" if graph else "eager"
     no_rows = ctx.rows_apply(world_size)
+    if not no_rows and choice.impl is not AllReduceImpl.NCCL and not ctx.custom_all_reduce:
+        # vLLM's rows time its default dispatch: with custom all-reduce on, this size may have run that instead
+        default = choose_all_reduce(message_bytes, world_size, ctx.topology, compute_capability=ctx.compute_capability,
+                                    dtype=dtype)
+        if default.impl is not choice.impl:
+            no_rows = f"vLLM's all-reduce rows at this size timed {default.impl.value}"
     if no_rows:
         key = CollectiveKey(op, world_size, dtype, f"{impl}@{ctx.topology.link.value}")
         return CollectivePlan(key, f"{impl} ({choice.reason}); {mode}; no rows: {no_rows}; priced on the topology")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from graphsim.costing import moe_routing
+from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.composite import composite_note, graph_mla_blocks
 from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
 from graphsim.costing.hardware import HardwareSpec
@@ -47,11 +48,13 @@ class CostModel:
     @classmethod
     def of_kernel_graph(cls, graph: Graph, hardware: HardwareSpec | None = None, db: ProfileDB | None = None, *,
                         kv_dtype: str | None = None, dtype: str | None = None, data_note: str = "",
-                        pipeline: str = "", routing: RoutingModel | None = None) -> CostModel:
+                        pipeline: str = "", routing: RoutingModel | None = None,
+                        collectives: CollectiveSettings | None = None) -> CostModel:
         """Compile a fused kernel graph's cost tree and pair it with a pricer for `db` and `hardware` (with no
         `hardware`, the spec the db's meta names, if any). `routing`: the MoE routing model (None: the default,
-        `moe_routing.DEFAULT`)."""
-        pricer = KernelPricer(db, hardware)
+        `moe_routing.DEFAULT`). `collectives`: the engine settings that pick a collective's implementation
+        (`costing.collectives`; None: vLLM's defaults)."""
+        pricer = KernelPricer(db, hardware, collectives or CollectiveSettings())
         routing, routing_note = _routing_with_rows(graph, routing or moe_routing.DEFAULT, pricer,
                                                    Dtypes.for_graph(graph.meta, kv_dtype))
         dtypes = Dtypes.for_graph(graph.meta, kv_dtype, routing)

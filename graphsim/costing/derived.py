@@ -120,9 +120,11 @@ def compute_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
 def profile_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
     """`compute_rates`, once per profile and spec (cached on the open db)."""
     cache = db.__dict__.setdefault("_derived_rates", {})
-    if spec.id not in cache:
-        cache[spec.id] = compute_rates(db, spec)
-    return cache[spec.id]
+    # what the rates depend on: the bandwidth and the peaks (a spec file edited under the same id is another spec)
+    key = (spec.id, spec.memory_bandwidth_bytes_per_s, tuple(sorted((str(k), v) for k, v in spec.peak_flops_per_s.items())))
+    if key not in cache:
+        cache[key] = compute_rates(db, spec)
+    return cache[key]
 
 
 def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: np.ndarray,

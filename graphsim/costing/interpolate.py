@@ -20,11 +20,12 @@ and the profile says what the GPU achieves on such work (`derived.py`), `rooflin
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
+from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.derived import ProfileRates, derived_us, profile_rates
 from graphsim.costing.geometry_interp import geometry_curve
 from graphsim.costing.hardware import HardwareSpec, load_hardware
@@ -178,6 +179,7 @@ class KernelPricer:
 
     db: ProfileDB | None = None
     hardware: HardwareSpec | None = None
+    collectives: CollectiveSettings = field(default_factory=CollectiveSettings)  # which collective vLLM runs
 
     def __post_init__(self) -> None:
         self._curves: dict[KernelKey, Evaluator | None] = {}

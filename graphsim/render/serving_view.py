@@ -22,7 +22,7 @@ def shares_markup(shares: dict[str, float], worst: str | None = None) -> str:
         return f"worst source {_src(worst)}" if worst else "no iterations"
     if len(shares) == 1:
         return f"all {_src(next(iter(shares)))}"
-    return ", ".join(f"{_src(k)} {v:.1%}" for k, v in shares.items())
+    return ", ".join(f"{_src(k)} {v:.1%}" if v >= 0.001 else f"{_src(k)} <0.1%" for k, v in shares.items())
 
 
 def _ms(v: float) -> str:

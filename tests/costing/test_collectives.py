@@ -195,3 +195,14 @@ def test_steps_grouped_by_the_limits_they_cross():
     assert got == [(1, 511, "vllm_custom_graph", "custom_ar"), (512, 512, "vllm_custom_graph", "symm_mem"),
                    (513, 2048, "vllm_custom_eager", "symm_mem"), (2049, 4096, "nccl", "nccl")]
     assert sum(len(idx) for _, idx in plans) == len(tokens)
+
+
+def test_disabled_custom_all_reduce_does_not_reuse_its_rows():
+    """The vllm_custom rows time vLLM's default dispatch; without custom AR a small message runs something else."""
+    h200 = load_hardware("h200")
+    ctx = CollectiveContext(h200.topology(), "9.0", h200.topology(), lambda _key: True, custom_all_reduce=False)
+    plan = plan_collective(CollectiveOp.ALL_REDUCE, 4, D.BF16, 1 * MiB, 64, ctx)
+    assert plan.key.implementation == "symm_mem@nvswitch" and "timed custom_ar" in plan.note
+    # 16 MiB ran symmetric memory either way: its rows still apply
+    plan = plan_collective(CollectiveOp.ALL_REDUCE, 4, D.BF16, 16 * MiB, 1024, ctx)
+    assert plan.key.implementation == "vllm_custom_eager"

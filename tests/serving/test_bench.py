@@ -171,3 +171,13 @@ def test_compare_cli(tmp_path):
     assert main(["compare", str(p), str(m), "--json"]) == 0
     (tmp_path / "bad.json").write_text("{}\n{}\n")
     assert main(["compare", str(p), str(tmp_path / "bad.json")]) == 2
+
+
+def test_simulate_bench_options_need_the_random_dataset(capsys):
+    from graphsim.cli.app import main
+
+    assert main(["simulate", "llama-3.1-8b", "--rate", "1", "--random-range-ratio", "0.5"]) == 2
+    assert "--dataset-name random" in capsys.readouterr().err
+    assert main(["simulate", "llama-3.1-8b", "--dataset-name", "sharegpt"]) == 2
+    assert "random dataset" in capsys.readouterr().err
+    assert main(["simulate", "llama-3.1-8b", "--dataset-name", "random", "--metric-percentiles", "99,x"]) == 2

@@ -1,0 +1,361 @@
+"""graphsim's static step times against aiconfigurator's own estimate on the same measured rows (issue 12).
+
+    python benchmarks/validate_static.py                                   # H200, the full grid
+    python benchmarks/validate_static.py --systems h200_sxm,h100_sxm,a100_sxm
+    python benchmarks/validate_static.py --quick                           # Llama-3.1-8B and Qwen3-30B-A3B, 4 steps
+    python benchmarks/validate_static.py --json > validate.json
+
+The grid: Llama-3.1-8B TP1, Llama-3.1-70B TP4, Qwen3-32B TP2, Qwen3-30B-A3B TP1, DeepSeek-V3 TP8, each at
+prefill 1×{1024, 4096, 8192} and decode {1, 16, 64, 256}×{1024, 4096}.
+
+Both sides read one model config (graphsim's bundled config.json, handed to aiconfigurator as a model directory)
+and one system's vLLM tables: aiconfigurator-core's own parquet files for its estimate
+(`EngineHandle.compile(...).predict_prefill_latency / predict_decode_latency`, the static_ctx / static_gen step
+times, with `run_static_per_op` / `decode_step_per_op` for its per-op breakdown), and the profile.db that
+`graphsim profiles import-aiconfigurator --system S --backend vllm` builds from the same files for graphsim's
+(`costing.predict.predict` on the traced model). A step is:
+
+- prefill 1×N: one sequence of N new tokens, no cache (graphsim `prefill:1xN`; aiconfigurator
+  `predict_prefill_latency(1, N)`);
+- decode B×C: B sequences, one new token each after C cached (graphsim `decode:BxC`; aiconfigurator
+  `predict_decode_latency(B, C, osl=2)`, its one generation step after a C-token prompt).
+
+MoE routing: both sides read the balanced-routing MoE rows (every expert the same share of the tokens):
+aiconfigurator with `workload_distribution = "balanced"` (its default is power_law, with an exponent its model
+classes choose by family: 1.2 generic, 1.01 DeepSeek), graphsim with `--moe-routing balanced`
+(`costing.moe_routing`; where that module is absent, graphsim's only routing was balanced). A system whose tables
+have no balanced MoE rows does not cover MoE models (reported, not compared). MoE layers are tensor-parallel over
+the TP ranks on both sides (vLLM without --enable-expert-parallel: moe_tp = tp, ep = 1).
+
+Per case: both times, the difference (graphsim / aiconfigurator − 1), graphsim's shares of the predicted time by
+source; per system and model group (dense; MoE or MLA, from the config) the median and worst |difference|; for
+every case beyond --detail (10 %) the kernel categories that account for it, from both sides, and where graphsim
+deliberately differs (it follows vLLM's source and aiconfigurator does not) a note citing the vLLM file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MODELS = [("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("qwen3-32b", 2), ("qwen3-30b-a3b", 1), ("deepseek-v3", 8)]
+STEPS = ["prefill:1x1024", "prefill:1x4096", "prefill:1x8192"] + [
+    f"decode:{b}x{c}" for b in (1, 16, 64, 256) for c in (1024, 4096)]
+QUICK_MODELS = [("llama-3.1-8b", 1), ("qwen3-30b-a3b", 1)]
+QUICK_STEPS = ["prefill:1x4096", "decode:1x1024", "decode:64x4096", "decode:256x1024"]
+HARDWARE = {"h200_sxm": "h200_sxm", "h100_sxm": "h100_sxm", "a100_sxm": "a100_sxm"}  # aiconfigurator → graphsim id
+
+# Kernel categories, to set the two breakdowns side by side. graphsim: by KernelKind value; aiconfigurator: by op
+# name (its op names, e.g. context_qkv_gemm, generation_attention, context_moe, context_ar_1).
+GRAPHSIM_CATEGORY = {
+    "gemm": "gemm", "attention": "attention", "linear_attention": "attention", "moe_experts": "moe",
+    "moe_router": "moe", "all_reduce": "communication", "all_gather": "communication",
+    "reduce_scatter": "communication", "all_to_all": "communication", "rms_norm": "norm",
+    "fused_add_rms_norm": "norm", "layer_norm": "norm", "rotary": "rotary", "kv_cache_write": "kv cache write",
+    "embedding": "embedding", "act_and_mul": "activation", "activation": "activation",
+}
+
+
+def aic_category(name: str) -> str:
+    n = name.lower()
+    rules = ((("attention", "mla", "fmha"), "attention"), (("gemm", "bmm", "proj", "logits"), "gemm"),
+             (("moe", "expert", "router", "topk"), "moe"),
+             (("_ar", "allreduce", "all_reduce", "p2p", "alltoall", "all2all", "allgather", "reduce_scatter",
+               "dispatch", "combine"), "communication"),
+             (("norm",), "norm"), (("rope", "rotary"), "rotary"), (("embedding",), "embedding"), (("act",), "activation"))
+    for keys, cat in rules:
+        if any(k in n for k in keys):
+            return cat
+    return "other"
+
+
+# Where graphsim follows vLLM's source and aiconfigurator has fewer ops: printed with a case's breakdown when graphsim
+# has more time and more kernel launches in the category than the reference has ops (citations: docs/vllm-kernels.md).
+DELIBERATE = {
+    "rotary": "graphsim prices vLLM's rotary-embedding launch (vllm/model_executor/layers/rotary_embedding/base.py "
+              "RotaryEmbedding.forward_cuda → torch.ops._C.rotary_embedding); aiconfigurator has no RoPE op",
+    "kv cache write": "graphsim prices vLLM's KV-cache write (vllm/v1/attention/backends/flash_attn.py "
+                      "FlashAttentionImpl.do_kv_cache_update → reshape_and_cache_flash, its own launch before the "
+                      "attention kernel); aiconfigurator has no such op",
+    "norm": "graphsim prices every RMSNorm launch vLLM's model code makes: per layer the input and post-attention "
+            "norms plus per-head q_norm/k_norm where the model has them (vllm/model_executor/models/qwen3.py "
+            "Qwen3Attention.forward), and the final norm; aiconfigurator has fewer norm ops",
+}
+
+
+def model_group(config: dict[str, Any]) -> str:
+    """'dense' or 'MoE/MLA' from the config: routed experts or a compressed-KV (MLA) attention."""
+    text = config.get("text_config", config)
+    moe = any(text.get(k) for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+    mla = bool(text.get("kv_lora_rank"))
+    return "MoE/MLA" if moe or mla else "dense"
+
+
+def ensure_db(system: str, db_dir: Path, given: dict[str, str]) -> Path:
+    """The graphsim profile.db of `system`: given, or imported once into db_dir (`graphsim profiles
+    import-aiconfigurator`, ~30 s)."""
+    if system in given:
+        return Path(given[system])
+    path = db_dir / f"{system}_vllm.db"
+    if not path.is_file():
+        db_dir.mkdir(parents=True, exist_ok=True)
+        print(f"importing aiconfigurator's {system} vLLM tables into {path} …", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "graphsim", "profiles", "import-aiconfigurator", "--system", system,
+                        "--backend", "vllm", "-o", str(path)], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def balanced_moe_rows(system: str) -> bool:
+    """aiconfigurator's own vLLM MoE table of `system` has balanced-routing rows (read from its parquet files)."""
+    import aiconfigurator_core
+    import pyarrow.parquet as pq
+
+    root = Path(aiconfigurator_core.__file__).parent / "systems" / "data" / system / "moe" / "vllm"
+    for f in root.glob("*/moe_perf.parquet"):
+        col = pq.read_table(f, columns=["distribution"]).column("distribution").to_pylist()
+        if "balanced" in set(col):
+            return True
+    return False
+
+
+class Reference:
+    """aiconfigurator's engine for one (model config, system, TP): compiled once, asked per step."""
+
+    def __init__(self, config_path: Path, system: str, tp: int, moe: bool, work: Path) -> None:
+        from aiconfigurator_core.sdk import engine as aic_engine
+
+        model_dir = work / f"{config_path.stem}"
+        model_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(config_path, model_dir / "config.json")
+        builder = "build_model_config"  # compile_engine's ModelConfig factory (sdk/engine.py), wrapped for routing
+        orig = getattr(aic_engine, builder)
+
+        def balanced(**kw: Any) -> Any:  # the routing graphsim prices (module docstring)
+            cfg = orig(**kw)
+            cfg.workload_distribution = "balanced"
+            return cfg
+
+        setattr(aic_engine, builder, balanced)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                self.handle = aic_engine.EngineHandle.compile(
+                    str(model_dir), system, "vllm", tp_size=tp, moe_tp_size=tp if moe else None,
+                    moe_ep_size=1 if moe else None)
+        finally:
+            setattr(aic_engine, builder, orig)
+
+    def step(self, spec: str) -> tuple[float, list[tuple[str, float, str]]]:
+        """(ms, per-op [(name, ms, source)]) of one step spec (prefill:1xN or decode:BxC)."""
+        kind, rest = spec.split(":")
+        b, n = (int(x) for x in rest.split("x"))
+        h = self.handle
+        if kind == "prefill":
+            ms = h.predict_prefill_latency(b, n)
+            ctx, _ = h.run_static_per_op(batch_size=b, isl=n, osl=1, mode="static_ctx")
+            ops = ctx
+        else:
+            ms = h.predict_decode_latency(b, n, 2)
+            ops = h.decode_step_per_op(b, n, 2)
+        return float(ms), [(name, float(lat), str(src)) for name, lat, _, src in ops]
+
+
+def graphsim_steps(graph: Any, system: str, tp: int, db: Path, steps: list[str]) -> Any:
+    from graphsim.cost_model import build_cost_model
+    from graphsim.costing.predict import predict
+    from graphsim.workload import parse_batch_spec
+
+    try:  # the routing both sides use (module docstring)
+        from graphsim.costing.moe_routing import parse_routing
+
+        routing: dict[str, Any] = {"moe_routing": parse_routing("balanced")}
+    except ImportError:
+        routing = {}
+    cm = build_cost_model(graph, HARDWARE[system], tp=tp, profile=db, default_profile=False, **routing)
+    return predict(cm, [parse_batch_spec(s) for s in steps], steps)
+
+
+def shares(batch: Any) -> dict[str, float]:
+    """Shares of a batch's predicted time by kernel source (time-weighted), in SOURCES order."""
+    from graphsim.costing.interpolate import SOURCES
+
+    total: dict[str, float] = {}
+    for r in batch.rows:
+        if r.total_us:
+            total[r.source] = total.get(r.source, 0.0) + r.total_us
+    whole = sum(total.values())
+    order = [s.value for s in SOURCES]
+    return {k: total[k] / whole for k in sorted(total, key=order.index)} if whole else {}
+
+
+def categories_graphsim(batch: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for r in batch.rows:
+        cat = GRAPHSIM_CATEGORY.get(r.kind, "other")
+        out[cat] = out.get(cat, 0.0) + (r.total_us or 0.0) / 1e3
+    return out
+
+
+def categories_aic(ops: list[tuple[str, float, str]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, ms, _ in ops:
+        cat = aic_category(name)
+        out[cat] = out.get(cat, 0.0) + ms
+    return out
+
+
+def breakdown(batch: Any, ops: list[tuple[str, float, str]]) -> list[dict[str, Any]]:
+    """Kernel categories by |graphsim − aiconfigurator| (ms), each with both sides' largest contributors."""
+    g, a = categories_graphsim(batch), categories_aic(ops)
+    rows = []
+    for cat in set(g) | set(a):
+        gk = sorted(((r.kernel, (r.total_us or 0.0) / 1e3, r.source) for r in batch.rows
+                     if GRAPHSIM_CATEGORY.get(r.kind, "other") == cat), key=lambda x: -x[1])[:4]
+        ak = sorted(((n, ms, s) for n, ms, s in ops if aic_category(n) == cat), key=lambda x: -x[1])[:4]
+        launches = sum(1 for r in batch.rows if GRAPHSIM_CATEGORY.get(r.kind, "other") == cat)
+        ref_ops = sum(1 for n, ms, _ in ops if aic_category(n) == cat and ms > 0)
+        note = DELIBERATE.get(cat) if g.get(cat, 0.0) > a.get(cat, 0.0) and launches > ref_ops else None
+        rows.append({"category": cat, "graphsim_ms": g.get(cat, 0.0), "aiconfigurator_ms": a.get(cat, 0.0),
+                     "diff_ms": g.get(cat, 0.0) - a.get(cat, 0.0), "graphsim_kernels": gk,
+                     "aiconfigurator_ops": ak, "deliberate": note})
+    return sorted(rows, key=lambda r: -abs(r["diff_ms"]))
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return math.nan if not n else (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from graphsim.catalog import resolve_model
+    from graphsim.importers.hf import import_hf
+
+    models = QUICK_MODELS if args.quick else MODELS
+    if args.models:
+        wanted = set(args.models.split(","))
+        models = [m for m in models if m[0] in wanted]
+    steps = QUICK_STEPS if args.quick else STEPS
+    systems = [s for s in args.systems.split(",") if s]
+    for s in systems:
+        if s not in HARDWARE:
+            raise SystemExit(f"error: unknown system '{s}'; use {', '.join(HARDWARE)}")
+    given = dict(kv.split("=", 1) for kv in args.db.split(",") if kv) if args.db else {}
+    db_dir, work = Path(args.db_dir), Path(args.db_dir) / "models"
+    cases: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    timings: dict[str, float] = {}
+    for name, tp in models:
+        resolved = resolve_model(name)
+        group = model_group(resolved.config)
+        moe = any(resolved.config.get(k) for k in ("num_experts", "n_routed_experts", "num_local_experts"))
+        t0 = time.perf_counter()
+        graph, _ = import_hf(name)  # traced once per model, reused on every system
+        timings[f"trace {name}"] = time.perf_counter() - t0
+        for system in systems:
+            if moe and not balanced_moe_rows(system):
+                skipped.append({"system": system, "model": name, "reason": "aiconfigurator's MoE table has no "
+                                "balanced-routing rows (graphsim prices balanced routing)"})
+                continue
+            t0 = time.perf_counter()
+            try:
+                pred = graphsim_steps(graph, system, tp, ensure_db(system, db_dir, given), steps)
+                ref = Reference(Path(resolved.location), system, tp, moe, work)
+            except Exception as e:  # a system that does not cover the model (no rows for its dtype, …)
+                skipped.append({"system": system, "model": name, "reason": f"{type(e).__name__}: {e}"})
+                continue
+            for spec, batch in zip(steps, pred.batches, strict=True):
+                try:
+                    a_ms, ops = ref.step(spec)
+                except Exception as e:
+                    skipped.append({"system": system, "model": name, "step": spec,
+                                    "reason": f"aiconfigurator: {type(e).__name__}: {e}"})
+                    continue
+                g_ms = batch.total_us / 1e3 if batch.total_us is not None else math.nan
+                diff = g_ms / a_ms - 1 if a_ms > 0 else math.nan
+                case = {"system": system, "model": name, "tp": tp, "group": group, "step": spec,
+                        "graphsim_ms": g_ms, "aiconfigurator_ms": a_ms, "diff": diff, "shares": shares(batch),
+                        "graphsim_source": batch.source}
+                if not math.isfinite(diff) or abs(diff) > args.detail:
+                    case["breakdown"] = breakdown(batch, ops)
+                cases.append(case)
+            timings[f"{name} on {system}"] = time.perf_counter() - t0
+    summary = []
+    for system in systems:
+        for group in ("dense", "MoE/MLA"):
+            sel = [c for c in cases if c["system"] == system and c["group"] == group and math.isfinite(c["diff"])]
+            if not sel:
+                continue
+            worst = max(sel, key=lambda c: abs(c["diff"]))
+            summary.append({"system": system, "group": group, "cases": len(sel),
+                            "median_abs_diff": median([abs(c["diff"]) for c in sel]),
+                            "worst_abs_diff": abs(worst["diff"]), "worst_case": f"{worst['model']} {worst['step']}"})
+    return {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "systems": systems,
+            "routing": "balanced top-k on both sides", "detail_threshold": args.detail, "cases": cases,
+            "summary": summary, "skipped": skipped, "timings_s": timings}
+
+
+def _shares_text(s: dict[str, float]) -> str:
+    return "all " + next(iter(s)) if len(s) == 1 else ", ".join(f"{k} {v:.0%}" for k, v in s.items())
+
+
+def print_report(out: dict[str, Any]) -> None:
+    print(f"graphsim vs aiconfigurator (same vLLM tables, same config; routing: {out['routing']})")
+    print(f"{'system':<9} {'model':<14} {'tp':>2} {'step':<16} {'graphsim':>10} {'aiconfig':>10} {'diff':>7}  "
+          "graphsim sources (share of time)")
+    for c in out["cases"]:
+        print(f"{c['system']:<9} {c['model']:<14} {c['tp']:>2} {c['step']:<16} {c['graphsim_ms']:>8.3f}ms "
+              f"{c['aiconfigurator_ms']:>8.3f}ms {c['diff']:>+7.1%}  {_shares_text(c['shares'])}")
+    print("\nsummary (|diff| = |graphsim / aiconfigurator − 1|):")
+    for s in out["summary"]:
+        print(f"  {s['system']:<9} {s['group']:<8} {s['cases']:>3} cases: median {s['median_abs_diff']:.1%}, "
+              f"worst {s['worst_abs_diff']:.1%} ({s['worst_case']})")
+    for sk in out["skipped"]:
+        print(f"  skipped: {sk['system']} {sk['model']} {sk.get('step', '')}: {sk['reason']}")
+    detail = [c for c in out["cases"] if "breakdown" in c]
+    if detail:
+        print(f"\ncases beyond {out['detail_threshold']:.0%}: kernel categories by |difference| (ms)")
+    for c in detail:
+        print(f"- {c['system']} {c['model']} tp{c['tp']} {c['step']}: {c['graphsim_ms']:.3f} vs "
+              f"{c['aiconfigurator_ms']:.3f} ms ({c['diff']:+.1%})")
+        for r in c["breakdown"][:4]:
+            if abs(r["diff_ms"]) < 1e-3:
+                continue
+            gk = ", ".join(f"{k} {ms:.3f} ({src})" for k, ms, src in r["graphsim_kernels"][:3]) or "–"
+            ak = ", ".join(f"{k} {ms:.3f} ({src})" for k, ms, src in r["aiconfigurator_ops"][:3]) or "–"
+            print(f"    {r['category']:<14} graphsim {r['graphsim_ms']:.3f} vs {r['aiconfigurator_ms']:.3f} "
+                  f"({r['diff_ms']:+.3f}): graphsim [{gk}]; aiconfigurator [{ak}]")
+            if r["deliberate"]:
+                print(f"      deliberate: {r['deliberate']}")
+    print("\n" + "; ".join(f"{k} {v:.1f} s" for k, v in out["timings_s"].items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
+    ap.add_argument("--systems", default="h200_sxm", help="comma-separated: h200_sxm, h100_sxm, a100_sxm")
+    ap.add_argument("--quick", action="store_true", help="two models (one dense, one MoE), four steps")
+    ap.add_argument("--models", default=None, help="only these catalog names (comma-separated) of the grid")
+    ap.add_argument("--db", default=None, help="SYSTEM=PATH,… graphsim profile.dbs already imported")
+    ap.add_argument("--db-dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "graphsim-validate-static"),
+                    help="where missing profile.dbs are imported and model configs staged")
+    ap.add_argument("--detail", type=float, default=0.10, help="break down cases beyond this |difference|")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    out = run(args)
+    if args.json:
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print_report(out)
+
+
+if __name__ == "__main__":
+    main()
