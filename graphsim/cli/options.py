@@ -126,12 +126,33 @@ MaxNumSeqs = Annotated[int | None, typer.Option(
     "--max-num-seqs", min=1, help="Most sequences per iteration (default: vllm serve's for the GPU).")]
 BlockSize = Annotated[int | None, typer.Option(
     "--block-size", min=1, help="Tokens per KV block (default 16; 64 for MLA).")]
-PrefixCaching = Annotated[bool, typer.Option(
+PrefixCaching = Annotated[bool | None, typer.Option(
     "--prefix-caching/--no-prefix-caching", "--enable-prefix-caching/--no-enable-prefix-caching",
-    help="Automatic prefix caching (vLLM's --enable-prefix-caching).")]
-ChunkedPrefill = Annotated[bool, typer.Option(
+    help="Automatic prefix caching (vLLM's --enable-prefix-caching). Default: the --engine version's (off in V0).")]
+ChunkedPrefill = Annotated[bool | None, typer.Option(
     "--chunked-prefill/--no-chunked-prefill", "--enable-chunked-prefill/--no-enable-chunked-prefill",
-    help="Chunked prefill (vLLM's --enable-chunked-prefill).")]
+    help="Chunked prefill (vLLM's --enable-chunked-prefill). Default: the --engine version's (V0: only beyond a "
+         "32K context).")]
+AsyncScheduling = Annotated[bool | None, typer.Option(
+    "--async-scheduling/--no-async-scheduling",
+    help="vLLM's --async-scheduling: host work overlaps the GPU step. Default: the --engine version's (on from 0.14).")]
+DEFAULT_ENGINE = "vllm"
+
+
+def _engine(value: str) -> str:
+    from graphsim.serving.engine_versions import EngineVersionError, parse_engine
+
+    try:
+        parse_engine(value)
+    except EngineVersionError as e:
+        raise typer.BadParameter(str(e)) from None
+    return value
+
+
+Engine = Annotated[str, typer.Option(
+    "--engine", callback=_engine, metavar="vllm==X.Y",
+    help="vLLM version whose defaults and behaviour to model: vllm (the newest graphsim knows, 0.33), vllm==0.10.1, "
+         "vllm==0.6 (families: V0 <= 0.7, V1 0.8-0.13, V1 with async scheduling >= 0.14; docs/serving.md).")]
 FromVllmLog = Annotated[str | None, typer.Option(
     "--from-vllm-log", metavar="FILE",
     help="A vLLM server log: its engine args (TP, max_model_len, KV dtype, block size, …), version and available KV "

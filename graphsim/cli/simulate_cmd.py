@@ -107,8 +107,12 @@ def simulate_cmd(
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     max_num_seqs: opt.MaxNumSeqs = None,
     block_size: opt.BlockSize = None,
-    prefix_caching: opt.PrefixCaching = True,
-    chunked_prefill: opt.ChunkedPrefill = True,
+    prefix_caching: opt.PrefixCaching = None,
+    chunked_prefill: opt.ChunkedPrefill = None,
+    engine: opt.Engine = opt.DEFAULT_ENGINE,
+    async_scheduling: opt.AsyncScheduling = None,
+    host_time: bool = typer.Option(True, "--host-time/--no-host-time", help="Add the engine's host time (scheduling, "
+                                   "input prep, sampling; docs/serving.md) to every iteration, or price GPU kernels only."),
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
     moe_routing: opt.MoeRoutingSpec = None,
@@ -124,10 +128,10 @@ def simulate_cmd(
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
     from graphsim.cli.from_log import apply_vllm_log
+    from graphsim.costing.moe_routing import parse_routing
     from graphsim.serving import SLO, ClosedLoop, load_trace, parse_lengths, summarize, synthetic
     from graphsim.serving.bench_metrics import parse_percentile_metrics, parse_percentiles
     from graphsim.serving.config import DeploymentConfig
-    from graphsim.costing.moe_routing import parse_routing
     from graphsim.serving.deployment import build_cost, plan_deployment
     from graphsim.serving.requests import WorkloadSpecError
 
@@ -148,7 +152,7 @@ def simulate_cmd(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
-        enable_chunked_prefill=chunked_prefill))
+        enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling))
     dep = plan_deployment(config)
     ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
     due: list[float] | None = None
@@ -191,7 +195,7 @@ def simulate_cmd(
             check_writable(out_path)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
         cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing))
-    setup = dep.simulation_setup(cost, router=router)
+    setup = dep.simulation_setup(cost, router=router, host_time=host_time)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)
