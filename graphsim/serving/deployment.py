@@ -72,8 +72,12 @@ class Deployment:
         ranks (no expert parallelism), priced with its KV dtype on its hardware from `profile` (default: the
         hardware's default profile.db when present). Needs the `trace` extra (torch)."""
         from graphsim.cost_model import build_cost_model
+        from graphsim.costing.collectives import CollectiveSettings
 
+        # CUDA graphs up to vLLM's capture bound for this engine's max_num_seqs / max_num_batched_tokens
+        coll = CollectiveSettings.for_engine(self.engine.max_num_seqs, self.engine.max_num_batched_tokens)
         return build_cost_model(self.model, self.hardware, tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype,
+                                collectives=coll,
                                 profile=profile, target=target, moe_routing=moe_routing)
 
     def to_json(self) -> dict[str, Any]:
