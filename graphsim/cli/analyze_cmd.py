@@ -8,6 +8,7 @@ import typer
 
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
+from graphsim.versions import versions
 
 
 @app.command("analyze")
@@ -42,7 +43,7 @@ def analyze_cmd(
     if draft_map:
         write_draft_map(prepared, draft_map)
     if as_json:
-        print(json.dumps(analysis.to_dict(), indent=1, default=str))
+        print(json.dumps({**analysis.to_dict(), "versions": versions(profile, gpu)}, indent=1, default=str))
         return
     from graphsim.render.analysis_view import render_analysis
 

@@ -8,6 +8,7 @@ import typer
 
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
+from graphsim.versions import versions
 
 
 @app.command("kv")
@@ -52,6 +53,7 @@ def kv_cmd(
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None
     if as_json:
         out = dep.to_json()
+        out["versions"] = versions(priced=False)
         if from_log is not None:
             out["from_vllm_log"] = {**from_log.to_json(), "capacity_check": check}
         print(json.dumps(out, indent=1))

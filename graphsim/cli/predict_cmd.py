@@ -9,6 +9,7 @@ import typer
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
 from graphsim.cli.sources import load_source
+from graphsim.versions import versions
 
 
 @app.command("predict")
@@ -51,7 +52,7 @@ def predict_cmd(
                                                          0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE))
     pred = predict(cm, steps, specs)
     if as_json:
-        print(json.dumps(pred.to_json(), indent=1, default=str))
+        print(json.dumps({**pred.to_json(), "versions": versions(profile, gpu)}, indent=1, default=str))
         return
     from graphsim.render.cost_view import render_prediction
 

@@ -8,6 +8,7 @@ import typer
 
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
+from graphsim.versions import versions
 
 
 def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -109,7 +110,7 @@ def search_cmd(
 
         write_pareto_png(res, plot)
     if as_json:
-        out = res.to_json()
+        out = {**res.to_json(), "versions": versions(profile, gpu)}
         if from_log is not None:
             out["from_vllm_log"] = from_log.to_json()
         print(json.dumps(out, indent=1, default=float))

@@ -9,6 +9,7 @@ import typer
 
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
+from graphsim.versions import versions
 
 
 def _router(value: str) -> str:
@@ -205,7 +206,8 @@ def simulate_cmd(
                      burstiness, pct_metrics, pcts, save_detailed, slo, due, summary)
     if as_json:
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
-               "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica}
+               "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica,
+               "versions": versions(profile, gpu)}
         if from_log is not None:
             out["from_vllm_log"] = from_log.to_json()
         print(json.dumps(out, indent=1, default=float))

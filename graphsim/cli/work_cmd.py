@@ -12,6 +12,7 @@ from rich.table import Table
 
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
+from graphsim.versions import versions
 
 if TYPE_CHECKING:  # imported when the command runs: the CLI starts without them
     from graphsim.work import ParamReport, WorkReport
@@ -135,6 +136,7 @@ def work(
             out["params"] = param_report.to_dict()
         if step_report is not None:
             out["work"] = step_report.to_dict()
+        out["versions"] = versions(priced=False)
         print(json.dumps(out, indent=1))
         return
     _header(resolved.name, resolved.location, acc)

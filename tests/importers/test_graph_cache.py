@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,9 @@ def test_cached_predict_runs_without_torch(home, tiny_dir):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         assert main(["--no-cache", "predict", str(tiny_dir), "--json", "-b", "decode:4x128"]) == 0
-    assert json.loads("\n".join(body)) == json.loads(buf.getvalue())
+    cached = json.loads("\n".join(body))
+    assert cached == json.loads(buf.getvalue())
+    assert cached["versions"]["torch"] == version("torch")  # the graph was traced with it (a cache-key field)
 
 
 def test_entry_point_cache_info_and_clear(home, tiny_dir):
