@@ -139,3 +139,32 @@ def test_v0_prefill_stalls_decodes():
     assert _two_requests("vllm==0.6.3") == [(1.0, 6.0), (4.0, 6.0)]
     # V1: [3,4] runs A's decode and B's prompt together; A's 5th token at 5 ms, B's 3rd at 6 ms.
     assert _two_requests("vllm==0.10.1") == [(1.0, 5.0), (4.0, 6.0)]
+
+
+@pytest.mark.parametrize(("step_us", "overlap", "iteration_ms"), [
+    (500.0, False, 1.5),  # 1000 µs of kernels + 500 µs host
+    (500.0, True, 1.0),  # host hidden under the 1000 µs step
+    (1500.0, True, 1.5)])  # host longer than the step: max(1000, 1500)
+def test_host_time_is_in_every_iteration(step_us, overlap, iteration_ms):
+    # one 100-token prompt with 3 outputs, 1 ms of kernels per iteration, no sampling term (vocab 0): three
+    # iterations of `iteration_ms`; host_s logs what the host added beyond the kernels
+    cfg = EngineConfig(8192, 64, 8192, enable_prefix_caching=False)
+    host = EngineHost(HostModel("t", step_us, 0.0, 0.0, 0.0, overlap), vocab=0, bandwidth_bytes_per_s=2e12)
+    setup = SimulationSetup(cfg, llama_layout(), 2000, AffineCost(1000.0, 0.0, 0.0, 0.0), ParallelConfig(),
+                            fast_forward=False, host=host)
+    res = simulate(setup, [RequestSpec(0.0, 100, 3)])
+    (r,) = res.requests
+    assert (r.first_token_t * 1e3, r.finish_t * 1e3) == pytest.approx((iteration_ms, 3 * iteration_ms))
+    assert res.iterations["host_s"] * 1e3 == pytest.approx([iteration_ms - 1.0] * 3)
+
+
+def test_host_time_in_decode_segments():
+    # 40 outputs with fast-forward on: the decode iterations run as segments priced in one call; each still takes
+    # 1000 µs of kernels + 500 µs host, so the 40th token comes at 40 × 1.5 = 60 ms
+    cfg = EngineConfig(8192, 64, 8192, enable_prefix_caching=False)
+    host = EngineHost(HostModel("t", 500.0, 0.0, 0.0, 0.0, False), vocab=0, bandwidth_bytes_per_s=2e12)
+    setup = SimulationSetup(cfg, llama_layout(), 2000, AffineCost(1000.0, 0.0, 0.0, 0.0), ParallelConfig(),
+                            fast_forward=True, host=host)
+    res = simulate(setup, [RequestSpec(0.0, 100, 40)])
+    assert res.requests[0].finish_t * 1e3 == pytest.approx(60.0)
+    assert res.iterations["host_s"] * 1e3 == pytest.approx([0.5] * 40)
