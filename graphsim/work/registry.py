@@ -55,6 +55,8 @@ BUILDERS: dict[str, Builder] = {
     "OlmoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.OLMOE),
     "GraniteMoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_MOE),
     "GraniteMoeSharedForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_MOE_SHARED),
+    "MiniMaxM2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.MINIMAX_M2),
+    "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
 }
 
 

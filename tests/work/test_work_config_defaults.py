@@ -14,6 +14,7 @@ tests do):
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,17 @@ transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 REPO = Path(__file__).resolve().parents[2]
-CONFIG_DIRS = [REPO / "graphsim" / "catalog" / "configs", REPO.parent / "shared" / "hf-configs"]
+def _aiconfigurator_configs() -> list[Path]:
+    """Real public config.json files that aiconfigurator-core ships (the `aiconfigurator` extra)."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(next(iter(spec.submodule_search_locations))) / "model_configs"]
+
+
+CONFIG_DIRS = [
+    REPO / "graphsim" / "catalog" / "configs", REPO.parent / "shared" / "hf-configs", *_aiconfigurator_configs(),
+]
 # Fields transformers' config classes do not take (or that only the checkpoint loader reads).
 _NOT_CONFIG_ARGS = ("architectures", "model_type", "transformers_version", "quantization_config", "auto_map")
 
@@ -45,14 +56,17 @@ def _repo_configs() -> list[tuple[str, dict[str, Any]]]:
     out = []
     seen: set[str] = set()
     for folder in CONFIG_DIRS:
-        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        for path in sorted(folder.glob("*config.json") if "model_configs" in folder.name else folder.glob("*.json")):
             text = path.read_text()
             if text in seen:
                 continue
             seen.add(text)
-            cfg = json.loads(text)
+            # Element counts do not depend on how a checkpoint quantizes them (unsupported methods are
+            # refused elsewhere: tests/work/test_work_params.py).
+            cfg = {k: v for k, v in json.loads(text).items() if k != "quantization_config"}
             if cfg.get("architectures", [None])[0] in supported_architectures():
                 out.append((f"{folder.name}/{path.stem}", cfg))
+    assert out, "no repository configs found"
     return out
 
 
@@ -67,8 +81,10 @@ def _hf_config(arch: str, cfg: dict[str, Any]) -> Any:
 # Class-default configs transformers itself cannot build a model from, and the field that fixes each:
 # DeepseekV2Config() has n_routed_experts=64 but num_experts_per_tok=None (the router reads top-k;
 # DeepSeek-V2's config.json says 6); HunYuanDenseV1Config() and MinistralConfig() have head_dim=None,
-# which their attention reads as-is (`head_dim ** -0.5`); hidden/heads = 4096/32 = 128.
+# which their attention reads as-is (`head_dim ** -0.5`); hidden/heads = 4096/32 = 128. Glm4MoeConfig()
+# has hidden 4096 over 96 heads and head_dim=None (not divisible); GLM-4.5's config.json states 128.
 _UNBUILDABLE_DEFAULTS = {
+    "Glm4MoeForCausalLM": {"head_dim": 128},
     "DeepseekV2ForCausalLM": {"num_experts_per_tok": 6},
     "HunYuanDenseV1ForCausalLM": {"head_dim": 128},
     "MinistralForCausalLM": {"head_dim": 128},

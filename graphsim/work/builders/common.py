@@ -79,6 +79,9 @@ class MoeFields:
     router_module: str = "gate"
     shared_module: str = "shared_expert"
     sparse_schedule: bool = False  # decoder_sparse_step / mlp_only_layers choose which layers are MoE
+    shared_count_key: str | None = None  # DeepSeek-style: shared width = this count × the expert width
+    first_dense_key: str | None = None  # layers below this index use the dense MLP (first_k_dense_replace)
+    score_bias: bool = False  # sigmoid router with a per-expert score-correction vector (noaux_tc)
 
 
 def dense_ffn(view: ConfigView, hidden: int, key: str = "intermediate_size", norms: int = 1, bias: Flag = NEVER) -> DenseFfn:
@@ -93,6 +96,8 @@ def moe_ffn(view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1) ->
             f"config.json ({view.arch}): {fields.top_k_key} {top_k} exceeds {fields.experts_key} {experts}; fix the config"
         )
     shared = view.opt_int(fields.shared_key, 0, minimum=0) if fields.shared_key else 0
+    if fields.shared_count_key:
+        shared = (view.opt_int(fields.shared_count_key, 0, minimum=0) or 0) * view.req_int(fields.intermediate_key)
     return MoeFfn(
         hidden=hidden,
         expert_intermediate=view.req_int(fields.intermediate_key),
@@ -100,6 +105,7 @@ def moe_ffn(view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1) ->
         top_k=top_k,
         expert_bias=fields.expert_bias,
         router_bias=fields.router_bias,
+        router_score_bias=fields.score_bias,
         shared_intermediate=shared or 0,
         shared_gate=fields.shared_gate and bool(shared),
         block_norms=norms,
@@ -120,6 +126,10 @@ def ffn_schedule(
         dense = dense_ffn(view, hidden, norms=norms, bias=bias)
         return [dense] * layers
     moe = moe_ffn(view, hidden, fields, norms)
+    if fields.first_dense_key:
+        first = view.opt_int(fields.first_dense_key, 0, minimum=0) or 0
+        dense = dense_ffn(view, hidden, norms=norms, bias=bias)
+        return [dense if i < first else moe for i in range(layers)]
     if not fields.sparse_schedule:
         return [moe] * layers
     step = view.opt_int("decoder_sparse_step", 1)

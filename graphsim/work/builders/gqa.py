@@ -151,6 +151,22 @@ GRANITE_MOE = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields("num_local_experts", "intermediate_size", module="block_sparse_moe", router_module="router"),
 )
+# MiniMax-M2: q/k norms over the full width; every layer MoE with a sigmoid router and a score-correction
+# vector (MiniMaxM2SparseMoeBlock.e_score_correction_bias), experts of intermediate_size.
+MINIMAX_M2 = GqaProfile(
+    qk_norm=QK_NORM, qk_norm_full=True,
+    moe=MoeFields("num_local_experts", "intermediate_size", score_bias=True),
+)
+# GLM-4.5 (Glm4Moe): GLM's q/k/v bias, optional per-head q/k norms (use_qk_norm); DeepSeek-style MoE
+# after first_k_dense_replace dense layers, n_shared_experts × moe_intermediate_size shared experts,
+# sigmoid router with score correction (Glm4MoeTopkRouter).
+GLM4_MOE = GqaProfile(
+    qkv_bias=ATTN_BIAS, qk_norm=Flag("use_qk_norm", False),
+    moe=MoeFields(
+        "n_routed_experts", "moe_intermediate_size", shared_count_key="n_shared_experts",
+        first_dense_key="first_k_dense_replace", score_bias=True, shared_module="shared_experts",
+    ),
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
