@@ -72,6 +72,24 @@ ConfigModel = Annotated[str, typer.Argument(help="Catalog name, HF id, config.js
 GraphModel = Annotated[str, typer.Argument(
     help="Catalog name, HF id, config.json, model directory, ONNX file, or a saved (fused) graph (.json).")]
 
+def _revision(value: str | None) -> str | None:
+    """--revision reaches every resolver of the model (worker processes too) through the environment."""
+    import os
+
+    from graphsim.catalog import REVISION_ENV
+
+    if value:
+        os.environ[REVISION_ENV] = value
+    else:
+        os.environ.pop(REVISION_ENV, None)
+    return value
+
+
+Revision = Annotated[str | None, typer.Option(
+    "--revision", callback=_revision, metavar="REV",
+    help="Branch, tag or commit of an HF id in the local Hugging Face cache (default: the snapshot refs/main "
+         "names), as vLLM's --revision; never downloads.")]
+
 # The deployment.
 GPU_HELP = ("GPU: a hardware spec id or alias (h100, h200, b200, a100, l40s; `graphsim profiles hardware` lists "
             "them) or a JSON spec file.")
