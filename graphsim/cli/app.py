@@ -46,7 +46,7 @@ COMMAND_MODULES = [
     "graphsim.cli.capture_cmd", "graphsim.cli.align_cmd",
     "graphsim.cli.profile_cmd",
     "graphsim.cli.analyze_cmd",
-    "graphsim.cli.kv_cmd", "graphsim.cli.simulate_cmd",
+    "graphsim.cli.kv_cmd", "graphsim.cli.simulate_cmd", "graphsim.cli.sweep_cmd",
     "graphsim.cli.search_cmd",
     "graphsim.cli.compare_cmd",
     "graphsim.cli.compare_cmd",

@@ -125,6 +125,8 @@ def simulate_cmd(
     chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json): every request, or --trace-sample of them."),
     trace_sample: int | None = typer.Option(None, "--trace-sample", min=1, help="Show only this many requests (evenly spaced by id) in the --chrome-trace; stated in the file's otherData."),
     requests_out: str | None = typer.Option(None, "--requests-out", help="Write one row per request (.csv or .parquet): lengths, times, TTFT/TPOT/E2E, preemptions, prefix hits."),
+    plot: str | None = typer.Option(None, "--plot", help="Write the TTFT and TPOT distributions to this PNG "
+                                                        "(needs matplotlib)."),
     as_json: opt.Json = False,
 ) -> None:
     """Simulate serving a workload; TTFT/TPOT/ITL/E2E, throughput and goodput, each time with its source."""
@@ -194,6 +196,10 @@ def simulate_cmd(
     for out_path in (iteration_log, chrome_trace, requests_out, save_result):  # fail before the run, not after it
         if out_path:
             check_writable(out_path)
+    if plot:
+        from graphsim.render.serving_plots import check_plot_path
+
+        check_plot_path(plot)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
         cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing))
     setup = dep.simulation_setup(cost, router=router, host_time=host_time)
@@ -201,6 +207,11 @@ def simulate_cmd(
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)
     summary = summarize(res, slo)
+    if plot:
+        from graphsim.render.serving_plots import request_latencies, write_distribution_png
+
+        write_distribution_png(*request_latencies(res), plot,
+                               f"{dep.model.name} on {dep.hardware.id} tp={dep.tp} × {replicas}: {label}")
     if save_result:
         _save_result(save_result, res, dep, note, model, num_requests, rate, concurrency, arrival, cv, bench,
                      burstiness, pct_metrics, pcts, save_detailed, slo, due, summary)
@@ -218,7 +229,8 @@ def simulate_cmd(
     trace_what = "Chrome trace (open at ui.perfetto.dev), " + (f"{trace_sample} requests sampled" if trace_sample
                                                                 else "every request")
     for path, what in ((iteration_log, "iteration log"), (requests_out, "per-request results"),
-                       (chrome_trace, trace_what), (save_result, "vllm bench serve result (predicted)")):
+                       (chrome_trace, trace_what), (save_result, "vllm bench serve result (predicted)"),
+                       (plot, "the TTFT/TPOT distributions")):
         if path:
             console.print(f"[dim]wrote {what}: {path}[/]")
 
