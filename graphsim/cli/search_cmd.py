@@ -46,6 +46,7 @@ def search_cmd(
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
+    engine: opt.Engine = opt.DEFAULT_ENGINE,
     profile: opt.Profile = None,
     from_vllm_log: opt.FromVllmLog = None,
     interconnect: opt.Interconnect = None,
@@ -83,7 +84,7 @@ def search_cmd(
             "max_model_len", "kv_dtype", "dtype", "gpu_memory_utilization")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     base = opt.deployment_data(model, gpu, dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
-                               gpu_memory_utilization=gpu_memory_utilization,
+                               gpu_memory_utilization=gpu_memory_utilization, engine=engine,
                                interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node,
                                                                   network_bandwidth, network_latency_us))
     spec = SearchSpec.parse({

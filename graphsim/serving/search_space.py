@@ -187,7 +187,7 @@ class _Planner:
 
     def __init__(self, spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec) -> None:
         self.spec, self.model, self.hardware = spec, model, hw
-        self.default_batched_tokens, self.default_seqs = batch_defaults(hw)
+        self.default_batched_tokens, self.default_seqs = batch_defaults(hw, spec.base.engine.profile)
         self._plans: dict[tuple[int, int, int], Any] = {}
         self.request_tokens = spec.isl.hi + spec.osl.hi
 
