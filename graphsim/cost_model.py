@@ -18,7 +18,7 @@ from collections.abc import Callable
 from graphsim.catalog import ResolvedModel
 from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.cost_model import CostModel
-from graphsim.costing.derived import ROWLESS_NOTE
+from graphsim.costing.derived import rowless_note
 from graphsim.costing.errors import ProfileDBMismatchError
 from graphsim.costing.hardware import DeviceKind, HardwareSpec, load_hardware
 from graphsim.costing.moe_routing import RoutingModel
@@ -86,7 +86,7 @@ def profile_data(hardware: HardwareSpec | None, profile: str | os.PathLike[str] 
         return None, "no profile.db and no hardware spec: every time is missing"
     if hardware is not None:
         check_same_device(db, hardware, where)
-        return db, f"measured rows from {where} ({db.meta.device}); {ROWLESS_NOTE}"
+        return db, f"measured rows from {where} ({db.meta.device}); {rowless_note(db, hardware)}"
     fallback = f"the {db.meta.hardware} roofline" if db.meta.hardware else "missing (no hardware spec for a roofline)"
     return db, f"measured rows from {where} ({db.meta.device}); where the rows do not reach: {fallback}"
 

@@ -46,10 +46,6 @@ from graphsim.costing.kernels import CollectiveKey, KernelKey, MlaModuleDecodeKe
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.roofline import KernelWork, kernel_work
 
-# How a data note states what kernels without rows are priced at (cost_model.profile_data, predict.default_data).
-ROWLESS_NOTE = ("kernels without rows: derived from the profile's launch floor and achieved bandwidth where "
-                "memory-bound (when its rows show them), else roofline")
-
 # Tables read for the rates (see the module docstring for why these).
 RATE_TABLES: tuple[TableKind, ...] = (TableKind.GEMM, TableKind.ATTENTION_PREFILL, TableKind.ATTENTION_DECODE,
                                       TableKind.MLA_PREFILL, TableKind.MLA_DECODE, TableKind.ELEMENTWISE)
@@ -125,6 +121,15 @@ def profile_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
     if key not in cache:
         cache[key] = compute_rates(db, spec)
     return cache[key]
+
+
+def rowless_note(db: ProfileDB, spec: HardwareSpec) -> str:
+    """What kernels without rows are priced at, with this profile's figures (for a data note:
+    cost_model.profile_data, predict.default_data)."""
+    rates = profile_rates(db, spec)
+    if rates is None:
+        return "kernels without rows: roofline (too few bandwidth-bound rows in the profile for a derived price)"
+    return f"kernels without rows: derived where memory-bound, {rates.describe()}; roofline otherwise"
 
 
 def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: np.ndarray,

@@ -11,7 +11,7 @@ import numpy as np
 
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.cost_tree import CompiledTree, Evaluation, NodeKind
-from graphsim.costing.derived import ROWLESS_NOTE
+from graphsim.costing.derived import rowless_note
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
 from graphsim.costing.kernel_map import Dtypes
@@ -165,7 +165,7 @@ def default_data(hardware: HardwareSpec) -> tuple[ProfileDB | None, str]:
         auto_build(hardware.id, default)
     if default.is_file():
         db = ProfileDB.open(default)
-        return db, f"measured rows from {default}; {ROWLESS_NOTE}"
+        return db, f"measured rows from {default}; {rowless_note(db, hardware)}"
     return None, (f"no measured data for {hardware.id}: every time is a roofline estimate from the {hardware.name} "
                   f"spec. Import measurements with `graphsim profiles import-aiconfigurator --system {hardware.id} "
                   f"--backend vllm -o {default}`")

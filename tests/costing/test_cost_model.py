@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphsim.costing.derived import ROWLESS_NOTE
 from graphsim.errors import GraphsimError
 from graphsim.workload import parse_batch_spec
 
@@ -100,7 +99,8 @@ def test_profile_data_names_what_the_numbers_rest_on(tmp_path):
     assert profile_data(None, None) == (None, "no profile.db and no hardware spec: every time is missing")
     ProfileDB.create(tmp_path / "p.db", ProfileMeta(device="test gpu", engine="vllm")).close()
     db, note = profile_data(h200, str(tmp_path / "p.db"))
-    assert db is not None and note == f"measured rows from {tmp_path / 'p.db'} (test gpu); {ROWLESS_NOTE}"
+    assert db is not None and note == (f"measured rows from {tmp_path / 'p.db'} (test gpu); kernels without rows: "
+                                       "roofline (too few bandwidth-bound rows in the profile for a derived price)")
     same, _ = profile_data(None, db)
     assert same is db
 

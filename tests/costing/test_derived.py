@@ -114,3 +114,11 @@ def test_profiles_show_states_the_rates(db, capsys):
     # the figures of test_rates_from_the_rows: 2 µs, 2.8 TB/s, 21 rows, 20 bandwidth-bound
     assert shown["floor_us"] == 2.0 and shown["rows"] == 21 and shown["bandwidth_bound_rows"] == 20
     assert shown["bandwidth_bytes_per_s"] == pytest.approx(2.8e12, rel=1e-12)
+
+
+def test_the_data_note_states_the_figures(db):
+    from graphsim.cost_model import profile_data
+
+    _, note = profile_data(H200, db)
+    assert note.endswith("; kernels without rows: derived where memory-bound, max(2 µs launch floor, bytes / 2,800 GB/s "
+                         "achieved), from 20 bandwidth-bound of 21 rows of p.db; roofline otherwise")
