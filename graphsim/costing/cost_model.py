@@ -32,7 +32,7 @@ class CostModel:
 
     graph: Graph  # the kernel graph after passes
     tree: CompiledTree  # compiled once from `graph`
-    pricer: KernelPricer  # profile.db lookup → interpolation → roofline fallback
+    pricer: KernelPricer  # profile.db lookup → interpolation → derived (row-less memory-bound) → roofline fallback
     dtypes: Dtypes  # activation / KV dtypes the kernels are priced with
     hardware: HardwareSpec | None  # the spec the roofline uses (given, or named by the profile's meta); None: none
     profile: str | None  # path of the profile.db priced from (None: no measured rows)
