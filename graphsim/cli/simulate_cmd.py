@@ -225,7 +225,7 @@ def simulate_cmd(
         return
     from graphsim.render.serving_view import render_summary
 
-    console.print(render_summary(dep, summary, note, replicas, router, label, slo))
+    console.print(render_summary(dep, summary, note, replicas, router, label, slo, host_time))
     trace_what = "Chrome trace (open at ui.perfetto.dev), " + (f"{trace_sample} requests sampled" if trace_sample
                                                                 else "every request")
     for path, what in ((iteration_log, "iteration log"), (requests_out, "per-request results"),

@@ -55,8 +55,20 @@ def throughput_table(s: Summary) -> Table:
     return t
 
 
+def _engine_line(dep: Deployment, host_time: bool) -> str:
+    """The engine version modelled and its host time per iteration (graphsim/serving/host.py), with the source."""
+    e, p = dep.engine, dep.engine.profile
+    h = e.host
+    policy = "prefill-first (V0)" if e.prefill_first else "decode-first"
+    if not host_time:
+        return f"engine: {p.name} ({p.family}, {policy}); host time off (--no-host-time): GPU kernels only"
+    how = "overlapped with the GPU step (async scheduling)" if h.overlap else "added to the GPU step"
+    return (f"engine: {p.name} ({p.family}, {policy}); host time per iteration {h.step_us:,.0f} µs + "
+            f"{h.per_seq_us:.1f} µs per sequence + sampling, {how} (derived; docs/serving.md)")
+
+
 def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router: str, workload: str,
-                   slo: SLO) -> Group:
+                   slo: SLO, host_time: bool = True) -> Group:
     e = dep.engine
     head = [f"[bold]{dep.model.name}[/] on [bold]{dep.hardware.id}[/] tp={dep.tp} × {replicas} replica(s)"
             + (f" ({router})" if replicas > 1 else "") + f": {workload}",
@@ -65,6 +77,7 @@ def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router
             f"tokens per replica, prefix caching "
             f"{'on' if e.enable_prefix_caching and dep.layout.prefix_cacheable else 'off'}, chunked prefill "
             f"{'on' if e.enable_chunked_prefill else 'off'}[/]",
+            f"[dim]{_engine_line(dep, host_time)}[/]",
             f"[dim]data:[/] {note}"]
     if e.enable_prefix_caching and not dep.layout.prefix_cacheable:
         head.append("[dim]prefix caching is not simulated for hybrid KV layouts (sliding windows, state)[/]")
