@@ -118,6 +118,11 @@ def simulate_cmd(
     dtype: opt.Dtype = None,
     moe_routing: opt.MoeRoutingSpec = None,
     profile: opt.Profile = None,
+    interconnect: opt.Interconnect = None,
+    link_bandwidth: opt.LinkBandwidth = None,
+    gpus_per_node: opt.GpusPerNode = None,
+    network_bandwidth: opt.NetworkBandwidth = None,
+    network_latency_us: opt.NetworkLatency = None,
     slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
     slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
     slo_e2e_ms: float | None = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
@@ -155,7 +160,9 @@ def simulate_cmd(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
-        enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling))
+        enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
+        interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
+                                           network_latency_us)))
     dep = plan_deployment(config)
     ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
     due: list[float] | None = None
