@@ -45,6 +45,7 @@ def search_cmd(
     max_model_len: opt.MaxModelLen = None,
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
+    moe_routing: opt.MoeRoutingSpec = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     engine: opt.Engine = opt.DEFAULT_ENGINE,
     profile: opt.Profile = None,
@@ -94,7 +95,7 @@ def search_cmd(
         "max_num_batched_tokens": _ints(max_num_batched_tokens, "--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS,
         "prefill_batched_tokens": _ints(prefill_batched_tokens, "--prefill-batched-tokens") or DEFAULT_PREFILL_BATCHED_TOKENS,
         "profile": profile, "kv_link_gbps": kv_link_gbps, "kv_link_latency_us": kv_link_latency_us, "verify": verify,
-        "seed": seed})
+        "seed": seed, "moe_routing": moe_routing})
     if plot and not plot.lower().endswith(".png"):
         raise SearchSpecError(f"--plot '{plot}': give a .png path")
     be = make_backend(backend, workers, address)

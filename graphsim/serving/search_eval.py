@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from graphsim.catalog import ResolvedModel
+from graphsim.costing import moe_routing
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
+from graphsim.costing.moe_routing import RoutingModel
 from graphsim.ir import Graph
 from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
@@ -49,6 +51,7 @@ class SearchContext:
     max_seqs: int
     link: KvLink
     seed: int
+    routing: RoutingModel = moe_routing.DEFAULT  # the MoE routing model every candidate is priced with
 
     key: str = ""  # identifies the cost models this context builds (a worker's cache key); see make_context
 
@@ -66,14 +69,16 @@ def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candi
 
     # fused, not partitioned (tp = ep = 1): the partitions are made per candidate (partition_cost)
     base = spec.base
+    routing = moe_routing.parse_routing(spec.moe_routing)
     cm = build_cost_model(graph if graph is not None else model, hw, dtype=base.dtype, kv_dtype=base.kv_cache_dtype,
-                          profile=spec.profile, target=target)
+                          profile=spec.profile, target=target, moe_routing=routing)
     graph, profile, note = cm.graph, cm.profile, cm.data_note
+    note = f"{note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else note
     max_tokens = max(p.max_num_batched_tokens for c in candidates for p in c.pools)
     max_seqs = max(p.max_num_seqs for c in candidates for p in c.pools)
     link = KvLink.from_hardware(hw, spec.kv_link_gbps, spec.kv_link_latency_us)
     ctx = SearchContext(model, hw, graph, profile, note, base, spec.isl, spec.osl, max_tokens, max_seqs, link,
-                        spec.seed)
+                        spec.seed, routing)
     return with_key(ctx)
 
 
@@ -86,7 +91,7 @@ def kv_link(ctx: SearchContext, gpus: int) -> KvLink:
 def with_key(ctx: SearchContext) -> SearchContext:
     """The context with its cache key: a hash of everything the cost models depend on."""
     raw = pickle.dumps((ctx.graph, ctx.model.name, ctx.hardware, ctx.profile, ctx.base.kv_cache_dtype, ctx.base.dtype,
-                        ctx.max_tokens, ctx.max_seqs, ctx.max_context))
+                        ctx.max_tokens, ctx.max_seqs, ctx.max_context, ctx.routing))
     return replace(ctx, key=hashlib.sha1(raw).hexdigest()[:16])
 
 
@@ -108,7 +113,7 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
             _DBS[ctx.profile] = ProfileDB.open(ctx.profile) if ctx.profile else None
         # the fused graph gets only its partition passes; the profile is the one make_context chose (no default)
         cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.base.dtype, kv_dtype=ctx.base.kv_cache_dtype,
-                              profile=_DBS[ctx.profile], default_profile=False)
+                              profile=_DBS[ctx.profile], default_profile=False, moe_routing=ctx.routing)
         cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, ctx.max_tokens, ctx.max_seqs, ctx.max_context)
         _COSTS[key] = cost
     return cost

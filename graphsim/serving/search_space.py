@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from graphsim.catalog import ResolvedModel
 from graphsim.costing.hardware import HardwareSpec
@@ -68,6 +68,18 @@ class SearchSpec(Strict):
     kv_link_latency_us: float | None = Field(default=None, ge=0, le=1e6)
     verify: int = Field(default=4, ge=0, le=1 << 20)  # simulate the best this many under the SLOs (and more while they fail)
     seed: int = 0
+    moe_routing: str | None = None  # the MoE routing model, as --moe-routing spells it (costing/moe_routing.py; None: its default)
+
+    @field_validator("moe_routing")
+    @classmethod
+    def _routing(cls, value: str | None) -> str | None:
+        from graphsim.costing.moe_routing import MoeRoutingError, parse_routing
+
+        try:
+            parse_routing(value)
+        except MoeRoutingError as e:
+            raise ValueError(str(e)) from None
+        return value
 
     @classmethod
     def parse(cls, data: Any) -> SearchSpec:

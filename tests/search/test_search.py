@@ -3,6 +3,7 @@ SLOs, candidates are pruned with reasons, results are deterministic, EP is enume
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -150,3 +151,20 @@ def test_bad_specs_are_one_line_errors():
         small_spec(modes=("both",)).check()
     with pytest.raises(SearchSpecError):
         small_spec(gpus=0).check()
+    with pytest.raises(SearchSpecError, match=r"moe_routing: .*power-law rows at α = 1.01, 1.2 only"):
+        small_spec(moe_routing="power-law:1.5").check()
+    assert small_spec(moe_routing="balanced").check().moe_routing == "balanced"
+
+
+def test_the_routing_model_keys_the_cost_cache():
+    # two searches that differ only in their routing model must not share cost tables in a worker
+    from graphsim.costing.moe_routing import parse_routing
+    from graphsim.ir import Graph
+    from graphsim.serving.disagg import KvLink
+    from graphsim.serving.search_eval import SearchContext, with_key
+
+    spec = small_spec()
+    ctx = SearchContext(resolve_model(spec.base.model), load_hardware(spec.base.hardware), Graph("g"), None, "",
+                        spec.base, spec.isl, spec.osl, 8, 8, KvLink.from_hardware(load_hardware(spec.base.hardware)), 0)
+    keys = {with_key(replace(ctx, routing=parse_routing(r))).key for r in ("balanced", "power-law:1.2", "power-law:1.01")}
+    assert len(keys) == 3
