@@ -1,25 +1,28 @@
 """Serving validation: graphsim's simulate against real, public `vllm bench serve` runs.
 
-    python benchmarks/validate_serving.py [--json] [--subset SEL]... [--all] [--profile A100.db] [--max-prompts N]
+    python benchmarks/validate_serving.py [--json|--markdown] [--subset SEL]... [--all] [--profiles DIR] [--max-prompts N]
 
 The runs are facts stored under benchmarks/data/ (settings, measured metrics and the source of each;
 `benchmarks/data/dennislee22_vllm_benchmarking.json`: vLLM 0.10.1.1 on A100, Qwen2-7B-Instruct at TP1/TP2
-on one node and TP2 across two nodes, Qwen2.5-32B at TP1/TP2, Qwen2-72B at TP2, gpt-oss-120b at TP4). For
-each run the harness
+on one node and TP2 across two nodes, Qwen2.5-32B at TP1/TP2, Qwen2-72B at TP2, gpt-oss-120b at TP4;
+`benchmarks/data/kvcached_h100_qwen3_0.6b.json`: vLLM 0.19.0 on one H100, Qwen3-0.6B, the vllm bench serve
+result files of kvcached's vanilla runs, at rate inf and 16). For each run the harness
 
 1. plans the deployment with the run's own numbers: GPU, TP, `--max-model-len`, the available KV cache
-   memory its startup log printed (`--kv-memory`), vLLM's defaults otherwise; when graphsim's
+   memory its startup log printed (`--kv-memory`; without a log, its `--gpu-memory-utilization`), vLLM's
+   defaults otherwise; when graphsim's
    deployment config takes an interconnect: a TP group over several nodes (one GPU per node) gets
    `gpus_per_node` 1 (its collectives go over the network, at the spec's network figures: the runs do
    not say theirs), and a same-node group whose log says the GPUs lack P2P gets link `pcie` (vLLM then
    all-reduces with NCCL only);
-2. prices iterations from the aiconfigurator A100 SXM tables (`graphsim profiles import-aiconfigurator
-   --system a100_sxm --backend vllm`, built once into $GRAPHSIM_HOME/validation/ unless --profile);
-   each model is traced once per TP size;
-3. simulates vLLM bench serve's workload for that run: the random dataset at the run's lengths, every
-   request at t = 0 (the runs give no --request-rate: vLLM's default inf), and the prompts an earlier
-   run on the same server sent already in the prefix cache (same seed 0, same input length: the same
-   first prompts; the server is the engine's APIServer pid in the log lines, the order their times).
+2. prices iterations from aiconfigurator's tables for the run's GPU (`graphsim profiles
+   import-aiconfigurator --system a100_sxm|h100_sxm --backend vllm`, built once into
+   $GRAPHSIM_HOME/validation/ unless --profiles); each model is traced once per TP size and GPU;
+3. simulates vLLM bench serve's workload for that run: the random dataset at the run's lengths and
+   seed, its --request-rate (inf: every request at t = 0; the dennislee22 runs give none, vLLM's default
+   inf), and the prompts an earlier run on the same server sent already in the prefix cache (same seed,
+   same input length: the same first prompts; the server is the engine's APIServer pid in the log lines,
+   or a named server, the order their times).
    Output length per request: the run's measured total output tokens / completed requests (the runs
    did not pass --ignore-eos, so a few requests stopped early; this is a workload fact, not a fitted
    number);
@@ -61,9 +64,12 @@ MODELS = {
     "Qwen2-7B-Instruct": str(CONFIGS / "Qwen2-7B-Instruct"),
     "Qwen2.5-32B": str(CONFIGS / "Qwen2.5-32B"),
     "Qwen2-72B": str(CONFIGS / "Qwen2-72B"),
+    "Qwen3-0.6B": str(CONFIGS / "Qwen3-0.6B"),
     "gpt-oss-120b": "gpt-oss-120b",
 }
-GPU = {"A100 80GB": "a100", "A100 40GB": "a100"}  # no A100 40GB spec or tables: priced as the 80 GB SXM
+# The runs' GPUs → (graphsim's --gpu, aiconfigurator's system for the tables). No A100 40GB spec or tables: priced as
+# the 80 GB SXM part (stated in its group label). "H100 80GB HBM3" is the SXM part's name.
+GPU = {"A100 80GB": ("a100", "a100_sxm"), "A100 40GB": ("a100", "a100_sxm"), "H100 80GB": ("h100", "h100_sxm")}
 METRICS = (("mean_ttft_ms", "TTFT"), ("mean_tpot_ms", "TPOT"), ("output_throughput", "out tok/s"))
 TARGET = {"mean_ttft_ms": 15.0, "mean_tpot_ms": 10.0, "output_throughput": 10.0}  # issue 13's done-when, %
 
@@ -100,41 +106,45 @@ def excluded(run: dict[str, Any], test: dict[str, Any]) -> str | None:
     return None
 
 
+def server(run: dict[str, Any]) -> tuple[str, Any]:
+    """Which server process a run went to: a named server, else the engine's APIServer pid in its log lines."""
+    log = run["server_log"]
+    return run["file"], log.get("server", log.get("api_server_pid"))
+
+
 def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_tokens: int) -> set[int]:
     """Prompts of this run still in the server's prefix cache when it starts. Earlier runs on the same server
-    (same APIServer pid, earlier log time) with the same input length sent the same first prompts (seed 0);
+    (`server`, earlier log time) with the same seed and input length sent the same first prompts;
     each request leaves its prompt and output blocks cached, freed in request order, and the cache keeps the
     most recently freed `capacity_tokens` (LRU). The client's test request (the first prompt, sent once
     before each run) keeps prompt 0 warm."""
     log = run["server_log"]
-    history = sorted((r for r in runs if r["file"] == run["file"] and r is not run
-                      and r["server_log"].get("api_server_pid") == log.get("api_server_pid")
+    history = sorted((r for r in runs if r is not run and server(r) == server(run)
                       and r["server_log"].get("time", "") < log.get("time", "")),
                      key=lambda r: r["server_log"]["time"])
-    lru: OrderedDict[tuple[int, int], int] = OrderedDict()
+    lru: OrderedDict[tuple[int, int, int], int] = OrderedDict()  # (seed, input length, prompt) → cached tokens
     total = 0
     for r in history:
-        in_len, m = r["bench"]["random_input_len"], r["measured"]
+        in_len, m, seed = r["bench"]["random_input_len"], r["measured"], r["bench"]["seed"]
         tokens = in_len + max(1, round(m["total_output_tokens"] / max(1, m["completed"])))
         for i in range(r["bench"]["num_prompts"]):
-            total -= lru.pop((in_len, i), 0)
-            lru[(in_len, i)] = tokens
+            total -= lru.pop((seed, in_len, i), 0)
+            lru[(seed, in_len, i)] = tokens
             total += tokens
             while total > capacity_tokens:
                 total -= lru.popitem(last=False)[1]
-    n, in_len = run["bench"]["num_prompts"], run["bench"]["random_input_len"]
-    return {i for (length, i) in lru if length == in_len and i < n} | {0}
+    n, in_len, seed = run["bench"]["num_prompts"], run["bench"]["random_input_len"], run["bench"]["seed"]
+    return {i for (s, length, i) in lru if (s, length) == (seed, in_len) and i < n} | {0}
 
 
-def ensure_profile(path: str | None) -> str:
-    if path:
-        return path
+def ensure_profile(directory: str | None, system: str) -> str:
+    """`<directory>/<system>_vllm.db`, imported from aiconfigurator's tables the first time it is needed."""
     home = Path(os.environ.get("GRAPHSIM_HOME", Path.home() / ".graphsim"))
-    out = home / "validation" / "a100_sxm_vllm.db"
+    out = (Path(directory) if directory else home / "validation") / f"{system}_vllm.db"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
-        print(f"building the A100 tables once: {out}", file=sys.stderr)
-        subprocess.run([sys.executable, "-m", "graphsim", "profiles", "import-aiconfigurator", "--system", "a100_sxm",
+        print(f"building the {system} tables once: {out}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "graphsim", "profiles", "import-aiconfigurator", "--system", system,
                         "--backend", "vllm", "-o", str(out)], check=True, stdout=subprocess.DEVNULL)
     return str(out)
 
@@ -142,9 +152,10 @@ def ensure_profile(path: str | None) -> str:
 class Predictor:
     """Deployments per test, cost trees per (model, TP): each model traced once per TP size."""
 
-    def __init__(self, profile: str) -> None:
-        self.profile = profile
-        self.costs: dict[tuple[str, int], Any] = {}
+    def __init__(self, profile_dir: str | None) -> None:
+        self.profile_dir = profile_dir
+        self.profiles: dict[str, str] = {}
+        self.costs: dict[tuple[Any, ...], Any] = {}
 
     def deployment(self, test: dict[str, Any]):
         from graphsim.cli import options as opt
@@ -161,16 +172,24 @@ class Predictor:
             extra["interconnect"] = link
         if hasattr(opt, "Engine"):  # graphsim models engine versions: the run's (major.minor.patch)
             extra["engine"] = "vllm==" + ".".join(test["vllm"].split(".")[:3])
-        data = opt.deployment_data(MODELS[test["model"]], GPU[test["gpu"]], test["tp"], 1,
-                                   kv_memory=f"{test['kv_cache_memory_gib']}GiB", max_model_len=test["max_model_len"],
-                                   **extra)
+        if "kv_cache_memory_gib" in test:  # the run's own "Available KV cache memory"
+            extra["kv_memory"] = f"{test['kv_cache_memory_gib']}GiB"
+        else:  # no log: graphsim's memory budget at the run's --gpu-memory-utilization
+            extra["gpu_memory_utilization"] = test["gpu_memory_utilization"]
+        data = opt.deployment_data(MODELS[test["model"]], GPU[test["gpu"]][0], test["tp"], 1,
+                                   max_model_len=test["max_model_len"], **extra)
         return plan_deployment(DeploymentConfig.parse(data)), "interconnect" in extra
 
-    def cost(self, dep, key: tuple[str, int]):
+    def profile(self, system: str) -> str:
+        if system not in self.profiles:
+            self.profiles[system] = ensure_profile(self.profile_dir, system)
+        return self.profiles[system]
+
+    def cost(self, dep, key: tuple[Any, ...], system: str):
         from graphsim.serving.deployment import build_cost
 
         if key not in self.costs:
-            self.costs[key] = build_cost(dep, self.profile)
+            self.costs[key] = build_cost(dep, self.profile(system))
         return self.costs[key]
 
 
@@ -178,7 +197,7 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
             max_prompts: int | None) -> dict[str, Any]:
     from graphsim.serving import simulate
     from graphsim.serving.bench_metrics import BenchSettings, bench_result
-    from graphsim.serving.requests import bench_random
+    from graphsim.serving.requests import bench_arrivals, bench_random
 
     m, b = run["measured"], run["bench"]
     n = b["num_prompts"] if max_prompts is None else min(b["num_prompts"], max_prompts)
@@ -186,13 +205,15 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     out_len = max(1, round(m["total_output_tokens"] / m["completed"]))
     dep, network = pred.deployment(test)
     warm = {i for i in warm_prompts(run, runs, dep.capacity.tokens) if i < n}
-    key = (test["model"], test["tp"]) if not network else (test["model"], test["tp"], "network")
-    cost, note, _ = pred.cost(dep, key)  # type: ignore[arg-type]
+    key = (test["model"], test["tp"], test["gpu"], network)
+    cost, note, _ = pred.cost(dep, key, GPU[test["gpu"]][1])
     setup = dep.simulation_setup(cost)
-    workload = bench_random(n, in_len, out_len, 0.0, 0, math.inf, 1.0, None, 0, warm_prompts=warm)
+    rate = math.inf if b["request_rate"] in ("inf", None) else float(b["request_rate"])
+    workload = bench_random(n, in_len, out_len, 0.0, 0, rate, 1.0, b.get("max_concurrency"), b["seed"], warm_prompts=warm)
     t0 = time.perf_counter()
     res = simulate(setup, workload)
-    doc = bench_result(res, BenchSettings(model_id=test["model"], num_prompts=n))
+    doc = bench_result(res, BenchSettings(model_id=test["model"], num_prompts=n, request_rate=rate,
+                                          max_concurrency=b.get("max_concurrency")), bench_arrivals(n, rate, 1.0, b["seed"]))
     return {"predicted": {k: doc[k] for k, _ in METRICS}, "warm_prompts": len(warm), "prompts": n,
             "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
             "network": network}
@@ -220,13 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the group table as Markdown (for docs)")
     ap.add_argument("--subset", action="append", default=[], help="run id prefix, t<test>, model or topology (repeatable)")
     ap.add_argument("--all", action="store_true", help="include the runs left out by default (reasons printed)")
-    ap.add_argument("--profile", help="A100 profile.db (default: built once from aiconfigurator's tables)")
+    ap.add_argument("--profiles", help="folder of <system>_vllm.db tables (default $GRAPHSIM_HOME/validation; "
+                                       "each imported from aiconfigurator the first time it is needed)")
     ap.add_argument("--max-prompts", type=int, help="simulate at most N prompts of each run (stated per run)")
     args = ap.parse_args(argv)
     runs, tests = load_runs()
     chosen = select(runs, tests, args.subset)
-    profile = ensure_profile(args.profile)
-    pred = Predictor(profile)
+    pred = Predictor(args.profiles)
     rows, skipped = [], []
     for r in chosen:
         t = tests[r["test_key"]]
@@ -240,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append({"id": r["id"], "reason": f"graphsim failed: {type(e).__name__}: {e}"})
             continue
         errs = {k: error_pct(p["predicted"][k], r["measured"][k]) for k, _ in METRICS}
-        rows.append({"id": r["id"], "model": t["model"], "topology": topology(t), "vllm": t["vllm"],
+        rows.append({"id": r["id"], "model": t["model"], "gpu": t["gpu"], "topology": topology(t), "vllm": t["vllm"],
                      "prompts": r["bench"]["num_prompts"], "simulated_prompts": p["prompts"],
                      "input_len": p["input_len"], "output_len": p["output_len"], "warm_prompts": p["warm_prompts"],
                      "measured": {k: r["measured"][k] for k, _ in METRICS}, "predicted": p["predicted"],
@@ -253,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                               for k, lbl in METRICS), flush=True)
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        groups[f"vLLM {row['vllm']} · {row['model']} · {row['topology']}"].append(row)
+        groups[f"vLLM {row['vllm']} · {row['gpu']} · {row['model']} · {row['topology']}"].append(row)
     summary = {}
     for g, members in sorted(groups.items()):
         summary[g] = {"runs": len(members)}
@@ -268,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         if errs:
             overall[k] = {"median_abs_pct": statistics.median(abs(x) for x in errs), "worst_pct": max(errs, key=abs),
                           "over": sum(x > 0 for x in errs), "under": sum(x < 0 for x in errs), "target_pct": TARGET[k]}
-    doc = {"profile": profile, "runs": rows, "groups": summary, "overall": overall, "left_out": skipped}
+    doc = {"profiles": pred.profiles, "runs": rows, "groups": summary, "overall": overall, "left_out": skipped}
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
