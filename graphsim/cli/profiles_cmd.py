@@ -142,7 +142,8 @@ def hardware_cmd(as_json: opt.Json = False) -> None:
         print(json.dumps([s.to_json() for s in specs], indent=1))
         return
     table = Table(title="hardware specs (dense peaks)")
-    for col in ("id", "name", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "link GB/s"):
+    for col in ("id", "name", "memory GiB", "HBM TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "link GB/s",
+                "network GB/s"):
         table.add_column(col, justify="left" if col in ("id", "name") else "right", no_wrap=col == "id")
 
     def tf(v: float | None) -> str:
@@ -153,7 +154,9 @@ def hardware_cmd(as_json: opt.Json = False) -> None:
     for s in specs:
         table.add_row(s.id, s.name, f"{s.memory_bytes / 2**30:,.0f}", f"{s.memory_bandwidth_bytes_per_s / 1e12:.2f}",
                       tf(s.peak_flops_per_s.get(PeakClass.BF16)), tf(s.peak_flops_per_s.get(PeakClass.FP8)),
-                      tf(s.peak_flops_per_s.get(PeakClass.FP4)), f"{s.interconnect_bandwidth_bytes_per_s / 1e9:,.0f}")
+                      tf(s.peak_flops_per_s.get(PeakClass.FP4)),
+                      f"{s.topology().link.value} {s.interconnect_bandwidth_bytes_per_s / 1e9:,.0f}",
+                      f"{s.network_bandwidth_bytes_per_s / 1e9:,.0f}" if s.network_bandwidth_bytes_per_s else "—")
     console.print(table)
 
 
