@@ -59,6 +59,11 @@ class Deployment:
                 f"the KV cache holds {self.capacity.num_blocks} blocks but one request of max_model_len "
                 f"{self.engine.max_model_len} needs {self.capacity.blocks_per_request}; lower --max-model-len or raise "
                 "--gpu-memory-utilization (or --kv-memory)")
+        if not self.engine.profile.hybrid_kv and self.layout.hybrid:
+            raise CapacityError(
+                f"{self.engine.profile.name} (V0) pages every layer at full length, which graphsim does not simulate for "
+                "sliding-window or linear-attention layers; give --engine vllm==0.10 or newer (graphsim kv shows V0's "
+                "capacity)")
         parallel = self.config.parallel if replicas is None else ParallelConfig(
             tensor_parallel_size=self.tp, data_parallel_size=replicas)
         host = EngineHost(self.engine.host, self.acc.spec.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
