@@ -141,7 +141,7 @@ def peak_tokens_per_s(starts: np.ndarray, firsts: np.ndarray, finishes: np.ndarr
     return float(buckets.max())
 
 
-def bench_result(res: SimulationResult, settings: BenchSettings, due_s: Sequence[float] | None = None,
+def bench_result(res: SimulationResult, settings: BenchSettings, due_s: Sequence[float] | np.ndarray | None = None,
                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The result document of `vllm bench serve --save-result` for a simulation of its workload. `due_s`: when
     each request was due (the arrival schedule); a request sent later waited for --max-concurrency.
