@@ -66,3 +66,17 @@ def test_real_attention_tables_convert_to_the_spot_values():
 def test_real_full_import(tmp_path):
     report = aic.import_aiconfigurator("h200_sxm", "vllm", tmp_path / "full.db")
     assert report.counts[TableKind.ATTENTION_PREFILL] > 50_000 and report.counts[TableKind.MOE] > 40_000
+
+
+def test_real_mla_module_decode_row_is_keyed_at_its_sequence_length(tmp_path):
+    # mla_generation_module_perf.parquet (h200_sxm, vllm 0.24.0): DeepSeek-V3, 16 heads, batch 64, step 2048,
+    # bf16 attention and KV, fp8_block projections, latency 0.1505 ms (FLASH_ATTN_MLA). The collector's step is the
+    # sequence length including the new token, so the row is kv_len 2048 (2047 cached + 1 new), measured.
+    from graphsim.costing.kernels import MlaModuleDecodeKey
+
+    out = tmp_path / "mla.db"
+    aic.import_aiconfigurator("h200_sxm", "vllm", out, tables=["mla_generation_module_perf"])
+    with ProfileDB.open(out) as db:
+        key = MlaModuleDecodeKey(16, 512, 128, 64, 128, D.BF16, D.BF16, 7168, 1536, D.FP8_BLOCK)
+        t = KernelPricer(db).time(key, AttentionDecodePoint(64, 2048))
+        assert t.source is TimeSource.MEASURED and t.time_us == pytest.approx(150.5)
