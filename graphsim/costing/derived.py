@@ -9,7 +9,8 @@ memory-bound point at
 
     max(launch floor, bytes / achieved bandwidth, roofline)
 
-labelled `derived`. Rows for the kernel itself (measured / interpolated / extrapolated) always win; a
+labelled `derived` — any kernel but a collective, so also a memory-bound GEMM, attention or MoE point of a
+geometry no rows cover. Rows for the kernel itself (measured / interpolated / extrapolated) always win; a
 compute-bound point (flops / peak > bytes / bandwidth) keeps its roofline, since a bandwidth says
 nothing about it.
 
@@ -27,7 +28,7 @@ collectives (the interconnect, not DRAM).
   mostly kernels that are bandwidth-bound on paper but not tuned to stream (small GEMM tiles, decode
   attention with few sequences), while the plain streaming kernels priced here (norms, activations) are
   the simplest to run at full speed; not the maximum, since single rows exceed the DRAM datasheet
-  (L2-resident operands: 5,078 GB/s on the H200 tables against 4,800). It is capped at the spec's
+  (5,078 GB/s for one GEMM row of the H200 tables against 4,800: operands likely L2-resident). It is capped at the spec's
   bandwidth. Fewer than `MIN_BOUND_ROWS` such rows: no rate, and row-less kernels keep their roofline.
 
 On the imported aiconfigurator vLLM tables (2026-12-01, `compute_rates`): H200 (vLLM 0.24.0) 3.02 µs and
