@@ -33,6 +33,7 @@ i.e. 512 with vLLM's default max_num_seqs (256 and above); larger steps run eage
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -176,13 +177,8 @@ class CollectiveContext:
     @classmethod
     def of(cls, pricer: KernelPricer) -> CollectiveContext:
         hw: HardwareSpec | None = pricer.hardware
-        rows_topo = None
         db = pricer.db
-        if db is not None and db.meta.hardware:
-            try:
-                rows_topo = load_hardware(db.meta.hardware).topology()
-            except GraphsimError:  # a profile naming a spec this install lacks: rows taken as they are
-                rows_topo = None
+        rows_topo = _spec_topology(db.meta.hardware) if db is not None and db.meta.hardware else None
         settings = pricer.collectives
         return cls(hw.topology() if hw is not None else None, hw.compute_capability if hw is not None else "",
                    rows_topo, lambda key: pricer.curve(key) is not None, settings.custom_all_reduce,
@@ -199,6 +195,15 @@ class CollectiveContext:
             return (f"the rows were measured on {r.link.value} ({r.link_bandwidth_bytes_per_s / 1e9:,.0f} GB/s), "
                     f"not on this {t.link.value} ({t.link_bandwidth_bytes_per_s / 1e9:,.0f} GB/s)")
         return ""
+
+
+@functools.cache
+def _spec_topology(hardware_id: str) -> Topology | None:
+    """The topology of a shipped spec, read once (every cost-tree evaluation asks)."""
+    try:
+        return load_hardware(hardware_id).topology()
+    except GraphsimError:  # a profile naming a spec this install lacks: its rows are taken as they are
+        return None
 
 
 @dataclass(frozen=True)
