@@ -18,8 +18,10 @@ so no per-token front-end term is charged.
 The constants, per family (each names where it comes from; nothing is fitted to a graphsim run):
 
 - v0: `step_us` 4000 — the ≈ 4 ms GPU bubble per decode step in the V0 trace of vllm-project/vllm issue 6854
-  (Llama 3 8B, H100, "for baseline, this overhead is incurred on every decode"); `per_seq_us` 5.9 — issue 10634
-  measured a 5–6 ms gap between V0 decodes at batch 256 (Llama 2 7B): (5500 − 4000) / 256 µs per sequence.
+  ("each highlighted redbox is about 4ms of GPU bubble … for baseline, this overhead is incurred on every
+  decode"; the issue gives 5–13 ms overall and names neither model nor batch of that trace); `per_seq_us` 5.9 —
+  issue 10634 measured a 5–6 ms gap between V0 decodes at batch 256 (Llama 2 7B, ShareGPT):
+  (5500 − 4000) / 256 µs per sequence, a two-point estimate across two reports.
 - v1, v1-async (the same Python; async only overlaps it): `step_us` and `per_seq_us` from
   `V1_SCHEDULER_*`, vLLM 0.10.1's own `Scheduler.schedule` + `update_from_output` timed on a CPU
   (benchmarks/host_scheduler.py, the numbers and the CPU in its docstring), plus `V1_RUNNER_STEP_US`, the
