@@ -24,7 +24,7 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   (5500 − 4000) / 256 µs per sequence, a two-point estimate across two reports.
 - v1, v1-async (the same Python; async only overlaps it): `step_us` and `per_seq_us` from
   `V1_SCHEDULER_*`, vLLM 0.10.1's own `Scheduler.schedule` + `update_from_output` timed on a CPU
-  (benchmarks/host_scheduler.py, the numbers and the CPU in its docstring), plus `V1_RUNNER_STEP_US`, the
+  (benchmarks/host_scheduler.py; the numbers and the CPU beside `V1_SCHEDULER_*` below), plus `V1_RUNNER_STEP_US`, the
   model runner's per-step input preparation: vllm-project/vllm PR 17866 reports "around ~10 % improvement for
   TPOT" of Llama 3.2 1B (2.73 ms mean TPOT without it) from a fast path for repeated decodes' `_prepare_inputs`
   — 10 % of 2.73 ms, 273 µs, taken as what that preparation
