@@ -2,7 +2,15 @@
 
 
 class GraphsimError(Exception):
-    """A problem with the user's input or environment; the CLI prints it on one line, exit code 2."""
+    """A problem with the user's input or environment; the CLI prints it on one line, exit code 2. Line
+    breaks in the message (user text quoted in it: a file name, an option value) are shown escaped."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(one_line(a) if isinstance(a, str) else a for a in args))
+
+
+def one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
 class UnknownModelError(GraphsimError):

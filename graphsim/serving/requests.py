@@ -60,6 +60,7 @@ class Lengths:
         return str(self.lo) if self.lo == self.hi else f"uniform {self.lo}–{self.hi}"
 
 
+MAX_TOKENS = 1 << 31  # a length beyond any context window (the trace reader's bound, TraceLine)
 _LEN = re.compile(r"^\s*(\d[\d_]*)(?:\s*[:\-]\s*(\d[\d_]*))?\s*$")
 
 
@@ -70,21 +71,21 @@ def parse_lengths(text: str, what: str) -> Lengths:
         raise WorkloadSpecError(f"cannot read {what} '{text}'; write N (fixed) or LO:HI (uniform), e.g. 1000:4000")
     lo = int(m.group(1).replace("_", ""))
     hi = int(m.group(2).replace("_", "")) if m.group(2) else lo
-    if lo < 1 or hi < lo:
-        raise WorkloadSpecError(f"{what} '{text}': need 1 <= LO <= HI")
+    if lo < 1 or hi < lo or hi > MAX_TOKENS:
+        raise WorkloadSpecError(f"{what} '{text}': need 1 <= LO <= HI <= {MAX_TOKENS:,}")
     return Lengths(lo, hi)
 
 
 def arrival_times(n: int, rate: float, rng: np.random.Generator, process: str = "poisson", cv: float = 1.0) -> np.ndarray:
     """n arrival times (s) at `rate` req/s: Poisson (exponential gaps) or gamma gaps with coefficient of
     variation `cv` (cv = 1 is Poisson; > 1 burstier). The first request arrives at t = 0."""
-    if rate <= 0:
+    if not rate > 0:  # NaN too
         raise WorkloadSpecError(f"rate {rate}; give --rate > 0 (requests per second)")
     if process == "poisson":
         gaps = rng.exponential(1.0 / rate, size=n)
     elif process == "gamma":
-        if cv <= 0:
-            raise WorkloadSpecError(f"cv {cv}; give --cv > 0")
+        if not 0 < cv < math.inf:
+            raise WorkloadSpecError(f"cv {cv}; give a finite --cv > 0")
         shape = 1.0 / (cv * cv)
         gaps = rng.gamma(shape, 1.0 / (rate * shape), size=n)
     else:
@@ -122,8 +123,8 @@ class TraceLine(Strict):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False, frozen=True)
 
     arrival_s: float = Field(ge=0, le=1e9)  # ~32 years of trace
-    input_tokens: int = Field(ge=1, le=1 << 31)
-    output_tokens: int = Field(ge=1, le=1 << 31)
+    input_tokens: int = Field(ge=1, le=MAX_TOKENS)
+    output_tokens: int = Field(ge=1, le=MAX_TOKENS)
     prefix_id: str | int | None = None
     prefix_tokens: int = Field(0, ge=0)
 
