@@ -64,6 +64,8 @@ class FromLog:
 def _show(name: str, value: Any) -> str:
     if name == "available_kv_cache_memory":
         return f"{value / GIB:.2f} GiB"
+    if name == "version":
+        return f"{value} (as --engine {_engine_spec(value)})"
     return str(value)
 
 
@@ -106,6 +108,8 @@ def apply_vllm_log(ctx: typer.Context, path: str | None, params: dict[str, Any],
         else:
             out.values[param] = _convert(name, value, str(path))
             out.taken[name] = value
+    if log.version is not None:
+        _take_engine(ctx, out, log.version, params)
     if log.available_kv_bytes is not None:
         changed = [p for p in _KV_MEMORY_DEPENDS_ON
                    if p in params and _from_commandline(ctx, p) and _vllm_name(p) in log.args
@@ -121,6 +125,37 @@ def apply_vllm_log(ctx: typer.Context, path: str | None, params: dict[str, Any],
             out.values["kv_memory"] = f"{log.available_kv_bytes}B"
             out.taken["available_kv_cache_memory"] = log.available_kv_bytes
     return out
+
+
+def _engine_spec(version: str) -> str | None:
+    """vLLM's logged version as an --engine value: 0.10.1.1 → vllm==0.10.1, 0.6.4.post1 → vllm==0.6.4."""
+    import re
+
+    m = re.match(r"v?(\d+(?:\.\d+){0,2})", version)
+    return f"vllm=={m.group(1)}" if m else None
+
+
+def _take_engine(ctx: typer.Context, out: FromLog, version: str, params: dict[str, Any]) -> None:
+    """The logged vLLM version → `--engine vllm==X.Y.Z` (the engine family whose defaults and scheduler to model)."""
+    if "engine" not in params:
+        out.unused["version"] = "this command models no engine version"
+        return
+    spec = _engine_spec(version)
+    if _from_commandline(ctx, "engine"):
+        out.kept["version"] = version
+        return
+    from graphsim.errors import GraphsimError
+    from graphsim.serving.engine_versions import parse_engine
+
+    try:
+        if spec is None:
+            raise GraphsimError(f"cannot read version '{version}'")
+        parse_engine(spec)
+    except GraphsimError as e:
+        out.unused["version"] = f"{e}; pass --engine yourself"
+        return
+    out.values["engine"] = spec
+    out.taken["version"] = version
 
 
 def _vllm_name(param: str) -> str:

@@ -43,6 +43,7 @@ def kv_cmd(
         tp, gpu_memory_utilization, max_model_len, kv_dtype, dtype, block_size, max_num_batched_tokens, max_num_seqs, \
             kv_memory = from_log.get("tp", "gpu_memory_utilization", "max_model_len", "kv_dtype", "dtype", "block_size",
                                      "max_num_batched_tokens", "max_num_seqs", "kv_memory")
+        (engine,) = from_log.get("engine")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
@@ -53,7 +54,7 @@ def kv_cmd(
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None
     if as_json:
         out = dep.to_json()
-        out["versions"] = versions(priced=False)
+        out["versions"] = versions(engine=engine, priced=False)
         if from_log is not None:
             out["from_vllm_log"] = {**from_log.to_json(), "capacity_check": check}
         print(json.dumps(out, indent=1))

@@ -83,6 +83,7 @@ def search_cmd(
     if from_log is not None:
         max_model_len, kv_dtype, dtype, gpu_memory_utilization = from_log.get(
             "max_model_len", "kv_dtype", "dtype", "gpu_memory_utilization")
+        (engine,) = from_log.get("engine")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     base = opt.deployment_data(model, gpu, dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
                                gpu_memory_utilization=gpu_memory_utilization, engine=engine,
@@ -112,7 +113,7 @@ def search_cmd(
 
         write_pareto_png(res, plot)
     if as_json:
-        out = {**res.to_json(), "versions": versions(profile, gpu)}
+        out = {**res.to_json(), "versions": versions(profile, gpu, engine)}
         if from_log is not None:
             out["from_vllm_log"] = from_log.to_json()
         print(json.dumps(out, indent=1, default=float))

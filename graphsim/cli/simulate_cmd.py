@@ -155,6 +155,7 @@ def simulate_cmd(
          prefix_caching, chunked_prefill, kv_dtype, dtype) = from_log.get(
             "tp", "gpu_memory_utilization", "kv_memory", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
             "block_size", "prefix_caching", "chunked_prefill", "kv_dtype", "dtype")
+        (engine,) = from_log.get("engine")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
@@ -225,7 +226,7 @@ def simulate_cmd(
     if as_json:
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica,
-               "versions": versions(profile, gpu)}
+               "versions": versions(profile, gpu, engine)}
         if from_log is not None:
             out["from_vllm_log"] = from_log.to_json()
         print(json.dumps(out, indent=1, default=float))

@@ -133,6 +133,13 @@ def test_command_line_wins_and_kv_memory_follows_tp():
     other = apply_vllm_log(_Ctx({"tp"}), path, {**params, "tp": 4})  # type: ignore[arg-type]
     assert other is not None and other.values["tp"] == 4 and other.kept == {"tensor_parallel_size": 2}
     assert other.values["kv_memory"] is None and "available_kv_cache_memory" in other.unused
+    engine = apply_vllm_log(_Ctx(set()), path, {**params, "engine": "vllm"})  # type: ignore[arg-type]
+    assert engine is not None and engine.values["engine"] == "vllm==0.10.1"  # "(v0.10.1.1)": three parts kept
+    v0 = apply_vllm_log(_Ctx(set()), str(LOGS / "v0_0.6.4_llama-3.1-8b_engine_config.log"),  # type: ignore[arg-type]
+                        {"engine": "vllm", "max_model_len": None})
+    assert v0 is not None and v0.values["engine"] == "vllm==0.6.4" and v0.values["max_model_len"] == 120_000
+    given = apply_vllm_log(_Ctx({"engine"}), path, {**params, "engine": "vllm==0.24"})  # type: ignore[arg-type]
+    assert given is not None and given.values["engine"] == "vllm==0.24" and given.kept["version"] == "0.10.1.1"
     search = apply_vllm_log(_Ctx(set()), path, {"tp": None, "max_model_len": None},  # type: ignore[arg-type]
                             not_searched=("tensor_parallel_size",))
     assert search is not None and search.values["tp"] is None and "tensor_parallel_size" in search.unused
@@ -153,6 +160,7 @@ def test_kv_from_log_through_the_entry_point():
     assert d["layout"]["bytes_per_token_per_rank"] == 28_672 and d["capacity"]["num_blocks"] == 74_500
     assert d["capacity"]["tokens"] == 1_192_000
     assert d["from_vllm_log"]["log"]["kv_cache_tokens"] == 1_192_160
+    assert d["versions"]["engine_profile"] == "vllm==0.10.1"  # "vLLM API server version 0.10.1.1"
     assert "1,192,160" in d["from_vllm_log"]["capacity_check"]
 
 
