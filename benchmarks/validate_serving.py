@@ -90,7 +90,7 @@ def topology(t: dict[str, Any]) -> str:
     if t["tp"] == 1:
         return "TP1"
     where = "1 node" if t["nodes"] == 1 else f"{t['nodes']} nodes"
-    return f"TP{t['tp']} {where}" + (f" ({t['gpu']})" if t["gpu"] != "A100 80GB" else "")
+    return f"TP{t['tp']} {where}"
 
 
 def excluded(run: dict[str, Any], test: dict[str, Any]) -> str | None:
