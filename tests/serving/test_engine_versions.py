@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from serving_helpers import AffineCost, llama_layout
 
@@ -168,3 +170,24 @@ def test_host_time_in_decode_segments():
     res = simulate(setup, [RequestSpec(0.0, 100, 40)])
     assert res.requests[0].finish_t * 1e3 == pytest.approx(60.0)
     assert res.iterations["host_s"] * 1e3 == pytest.approx([0.5] * 40)
+
+
+def test_kv_cli_engine_prints_that_versions_lines(capsys, tmp_path, monkeypatch):
+    # the gpt-oss-120b deployment above through `graphsim kv --engine`: the lines vLLM 0.10.1 logs, and the profile
+    from graphsim.cli.app import main
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    assert main(["kv", "gpt-oss-120b", "--gpu", "a100", "--tp", "4", "--max-model-len", "16384", "--kv-memory",
+                 f"{KV_BYTES}B", "--engine", "vllm==0.10.1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["capacity"]["vllm_log_verbatim"] == ["GPU KV cache size: 2,640,144 tokens",
+                                                  "Maximum concurrency for 16,384 tokens per request: 284.25x"]
+    assert (d["engine"]["profile"]["family"], d["engine"]["async_scheduling"]) == ("v1", False)
+
+
+def test_bad_engine_on_the_cli_is_a_usage_error(capsys):
+    from graphsim.cli.app import main
+
+    assert main(["kv", "llama-3.1-8b", "--engine", "vllm==0.2"]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "--engine" in err and "Traceback" not in err
