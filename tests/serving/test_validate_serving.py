@@ -1,0 +1,73 @@
+"""benchmarks/validate_serving.py: which prompts a run finds in the prefix cache (hand-derived), which runs are left
+out, the stored data, and (slow) one run end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("validate_serving", ROOT / "benchmarks" / "validate_serving.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["validate_serving"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(rid: str, n: int, in_len: int, out: int, time: str, seed: int = 0, pid: int = 1) -> dict:
+    return {"id": rid, "file": "f.json", "bench": {"num_prompts": n, "random_input_len": in_len, "seed": seed},
+            "measured": {"completed": n, "total_output_tokens": n * out}, "server_log": {"api_server_pid": pid, "time": time}}
+
+
+def test_warm_prompts_replays_the_servers_lru():
+    h = _harness()
+    a = _run("a", 3, 100, 28, "01")  # 3 prompts of 100 in + 28 out: 128 tokens each
+    b = _run("b", 2, 300, 84, "02")  # other prompts (another length): 384 tokens each
+    c = _run("c", 4, 100, 28, "03")
+    runs = [a, b, c]
+    # Capacity 1,000 tokens: after a, 3 x 128 = 384; after b, 384 + 768 = 1,152 > 1,000: a's prompt 0 (128) goes,
+    # 1,024 > 1,000: a's prompt 1 goes, 896. c finds a's prompt 2, and prompt 0 by the client's test request.
+    assert h.warm_prompts(c, runs, 1000) == {0, 2}
+    # Room for everything: c finds all three of a's prompts (it sends 4; the fourth is new)
+    assert h.warm_prompts(c, runs, 10_000) == {0, 1, 2}
+    # Another seed or another server: nothing but the test request's prompt
+    assert h.warm_prompts(_run("d", 4, 100, 28, "03", seed=1), runs, 10_000) == {0}
+    assert h.warm_prompts(_run("e", 4, 100, 28, "03", pid=2), runs, 10_000) == {0}
+
+
+def test_left_out_runs_say_why():
+    h = _harness()
+    test = {"model": "Qwen2-7B-Instruct"}
+    run = _run("x", 10, 1024, 1024, "01")
+    run["bench"]["random_output_len"] = 1024
+    assert h.excluded(run, test) is None
+    run["incomplete"] = "894 of 1000 requests succeeded"
+    assert "894" in h.excluded(run, test)
+
+
+def test_stored_runs_are_complete_facts():
+    h = _harness()
+    runs, tests = h.load_runs()
+    assert len(runs) == 87  # 81 dennislee22 runs + 6 kvcached runs
+    for r in runs:
+        t = tests[r["test_key"]]
+        assert t["model"] in h.MODELS and t["gpu"] in h.GPU
+        assert r["source"].startswith("https://github.com/")
+        assert {"mean_ttft_ms", "mean_tpot_ms", "output_throughput", "completed", "total_output_tokens"} <= set(r["measured"])
+
+
+@pytest.mark.slow
+def test_one_run_end_to_end(tmp_path, capsys):
+    h = _harness()
+    assert h.main(["--subset", "dl22-t5-46", "--json", "--profiles", str(tmp_path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["runs"]
+    assert row["id"] == "dl22-t5-46" and set(row["error_pct"]) == {"mean_ttft_ms", "mean_tpot_ms", "output_throughput"}
