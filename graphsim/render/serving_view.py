@@ -92,6 +92,9 @@ def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router
              f"{s.prefix_hit_rate:.1%}; mean batch {s.mean_batch_tokens:,.0f} tokens, {s.mean_running:,.1f} running",
              f"Little's law: {s.little_l_observed:,.2f} requests in the system on average (engine queues) vs "
              f"λ·W = {s.little_lambda_w:,.2f}"]
+    if s.host_share:
+        lines.append(f"host time (scheduling, input prep, sampling; derived, docs/serving.md): {s.host_share:.1%} of "
+                     "the engine busy time")
     if s.source_shares:
         basis = ("share of predicted iteration time by kernel source" if s.source_basis == "kernel" else
                  "share of predicted iteration time by each iteration's worst kernel source")

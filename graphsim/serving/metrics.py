@@ -88,6 +88,7 @@ class Summary:
     source: str  # worst source of the iteration times used
     source_counts: dict[str, int]
     wall_s: float
+    host_share: float = 0.0  # share of the engine busy time that is host time (derived, serving/host.py)
 
     @property
     def all_roofline(self) -> bool:
@@ -155,4 +156,5 @@ def summarize(res: SimulationResult, slo: SLO = SLO()) -> Summary:
         prefix_hit_rate=float(hits.sum() / prompts.sum()) if len(done) else 0.0,
         iterations=it.iterations, mean_batch_tokens=float(it.tokens_dur / busy) if busy else 0.0,
         mean_running=float(it.running_dur / busy) if busy else 0.0,
-        little_l_observed=little_obs, little_lambda_w=lam_w, source=worst, source_counts=counts, wall_s=res.wall_s)
+        little_l_observed=little_obs, little_lambda_w=lam_w, source=worst, source_counts=counts, wall_s=res.wall_s,
+        host_share=float(it.host_s / busy) if busy else 0.0)

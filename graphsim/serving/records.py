@@ -250,6 +250,7 @@ class IterationTotals:
     def __init__(self) -> None:
         self.iterations = self.request_iterations = 0
         self.busy_s = self.tokens_dur = self.running_dur = self.in_system_dur = 0.0
+        self.host_s = 0.0  # engine host time within busy_s (host.py)
         self.max_kv_used_blocks = 0
         self.tokens_by_replica: dict[int, int] = {}
 
@@ -258,6 +259,7 @@ class IterationTotals:
         self.iterations += len(dur)
         self.request_iterations += int(c["seqs"].sum())  # (request, iteration) pairs: the simulator's unit of work
         self.busy_s += float(dur.sum())
+        self.host_s += float(c["host_s"].sum())
         self.tokens_dur += float((c["tokens"] * dur).sum())
         self.running_dur += float((c["running"] * dur).sum())
         self.in_system_dur += float(((c["running"] + c["waiting"]) * dur).sum())
