@@ -8,7 +8,7 @@ import pytest
 from serving_helpers import AffineCost, llama_layout
 
 from graphsim.costing.hardware import load_hardware
-from graphsim.serving import EngineConfig, ParallelConfig, SimulationSetup, simulate
+from graphsim.serving import EngineConfig, ParallelConfig, SimulationSetup, simulate, summarize
 from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.engine_config import EngineArgs
@@ -170,6 +170,7 @@ def test_host_time_in_decode_segments():
     res = simulate(setup, [RequestSpec(0.0, 100, 40)])
     assert res.requests[0].finish_t * 1e3 == pytest.approx(60.0)
     assert res.iterations["host_s"] * 1e3 == pytest.approx([0.5] * 40)
+    assert summarize(res).host_share == pytest.approx(0.5 / 1.5)  # 0.5 ms of every 1.5 ms iteration
 
 
 def test_kv_cli_engine_prints_that_versions_lines(capsys, tmp_path, monkeypatch):
