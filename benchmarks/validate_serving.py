@@ -16,8 +16,9 @@ result files of kvcached's vanilla runs, at rate inf and 16). For each run the h
    not say theirs), and a same-node group whose log says the GPUs lack P2P gets link `pcie` (vLLM then
    all-reduces with NCCL only);
 2. prices iterations from aiconfigurator's tables for the run's GPU (`graphsim profiles
-   import-aiconfigurator --system a100_sxm|h100_sxm --backend vllm`, built once into
-   $GRAPHSIM_HOME/validation/ unless --profiles); each model is traced once per TP size and GPU;
+   import-aiconfigurator --system a100_sxm|h100_sxm --backend vllm`, imported once into graphsim's
+   default place, $GRAPHSIM_HOME/profiles, unless --profiles DIR); each model is traced once per TP size
+   and GPU;
 3. simulates vLLM bench serve's workload for that run: the random dataset at the run's lengths and
    seed, its --request-rate (inf: every request at t = 0; the dennislee22 runs give none, vLLM's default
    inf), and the prompts an earlier run on the same server sent already in the prefix cache (same seed,
@@ -45,7 +46,6 @@ import argparse
 import inspect
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -138,9 +138,11 @@ def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_token
 
 
 def ensure_profile(directory: str | None, system: str) -> str:
-    """`<directory>/<system>_vllm.db`, imported from aiconfigurator's tables the first time it is needed."""
-    home = Path(os.environ.get("GRAPHSIM_HOME", Path.home() / ".graphsim"))
-    out = (Path(directory) if directory else home / "validation") / f"{system}_vllm.db"
+    """`<directory>/<system>_vllm.db` (default: graphsim's own profile place, $GRAPHSIM_HOME/profiles), imported from
+    aiconfigurator's tables the first time it is needed."""
+    from graphsim.costing.predict import profile_home
+
+    out = (Path(directory) if directory else profile_home()) / f"{system}_vllm.db"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         print(f"building the {system} tables once: {out}", file=sys.stderr)
@@ -241,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print the group table as Markdown (for docs)")
     ap.add_argument("--subset", action="append", default=[], help="run id prefix, t<test>, model or topology (repeatable)")
     ap.add_argument("--all", action="store_true", help="include the runs left out by default (reasons printed)")
-    ap.add_argument("--profiles", help="folder of <system>_vllm.db tables (default $GRAPHSIM_HOME/validation; "
+    ap.add_argument("--profiles", help="folder of <system>_vllm.db tables (default $GRAPHSIM_HOME/profiles; "
                                        "each imported from aiconfigurator the first time it is needed)")
     ap.add_argument("--max-prompts", type=int, help="simulate at most N prompts of each run (stated per run)")
     args = ap.parse_args(argv)
