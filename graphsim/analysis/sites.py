@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 
 from graphsim.analysis.performed import performed_work
+from graphsim.costing.composite import MlaModuleBlock
 from graphsim.costing.cost_tree import CompiledTree, Evaluation
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
-from graphsim.costing.kernel_map import Dtypes
-from graphsim.ir import Graph
+from graphsim.costing.kernel_map import Dtypes, KernelRows, StepArrays, kernel_rows
+from graphsim.costing.roofline import roofline_us
+from graphsim.ir import Graph, Node
 from graphsim.ir.geometry import AttentionGeometry
+from graphsim.ir.kernel import KernelAttrs
 from graphsim.work.analyzer import OUTSIDE, Performed, Site, location_ids, scope_role
 from graphsim.workload import Step
 
@@ -22,29 +25,60 @@ def _peak(hardware: HardwareSpec, dtypes: Dtypes, dtype: str) -> float | None:
         return None
 
 
+def _composite_shares(block: MlaModuleBlock, steps: list[Step], dtypes: Dtypes, hardware: HardwareSpec,
+                      batch: int) -> tuple[list[KernelRows], list[float]]:
+    """A composite leaf's kernels: their own (key, coordinates) rows, and each one's share of the composite's
+    time — in proportion to its roofline (equal shares where a roofline is unavailable)."""
+    arr = StepArrays.of(steps)
+    rows = [kernel_rows(a, arr, dtypes) for a in block.parts]
+    roof = []
+    for kr in rows:
+        times = [roofline_us(hardware, p.key, p.coords) for p in kr.parts]
+        roof.append(math.nan if any(t is None for t in times)
+                    else float(kr.sum_by_step([t for t in times if t is not None], len(steps))[batch]))
+    total = sum(roof)
+    if not math.isfinite(total) or total <= 0:
+        return rows, [1.0 / len(rows)] * len(rows)
+    return rows, [r / total for r in roof]
+
+
 def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dtypes: Dtypes,
                hardware: HardwareSpec, batch: int = 0) -> list[Site]:
     """One `Site` per cost-tree leaf, in tree order, with its location name, time, source and work
-    (`ev` priced `step` as its batch number `batch`)."""
+    (`ev` priced `step` as its batch number `batch`). A composite leaf (`costing.composite`: one measured
+    row for a block of kernels) gives one site per kernel it covers, so location maps keep naming the
+    kernels: each has its own work and a share of the composite's time in proportion to its roofline."""
     nodes = {n.name: n for n in graph.nodes}
     stack = graph.meta.layer_stack
     tags = graph.schedule.tags if graph.schedule is not None else ()
+    # (leaf index, node, the part's kernel or None for the leaf itself, its rows, its share of the leaf's time)
+    entries: list[tuple[int, Node, KernelAttrs | None, KernelRows, float]] = []
+    for i, leaf in enumerate(tree.leaves):
+        if leaf.block is None:
+            entries.append((i, nodes[leaf.name], None, ev.rows[i], 1.0))
+            continue
+        part_rows, shares = _composite_shares(leaf.block, ev.steps, dtypes, hardware, batch)
+        for name, part, kr, share in zip(leaf.block.part_names, leaf.block.parts, part_rows, shares, strict=True):
+            entries.append((i, nodes[name], part, kr, share))
     keys = []
-    for leaf in tree.leaves:
-        node = nodes[leaf.name]
+    for i, node, part, _, _ in entries:
+        leaf = tree.leaves[i]
         region = OUTSIDE if leaf.layer is None else tags[leaf.layer]
-        keys.append((region, scope_role(node.scope, stack, leaf.layer is not None), leaf.attrs.name))
+        keys.append((region, scope_role(node.scope, stack, leaf.layer is not None), (part or leaf.attrs).name))
     sites = []
     n_steps = len(ev.steps)
-    for i, (leaf, location) in enumerate(zip(tree.leaves, location_ids(keys), strict=False)):
-        a = leaf.attrs
+    for (i, _, part, rows, share), location in zip(entries, location_ids(keys), strict=False):
+        leaf = tree.leaves[i]
+        a = part or leaf.attrs
         count = int(tree.multiplicity[i])
-        t = float(ev.leaf_time_us[i, batch])
+        t = float(ev.leaf_time_us[i, batch]) * share
         notes: tuple[str, ...] = ()
+        if part is not None:
+            notes = (f"{share:.1%} of the {leaf.attrs.name} time (one measured row for the block), split over its "
+                     "kernels by their rooflines",)
         replicas = a.geometry.kv_replicas if isinstance(a.geometry, AttentionGeometry) else 1
         if replicas > 1:
-            notes = (f"KV heads replicated ×{replicas} across ranks (more ranks than KV heads; kv_replicas={replicas})",)
-        rows = ev.rows[i]
+            notes += (f"KV heads replicated ×{replicas} across ranks (more ranks than KV heads; kv_replicas={replicas})",)
         performed = performed_work(rows, n_steps)[batch].scaled(count)
         if rows.missing:  # no kernel table holds it (e.g. a complex-valued op): its work is unknown
             performed = Performed()

@@ -123,3 +123,21 @@ def test_prefill_after_a_cached_prefix_falls_back_to_the_kernels(profile):
     # mixed step: the decode group from its row (100 µs) plus the chunk by the kernels
     assert ev_whole.leaf_time_us[comp, 1] == pytest.approx(100.0 + by_parts)
     assert math.isfinite(float(np.sum(ev_whole.total_us())))
+
+
+def test_analyzer_sites_keep_naming_the_kernels_of_a_composite(profile):
+    # the analyzer's location maps name kernels: a composite leaf gives one site per kernel it covers, whose
+    # times add up to the composite's (the 100 µs row at 4 × kv 128, ×2 layers = 200 µs)
+    from graphsim.analysis.sites import read_sites
+
+    hw = load_hardware("h200")
+    cm = CostModel.of_kernel_graph(_graph(), hw, profile)
+    step = Step((SeqGroup(1, 127, 4),))
+    ev = cm.evaluate([step])
+    sites = read_sites(cm.graph, cm.tree, ev, step, cm.dtypes, hw)
+    kernels = [s.kernel for s in sites]
+    assert kernels == ["rms_norm", "fused_qkv_a_proj", "rms_norm", "q_b_proj", "rms_norm", "kv_b_proj",
+                       "mla_attention", "o_proj", "all_reduce", "down_proj"]
+    block = sites[1:8]
+    assert sum(s.time_us or 0.0 for s in block) == pytest.approx(200.0)
+    assert all(s.source == "measured" and "of the composite: mla_module time" in s.notes[0] for s in block)
