@@ -39,6 +39,11 @@ def class_defaults(architecture: str) -> dict[str, Any]:
     return dict(entry["defaults"]) if entry else {}
 
 
+def text_model_class(model_type: str) -> str | None:
+    """The causal-LM class transformers builds for a config `model_type` (e.g. qwen3_5_text)."""
+    return _table()["text_models"].get(model_type)
+
+
 def table_architectures() -> tuple[str, ...]:
     return tuple(sorted(_table()["architectures"]))
 

@@ -7,12 +7,14 @@ fallback to a similar family.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.work.builders import gqa, hybrid, mla
 from graphsim.work.config import ConfigView
+from graphsim.work.config_defaults import text_model_class
 from graphsim.work.specs import ModelSpec
 
 Builder = Callable[[ConfigView], ModelSpec]
@@ -55,6 +57,8 @@ BUILDERS: dict[str, Builder] = {
     "OlmoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.OLMOE),
     "GraniteMoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_MOE),
     "GraniteMoeSharedForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_MOE_SHARED),
+    "Qwen3_5ForCausalLM": partial(hybrid.build_gated_hybrid, None),
+    "Qwen3_5MoeForCausalLM": partial(hybrid.build_gated_hybrid, hybrid.QWEN3_5_MOE),
     "MiniMaxM2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.MINIMAX_M2),
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
 }
@@ -73,13 +77,45 @@ def architecture_of(cfg: dict[str, Any]) -> str:
     return archs[0]
 
 
+# Fields a multimodal wrapper states at its top level for the language model it wraps.
+_INHERITED = ("tie_word_embeddings", "torch_dtype", "dtype", "quantization_config")
+
+
+def language_model(cfg: dict[str, Any], arch: str) -> tuple[str, dict[str, Any]] | None:
+    """(causal-LM class, config) of the language model inside a multimodal wrapper, if registered.
+
+    A `…ForConditionalGeneration` config holds its language model in `text_config`; its
+    `model_type` names the causal-LM class transformers builds for it (the table's `text_models`,
+    from transformers' AutoModelForCausalLM mapping).
+    """
+    text = cfg.get("text_config")
+    if not isinstance(text, dict):
+        return None
+    model_type = text.get("model_type")
+    text_arch = text_model_class(model_type) if isinstance(model_type, str) else None
+    if text_arch is None or text_arch not in BUILDERS:
+        return None
+    merged = {k: cfg[k] for k in _INHERITED if k in cfg and k not in text} | text
+    return text_arch, merged
+
+
 def build_model(cfg: dict[str, Any]) -> ModelSpec:
-    """Build the `ModelSpec` of a config dict; unknown architectures fail, naming the supported ones."""
+    """Build the `ModelSpec` of a config dict; unknown architectures fail, naming the supported ones.
+
+    A multimodal wrapper whose language model is registered is accounted as that language model,
+    with a note saying so (the vision and audio towers are not counted).
+    """
     arch = architecture_of(cfg)
     builder = BUILDERS.get(arch)
-    if builder is None:
-        raise UnsupportedArchitectureError(
-            f"architecture '{arch}' is not supported by the work accountant; supported: "
-            f"{', '.join(supported_architectures())}"
-        )
-    return builder(ConfigView(cfg, arch))
+    if builder is not None:
+        return builder(ConfigView(cfg, arch))
+    inner = language_model(cfg, arch)
+    if inner is not None:
+        text_arch, text_cfg = inner
+        spec = BUILDERS[text_arch](ConfigView(text_cfg, text_arch))
+        note = f"{arch}: accounts its language model ({text_arch}, from text_config); other towers are not counted"
+        return replace(spec, notes=(*spec.notes, note))
+    raise UnsupportedArchitectureError(
+        f"architecture '{arch}' is not supported by the work accountant; supported: "
+        f"{', '.join(supported_architectures())}"
+    )

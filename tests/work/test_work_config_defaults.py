@@ -23,7 +23,7 @@ import pytest
 
 from graphsim.work import accounting
 from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
-from graphsim.work.registry import build_model, supported_architectures
+from graphsim.work.registry import build_model, language_model, supported_architectures
 from graphsim.work.specs import GqaAttention, MlaAttention, MoeFfn
 
 transformers = pytest.importorskip("transformers")
@@ -64,8 +64,12 @@ def _repo_configs() -> list[tuple[str, dict[str, Any]]]:
             # Element counts do not depend on how a checkpoint quantizes them (unsupported methods are
             # refused elsewhere: tests/work/test_work_params.py).
             cfg = {k: v for k, v in json.loads(text).items() if k != "quantization_config"}
-            if cfg.get("architectures", [None])[0] in supported_architectures():
+            arch = (cfg.get("architectures") or [None])[0]
+            if arch in supported_architectures():
                 out.append((f"{folder.name}/{path.stem}", cfg))
+            elif isinstance(arch, str) and (inner := language_model(cfg, arch)) is not None:
+                # A multimodal wrapper: its language model, as the accountant resolves it.
+                out.append((f"{folder.name}/{path.stem}", dict(inner[1], architectures=[inner[0]])))
     assert out, "no repository configs found"
     return out
 

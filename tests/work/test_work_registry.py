@@ -159,3 +159,25 @@ def test_dtype_comes_from_the_config():
     assert accounting(_broken("Llama-3.1-8B", drop=("torch_dtype",), dtype="float16")).precision.weight.label == "fp16"
     gpt = accounting(load_config("gpt-oss-20b")).precision
     assert gpt.weight.label == "bf16" and gpt.weight_source.startswith("default")
+
+
+def test_multimodal_wrapper_is_accounted_as_its_language_model():
+    # A Qwen3.5-style wrapper: the language model sits in text_config, whose model_type maps to a
+    # registered causal-LM class; the wrapper's top-level tie_word_embeddings applies to it.
+    text = copy.deepcopy(load_config("Qwen3-8B"))
+    text.pop("architectures")
+    text["model_type"] = "qwen3"
+    tie = text.pop("tie_word_embeddings")
+    wrapper = {"architectures": ["SomeVLForConditionalGeneration"], "tie_word_embeddings": tie, "text_config": text}
+    spec = build_model(wrapper)
+    plain = build_model(load_config("Qwen3-8B"))
+    assert spec.architecture == "Qwen3ForCausalLM"
+    assert accounting(wrapper).params().total == accounting(load_config("Qwen3-8B")).params().total
+    assert spec.stack == plain.stack
+    assert any("SomeVLForConditionalGeneration: accounts its language model (Qwen3ForCausalLM" in n for n in spec.notes)
+
+
+def test_multimodal_wrapper_with_an_unregistered_language_model_is_refused_by_name():
+    wrapper = {"architectures": ["OtherForConditionalGeneration"], "text_config": {"model_type": "no_such_text"}}
+    with pytest.raises(UnsupportedArchitectureError, match="'OtherForConditionalGeneration'"):
+        build_model(wrapper)

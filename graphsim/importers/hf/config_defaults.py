@@ -52,6 +52,15 @@ def write_table(architectures: list[str]) -> dict[str, Any]:
     for arch in sorted(architectures):
         name, defaults = defaults_from_transformers(arch)
         table["architectures"][arch] = {"config_class": name, "defaults": defaults}
+    # model_type → causal-LM class, for the text_config of multimodal wrappers (only the classes the
+    # accountant registers; one class per model type).
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    table["text_models"] = {
+        model_type: cls
+        for model_type, cls in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items())
+        if isinstance(cls, str) and cls in architectures
+    }
     return table
 
 

@@ -1,9 +1,15 @@
-"""Qwen3-Next: gated-delta-net linear attention interleaved with gated full attention, MoE FFNs.
+"""Qwen3-Next and Qwen3.5: gated-delta-net linear attention interleaved with gated full attention.
 
 `layer_types` (or, when absent, `full_attention_interval`: layer i is full attention when
 (i + 1) is a multiple of it) chooses the attention per layer. Full-attention layers are GQA with
 q/k norms and an output gate (q_proj emits query and gate). The FFN follows the Qwen sparse
 schedule, with one sigmoid-gated shared expert of `shared_expert_intermediate_size`.
+
+Qwen3.5 (transformers models/qwen3_5, qwen3_5_moe) has the same two attention blocks (its
+in_proj_qkv + in_proj_z + in_proj_b + in_proj_a hold the elements of Qwen3-Next's in_proj_qkvz and
+in_proj_ba); the dense model has a dense MLP in every layer, the MoE model a MoE block (with the
+gated shared expert) in every layer. Multi-token-prediction layers (`mtp_num_hidden_layers`) are
+not part of the serving forward pass and are not counted.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ QWEN3_NEXT_MOE = MoeFields(
     shared_gate=True,
     sparse_schedule=True,
 )
+QWEN3_5_MOE = MoeFields(
+    "num_experts", "moe_intermediate_size", shared_key="shared_expert_intermediate_size", shared_gate=True,
+)
 
 
 def _layer_types(view: ConfigView, layers: int) -> tuple[str, ...]:
@@ -32,6 +41,11 @@ def _layer_types(view: ConfigView, layers: int) -> tuple[str, ...]:
 
 
 def build_qwen3_next(view: ConfigView) -> ModelSpec:
+    return build_gated_hybrid(QWEN3_NEXT_MOE, view)
+
+
+def build_gated_hybrid(moe: MoeFields | None, view: ConfigView) -> ModelSpec:
+    """Gated delta net + gated attention layers; FFNs per `moe` (None: dense MLPs)."""
     frame = read_frame(view)
     bias = Flag("attention_bias", False).read(view)
     full = GqaAttention(
@@ -58,7 +72,7 @@ def build_qwen3_next(view: ConfigView) -> ModelSpec:
             f"config.json ({view.arch}): linear_num_value_heads {linear.v_heads} is not a multiple of "
             f"linear_num_key_heads {linear.k_heads}; fix the config"
         )
-    ffns = ffn_schedule(view, frame.hidden, frame.layers, QWEN3_NEXT_MOE)
+    ffns = ffn_schedule(view, frame.hidden, frame.layers, moe)
     layers = []
     for i, kind in enumerate(_layer_types(view, frame.layers)):
         if kind == "full_attention":
@@ -71,4 +85,8 @@ def build_qwen3_next(view: ConfigView) -> ModelSpec:
                 "(expected full_attention or linear_attention)"
             )
         layers.append(LayerSpec(attn, ffns[i]))
-    return finish(view, frame, layers, tie_default=False)
+    notes: tuple[str, ...] = ()
+    mtp = view.opt_int("mtp_num_hidden_layers", 0, minimum=0)
+    if mtp:
+        notes = (f"{mtp} multi-token-prediction layer(s) (mtp_num_hidden_layers) not counted",)
+    return finish(view, frame, layers, tie_default=False, notes=notes)
