@@ -6,7 +6,7 @@ import keyword
 import re
 from dataclasses import dataclass
 from enum import Enum
-from functools import reduce
+from functools import lru_cache, reduce
 
 import sympy
 
@@ -119,6 +119,15 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 def parse_dim(s: str | int) -> Dim:
     if isinstance(s, int):
         return s
+    if s.isdigit():  # a plain size, most dims of a saved graph: no sympy parse
+        return int(s)
+    return _parse_dim_expr(s)
+
+
+@lru_cache(maxsize=4096)
+def _parse_dim_expr(s: str) -> Dim:
+    """A dim expression (`T`, `Max(1, T)`); cached: a graph repeats a few expressions many times, and sympy
+    expressions are immutable."""
     # Bind every name to a positive-integer symbol, so that names sympy would otherwise read as
     # its own constants or functions (E, I, N, S, beta, ...) stay dims, and a parsed symbol equals
     # the one that was written (same assumptions).
