@@ -189,6 +189,27 @@ def load_config_file(path: Path) -> dict[str, Any]:
     return cfg
 
 
+def hf_quant_config_beside(cfg_path: Path) -> Path | None:
+    """NVIDIA ModelOpt's quantization file next to a config: `hf_quant_config.json` in the model
+    directory, or `<stem>_hf_quant_config.json` beside a `<stem>_config.json` (aiconfigurator-core's
+    model_configs layout)."""
+    names = ["hf_quant_config.json"] if cfg_path.name == "config.json" else []
+    if cfg_path.name.endswith("_config.json"):
+        names.append(cfg_path.name.removesuffix("_config.json") + "_hf_quant_config.json")
+    return next((cfg_path.parent / n for n in names if (cfg_path.parent / n).is_file()), None)
+
+
+def load_model_config(cfg_path: Path) -> dict[str, Any]:
+    """A config file, with a hf_quant_config.json beside it as its quantization_config when it states none."""
+    cfg = load_config_file(cfg_path)
+    quant_path = hf_quant_config_beside(cfg_path)
+    if quant_path is None or cfg.get("quantization_config") is not None:
+        return cfg
+    from graphsim.quantization import merge_hf_quant_config
+
+    return merge_hf_quant_config(cfg, load_config_file(quant_path))
+
+
 def resolve_model(arg: str, revision: str | None = None) -> ResolvedModel:
     """Resolve a model argument (catalog name, HF id, config path, model dir) to its config.
 
@@ -207,10 +228,10 @@ def resolve_model(arg: str, revision: str | None = None) -> ResolvedModel:
         cfg_path = path / "config.json"
         if not cfg_path.is_file():
             raise ConfigError(f"directory {path} has no config.json; pass a model directory or a config file")
-        return ResolvedModel(path.resolve().name, load_config_file(cfg_path), "path", str(cfg_path))
+        return ResolvedModel(path.resolve().name, load_model_config(cfg_path), "path", str(cfg_path))
     if path.is_file():
         name = path.resolve().parent.name if path.name == "config.json" else path.stem
-        return ResolvedModel(name, load_config_file(path), "path", str(path))
+        return ResolvedModel(name, load_model_config(path), "path", str(path))
     if arg.strip().count("/") == 1 and (revision is not None or cached_revisions(arg.strip())):
         return _from_hf_cache(arg.strip(), revision)
     raise UnknownModelError(_unknown_message(arg))
@@ -219,7 +240,7 @@ def resolve_model(arg: str, revision: str | None = None) -> ResolvedModel:
 def _from_hf_cache(hf_id: str, revision: str | None) -> ResolvedModel:
     cached = _find_in_hf_cache(hf_id, revision)
     if cached is not None:
-        return ResolvedModel(hf_id, load_config_file(cached), "hf-cache", str(cached))
+        return ResolvedModel(hf_id, load_model_config(cached), "hf-cache", str(cached))
     have = cached_revisions(hf_id)
     where = ", ".join(str(d) for d in hf_cache_dirs())
     held = f"it holds {', '.join(have)}" if have else "it holds no snapshot of it"

@@ -38,11 +38,15 @@ def resolve_precision(
     quantization) and, unless given separately, the KV cache and recurrent state."""
     weight = parse_dtype(dtype, "--dtype") if dtype else spec.dtype
     source = "--dtype" if dtype else spec.dtype_source
+    quant = None if ignore_quant else spec.quant
+    # a checkpoint that ships an fp8 KV cache (kv_cache_quant_algo / kv_cache_scheme) sets the KV dtype
+    # unless the user names one (graphsim.quantization)
+    kv_default = parse_dtype(quant.kv_dtype, "kv_cache_quant_algo") if quant and quant.kv_dtype else weight
     return Precision(
         weight=weight,
-        kv=parse_dtype(kv_dtype, "--kv-dtype") if kv_dtype else weight,
+        kv=parse_dtype(kv_dtype, "--kv-dtype") if kv_dtype else kv_default,
         state=parse_dtype(state_dtype, "--state-dtype") if state_dtype else weight,
-        quant=None if ignore_quant else spec.quant,
+        quant=quant,
         weight_source=source,
     )
 

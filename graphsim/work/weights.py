@@ -155,6 +155,8 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
 def stored_bytes_per_copy(placed: PlacedWeight, precision: Precision) -> float:
     """Bytes one copy of this weight occupies in the checkpoint under `precision`."""
     w, quant = placed.weight, precision.quant
-    if quant is not None and w.kind is M and w.quantizable and quant.covers(placed.path):
-        return quant.matrix_bytes(w.shape[0], w.shape[1])
+    if quant is not None and w.kind is M and w.quantizable:
+        stored = quant.matrix_bytes_at(placed.path, w.shape[0], w.shape[1])
+        if stored is not None:
+            return stored
     return w.elements_per_copy * precision.weight.bytes_per_element

@@ -145,8 +145,8 @@ def test_inconsistent_dims():
 
 
 def test_quantization_and_dtype_errors():
-    with pytest.raises(ConfigError, match="awq"):
-        build_model(_broken("Llama-3.1-8B", quantization_config={"quant_method": "awq"}))
+    with pytest.raises(ConfigError, match=r"'bitsandbytes' is not supported.*--ignore-quant"):
+        build_model(_broken("Llama-3.1-8B", quantization_config={"quant_method": "bitsandbytes"}))
     with pytest.raises(ConfigError, match="weight_block_size"):
         build_model(_broken("DeepSeek-V3", quantization_config={"quant_method": "fp8", "weight_block_size": [128]}))
     with pytest.raises(ConfigError, match="--kv-dtype"):
