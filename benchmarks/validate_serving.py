@@ -1,6 +1,7 @@
 """Serving validation: graphsim's simulate against real, public `vllm bench serve` runs.
 
     python benchmarks/validate_serving.py [--json|--markdown] [--subset SEL]... [--all] [--profiles DIR] [--max-prompts N]
+                                          [--save-results DIR]
 
 The runs are facts stored under benchmarks/data/ (settings, measured metrics and the source of each;
 `benchmarks/data/dennislee22_vllm_benchmarking.json`: vLLM 0.10.1.1 on A100, Qwen2-7B-Instruct at TP1/TP2
@@ -30,7 +31,8 @@ result files of kvcached's vanilla runs, at rate inf and 16). For each run the h
 4. models the run's vLLM version (`--engine vllm==0.10.1`: its defaults and host time) when graphsim's
    deployment config takes an engine version;
 5. prints predicted vs measured mean TTFT, mean TPOT and output throughput per run, the median and
-   worst |error| per model × topology group, and how many errors are over and under.
+   worst |error| per model × topology group, and how many errors are over and under; `--save-results DIR`
+   writes each run's predicted and measured results as vllm bench serve result files for `graphsim compare`.
 
 By default the harness leaves out, with the reason printed: runs where some requests failed (the
 client's metrics then cover only the successes), runs whose command lost a setting, and gpt-oss-120b
@@ -215,10 +217,27 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     t0 = time.perf_counter()
     res = simulate(setup, workload)
     doc = bench_result(res, BenchSettings(model_id=test["model"], num_prompts=n, request_rate=rate,
-                                          max_concurrency=b.get("max_concurrency")), bench_arrivals(n, rate, 1.0, b["seed"]))
-    return {"predicted": {k: doc[k] for k, _ in METRICS}, "warm_prompts": len(warm), "prompts": n,
+                                          max_concurrency=b.get("max_concurrency")), bench_arrivals(n, rate, 1.0, b["seed"]),
+                       {"predicted": True, "deployment": dep.to_json(), "data": note, "run": run["id"],
+                        "prompts_in_prefix_cache": len(warm)})
+    return {"predicted": {k: doc[k] for k, _ in METRICS}, "document": doc, "warm_prompts": len(warm), "prompts": n,
             "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
             "network": network}
+
+
+def save_pair(directory: Path, run: dict[str, Any], test: dict[str, Any], predicted: dict[str, Any]) -> None:
+    """The run's predicted and measured results as two vllm bench serve result files (`graphsim compare A B`)."""
+    from graphsim.serving.bench_metrics import write_result
+
+    directory.mkdir(parents=True, exist_ok=True)
+    b = run["bench"]
+    setup = {"backend": "vllm", "model_id": b["model"], "num_prompts": b["num_prompts"],
+             "request_rate": b["request_rate"] if b["request_rate"] is not None else "inf", "burstiness": 1.0,
+             "max_concurrency": b.get("max_concurrency")}
+    predicted = {**predicted, **setup}
+    write_result(directory / f"{run['id']}.predicted.json", predicted)
+    write_result(directory / f"{run['id']}.measured.json",
+                 {**setup, **run["measured"], "source": run["source"], "vllm": test["vllm"], "gpu": test["gpu"]})
 
 
 def select(runs: list[dict[str, Any]], tests: dict[str, dict[str, Any]], subsets: list[str]) -> list[dict[str, Any]]:
@@ -246,6 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profiles", help="folder of <system>_vllm.db tables (default $GRAPHSIM_HOME/profiles; "
                                        "each imported from aiconfigurator the first time it is needed)")
     ap.add_argument("--max-prompts", type=int, help="simulate at most N prompts of each run (stated per run)")
+    ap.add_argument("--save-results", metavar="DIR", help="write <id>.predicted.json (graphsim, vllm bench serve's "
+                                                           "keys) and <id>.measured.json (the stored facts, the same "
+                                                           "keys) per run, for `graphsim compare`")
     args = ap.parse_args(argv)
     runs, tests = load_runs()
     chosen = select(runs, tests, args.subset)
@@ -263,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             skipped.append({"id": r["id"], "reason": f"graphsim failed: {type(e).__name__}: {e}"})
             continue
         errs = {k: error_pct(p["predicted"][k], r["measured"][k]) for k, _ in METRICS}
+        if args.save_results:
+            save_pair(Path(args.save_results), r, t, p["document"])
         rows.append({"id": r["id"], "model": t["model"], "gpu": t["gpu"], "topology": topology(t), "vllm": t["vllm"],
                      "prompts": r["bench"]["num_prompts"], "simulated_prompts": p["prompts"],
                      "input_len": p["input_len"], "output_len": p["output_len"], "warm_prompts": p["warm_prompts"],
