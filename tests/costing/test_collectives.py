@@ -206,3 +206,11 @@ def test_disabled_custom_all_reduce_does_not_reuse_its_rows():
     # 16 MiB ran symmetric memory either way: its rows still apply
     plan = plan_collective(CollectiveOp.ALL_REDUCE, 4, D.BF16, 16 * MiB, 1024, ctx)
     assert plan.key.implementation == "vllm_custom_eager"
+
+
+@pytest.mark.parametrize(("field", "value"), [("link", "infiniband"), ("compute_capability", "sm90"),
+                                              ("network_bandwidth_bytes_per_s", -1.0)])
+def test_bad_topology_fields_in_a_hardware_json_are_named(field, value):
+    doc = dict(load_hardware("h200").to_json(), **{field: value})
+    with pytest.raises(HardwareSpecError, match=field):
+        type(load_hardware("h200")).from_json(doc, "my.json")
