@@ -72,7 +72,9 @@ class EngineArgs(Strict):
         mml = self.max_model_len or default_max_model_len(cfg)
         if mml is None:
             raise EngineConfigError("the config has no max_position_embeddings; give --max-model-len")
-        sliding = bool(cfg.get("sliding_window")) or "sliding_attention" in (cfg.get("layer_types") or ())
+        # vLLM's ModelConfig.get_hf_config_sliding_window (0.6.3): none when the config says use_sliding_window: false
+        sliding = ((bool(cfg.get("sliding_window")) and cfg.get("use_sliding_window", True) is not False)
+                   or "sliding_attention" in (cfg.get("layer_types") or ()))
         chunked = (p.enable_chunked_prefill(mml, sliding) if self.enable_chunked_prefill is None
                    else self.enable_chunked_prefill)
         mnbt, seqs = p.batch_defaults(hardware, mml, chunked)

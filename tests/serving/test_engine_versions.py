@@ -59,6 +59,14 @@ def test_v0_long_context_turns_chunked_prefill_on():
     assert (e.enable_chunked_prefill, e.max_num_batched_tokens, e.prefill_first) == (True, 512, False)
 
 
+@pytest.mark.parametrize(("cfg", "chunked"), [
+    ({"sliding_window": 4096}, False),  # a sliding window keeps V0's chunked prefill off
+    ({"sliding_window": 131072, "use_sliding_window": False}, True)])  # Qwen2-style: the window is not used
+def test_v0_chunked_default_and_sliding_windows(cfg, chunked):
+    e = EngineArgs(engine="vllm==0.6.3").resolve(load_hardware("h100"), {"max_position_embeddings": 65536, **cfg})
+    assert e.enable_chunked_prefill is chunked
+
+
 def test_explicit_settings_beat_the_family():
     e = EngineArgs(engine="vllm==0.10.1", async_scheduling=True, enable_prefix_caching=False).resolve(
         load_hardware("h100"), {"max_position_embeddings": 8192})
