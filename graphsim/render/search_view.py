@@ -39,6 +39,16 @@ def _how(r: Row) -> str:
     return "[bold]simulated[/]" if r.sim is not None else "[dim]steady state[/]"
 
 
+def _best_src(r: Row) -> str:
+    """A simulated row: its shares of predicted kernel time by source; a steady-state one: its worst source."""
+    us = r.sim.source_us if r.sim is not None and r.final is r.sim else {}
+    total = sum(us.values())
+    if total > 0:
+        link = r.final.link_source
+        return shares_markup({k: v / total for k, v in us.items() if v > 0}) + (f"; KV link {_src(link)}" if link else "")
+    return _times_src(r)
+
+
 def _times_src(r: Row) -> str:
     e = r.final
     if e.link_source and e.ttft_source != e.source:
@@ -112,7 +122,7 @@ def render_search(res: SearchResult, top: int = 8) -> Group:
             f"{e.output_tokens_per_s_per_gpu:,.1f} output tok/s per GPU "
             f"({e.output_tokens_per_s_per_gpu * b.candidate.gpus_used:,.0f} on {b.candidate.gpus_used} GPUs), "
             f"{e.tokens_per_s_per_user:,.1f} tok/s per user, TTFT {_ms(e.ttft_ms)} ms, TPOT {_ms(e.tpot_ms)} ms "
-            f"({'simulated' if b.sim is not None else 'steady state'}; times {_times_src(b)})")
+            f"({'simulated' if b.sim is not None else 'steady state'}; times {_best_src(b)})")
     else:
         parts.append("[bold red]no candidate meets the SLOs[/]: see the frontier for the trade-off")
     front = [res.row(i) for i in res.frontier]

@@ -108,12 +108,19 @@ def test_worst_source_fallback_for_a_cost_without_splits():
     assert set(s.source_shares) == {"measured", "extrapolated"} and not s.all_roofline
 
 
-def test_simulate_cli_reports_shares(capsys, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """One GRAPHSIM_HOME for the CLI tests here: the second reads the graph the first traced from its cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRAPHSIM_HOME", str(tmp_path_factory.mktemp("home")))
+        mp.setenv("COLUMNS", "200")
+        yield
+
+
+def test_simulate_cli_reports_shares(capsys, home):
     pytest.importorskip("torch")
     from graphsim.cli.app import main
 
-    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("COLUMNS", "200")
     args = ["simulate", "llama-3.1-8b", "--gpu", "h100", "--rate", "4", "-n", "12", "--input-len", "200:400",
             "--output-len", "8:16", "--max-model-len", "2048"]
     assert main([*args, "--json"]) == 0
@@ -126,11 +133,10 @@ def test_simulate_cli_reports_shares(capsys, tmp_path, monkeypatch):
     assert "every iteration time is a roofline estimate" in out
 
 
-def test_search_json_reports_shares_of_the_simulated_candidates(capsys, tmp_path, monkeypatch):
+def test_search_json_reports_shares_of_the_simulated_candidates(capsys, home):
     pytest.importorskip("torch")
     from graphsim.cli.app import main
 
-    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
     assert main(["search", "llama-3.1-8b", "--gpu", "h100", "--gpus", "1", "--isl", "512", "--osl", "32", "--tpot",
                  "50", "--max-num-seqs", "4,16", "--max-num-batched-tokens", "2048", "--mode", "agg", "--verify", "1",
                  "--json"]) == 0

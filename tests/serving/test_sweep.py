@@ -11,10 +11,13 @@ SMALL = ["llama-3.1-8b", "--gpu", "h100", "-n", "12", "--input-len", "200:400", 
          "--max-model-len", "2048"]
 
 
-@pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("COLUMNS", "200")
+@pytest.fixture(autouse=True, scope="module")
+def isolated_home(tmp_path_factory):
+    """One GRAPHSIM_HOME for the module: the first test traces the model, the others read its graph cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRAPHSIM_HOME", str(tmp_path_factory.mktemp("home")))
+        mp.setenv("COLUMNS", "200")
+        yield
 
 
 def _has_matplotlib() -> bool:
