@@ -199,7 +199,7 @@ class Predictor:
 
 def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]], pred: Predictor,
             max_prompts: int | None) -> dict[str, Any]:
-    from graphsim.serving import simulate
+    from graphsim.serving import simulate, summarize
     from graphsim.serving.bench_metrics import BenchSettings, bench_result
     from graphsim.serving.requests import bench_arrivals, bench_random
 
@@ -216,10 +216,12 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     workload = bench_random(n, in_len, out_len, 0.0, 0, rate, 1.0, b.get("max_concurrency"), b["seed"], warm_prompts=warm)
     t0 = time.perf_counter()
     res = simulate(setup, workload)
+    summary = summarize(res)
     doc = bench_result(res, BenchSettings(model_id=test["model"], num_prompts=n, request_rate=rate,
                                           max_concurrency=b.get("max_concurrency")), bench_arrivals(n, rate, 1.0, b["seed"]),
                        {"predicted": True, "deployment": dep.to_json(), "data": note, "run": run["id"],
-                        "prompts_in_prefix_cache": len(warm)})
+                        "prompts_in_prefix_cache": len(warm), "time_source": summary.source,
+                        "source_shares": getattr(summary, "source_shares", {})})
     return {"predicted": {k: doc[k] for k, _ in METRICS}, "document": doc, "warm_prompts": len(warm), "prompts": n,
             "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
             "network": network}
