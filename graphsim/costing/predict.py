@@ -78,6 +78,7 @@ class Prediction:
     ep: int
     batches: list[BatchReport]
     moe_routing: str = ""  # the MoE routing model the routed experts were priced with ('' without routed experts)
+    interconnect: str = ""  # the topology collectives were priced on ('' without a hardware spec)
 
     def to_json(self) -> dict[str, Any]:
         def row(r: KernelRow) -> dict[str, Any]:
@@ -89,6 +90,7 @@ class Prediction:
         return {
             "model": self.model, "hardware": self.hardware, "profile": self.profile, "data": self.data_note,
             "tp": self.tp, "ep": self.ep, "moe_routing": self.moe_routing or None,
+            "interconnect": self.interconnect or None,
             "batches": [dict({k: v for k, v in vars(b).items() if k != "rows"}, kernels=[row(r) for r in b.rows])
                         for b in self.batches],
         }
@@ -117,7 +119,7 @@ def predict(cm: CostModel, steps: list[Step], specs: list[str]) -> Prediction:
     regions = _regions(tree)
     batches = [_batch_report(tree, ev, b, spec, regions, dtypes) for b, spec in enumerate(specs)]
     return Prediction(cm.graph.name, cm.hardware.id if cm.hardware else "none", cm.profile, cm.data_note, cm.tp,
-                      cm.ep, batches, cm.moe_routing)
+                      cm.ep, batches, cm.moe_routing, cm.hardware.topology().describe() if cm.hardware else "")
 
 
 def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions: dict[int, str],

@@ -79,6 +79,8 @@ def render_prediction(p: Prediction, show_tree: bool = True, limit: int = 25) ->
             f"[dim]data:[/] {p.data_note}")
     if p.moe_routing:
         head += f"\n[dim]MoE routing:[/] {escape(p.moe_routing)}"
+    if p.interconnect and p.tp * p.ep > 1:
+        head += f"\n[dim]interconnect:[/] {escape(p.interconnect)}"
     parts: list = [head]
     for b in p.batches:
         if show_tree:
