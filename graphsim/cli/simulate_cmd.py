@@ -20,9 +20,13 @@ def _router(value: str) -> str:
     return value
 
 
+INPUT_LEN, OUTPUT_LEN = "1024:4096", "100:500"  # graphsim's synthetic workloads' default lengths
+
+
 def _bench_mode(dataset_name: str | None, trace: str | None, range_ratio: float, prefix_len: int, burstiness: float,
-                warm: bool) -> bool:
-    """--dataset-name random selects vllm bench serve's workload; its own options need it."""
+                warm: bool, synthetic_options: dict[str, bool] | None = None) -> bool:
+    """--dataset-name random selects vllm bench serve's workload; its own options need it, and graphsim's synthetic
+    workload options (`synthetic_options`: name -> given) do not apply to it."""
     from graphsim.serving.requests import WorkloadSpecError
 
     if dataset_name is not None and dataset_name != "random":
@@ -35,6 +39,11 @@ def _bench_mode(dataset_name: str | None, trace: str | None, range_ratio: float,
                             ("--burstiness", burstiness != 1.0), ("--warm-prefix-cache", warm)) if on]
     if used and not bench:
         raise WorkloadSpecError(f"{', '.join(used)} belong to vllm bench serve's random dataset; add --dataset-name random")
+    own = [n for n, given in (synthetic_options or {}).items() if given]
+    if bench and own:
+        raise WorkloadSpecError(f"{', '.join(own)} shape graphsim's synthetic workloads, not --dataset-name random; use "
+                                "--random-input-len, --random-output-len, --random-range-ratio, --random-prefix-len, "
+                                "--request-rate, --burstiness")
     return bench
 
 
@@ -75,8 +84,8 @@ def simulate_cmd(
     concurrency: int | None = typer.Option(None, "--concurrency", "--max-concurrency", min=1, help="Closed loop: clients, each sending its next request when the last one finishes (vllm bench serve's --max-concurrency: at most N in flight)."),
     trace: str | None = typer.Option(None, "--trace", help="Replay a JSONL trace (arrival_s, input_tokens, output_tokens[, prefix_id, prefix_tokens])."),
     num_requests: int = typer.Option(1000, "--num-requests", "--num-prompts", "-n", min=1, help="Requests to send (synthetic workloads)."),
-    input_len: str = typer.Option("1024:4096", "--input-len", help="N (fixed) or LO:HI (uniform)."),
-    output_len: str = typer.Option("100:500", "--output-len", help="N (fixed) or LO:HI (uniform)."),
+    input_len: str = typer.Option(INPUT_LEN, "--input-len", help="N (fixed) or LO:HI (uniform)."),
+    output_len: str = typer.Option(OUTPUT_LEN, "--output-len", help="N (fixed) or LO:HI (uniform)."),
     shared_prefix: int = typer.Option(0, "--shared-prefix", min=0, help="Tokens of a shared prompt prefix (synthetic workloads)."),
     prefix_groups: int = typer.Option(1, "--prefix-groups", min=1, help="Distinct shared prefixes, drawn uniformly."),
     think_s: float = typer.Option(0.0, "--think-s", min=0, help="Closed loop: pause before a client's next request."),
@@ -143,7 +152,10 @@ def simulate_cmd(
     from graphsim.serving.deployment import build_cost, plan_deployment
     from graphsim.serving.requests import WorkloadSpecError
 
-    bench = _bench_mode(dataset_name, trace, random_range_ratio, random_prefix_len, burstiness, warm_prefix_cache)
+    bench = _bench_mode(dataset_name, trace, random_range_ratio, random_prefix_len, burstiness, warm_prefix_cache, {
+        "--input-len": input_len != INPUT_LEN, "--output-len": output_len != OUTPUT_LEN,
+        "--shared-prefix": shared_prefix != 0, "--prefix-groups": prefix_groups != 1, "--think-s": think_s != 0.0,
+        "--arrival": arrival != "poisson", "--cv": cv != 1.0})
     pct_metrics, pcts = parse_percentile_metrics(percentile_metrics), parse_percentiles(metric_percentiles)
     modes = [x is not None for x in (rate, concurrency, trace)]
     if not bench and sum(modes) != 1:

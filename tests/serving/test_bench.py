@@ -181,3 +181,10 @@ def test_simulate_bench_options_need_the_random_dataset(capsys):
     assert main(["simulate", "llama-3.1-8b", "--dataset-name", "sharegpt"]) == 2
     assert "random dataset" in capsys.readouterr().err
     assert main(["simulate", "llama-3.1-8b", "--dataset-name", "random", "--metric-percentiles", "99,x"]) == 2
+
+
+def test_simulate_random_dataset_refuses_graphsims_own_lengths(capsys):
+    from graphsim.cli.app import main
+
+    assert main(["simulate", "llama-3.1-8b", "--dataset-name", "random", "--input-len", "512"]) == 2
+    assert "--random-input-len" in capsys.readouterr().err
