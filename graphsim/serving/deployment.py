@@ -131,7 +131,8 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.memory_bytes, e.gpu_memory_utilization,
                            eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=mem.activation_gib,
                            overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
-                           available_bytes=e.kv_cache_memory_bytes)
+                           available_bytes=e.kv_cache_memory_bytes,
+                           cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     return Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
 
