@@ -88,6 +88,12 @@ class EngineProfile:
         return 2 if on and self.version >= (0, 30, 0) else 1
 
     @property
+    def subtracts_cudagraph_memory(self) -> bool:
+        """The KV budget subtracts the CUDA-graph estimate (gpu_worker.py `cudagraph_memory_estimate`, with
+        VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaulting to 1: first seen 0.20.0, absent 0.14.0)."""
+        return self.version >= (0, 20, 0)
+
+    @property
     def hybrid_kv(self) -> bool:
         """Per-group paging (sliding windows hold the window). V0 pages every layer at full length."""
         return self.family != "v0"
@@ -146,6 +152,7 @@ class EngineProfile:
                 "scheduler_policy": "prefill-first (V0 default)" if self.prefill_first else "decode-first, chunked (V1)",
                 "reserve_full_isl": self.reserve_full_isl, "watermark": self.watermark,
                 "max_concurrent_batches": self.concurrent_batches(), "hybrid_kv": self.hybrid_kv,
+                "subtracts_cudagraph_memory": self.subtracts_cudagraph_memory,
                 "kv_tokens_formula": self.kv_tokens_formula, "kv_log_one_line": self.kv_log_one_line,
                 "assumed_like": ".".join(map(str, self.assumed_like)) if self.assumed_like else None,
                 "host": h.to_json()}

@@ -190,7 +190,10 @@ def _given_or_assumed(name: str, given_gib: float | None, option: str, assumed_g
 def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, total_bytes: int, utilization: float,
                   max_num_batched_tokens: int, max_num_seqs: int, *, activation_gib: float | None = None,
                   overhead_gib: float | None = None, cudagraph_gib: float | None = None,
-                  available_bytes: int | None = None) -> MemoryBudget:
+                  available_bytes: int | None = None, cudagraph_subtracted: bool = True) -> MemoryBudget:
+    """The KV budget term by term. `cudagraph_subtracted`: the engine version subtracts its CUDA-graph estimate
+    (`cudagraph_memory_estimate`, vllm/v1/worker/gpu_worker.py, first seen in 0.20.0 of the releases inspected,
+    absent in 0.14.0); before, graphs are captured after the KV cache inside gpu_memory_utilization's headroom."""
     weights = weight_bytes_per_rank(spec, precision, tp)
     rot = rotary_cache_bytes(spec, cfg, precision)
     wq = f"quantized: {precision.quant.describe()}" if precision.quant else f"{precision.weight.label}"
@@ -204,7 +207,11 @@ def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, tot
         terms.append(activation_peak(spec, precision, tp, max_num_batched_tokens, max_num_seqs))
     terms.append(_given_or_assumed("runtime overhead (non-torch)", overhead_gib, "--overhead-gib", ASSUMED_OVERHEAD_GIB,
                                    "cuBLAS/NCCL workspaces and buffers outside torch; not derivable from the config"))
-    terms.append(_given_or_assumed("CUDA graphs", cudagraph_gib, "--cudagraph-gib", ASSUMED_CUDAGRAPH_GIB,
-                                   "captured graph pools, subtracted by default since vLLM 0.21; not derivable "
-                                   "from the config"))
+    if cudagraph_gib is None and not cudagraph_subtracted:
+        terms.append(BudgetTerm("CUDA graphs", 0, "derived", "not subtracted by this vLLM version (< 0.20): captured "
+                                "after the KV cache, inside gpu_memory_utilization's headroom"))
+    else:
+        terms.append(_given_or_assumed("CUDA graphs", cudagraph_gib, "--cudagraph-gib", ASSUMED_CUDAGRAPH_GIB,
+                                       "captured graph pools, subtracted by default since vLLM 0.20 (0.20.0 has it, "
+                                       "0.14.0 not); not derivable from the config"))
     return MemoryBudget(total_bytes, utilization, tuple(terms), available_bytes)

@@ -200,3 +200,14 @@ def test_bad_engine_on_the_cli_is_a_usage_error(capsys):
     assert main(["kv", "llama-3.1-8b", "--engine", "vllm==0.2"]) == 2
     err = capsys.readouterr().err
     assert "error:" in err and "--engine" in err and "Traceback" not in err
+
+
+def test_cuda_graph_term_only_from_0_20():
+    # same H100 defaults (8192 / 1024) in both versions, so the budgets differ by the assumed 0.5 GiB of CUDA graphs
+    # alone: vLLM < 0.20 captures them after the KV cache, inside the utilization headroom
+    def budget(engine: str):
+        return plan_deployment(DeploymentConfig.parse({"model": "llama-3.1-8b", "hardware": "h100",
+                                                       "engine": {"engine": engine}})).budget
+
+    old, new = budget("vllm==0.10.1"), budget("vllm")
+    assert old.available_bytes - new.available_bytes == (1 << 30) // 2
