@@ -80,6 +80,14 @@ def _render(report) -> None:
                       f"{escape(f['reason'])}", soft_wrap=True)
     for note in report.notes:
         console.print(f"[dim]note:[/] {escape(note)}", soft_wrap=True)
+    if report.noisy:
+        from graphsim.profiles.profiler.timer import RETRIES, SPREAD_LIMIT
+
+        worst = max(report.noisy, key=lambda n: n["iqr_over_median"])
+        console.print(f"[yellow]noisy:[/] {len(report.noisy):,} row(s) kept an interquartile range above "
+                      f"{SPREAD_LIMIT:.0%} of the median after {RETRIES + 1} timings (a busy machine?); worst "
+                      f"{worst['iqr_over_median']:.0%} at {escape(worst['key'])} {worst['point']}. They are stored with "
+                      "their p10/p90; `graphsim profiles show` flags them", soft_wrap=True)
     state = "stopped at --max-points; rerun to continue" if report.stopped_early else "done"
     console.print(f"{report.rows_written:,} rows written, {report.rows_skipped_existing:,} already there, "
                   f"{report.elapsed_s:,.1f} s ({state})")

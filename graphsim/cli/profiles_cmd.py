@@ -83,6 +83,7 @@ def show_cmd(
     from graphsim.costing.errors import HardwareSpecError
     from graphsim.costing.hardware import load_hardware
     from graphsim.costing.profile_db import ProfileDB
+    from graphsim.costing.row_checks import check_rows
 
     with ProfileDB.open(db) as pdb:
         meta = pdb.meta
@@ -90,9 +91,11 @@ def show_cmd(
         invalid = pdb.invalid_rows()
         keys = {kind: len(pdb.keys(kind)) for kind, n in counts.items() if n}
         try:
-            rates = compute_rates(pdb, load_hardware(meta.hardware)) if meta.hardware else None
+            spec = load_hardware(meta.hardware) if meta.hardware else None
         except HardwareSpecError:  # a spec id this graphsim does not ship: no bandwidth to classify rows with
-            rates = None
+            spec = None
+        rates = compute_rates(pdb, spec) if spec is not None else None
+        checks = check_rows(pdb, spec, rates.floor_us if rates is not None else 0.0)
     meta_rows = dict(meta.to_rows())
     if as_json:
         print(json.dumps({
@@ -101,6 +104,7 @@ def show_cmd(
             "rows": {k.value: n for k, n in counts.items()},
             "geometries": {k.value: n for k, n in keys.items()},
             "invalid_rows": {k.value: n for k, n in invalid.items()},
+            "row_checks": checks.to_json(),
             "derived": None if rates is None else {
                 "floor_us": rates.floor_us, "bandwidth_bytes_per_s": rates.bandwidth_bytes_per_s,
                 "rows": rates.rows, "bandwidth_bound_rows": rates.bound_rows},
@@ -125,6 +129,10 @@ def show_cmd(
     for kind, n in invalid.items():
         ct.add_row(f"[red]{kind.value}: invalid[/]", f"[red]{n:,}[/]", "time not a finite positive number: never used")
     console.print(ct)
+    colour = "green" if checks.clean else "yellow"
+    console.print(f"row checks: [{colour}]{escape(checks.describe())}[/]", soft_wrap=True)
+    for example in checks.examples:
+        console.print(f"  [yellow]suspect[/] {escape(example)}", soft_wrap=True)
     if rates is not None:
         console.print(f"kernels without rows, where memory-bound: [blue]derived[/] = {escape(rates.describe())}")
     else:

@@ -330,6 +330,18 @@ class ProfileDB:
                 out[kind] = n
         return out
 
+    def noisy_rows(self, limit: float) -> dict[TableKind, int]:
+        """Valid rows per table whose stored spread (p90 − p10) exceeds `limit` × their time (rows without
+        p10/p90, e.g. imported ones, are not counted)."""
+        out = {}
+        for kind in TableKind:
+            sql = (f"SELECT COUNT(*) FROM {TABLES[kind].name} WHERE time_us > 0 AND time_us < 9e999 AND p10_us IS NOT "
+                   "NULL AND p90_us IS NOT NULL AND p90_us - p10_us > ? * time_us")
+            n = int(self._exec(sql, (limit,)).fetchone()[0])
+            if n:
+                out[kind] = n
+        return out
+
     # ---- internals ----------------------------------------------------------------------------
 
     def _require_writable(self) -> None:

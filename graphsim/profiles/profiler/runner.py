@@ -27,7 +27,7 @@ from graphsim.profiles.profiler.benches import make_bench
 from graphsim.profiles.profiler.device import DeviceInfo, Unmeasurable, open_device
 from graphsim.profiles.profiler.grid import Grid, points_for_key
 from graphsim.profiles.profiler.targets import KernelTarget, attention_phases, collect_targets, parse_kinds
-from graphsim.profiles.profiler.timer import TimingOptions, make_timer, summarise
+from graphsim.profiles.profiler.timer import SPREAD_LIMIT, TimingOptions, make_timer, summarise, time_steady
 
 ENGINE = "torch"  # every row is a torch op timed on the device; the fuse target only picks which ones
 Progress = Callable[[str, int, int], None]  # (what is being measured, points done, points to do)
@@ -61,6 +61,8 @@ class ProfileReport:
     keys: list[KeyReport] = field(default_factory=list)
     unmeasurable: list[dict[str, Any]] = field(default_factory=list)  # kernel, reason, nodes
     failures: list[dict[str, Any]] = field(default_factory=list)  # key, reason, points, first point
+    retimed: int = 0  # points timed again because their spread was above timer.SPREAD_LIMIT
+    noisy: list[dict[str, Any]] = field(default_factory=list)  # key, point, spread: still above it, stored anyway
     notes: list[str] = field(default_factory=list)
     stopped_early: bool = False
     elapsed_s: float = 0.0
@@ -259,7 +261,7 @@ def _measure(db: ProfileDB, plan: list[tuple[KernelTarget, KeyReport, list[Point
                     break
                 try:
                     fn = bench.prepare(point)
-                    samples = timer.time(fn)
+                    samples, spread, tries = time_steady(timer, fn)
                     del fn
                 except Unmeasurable as e:
                     failures.setdefault(str(e), []).append(point)
@@ -270,6 +272,10 @@ def _measure(db: ProfileDB, plan: list[tuple[KernelTarget, KeyReport, list[Point
                 else:
                     buffer.append((t.key, point, summarise(samples, bench.label)))
                     kr.written += 1
+                    report.retimed += tries > 1
+                    if spread > SPREAD_LIMIT:  # its p10/p90 in the row show it on read too (row_checks)
+                        report.noisy.append({"key": t.describe(), "point": dict(zip(_coord_names(point),
+                                             point_coords(point), strict=True)), "iqr_over_median": spread})
                     if len(buffer) >= flush_every:
                         flush()
                 done += 1

@@ -19,6 +19,13 @@ import torch
 
 from graphsim.costing.kernels import Measurement
 
+# A timing whose interquartile range exceeds this share of its median is re-measured (up to RETRIES more
+# times, keeping the tightest) and reported as noisy if it stays above: torch.utils.benchmark's own gross
+# variance threshold (torch/utils/benchmark/utils/common.py: _IQR_GROSS_WARN_THRESHOLD = 0.25, used by
+# Measurement.meets_confidence / has_warnings).
+SPREAD_LIMIT = 0.25
+RETRIES = 2
+
 
 @dataclass(frozen=True)
 class TimingOptions:
@@ -48,6 +55,29 @@ def summarise(samples_s: list[float], kernel: str = "") -> Measurement:
         samples=len(us),
         kernel=kernel,
     )
+
+
+def spread(samples_s: list[float]) -> float:
+    """Interquartile range over median (0 for fewer than 4 samples: no quartiles to speak of)."""
+    if len(samples_s) < 4:
+        return 0.0
+    q1, med, q3 = np.percentile(np.asarray(samples_s, dtype=np.float64), [25, 50, 75])
+    return float((q3 - q1) / med) if med > 0 else 0.0
+
+
+def time_steady(timer: CpuTimer | CudaTimer, fn: Callable[[], Any],
+                retries: int = RETRIES) -> tuple[list[float], float, int]:
+    """Time `fn`; while the spread (`spread`) is above SPREAD_LIMIT, time it again, up to `retries` more
+    times. Returns the tightest samples, their spread and the number of timings made."""
+    best = timer.time(fn)
+    best_spread, tries = spread(best), 1
+    while best_spread > SPREAD_LIMIT and tries <= retries:
+        again = timer.time(fn)
+        tries += 1
+        s = spread(again)
+        if s < best_spread:
+            best, best_spread = again, s
+    return best, best_spread, tries
 
 
 def _enough(n: int, timed_s: float, opts: TimingOptions) -> bool:
