@@ -199,6 +199,7 @@ def simulate_cmd(
     elif concurrency is not None:
         workload = ClosedLoop(concurrency, num_requests, ins, outs, seed, think_s, shared_prefix, prefix_groups)
         label = f"closed loop, {concurrency} clients, {num_requests} requests, input {ins.label()}, output {outs.label()}"
+        due = [0.0] * num_requests  # as vllm bench serve --max-concurrency at rate inf: each waits for a client
     else:
         assert rate is not None
         workload = synthetic(num_requests, rate, ins, outs, seed, arrival, cv, shared_prefix, prefix_groups)
