@@ -46,7 +46,7 @@ HALF_BYTES = 2  # AWQ / GPTQ / compressed-tensors int4 scales are in params_dtyp
 NVFP4_GROUP = 16  # modelopt.py: hf_quant_config "group_size": 16 for NVFP4 (and NVIDIA's NVFP4 definition)
 MX_GROUP = 32  # OCP MX spec v1.0: block size 32
 INT32_BYTES = 4  # GPTQ's g_idx is int32 per input row: gptq.py GPTQLinearMethod.create_weights
-FIX = "pass --ignore-quant to price the weights in --dtype instead"
+FIX = "pass --ignore-quant to `graphsim work`, or remove quantization_config from the config, to price the weights in --dtype"
 
 
 class WeightFormat(str, Enum):

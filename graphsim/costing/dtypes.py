@@ -30,6 +30,7 @@ class KernelDtype(str, Enum):
     FP16 = "fp16"
     FP8 = "fp8"  # e4m3, per-tensor or per-channel scales
     FP8_BLOCK = "fp8_block"  # e4m3 with block scales (DeepSeek-style 128x128)
+    FP8_WO = "fp8_wo"  # e4m3 weights, 16-bit activations (modelopt FP8_PB_WO, compressed-tensors W8A16 fp8)
     INT8 = "int8"
     INT8_SQ = "int8_sq"  # SmoothQuant W8A8
     INT8_WO = "int8_wo"  # 8-bit weights, 16-bit activations
@@ -57,17 +58,18 @@ class KernelDtype(str, Enum):
 
 _ELEMENT_BYTES: dict[KernelDtype, float] = {
     KernelDtype.FP32: 4, KernelDtype.BF16: 2, KernelDtype.FP16: 2, KernelDtype.FP8: 1,
-    KernelDtype.FP8_BLOCK: 1, KernelDtype.INT8: 1, KernelDtype.INT8_SQ: 1, KernelDtype.INT8_WO: 1,
+    KernelDtype.FP8_BLOCK: 1, KernelDtype.FP8_WO: 1, KernelDtype.INT8: 1, KernelDtype.INT8_SQ: 1, KernelDtype.INT8_WO: 1,
     KernelDtype.INT4_WO: 0.5, KernelDtype.NVFP4: 0.5, KernelDtype.MXFP4: 0.5,
     KernelDtype.W4A16_MXFP4: 0.5, KernelDtype.W4A8_MXFP4_MXFP8: 0.5, KernelDtype.W4AFP8: 0.5,
 }
 _ACTIVATION_BYTES: dict[KernelDtype, float] = {
-    KernelDtype.INT8_WO: 2, KernelDtype.INT4_WO: 2, KernelDtype.W4A16_MXFP4: 2,
+    KernelDtype.FP8_WO: 2, KernelDtype.INT8_WO: 2, KernelDtype.INT4_WO: 2, KernelDtype.W4A16_MXFP4: 2,
     KernelDtype.W4A8_MXFP4_MXFP8: 1, KernelDtype.W4AFP8: 1,
 }
 _PEAK: dict[KernelDtype, PeakClass] = {
     KernelDtype.FP32: PeakClass.FP32, KernelDtype.BF16: PeakClass.BF16, KernelDtype.FP16: PeakClass.FP16,
-    KernelDtype.FP8: PeakClass.FP8, KernelDtype.FP8_BLOCK: PeakClass.FP8, KernelDtype.INT8: PeakClass.INT8,
+    KernelDtype.FP8: PeakClass.FP8, KernelDtype.FP8_BLOCK: PeakClass.FP8, KernelDtype.FP8_WO: PeakClass.BF16,
+    KernelDtype.INT8: PeakClass.INT8,
     KernelDtype.INT8_SQ: PeakClass.INT8, KernelDtype.INT8_WO: PeakClass.BF16,
     KernelDtype.INT4_WO: PeakClass.BF16, KernelDtype.NVFP4: PeakClass.FP4, KernelDtype.MXFP4: PeakClass.FP4,
     KernelDtype.W4A16_MXFP4: PeakClass.BF16, KernelDtype.W4A8_MXFP4_MXFP8: PeakClass.FP8,

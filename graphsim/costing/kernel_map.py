@@ -29,6 +29,7 @@ from graphsim.ir.geometry import (
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.meta import GraphMeta
+from graphsim.quantization import parse_quant_config
 from graphsim.workload import Step
 
 
@@ -65,10 +66,13 @@ class Dtypes:
 
     @classmethod
     def for_graph(cls, meta: GraphMeta, kv_dtype: str | None = None, routing: RoutingModel = BALANCED) -> Dtypes:
-        q = meta.quantization_config or {}
-        block = q.get("quant_method") == "fp8" and bool(q.get("weight_block_size"))
+        """The KV dtype is `kv_dtype` when given, else the checkpoint's (an fp8 cache from
+        kv_cache_quant_algo / kv_cache_scheme: graphsim.quantization), else the model dtype."""
+        q = parse_quant_config(meta.quantization_config) if meta.quantization_config is not None else None
+        block = q is not None and any(s.kernel_dtype == KernelDtype.FP8_BLOCK.value for s in q.schemes())
         model = meta.model_dtype.value if meta.model_dtype is not None else "bf16"  # other model dtypes price as bf16
-        return cls(kv=parse_kernel_dtype(kv_dtype or model), fp8_block=block, routing=routing)
+        kv = kv_dtype or (q.kv_dtype if q is not None and q.kv_dtype else None) or model
+        return cls(kv=parse_kernel_dtype(kv), fp8_block=block, routing=routing)
 
 
 def is_mla(a: KernelAttrs) -> bool:

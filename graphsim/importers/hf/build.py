@@ -12,6 +12,7 @@ import torch
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.importers.hf import custom_ops
+from graphsim.quantization import parse_quant_config
 
 _TORCH_DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -104,6 +105,7 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
     """Construct the model on the meta device with graphsim's semantic attention and experts."""
     custom_ops.register()
     arch = check_config(cfg)
+    quant = quantization_of(cfg)
     hf_cfg = make_hf_config(cfg)
     cls = model_class(arch)
     torch_dtype = config_dtype(cfg, dtype)
@@ -126,4 +128,17 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
     except (AttributeError, IndexError, KeyError, AssertionError, RuntimeError) as e:
         raise ConfigError(f"cannot build {arch} from this config ({type(e).__name__}: {e}); check config.json") from None
     model.eval()
-    return BuiltModel(model, hf_cfg, torch_dtype, arch, cfg.get("quantization_config"))
+    return BuiltModel(model, hf_cfg, torch_dtype, arch, quant)
+
+
+def quantization_of(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The config's quantization_config (or its text_config's), checked by graphsim.quantization so that an
+    unknown method is refused at import (ConfigError) instead of being priced in the model dtype later."""
+    raw = cfg.get("quantization_config")
+    text = cfg.get("text_config")
+    if raw is None and isinstance(text, dict):
+        raw = text.get("quantization_config")
+    if raw is None:
+        return None
+    parse_quant_config(raw)
+    return raw

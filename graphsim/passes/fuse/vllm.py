@@ -25,6 +25,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.quantization import Quantization, parse_quant_config
 
 A = TypeVar("A")
 
@@ -108,16 +109,29 @@ def _router_linears(ctx: FuseContext) -> set[str]:
     return memo
 
 
+def _quantization(ctx: FuseContext) -> Quantization | None:
+    """The checkpoint's quantization (graphsim.quantization), parsed once per fuse run."""
+    if "_quantization" not in ctx.__dict__:
+        raw = ctx.graph.meta.quantization_config
+        ctx.__dict__["_quantization"] = parse_quant_config(raw) if raw is not None else None
+    return ctx.__dict__["_quantization"]
+
+
 def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
-    q = ctx.graph.meta.quantization_config or {}
+    """The kernel dtype of a GEMM over `nodes`: the weight scheme's (`fp8`, `fp8_block`, `nvfp4`, `int4_wo`,
+    ...) when the checkpoint quantizes every one of its linears the same way; the model dtype otherwise
+    (excluded modules, routers, mixed packs). vLLM gives a packed layer one quant method for all its
+    shards (model_executor/layers/linear.py: QKVParallelLinear / MergedColumnParallelLinear take one
+    quant_config; quantization/utils/quant_utils.py is_layer_skipped requires all shards to agree)."""
     if any(n.name in _router_linears(ctx) for n in nodes):
         model = ctx.graph.meta.model_dtype
         return model.value if model is not None else None
-    if q.get("quant_method") == "fp8":
-        skip = q.get("modules_to_not_convert") or []
-        if not any(any(s in n.scope for s in skip) for n in nodes):
-            return "f8e4m3"
-    return None
+    q = _quantization(ctx)
+    if q is None:
+        return None
+    schemes = {q.scheme_for(n.scope) for n in nodes}
+    scheme = schemes.pop() if len(schemes) == 1 else None
+    return scheme.kernel_dtype if scheme is not None else None
 
 
 def _build_packed(ctx: FuseContext, c: Candidate) -> KernelAttrs:
@@ -249,8 +263,9 @@ def _match_experts(ctx: FuseContext):
 def _build_experts(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.nodes[0]
     a = n.attrs_as(MoEAttrs)
-    q = ctx.graph.meta.quantization_config or {}
-    dtype = {"fp8": "f8e4m3", "mxfp4": "f4"}.get(str(q.get("quant_method")), n.outputs[0].dtype.value)
+    q = _quantization(ctx)
+    scheme = q.scheme_for(n.scope) if q is not None else None
+    dtype = scheme.kernel_dtype if scheme is not None else n.outputs[0].dtype.value
     geo = MoeExpertsGeometry(hidden_size=a.hidden_size, inter_size=a.intermediate_size, top_k=a.top_k,
                              num_experts=a.num_experts, tp=1, ep=1, activation=a.activation, gated=a.gated,
                              bias=a.has_bias)
