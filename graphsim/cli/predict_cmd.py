@@ -15,6 +15,7 @@ from graphsim.versions import versions
 @app.command("predict")
 def predict_cmd(
     model: opt.GraphModel,
+    revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     ep: opt.Ep = 1,
