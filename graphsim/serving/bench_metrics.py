@@ -103,16 +103,40 @@ def _stats(values: np.ndarray, percentiles: Sequence[float]) -> tuple[float, flo
             [(p, float(np.percentile(v, p)) * 1e3) for p in percentiles])
 
 
-def pooled_itls(res: SimulationResult) -> np.ndarray:
-    """Every inter-token gap of every request (s): the simulator's samples are iteration times, each weighted by
-    the number of requests that got a token then, so repeating each by its weight gives vLLM's pooled list."""
+def pooled_itls(res: SimulationResult) -> tuple[np.ndarray, np.ndarray]:
+    """Every inter-token gap of every request (s), as (values, counts): the simulator's samples are iteration times,
+    each weighted by the number of requests that got a token then (a count), and run-length encoded; value i stands
+    for counts[i] gaps of vLLM's pooled list. Not expanded: a long run holds ~10⁹ gaps."""
     values, weights, counts = res.itl_runs
-    if len(values) == 0:
-        return np.zeros(0)
-    per = np.rint(weights).astype(np.int64)
-    if not np.allclose(per, weights):
-        raise ValueError("inter-token samples with non-integer weights cannot be pooled as vLLM's ITL list")
-    return np.repeat(np.asarray(values, dtype=np.float64), per * np.asarray(counts, dtype=np.int64))
+    per = np.rint(np.asarray(weights, dtype=np.float64)).astype(np.int64)  # requests per iteration: whole numbers
+    return np.asarray(values, dtype=np.float64), per * np.asarray(counts, dtype=np.int64)
+
+
+def _counted_stats(values: np.ndarray, counts: np.ndarray,
+                   percentiles: Sequence[float]) -> tuple[float, float, float, list[tuple[float, float]]]:
+    """`_stats` of the list holding counts[i] copies of values[i], without building it: mean and population std
+    weighted by the counts; median and percentiles by numpy's default (linear) rule on the sorted list — position
+    h = (N − 1)·p/100 between the elements at ⌊h⌋ and ⌈h⌉ — found in the cumulative counts."""
+    keep = counts > 0
+    v, c = values[keep], counts[keep]
+    if len(v) == 0:
+        return _stats(np.zeros(0), percentiles)
+    order = np.argsort(v, kind="stable")
+    v, c = v[order], c[order]
+    n = int(c.sum())
+    mean = float((v * c).sum() / n)
+    std = float(np.sqrt((c * (v - mean) ** 2).sum() / n))
+    ends = np.cumsum(c)  # the sorted list's element k is v[searchsorted(ends, k, 'right')]
+
+    def at(k: int) -> float:
+        return float(v[int(np.searchsorted(ends, k, side="right"))])
+
+    def pct(q: float) -> float:
+        h = (n - 1) * q / 100
+        lo, hi = int(np.floor(h)), int(np.ceil(h))
+        return at(lo) + (at(hi) - at(lo)) * (h - lo)
+
+    return mean * 1e3, pct(50) * 1e3, std * 1e3, [(q, pct(q) * 1e3) for q in percentiles]
 
 
 def peak_concurrency(starts: np.ndarray, ends: np.ndarray) -> int:
@@ -155,7 +179,7 @@ def bench_result(res: SimulationResult, settings: BenchSettings, due_s: Sequence
     ttft, e2el = first - start, finish - start
     multi = outs > 1
     tpot = (e2el[multi] - ttft[multi]) / (outs[multi] - 1)
-    itls = pooled_itls(res)
+    itl_values, itl_counts = pooled_itls(res)
     # The benchmark clock starts at 0, before the first request is due; it stops when the last one finishes.
     duration = float(finish.max()) if n_ok else 0.0
     dur = duration if duration > 0 else math.nan
@@ -195,14 +219,15 @@ def bench_result(res: SimulationResult, settings: BenchSettings, due_s: Sequence
         "max_concurrent_requests": peak_concurrency(start, finish),
         "rtfx": 0.0,
     }
-    series = {"ttft": ttft, "tpot": tpot, "itl": itls, "e2el": e2el}
+    series = {"ttft": ttft, "tpot": tpot, "itl": None, "e2el": e2el}
     selected = [(m, series[m]) for m in s.percentile_metrics]
     if s.max_concurrency is not None:
         selected.append(("client_queue_time", queue))
         if not math.isinf(s.request_rate):
             selected.append(("e2el_including_client_queue", e2el + queue))
     for name, values in selected:
-        mean, median, std, pcts = _stats(values, s.metric_percentiles)
+        mean, median, std, pcts = (_stats(values, s.metric_percentiles) if values is not None
+                                   else _counted_stats(itl_values, itl_counts, s.metric_percentiles))
         out[f"mean_{name}_ms"], out[f"median_{name}_ms"], out[f"std_{name}_ms"] = mean, median, std
         for p, v in pcts:
             out[f"p{percentile_word(p)}_{name}_ms"] = v

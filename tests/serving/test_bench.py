@@ -188,3 +188,15 @@ def test_simulate_random_dataset_refuses_graphsims_own_lengths(capsys):
 
     assert main(["simulate", "llama-3.1-8b", "--dataset-name", "random", "--input-len", "512"]) == 2
     assert "--random-input-len" in capsys.readouterr().err
+
+
+def test_pooled_itl_statistics_from_counts():
+    from graphsim.serving.bench_metrics import _counted_stats
+
+    # values 1, 2, 3 s held 2, 1, 3 times: the list 1 1 2 3 3 3 (N = 6). Mean 13/6; population variance
+    # (2·(7/6)² + (1/6)² + 3·(5/6)²) / 6 = (98 + 1 + 75) / 216; median at h = 5·0.5 = 2.5, between the 3rd (2)
+    # and 4th (3) elements: 2.5; p25 at h = 1.25: 1 + 0.25·(2 − 1) = 1.25; p99 at h = 4.95: 3. All in ms.
+    mean, median, std, pcts = _counted_stats(np.asarray([3.0, 1.0, 2.0]), np.asarray([3, 2, 1]), (25.0, 99.0))
+    assert mean == pytest.approx(13 / 6 * 1e3) and median == pytest.approx(2500.0)
+    assert std == pytest.approx(math.sqrt(174 / 216) * 1e3)
+    assert pcts == [(25.0, pytest.approx(1250.0)), (99.0, pytest.approx(3000.0))]
