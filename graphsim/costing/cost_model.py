@@ -58,12 +58,15 @@ class CostModel:
         routing, routing_note = _routing_with_rows(graph, routing or moe_routing.DEFAULT, pricer,
                                                    Dtypes.for_graph(graph.meta, kv_dtype))
         dtypes = Dtypes.for_graph(graph.meta, kv_dtype, routing)
-        # an MLA block the profile has whole-module rows for is priced by them (costing/composite.py)
+        # an MLA block the profile has whole-module rows for is priced by them (costing/composite.py); the rows
+        # time vLLM's module, so only a graph fused for vLLM's kernels is priced with them
+        vllm = graph.meta.fuse_target == "vllm"
+
         def has_rows(key: KernelKey) -> bool:
             return pricer.curve(key) is not None
 
-        tree = compile_tree(build_tree(graph, dtypes, has_rows))
-        note = composite_note(graph_mla_blocks(graph, dtypes, has_rows), dtypes)
+        tree = compile_tree(build_tree(graph, dtypes, has_rows if vllm else None))
+        note = composite_note(graph_mla_blocks(graph, dtypes, has_rows), dtypes) if vllm else ""
         data_note = f"{data_note}; {note}" if data_note and note else data_note or note
         return cls(graph, tree, pricer, dtypes, pricer.hardware,
                    str(db.path) if db is not None else None, data_note, graph.meta.tp,

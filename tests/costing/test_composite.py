@@ -56,6 +56,7 @@ def _graph() -> Graph:
     ]
     g.outputs = ["L0.mlp"]
     g.schedule = LayerSchedule(("a", "a"), {"a": 0})
+    g.meta.fuse_target = "vllm"  # the module rows time vLLM's module: only a graph fused for vLLM gets them
     g.verify()
     return g
 
@@ -93,6 +94,13 @@ def test_composite_leaf_priced_by_module_rows(profile):
     assert ev.leaf_time_us[1] == pytest.approx([100.0, 120.0, 300.0])
     assert list(ev.leaf_source[1]) == [MEASURED, INTERPOLATED, MEASURED]
     assert "mla_module rows (decode/prefill) replace" in cm.data_note
+
+
+def test_a_graph_not_fused_for_vllm_keeps_its_kernels(profile):
+    g = _graph()
+    g.meta.fuse_target = "eager"
+    cm = CostModel.of_kernel_graph(g, None, profile)
+    assert [leaf.name for leaf in cm.tree.leaves] == [n.name for n in g.nodes] and "mla_module" not in cm.data_note
 
 
 def test_without_rows_the_block_is_priced_by_its_kernels():
