@@ -31,8 +31,9 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   costs per step.
 - `per_token_us` 0 in every family: no published per-token figure for input preparation (vectorised numpy
   in V1); prefill steps are long enough that it would not matter at this scale.
-- `frontend_us` 0: no citable per-request figure for vLLM's HTTP front end; tokenising is ~0.1 µs per token
-  (HF tokenizers: "less than 20 seconds to tokenize a GB of text", huggingface/tokenizers README).
+- `frontend_us` 0, and not simulated (the simulator does not read it): no server-class per-request figure for
+  vLLM's HTTP front end (docs/serving.md names the one laptop measurement found); tokenising alone is ~0.1 µs per
+  token (HF tokenizers README: "less than 20 seconds to tokenize a GB of text on a server's CPU", ≈ 4 B a token).
 """
 
 from __future__ import annotations
