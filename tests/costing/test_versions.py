@@ -37,8 +37,11 @@ def test_profile_tables_name_the_db_and_its_source(fake_root, tmp_path, monkeypa
     assert "torch" not in versions(priced=False) and "profile_tables" not in versions(db, priced=False)
 
 
-def test_config_only_results_record_graphsim_alone():
-    for args in (["work", "llama-3.1-8b", "--json"], ["kv", "llama-3.1-8b", "--json"]):
-        out = run_cli(args)
+def test_config_only_results_record_no_torch():
+    """work records graphsim alone; kv also the engine version it models (--engine's default: vllm, the newest)."""
+    want = {"work": {"graphsim": version("graphsim")},
+            "kv": {"graphsim": version("graphsim"), "engine_profile": "vllm"}}
+    for cmd, expected in want.items():
+        out = run_cli([cmd, "llama-3.1-8b", "--json"])
         assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)["versions"] == {"graphsim": version("graphsim")}
+        assert json.loads(out.stdout)["versions"] == expected
