@@ -59,7 +59,7 @@ if mode == "dispatch":
     res["dispatch_ops"] = Count.n
 else:
     t1 = time.perf_counter()
-    g, rep = import_hf(name, full_depth=(mode == "full"))
+    g, rep = import_hf(name, full_depth=(mode == "full"), cache=False)  # the trace itself, never the graph cache
     res["import_s"] = time.perf_counter() - t1
     res["nodes"] = rep.nodes
     res["traced_layers"] = len(rep.traced_layers)
