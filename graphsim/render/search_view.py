@@ -40,8 +40,9 @@ def _how(r: Row) -> str:
 
 
 def _best_src(r: Row) -> str:
-    """A simulated row: its shares of predicted kernel time by source; a steady-state one: its worst source."""
-    us = r.sim.source_us if r.sim is not None and r.final is r.sim else {}
+    """The row's shares of predicted kernel time by source (its simulation's, else its steady point's), else its
+    worst source."""
+    us = r.final.source_us
     total = sum(us.values())
     if total > 0:
         link = r.final.link_source

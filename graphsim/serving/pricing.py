@@ -320,6 +320,35 @@ class TreeCost:
             src = max(src, s)
         return float(t), src
 
+    def step_split_us(self, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+                      chunks: list[tuple[int, int]]) -> np.ndarray:
+        """`step_us` split by leaf source: µs per SOURCES code (the same lookups and interpolation weights on the
+        tables split by source; sums to `step_us`'s time)."""
+        out = self.G_split[:, tokens] + self.H_split[:, seqs] + self.C_split
+        g = self.ctx_grid
+        if dec_count:
+            self._decode_row(dec_count)
+            sp = self._dec_split[dec_count]
+            c = min(max(dec_ctx_mean, 0.0), g[-1])
+            i = min(int(np.searchsorted(g, c, side="right")) - 1, len(g) - 2)
+            f = (c - g[i]) / (g[i + 1] - g[i])
+            out = out + sp[:, i] * (1.0 - f) + sp[:, i + 1] * f
+        ng = self.n_grid
+        for n, p in chunks:
+            if p <= 0:
+                out = out + self.A0_split[:, n]
+                continue
+            pc = min(float(p), g[-1])
+            j = min(int(np.searchsorted(g, pc, side="right")) - 1, len(g) - 2)
+            fp = (pc - g[j]) / (g[j + 1] - g[j])
+            i = max(min(int(np.searchsorted(ng, n, side="right")) - 1, len(ng) - 2), 0)
+            fn = (n - ng[i]) / (ng[i + 1] - ng[i]) if len(ng) > 1 else 0.0
+            for pj, wp in ((j, 1.0 - fp), (j + 1, fp)):
+                self._prefill_row(pj)
+                sp = self._pre_split[pj]
+                out = out + wp * (sp[:, i] * (1.0 - fn) + (sp[:, i + 1] * fn if len(ng) > 1 else 0.0))
+        return out
+
     def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Times of k decode iterations of `batch` sequences whose mean context starts at ctx_mean0."""
         t, s = self._decode_row(batch)

@@ -150,7 +150,9 @@ class Evaluation:
     tpot_p90_ms: float = math.nan
     sim_requests: int = 0
     sim_wall_s: float = 0.0
-    source_us: dict[str, float] = field(default_factory=dict)  # simulated only: predicted µs per time source
+    # predicted iteration time per time source, µs: simulated, over the run; steady state, over the steady point's
+    # representative iterations (steady.SteadyPoint.source_us)
+    source_us: dict[str, float] = field(default_factory=dict)
 
     @property
     def ttft_source(self) -> str:
@@ -183,7 +185,8 @@ def _steady(ctx: SearchContext, c: Candidate) -> Evaluation:
         link_src = link.source
     return Evaluation(c.id, "steady-state", sp.requests_per_s, sp.output_tokens_per_s / c.unit_gpus,
                       sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, link_src,
-                      sp.bound, sp.decode_batch, sp.transfer_s * 1e3)
+                      sp.bound, sp.decode_batch, sp.transfer_s * 1e3,
+                      source_us={SOURCES[k].value: v for k, v in enumerate(sp.source_us) if v > 0})
 
 
 _BYTES: dict[tuple, int] = {}

@@ -34,7 +34,11 @@ instance's utilisation as probability). The clients' cycle `TTFT + (osl − 1) �
 that cannot keep up caps the throughput and the clients queue at the prefill pool.
 
 Iteration times come from the same `IterationCost` the simulator uses; every figure carries the worst
-source of the iteration times it used (and of the link for disaggregated TTFT).
+source of the iteration times it used (and of the link for disaggregated TTFT), and the point carries its
+predicted iteration time split by kernel source (`SteadyPoint.source_us`, for shares): aggregated, one period's
+iterations (`n_mix` mixed, `N − n_mix` decode-only; or the packed iteration when prefill-bound);
+disaggregated, one request's share of both pools' iterations (its prefill iteration over the prompts it is
+batched with, and `osl − 1` decode iterations over the `D` requests they serve).
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
-from graphsim.serving.pricing import IterationCost, TreeCost
+import numpy as np
+
+from graphsim.serving.pricing import NUM_SOURCES, IterationCost, TreeCost
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class SteadyPoint:
     bound: str  # what limits throughput: "decode", "prefill", "prefill pool", "link"
     decode_batch: float  # mean requests decoding per iteration (per decode instance)
     transfer_s: float = 0.0  # disaggregated: KV transfer per request
+    source_us: tuple[float, ...] = ()  # predicted iteration time per SOURCES code (module docstring), for shares
 
     @property
     def tokens_per_s_per_user(self) -> float:
@@ -69,7 +76,7 @@ class _Timer:
     With a `TreeCost`, decode attention comes from one bulk table per context over every batch size
     (`TreeCost.decode_attention_by_batch`): the fast path asks for many batch sizes at one context."""
 
-    _caches: ClassVar[weakref.WeakKeyDictionary] = weakref.WeakKeyDictionary()  # cost model → (step memo, decode tables)
+    _caches: ClassVar[weakref.WeakKeyDictionary] = weakref.WeakKeyDictionary()  # cost → (steps, decode tables, splits)
 
     def __init__(self, cost: IterationCost) -> None:
         self.cost = cost
@@ -77,8 +84,8 @@ class _Timer:
         self._tree = isinstance(cost, TreeCost)
         caches = self._caches.get(cost)
         if caches is None:
-            caches = self._caches[cost] = ({}, {})
-        self._memo, self._tables = caches
+            caches = self._caches[cost] = ({}, {}, {})
+        self._memo, self._tables, self._splits = caches
 
     def step(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> float:
         key = (int(tokens), int(seqs), int(dec), round(float(ctx), 3), tuple(chunks))
@@ -89,6 +96,23 @@ class _Timer:
             hit = self._memo[key] = self._price(int(tokens), int(seqs), int(dec), float(ctx), chunks)
         self.src = max(self.src, hit[1])
         return hit[0]
+
+    def split(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> np.ndarray:
+        """The fractions of a step's time per SOURCES code: by kernel source with a `TreeCost`
+        (`step_split_us`), else all of it under the step's worst source."""
+        key = (int(tokens), int(seqs), int(dec), round(float(ctx), 3), tuple(chunks))
+        hit = self._splits.get(key)
+        if hit is None:
+            if len(self._splits) > 200_000:
+                self._splits.clear()
+            if isinstance(self.cost, TreeCost):
+                us = self.cost.step_split_us(int(tokens), int(seqs), int(dec), float(ctx), chunks)
+                hit = us / us.sum() if us.sum() > 0 else us
+            else:
+                hit = np.zeros(NUM_SOURCES)
+                hit[int(self.cost.step_us(int(tokens), int(seqs), int(dec), float(ctx), chunks)[1])] = 1.0
+            self._splits[key] = hit
+        return hit
 
     def _price(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> tuple[float, int]:
         c = self.cost
@@ -152,6 +176,9 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         t_mix = tm.step(dm + ptok, dm + len(chunks), dm, ctx, chunks)
         t_dec = tm.step(d, d, d, ctx, []) if d else 0.0
         T = n_mix * t_mix + (N - n_mix) * t_dec
+        split = n_mix * t_mix * 1e6 * tm.split(dm + ptok, dm + len(chunks), dm, ctx, chunks)
+        if d:
+            split = split + (N - n_mix) * t_dec * 1e6 * tm.split(d, d, d, ctx, [])
         rps = C / T
         # TTFT: a prompt's own iterations beside the decodes, after half a prompt's iterations when it arrives
         # while another prompt is in progress (closed-loop arrivals are paced: they rarely queue deeper)
@@ -160,18 +187,19 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         busy = min(C * k_p / N, 1.0)  # share of iterations that carry a prompt when prompts arrive spread out
         ttft = k_p * tm.step(d1 + otok, d1 + 1, d1, ctx, one) * (1 + busy / 2)
         tpot = (T - k_p * t_mix) / (N - k_p) if k_p < N else t_mix
-        return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D)
+        return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D, source_us=tuple(split.tolist()))
     # prefill-bound: every iteration packed with mnbt tokens
     D = mnbt * dec_iters / (isl + dec_iters)
     d = min(int(round(D)), C - 1)
     L = max(mnbt - d, 1)
     chunks, ptok = _chunks(isl, L, C - d)
     t = tm.step(d + ptok, d + len(chunks), d, ctx, chunks)
+    split = t * 1e6 * tm.split(d + ptok, d + len(chunks), d, ctx, chunks)
     per_iter = L / isl  # completions per iteration
     rps = per_iter / t
     queued = max(C - D, per_iter)  # waiting or prefilling
     ttft = max(queued / per_iter, math.ceil(isl / L)) * t
-    return SteadyPoint(rps, rps * osl, ttft, t, tm.src, "prefill", D)
+    return SteadyPoint(rps, rps * osl, ttft, t, tm.src, "prefill", D, source_us=tuple(split.tolist()))
 
 
 def _prefill_time(tm: _Timer, isl: int, prompts: float, mnbt: int, seqs: int) -> tuple[float, float]:
@@ -181,6 +209,13 @@ def _prefill_time(tm: _Timer, isl: int, prompts: float, mnbt: int, seqs: int) ->
     per = min(tokens, mnbt)
     chunks, ptok = _chunks(isl, per, seqs)
     return iters * tm.step(ptok, len(chunks), 0, 0.0, chunks), iters
+
+
+def _prefill_split(tm: _Timer, isl: int, prompts: float, mnbt: int, seqs: int) -> np.ndarray:
+    """`_prefill_time`'s iterations: the fractions of their time per SOURCES code."""
+    tokens = max(1, int(round(prompts * isl)))
+    chunks, ptok = _chunks(isl, min(tokens, mnbt), seqs)
+    return tm.split(ptok, len(chunks), 0, 0.0, chunks)
 
 
 def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, osl: int, prefill_instances: int,
@@ -204,6 +239,7 @@ def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, 
     rps = 0.0
     bound = "decode"
     ttft = tpot = math.nan
+    b = 1.0  # prompts per prefill iteration (set in the loop)
     for _ in range(30):
         d = max(1, int(round(D)))
         t_d = td.step(d, d, d, ctx, [])
@@ -232,4 +268,8 @@ def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, 
             break
         rps, D = new, 0.5 * (D + D_new)
     src = max(tp.src, td.src)
-    return SteadyPoint(rps, rps * osl, ttft, tpot, src, bound, D, transfer_s)
+    d = max(1, int(round(D)))  # one request's share of the iterations of both pools (module docstring)
+    t_b, _ = _prefill_time(tp, isl, b, mnbt_p, seqs_p)
+    split = (t_b / b * 1e6 * _prefill_split(tp, isl, b, mnbt_p, seqs_p)
+             + (osl - 1) * td.step(d, d, d, ctx, []) / d * 1e6 * td.split(d, d, d, ctx, []))
+    return SteadyPoint(rps, rps * osl, ttft, tpot, src, bound, D, transfer_s, tuple(split.tolist()))

@@ -143,4 +143,24 @@ def test_search_json_reports_shares_of_the_simulated_candidates(capsys, home):
     d = json.loads(capsys.readouterr().out)
     simulated = [r["simulated"] for r in d["rows"] if r["simulated"] is not None]
     assert simulated and all(sum(sim["source_us"].values()) > 0 for sim in simulated)
+    assert all(set(r["steady_state"]["source_us"]) == {"roofline"} for r in d["rows"])
     assert d["source_shares_simulated"] == {"roofline": pytest.approx(1.0)} and d["all_roofline"]
+
+
+def test_step_split_sums_to_the_step_time(tables):
+    for tokens, seqs, dec, ctx, chunks in [(64, 64, 64, 1000.0, []), (1500, 1, 0, 0.0, [(1500, 0)]),
+                                           (1532, 33, 32, 517.3, [(1500, 700)]), (300, 3, 1, 20.0, [(200, 0), (99, 4000)])]:
+        t, _ = tables.step_us(tokens, seqs, dec, ctx, chunks)
+        split = tables.step_split_us(tokens, seqs, dec, ctx, chunks)
+        assert split.sum() == pytest.approx(t, rel=1e-9) and split[ROOFLINE] == pytest.approx(t, rel=1e-9)
+
+
+def test_steady_point_splits_its_period(tables):
+    from graphsim.serving.steady import aggregated_point
+
+    # decode-bound: throughput is C / T with T the period n_mix·t_mix + (N − n_mix)·t_dec, which is also what the
+    # split sums (steady.py's module docstring), so Σ source_us = C / requests_per_s, in µs
+    sp = aggregated_point(tables, isl=512, osl=64, clients=16, max_num_batched_tokens=2048)
+    assert sp.bound == "decode"
+    assert sum(sp.source_us) == pytest.approx(16 / sp.requests_per_s * 1e6, rel=1e-9)
+    assert sp.source_us[ROOFLINE] == pytest.approx(sum(sp.source_us), rel=1e-12)
