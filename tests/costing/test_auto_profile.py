@@ -49,3 +49,19 @@ def test_missing_package_builds_nothing(home, monkeypatch):
     monkeypatch.setattr(aic, "aiconfigurator_root", absent)
     db, _ = default_data(load_hardware("h200"))
     assert db is None and not (home / "profiles").exists()
+
+
+def test_root_options_turn_the_cache_and_the_build_off(monkeypatch, capsys):
+    """`graphsim --no-auto-profile --no-cache …` sets the environment every later step (and worker) reads."""
+    import os
+
+    from graphsim.cli.app import main
+    from graphsim.importers import graph_cache
+
+    monkeypatch.delenv(auto_profile.NO_AUTO_PROFILE_ENV, raising=False)
+    monkeypatch.delenv(graph_cache.NO_CACHE_ENV, raising=False)
+    assert auto_profile.enabled() and graph_cache.enabled()
+    assert main(["--no-auto-profile", "--no-cache", "models", "--json"]) == 0
+    capsys.readouterr()
+    assert os.environ[auto_profile.NO_AUTO_PROFILE_ENV] == "1" and not auto_profile.enabled()
+    assert not graph_cache.enabled()
