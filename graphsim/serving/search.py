@@ -73,6 +73,22 @@ class SearchResult:
     verified: list[int] = field(default_factory=list)
     measured_data: bool = False  # a profile.db was used (otherwise every time is a roofline estimate)
     frontier_slo: list[int] = field(default_factory=list)  # the frontier of the candidates that meet the SLOs
+    refinements: list = field(default_factory=list)  # search_load.Refinement: candidates bisected to the SLO boundary
+    grid: int = 0  # rows[:grid] are the coarse grid's candidates, the rest refined ones (0: all grid)
+
+    def coarse_vs_refined(self) -> dict[str, Any] | None:
+        """The best of the coarse grid against the best overall, on the figures ranked (None without refinement)."""
+        if not self.refinements or self.best is None:
+            return None
+        grid = [r for r in self.rows[:self.grid or len(self.rows)] if meets(r.final, self.spec)]
+        coarse = _pick([r for r in grid if r.sim is not None] or grid) if grid else None
+        best = self.rows[self.best]
+        if coarse is None:
+            return {"coarse": None, "refined": best.candidate.id, "gain": None}
+        y0, y1 = coarse.final.output_tokens_per_s_per_gpu, best.final.output_tokens_per_s_per_gpu
+        return {"coarse": coarse.candidate.id, "coarse_method": coarse.final.method,
+                "coarse_tokens_per_s_per_gpu": y0, "refined": best.candidate.id, "refined_method": best.final.method,
+                "refined_tokens_per_s_per_gpu": y1, "gain": y1 / y0 - 1 if y0 else None}
 
     def row(self, cid: int) -> Row:
         return self.rows[cid]
@@ -145,6 +161,7 @@ class SearchResult:
             "verified": self.verified,
             "candidates": len(self.rows), "pruned": len(self.pruned),
             "fast_vs_sim": self.fast_vs_sim(), "loss_tally": dict(self.loss_tally()),
+            "refinements": [x.to_json() for x in self.refinements], "coarse_vs_refined": self.coarse_vs_refined(),
             "timings_s": self.timings, "backend": self.backend, "workers": self.workers,
             "rows": [r.to_json() for r in self.rows], "pruned_configs": [p.to_json() for p in self.pruned],
         }
@@ -206,6 +223,11 @@ def run_search(spec: SearchSpec, backend: Backend | None = None,
     tasks = _chunks(cands, 1 if backend.workers() == 1 else 4 * backend.workers())
     fast = {ev.candidate: ev for evs in backend.map(run_task, ctx, tasks) for ev in evs}
     rows = [Row(c, fast[c.id]) for c in cands]
+    refinements = []
+    if spec.refine:
+        from graphsim.serving.search_load import refine_rows
+
+        refinements = refine_rows(spec, rows, ctx, backend, lambda ev: meets(ev, spec), spec.refine, say)
     t3 = time.perf_counter()
     verified = _verify(spec, rows, backend, ctx, say) if spec.verify else []
     t4 = time.perf_counter()
@@ -213,7 +235,8 @@ def run_search(spec: SearchSpec, backend: Backend | None = None,
     timings = {"enumerate": t1 - t0, "trace": t2 - t1, "steady_state": t3 - t2, "simulate": t4 - t3,
                "total": time.perf_counter() - t0}
     return SearchResult(spec, model.name, hw.id, ctx.data_note, ctx.link.describe, rows, pruned, front, best, timings,
-                        backend.name, backend.workers(), verified, ctx.profile is not None, front_slo)
+                        backend.name, backend.workers(), verified, ctx.profile is not None, front_slo,
+                        refinements, len(cands))
 
 
 def _verify(spec: SearchSpec, rows: list[Row], backend: Backend, ctx: SearchContext, say) -> list[int]:

@@ -68,6 +68,7 @@ class SearchSpec(Strict):
     kv_link_latency_us: float | None = Field(default=None, ge=0, le=1e6)
     verify: int = Field(default=4, ge=0, le=1 << 20)  # simulate the best this many under the SLOs (and more while they fail)
     seed: int = 0
+    refine: int = Field(default=0, ge=0, le=1 << 20)  # bisect max_num_seqs of the best N to the SLO boundary (search_load.py)
     moe_routing: str | None = None  # the MoE routing model, as --moe-routing spells it (costing/moe_routing.py; None: its default)
 
     @field_validator("moe_routing")
