@@ -269,13 +269,14 @@ class TreeCost:
             self._pre[j] = (t, s)
             self._pre_split[j] = self._split(lt[:, part], ls[:, part], self._attn)
 
-    def decode_attention_by_batch(self, ctx: int) -> tuple[np.ndarray, np.ndarray]:
+    def decode_attention_by_batch(self, ctx: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Decode attention of B sequences at context `ctx` for every B ≤ max_seqs (entry 0: none), exactly, in
-        one bulk call (the search's steady-state path asks for many batch sizes at one context)."""
+        one bulk call (the search's steady-state path asks for many batch sizes at one context): times, worst
+        sources, and the times split by leaf source (NUM_SOURCES rows)."""
         lt, ls = self._leaf_times([Step((SeqGroup(1, int(ctx), b),)) for b in range(1, self.max_seqs + 1)])
         t, s = self._part(lt, ls, self._attn, pad=True)
         self._check(t[1:], ls, f"decode batches at context {ctx}")
-        return t, s
+        return t, s, self._split(lt, ls, self._attn, pad=True)
 
     def meter(self) -> TableMeter:
         return TableMeter(self)

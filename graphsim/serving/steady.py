@@ -98,15 +98,18 @@ class _Timer:
         return hit[0]
 
     def split(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> np.ndarray:
-        """The fractions of a step's time per SOURCES code: by kernel source with a `TreeCost`
-        (`step_split_us`), else all of it under the step's worst source."""
+        """The fractions of a step's time per SOURCES code: by kernel source with a `TreeCost` (`step_split_us`,
+        decode attention from `decode_attention_by_batch`'s split), else all of it under the step's worst source."""
         key = (int(tokens), int(seqs), int(dec), round(float(ctx), 3), tuple(chunks))
         hit = self._splits.get(key)
         if hit is None:
             if len(self._splits) > 200_000:
                 self._splits.clear()
-            if isinstance(self.cost, TreeCost):
-                us = self.cost.step_split_us(int(tokens), int(seqs), int(dec), float(ctx), chunks)
+            if isinstance(self.cost, TreeCost):  # decode attention from the by-batch table `_price` read
+                us = self.cost.step_split_us(int(tokens), int(seqs), 0, 0.0, chunks)
+                if dec:
+                    self.step(tokens, seqs, dec, ctx, chunks)
+                    us = us + self._tables[int(round(ctx))][2][:, int(dec)]
                 hit = us / us.sum() if us.sum() > 0 else us
             else:
                 hit = np.zeros(NUM_SOURCES)
