@@ -80,3 +80,21 @@ def test_real_mla_module_decode_row_is_keyed_at_its_sequence_length(tmp_path):
         key = MlaModuleDecodeKey(16, 512, 128, 64, 128, D.BF16, D.BF16, 7168, 1536, D.FP8_BLOCK)
         t = KernelPricer(db).time(key, AttentionDecodePoint(64, 2048))
         assert t.source is TimeSource.MEASURED and t.time_us == pytest.approx(150.5)
+
+
+@pytest.mark.slow
+def test_deepseek_v3_mla_block_is_priced_by_its_module_row(tmp_path):
+    # DeepSeek-V3 at TP 8 has 128 / 8 = 16 heads per rank and fp8 block-scaled projections: its decode MLA block
+    # at 64 × 2048 is the module row of the test above, 150.5 µs measured, in every one of its 61 layers
+    pytest.importorskip("torch")
+    from graphsim.cost_model import build_cost_model
+    from graphsim.workload import SeqGroup, Step
+
+    out = tmp_path / "mla.db"
+    aic.import_aiconfigurator("h200_sxm", "vllm", out, tables=["mla_generation_module_perf", "mla_context_module_perf"])
+    cm = build_cost_model("deepseek-v3", "h200", tp=8, profile=str(out))
+    composite = [i for i, leaf in enumerate(cm.tree.leaves) if leaf.block is not None]
+    assert len(composite) == 2 and sum(cm.tree.multiplicity[i] for i in composite) == 61  # dense and MoE layer types
+    ev = cm.evaluate([Step((SeqGroup(1, 2047, 64),))])
+    assert [float(ev.leaf_time_us[i, 0]) for i in composite] == pytest.approx([150.5, 150.5])
+    assert "composite: mla_module rows (decode/prefill) replace their kernels" in cm.data_note
