@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import typer
@@ -51,10 +52,18 @@ def predict_cmd(
                           profile=profile, target=target, moe_routing=parse_routing(moe_routing),
                           collectives=CollectiveSettings(not disable_custom_all_reduce,
                                                          0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE))
+    from graphsim.costing.kernel_map import quantization_summary
+    from graphsim.ir.kernel import KernelAttrs
+
     pred = predict(cm, steps, specs)
+    kernels = [n.attrs for n in cm.graph.nodes if isinstance(n.attrs, KernelAttrs)]
+    quant = quantization_summary(kernels, cm.graph.meta, cm.dtypes, kv_dtype)
     if as_json:
-        print(json.dumps({**pred.to_json(), "versions": versions(profile, gpu)}, indent=1, default=str))
+        extra = {"quantization": dataclasses.asdict(quant)} if quant else {}
+        print(json.dumps({**pred.to_json(), **extra, "versions": versions(profile, gpu)}, indent=1, default=str))
         return
     from graphsim.render.cost_view import render_prediction
 
+    if quant:
+        console.print(quant.line(), markup=False)
     console.print(render_prediction(pred, tree, limit))

@@ -12,8 +12,10 @@ if TYPE_CHECKING:  # graphsim.ir pulls in sympy: the CLI starts (and reports a u
 
 
 def load_source(arg: str, dtype: str | None = None) -> Graph:
-    """`*.json` → a saved graph; `*.onnx` → the ONNX importer; anything else → the HF importer."""
-    if arg.endswith(".json") and Path(arg).is_file():
+    """`*.json` → a saved graph, except a model config (`config.json`, `<name>_config.json` as aiconfigurator-core
+    names them); `*.onnx` → the ONNX importer; anything else → the HF importer."""
+    is_config = Path(arg).name == "config.json" or arg.endswith("_config.json")
+    if arg.endswith(".json") and Path(arg).is_file() and not is_config:
         from graphsim.ir import load_graph
 
         return load_graph(arg)

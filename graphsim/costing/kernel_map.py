@@ -75,6 +75,36 @@ class Dtypes:
         return cls(kv=parse_kernel_dtype(kv), fp8_block=block, routing=routing)
 
 
+@dataclass(frozen=True)
+class QuantSummary:
+    """What a checkpoint's quantization did to the pricing: its schemes, the kernel dtype whose profile rows
+    each GEMM / MoE kernel is keyed on (kernels per dtype), and the KV dtype with where it came from."""
+
+    quantization: str
+    gemm_rows: dict[str, int]
+    kv: str
+    kv_source: str  # "--kv-cache-dtype", "checkpoint" (kv_cache_quant_algo / kv_cache_scheme) or "model dtype"
+
+    def line(self) -> str:
+        rows = ", ".join(f"{k} ×{v}" for k, v in sorted(self.gemm_rows.items()))
+        return f"quantization {self.quantization}; GEMM/MoE rows keyed on {rows}; KV {self.kv} ({self.kv_source})"
+
+
+def quantization_summary(kernels: Sequence[KernelAttrs], meta: GraphMeta, dt: Dtypes,
+                         kv_given: str | None = None) -> QuantSummary | None:
+    """The QuantSummary of a kernel graph; None for an unquantized checkpoint."""
+    if meta.quantization_config is None:
+        return None
+    q = parse_quant_config(meta.quantization_config)
+    rows: dict[str, int] = {}
+    for a in kernels:
+        if a.kind in (KernelKind.GEMM, KernelKind.MOE_EXPERTS):
+            name = dt.of(a.dtype).value
+            rows[name] = rows.get(name, 0) + 1
+    kv_source = "--kv-cache-dtype" if kv_given else ("checkpoint" if q.kv_dtype else "model dtype")
+    return QuantSummary(q.describe(), rows, dt.kv.value, kv_source)
+
+
 def is_mla(a: KernelAttrs) -> bool:
     return isinstance(a.geometry, AttentionGeometry) and a.geometry.is_mla
 
