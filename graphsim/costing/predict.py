@@ -16,6 +16,7 @@ from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.profile_db import ProfileDB
+from graphsim.errors import GraphsimError
 from graphsim.workload import Step
 
 
@@ -94,6 +95,24 @@ class Prediction:
             "batches": [dict({k: v for k, v in vars(b).items() if k != "rows"}, kernels=[row(r) for r in b.rows])
                         for b in self.batches],
         }
+
+    def to_pandas(self) -> Any:
+        """One row per kernel per batch (the batch spec, then `KernelRow`'s fields with TFLOP/s and GB/s) as a
+        pandas DataFrame; needs pandas."""
+        try:
+            import pandas as pd
+        except ModuleNotFoundError:
+            raise GraphsimError("to_pandas() needs pandas (pip install pandas)") from None
+        return pd.DataFrame([{"batch": b.spec, **vars(r), "tflops_per_s": r.tflops_per_s, "gb_per_s": r.gb_per_s}
+                             for b in self.batches for r in b.rows])
+
+    def __repr__(self) -> str:  # one line per batch, not every kernel
+        note = self.data_note.splitlines()[0] if self.data_note else "no data note"
+        lines = [f"Prediction({self.model} on {self.hardware}, tp {self.tp}, ep {self.ep}; {note})"]
+        for b in self.batches:
+            t = f"{b.total_us:,.1f} µs" if b.total_us is not None else f"missing ({len(b.missing)} kernel(s) without a time)"
+            lines.append(f"  {b.spec}: {t}, worst source {b.source}, {len(b.rows)} kernels")
+        return "\n".join(lines)
 
 
 def _regions(c: CompiledTree) -> dict[int, str]:

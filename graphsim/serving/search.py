@@ -93,6 +93,21 @@ class SearchResult:
     def row(self, cid: int) -> Row:
         return self.rows[cid]
 
+    def to_pandas(self) -> Any:
+        """One row per evaluated candidate (`Row.to_json`, nested keys joined by '.') as a pandas DataFrame;
+        needs pandas."""
+        try:
+            import pandas as pd
+        except ModuleNotFoundError:
+            raise SearchError("to_pandas() needs pandas (pip install pandas)") from None
+        return pd.json_normalize([r.to_json() for r in self.rows])
+
+    def __repr__(self) -> str:  # a few lines, not every candidate
+        best = f"best #{self.best}" if self.best is not None else "no candidate meets the SLOs"
+        return (f"SearchResult({self.model} on {self.hardware}: {len(self.rows):,} candidates evaluated, "
+                f"{len(self.pruned):,} pruned, {len(self.frontier):,} on the frontier, {best}; .to_pandas() for "
+                "one row per candidate)")
+
     @property
     def sources(self) -> Counter:
         return Counter(r.final.source for r in self.rows)

@@ -168,3 +168,13 @@ def test_the_routing_model_keys_the_cost_cache():
                         spec.base, spec.isl, spec.osl, 8, 8, KvLink.from_hardware(load_hardware(spec.base.hardware)), 0)
     keys = {with_key(replace(ctx, routing=parse_routing(r))).key for r in ("balanced", "power-law:1.2", "power-law:1.01")}
     assert len(keys) == 3
+
+
+def test_result_prints_short_and_converts(small_result):
+    pd = pytest.importorskip("pandas")
+    text = repr(small_result)
+    assert text.startswith("SearchResult(") and len(text) < 400 and "\n" not in text
+    df = small_result.to_pandas()
+    assert isinstance(df, pd.DataFrame) and len(df) == len(small_result.rows)
+    assert {"verdict", "candidate.id", "output_tokens_per_s_total"} <= set(df.columns)
+    assert df["verdict"].tolist() == [r.verdict for r in small_result.rows]
