@@ -63,6 +63,13 @@ def search_cmd(
     address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray instance)."),
     workers: int = typer.Option(1, "--workers", min=1, help="Local worker processes (1: in this process)."),
     top: int = typer.Option(8, "--top", min=0, help="Runners-up to show."),
+    target_request_rate: float | None = typer.Option(
+        None, "--target-request-rate", help="Find the fewest GPUs that serve this many req/s (Poisson arrivals) within the SLOs; --gpus is then the largest replica."),
+    target_concurrency: int | None = typer.Option(
+        None, "--target-concurrency", help="Find the fewest GPUs that serve this many concurrent clients (closed loop) within the SLOs."),
+    max_gpus: int = typer.Option(64, "--max-gpus", min=1, help="With a target load: the most GPUs an answer may use."),
+    refine: int = typer.Option(4, "--refine", min=0, help="Bisect max_num_seqs of the best N candidates to the SLO boundary; 0: the coarse grid only."),
+    save_dir: str | None = typer.Option(None, "--save-dir", help="Write launch.sh, deployment.yaml and prediction.json for the chosen deployment here."),
     plot: str | None = typer.Option(None, "--plot", help="Write the Pareto plot to this PNG (needs matplotlib)."),
     as_json: opt.Json = False,
 ) -> None:
@@ -96,10 +103,22 @@ def search_cmd(
         "max_num_batched_tokens": _ints(max_num_batched_tokens, "--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS,
         "prefill_batched_tokens": _ints(prefill_batched_tokens, "--prefill-batched-tokens") or DEFAULT_PREFILL_BATCHED_TOKENS,
         "profile": profile, "kv_link_gbps": kv_link_gbps, "kv_link_latency_us": kv_link_latency_us, "verify": verify,
-        "seed": seed, "moe_routing": moe_routing})
+        "seed": seed, "moe_routing": moe_routing, "refine": refine if spec_slo_given(ttft, tpot) else 0})
     if plot and not plot.lower().endswith(".png"):
         raise SearchSpecError(f"--plot '{plot}': give a .png path")
+    target = None
+    if target_request_rate is not None or target_concurrency is not None:
+        from graphsim.serving.search_load import LoadTarget
+
+        target = LoadTarget(target_request_rate, target_concurrency, max_gpus)
+    if save_dir is not None:
+        from graphsim.serving.launch import prepare_save_dir
+
+        prepare_save_dir(save_dir)
     be = make_backend(backend, workers, address)
+    if target is not None:
+        _load_search(spec, target, be, as_json, top, save_dir, profile, gpu, engine)
+        return
     try:
         if as_json:
             res = run_search(spec, be)
@@ -121,5 +140,55 @@ def search_cmd(
     from graphsim.render.search_view import render_search
 
     console.print(render_search(res, top))
+    from graphsim.render.search_load_view import refined_line
+
+    if refined_line(res):
+        console.print(refined_line(res), highlight=False)
+    if save_dir is not None and res.best is not None:
+        _save(save_dir, spec, res.row(res.best).candidate, res.row(res.best).candidate.replicas,
+              {"prediction": res.row(res.best).to_json(), "search": "most output tokens/s per GPU"})
     if plot:
         console.print(f"[dim]wrote the Pareto plot: {plot}[/]")
+
+
+def spec_slo_given(ttft: float | None, tpot: float | None) -> bool:
+    """Refinement needs an SLO to refine to."""
+    return ttft is not None or tpot is not None
+
+
+def _save(save_dir: str, spec, candidate, replicas: int, prediction: dict) -> None:
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.serving.launch import write_launch_files
+
+    hw = spec.base.interconnect.apply(load_hardware(spec.base.hardware))
+    paths = write_launch_files(save_dir, spec, candidate, replicas, max(hw.devices_per_node, 1),
+                               {**prediction, "slo": vars(spec.slo), "isl": vars(spec.isl), "osl": vars(spec.osl)})
+    err_console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+
+
+def _load_search(spec, target, be, as_json: bool, top: int, save_dir: str | None, profile, gpu, engine) -> None:
+    """--target-request-rate / --target-concurrency: the fewest GPUs for the load."""
+    from graphsim.serving.search_load import run_load_search
+
+    try:
+        if as_json:
+            res, units = run_load_search(spec, target, be)
+        else:
+            with err_console.status("searching…") as status:
+                res, units = run_load_search(spec, target, be, progress=lambda msg: status.update(msg))
+    finally:
+        be.close()
+    if save_dir is not None and res.answer is not None:
+        a = res.answer
+        _save(save_dir, spec, a.candidate, a.replicas, {"prediction": a.to_json(target), "target": target.to_json(),
+                                                          "confirmed_by_simulation": res.confirmed})
+    if as_json:
+        out = {**res.to_json(top), "model": units.model, "hardware": units.hardware, "slo": vars(spec.slo),
+               "data": units.data_note, "all_roofline": units.all_roofline, "unit_gpus_max": spec.gpus,
+               "refinements": [x.to_json() for x in units.refinements], "candidates": len(units.rows),
+               "timings_s": units.timings, "versions": versions(profile, gpu, engine)}
+        print(json.dumps(out, indent=1, default=float))
+        return
+    from graphsim.render.search_load_view import render_load
+
+    console.print(render_load(res, units, top))

@@ -222,7 +222,7 @@ def load_options(rows: list, target: LoadTarget, meets: Callable[[Evaluation], b
             continue
         cap = unit_capacity(r.candidate, r.fast, target)
         n = replicas_for(target.load, cap)
-        o = LoadOption(r.candidate, r.fast, cap, n)
+        o = LoadOption(dataclasses.replace(r.candidate, replicas=1), r.fast, cap, n)  # one unit; replicas from the load
         if n == 0:
             lost.append((r, "serves nothing within the SLOs"))
         elif o.gpus > target.max_gpus:

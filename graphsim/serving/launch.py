@@ -1,0 +1,291 @@
+"""Launch files for a deployment the search chose: `launch.sh`, `deployment.yaml`, `prediction.json`.
+
+Every engine instance of the deployment (each replica of each pool) gets one `vllm serve` command line with
+every engine setting the prediction assumed, resolved as graphsim resolved it (`plan_deployment`): TP size,
+`max_num_seqs`, `max_num_batched_tokens`, `max_model_len`, `gpu_memory_utilization`, the dtypes, the block
+size, prefix caching and chunked prefill. The flags are vLLM's own (`vllm/engine/arg_utils.py`,
+`EngineArgs.add_cli_args`: `--tensor-parallel-size`, `--max-num-seqs`, `--max-num-batched-tokens`,
+`--max-model-len`, `--gpu-memory-utilization`, `--kv-cache-dtype`, `--dtype`, `--block-size`,
+`--enable-prefix-caching`, `--enable-chunked-prefill` (`--no-…` to turn them off), `--enable-expert-parallel`
+in its parallel group, `--kv-transfer-config`). A disaggregated deployment's instances get
+`--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'` and a distinct
+`VLLM_NIXL_SIDE_CHANNEL_PORT` per instance on a host, as vLLM's NixlConnector guide shows
+(https://docs.vllm.ai/en/stable/features/nixl_connector_usage.html); the proxy that routes a request to a
+prefill then a decode instance is the guide's and is named in a comment, not launched.
+
+`deployment.yaml` holds one Kubernetes Deployment and Service per pool (replicas = instances of the pool,
+`nvidia.com/gpu` = its TP size, `vllm serve` with the same arguments, the image `vllm/vllm-openai` of vLLM's
+Kubernetes guide https://docs.vllm.ai/en/stable/deployment/k8s.html). Disaggregated pods set
+`VLLM_NIXL_SIDE_CHANNEL_HOST` to the pod IP (the NixlConnector guide: the host the side channel listens on).
+It is written in YAML's block style without a YAML library (strings JSON-quoted: valid YAML).
+
+`prediction.json` holds the deployment, the target, every instance's arguments and the predicted figures
+with their sources. Each file is written atomically (`graphsim.atomic.atomic_writer`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from graphsim.atomic import atomic_writer
+from graphsim.serving.search_space import Candidate, PoolConfig, SearchSpec
+
+BASE_PORT = 8000  # vllm serve's default --port (vllm/entrypoints/openai/cli_args.py)
+NIXL_SIDE_CHANNEL_PORT = 5600  # the NixlConnector guide's first side-channel port (one per instance on a host)
+NIXL_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}  # the NixlConnector guide's --kv-transfer-config
+IMAGE = "vllm/vllm-openai:latest"  # vLLM's Kubernetes guide
+
+
+@dataclass(frozen=True)
+class Instance:
+    name: str  # agg-0, prefill-0, decode-1, …
+    role: str
+    pool: int  # index in the candidate's pools
+    node: int
+    gpu_ids: tuple[int, ...]  # on its node
+    port: int
+    argv: tuple[str, ...]  # after `vllm serve`
+    env: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "role": self.role, "node": self.node, "gpu_ids": list(self.gpu_ids),
+                "port": self.port, "command": ["vllm", "serve", *self.argv], "env": dict(self.env)}
+
+
+def served_model(model: str) -> str:
+    """What `vllm serve` loads: the catalog entry's Hugging Face id, else the model argument as given."""
+    from graphsim.catalog import _find_entry
+
+    e = _find_entry(model)
+    return e.hf_id if e is not None else model
+
+
+def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
+    """The engine settings the prediction assumed for one instance of `pool`, resolved (vLLM's names)."""
+    from graphsim.serving.deployment import plan_deployment
+
+    config = spec.base.derive(tensor_parallel_size=pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
+                              max_num_seqs=pool.max_num_seqs)
+    dep = plan_deployment(config)
+    e = dep.engine
+    return {"tensor_parallel_size": pool.tp, "max_num_seqs": e.max_num_seqs,
+            "max_num_batched_tokens": e.max_num_batched_tokens, "max_model_len": e.max_model_len,
+            "gpu_memory_utilization": e.gpu_memory_utilization, "dtype": spec.base.dtype or "auto",
+            "kv_cache_dtype": spec.base.kv_cache_dtype or "auto",
+            "block_size": e.block_size if e.block_size is not None else dep.layout.block_size,
+            "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill,
+            "enable_expert_parallel": pool.ep > 1}
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def serve_argv(model: str, settings: dict[str, Any], port: int, disagg: bool) -> list[str]:
+    """`vllm serve` arguments for one instance."""
+    argv = [model, "--port", str(port)]
+    for key in ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+                "gpu_memory_utilization", "dtype", "kv_cache_dtype", "block_size"):
+        argv += ["--" + key.replace("_", "-"), _fmt(settings[key])]
+    for key in ("enable_prefix_caching", "enable_chunked_prefill"):
+        flag = key.replace("_", "-")
+        argv.append(f"--{flag}" if settings[key] else f"--no-{flag}")
+    if settings["enable_expert_parallel"]:
+        argv.append("--enable-expert-parallel")
+    if disagg:
+        argv += ["--kv-transfer-config", json.dumps(NIXL_CONFIG, separators=(",", ":"))]
+    return argv
+
+
+def plan_instances(spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node: int,
+                   settings: list[dict[str, Any]] | None = None) -> list[Instance]:
+    """Every engine instance of `replicas` copies of `c`, packed onto nodes of `gpus_per_node` GPUs in order
+    (an instance never spans nodes: its TP group stays in one node)."""
+    model = served_model(spec.base.model)
+    settings = settings or [engine_settings(spec, p) for p in c.pools]
+    disagg = c.mode == "disagg"
+    out: list[Instance] = []
+    node, used, count = 0, 0, {}
+    per_node: dict[int, int] = {}
+    for _ in range(replicas):
+        for k, pool in enumerate(c.pools):
+            for _i in range(pool.instances):
+                if used + pool.tp > gpus_per_node:
+                    node, used = node + 1, 0
+                n = count.get(pool.role, 0)
+                count[pool.role] = n + 1
+                slot = per_node.get(node, 0)
+                per_node[node] = slot + 1
+                port = BASE_PORT + slot
+                env = (("VLLM_NIXL_SIDE_CHANNEL_PORT", str(NIXL_SIDE_CHANNEL_PORT + slot)),) if disagg else ()
+                out.append(Instance(f"{pool.role}-{n}", pool.role, k, node, tuple(range(used, used + pool.tp)), port,
+                                    tuple(serve_argv(model, settings[k], port, disagg)), env))
+                used += pool.tp
+    return out
+
+
+def launch_sh(instances: list[Instance], header: str) -> str:
+    """A bash script starting every instance of one node (NODE=k, default 0) in the background."""
+    lines = ["#!/usr/bin/env bash", *(f"# {h}" for h in header.splitlines()), "set -euo pipefail",
+             'NODE="${NODE:-0}"', ""]
+    for node in sorted({i.node for i in instances}):
+        lines.append(f'if [ "$NODE" = "{node}" ]; then')
+        for i in (x for x in instances if x.node == node):
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in (("CUDA_VISIBLE_DEVICES", ",".join(map(str, i.gpu_ids))),
+                                                                 *i.env))
+            args = " \\\n    ".join(_pairs(i.argv))
+            lines += [f"  # {i.name}", f"  {env} vllm serve {args} &"]
+        lines += ["fi", ""]
+    prefill = [i for i in instances if i.role == "prefill"]
+    decode = [i for i in instances if i.role == "decode"]
+    if prefill:
+        lines += ["# route requests through the NixlConnector guide's proxy "
+                  "(tests/v1/kv_connector/nixl_integration/toy_proxy_server.py in vLLM's repository):",
+                  f"#   --prefiller-ports {' '.join(str(i.port) for i in prefill)}"
+                  f" --decoder-ports {' '.join(str(i.port) for i in decode)}  (hosts: node of each instance)"]
+    lines.append("wait")
+    return "\n".join(lines) + "\n"
+
+
+def _pairs(argv: tuple[str, ...]) -> list[str]:
+    """Arguments quoted and grouped as `--flag value` per line."""
+    out: list[str] = [shlex.quote(argv[0])]
+    k = 1
+    while k < len(argv):
+        if k + 1 < len(argv) and not argv[k + 1].startswith("--"):
+            out.append(f"{argv[k]} {shlex.quote(argv[k + 1])}")
+            k += 2
+        else:
+            out.append(argv[k])
+            k += 1
+    return out
+
+
+def parse_launch_sh(text: str) -> list[list[str]]:
+    """The `vllm serve` argument lists of a launch.sh (for checks): every command line, in order."""
+    joined = text.replace("\\\n", " ")
+    out = []
+    for line in joined.splitlines():
+        s = line.strip()
+        if s.startswith("#") or " vllm serve " not in f" {s}":
+            continue
+        words = shlex.split(s)
+        k = words.index("vllm")
+        out.append(words[k + 2:-1] if words[-1] == "&" else words[k + 2:])
+    return out
+
+
+def k8s_documents(spec: SearchSpec, c: Candidate, replicas: int, settings: list[dict[str, Any]], name: str
+                  ) -> list[dict[str, Any]]:
+    """One Deployment and one Service per pool."""
+    model = served_model(spec.base.model)
+    docs: list[dict[str, Any]] = []
+    disagg = c.mode == "disagg"
+    for k, pool in enumerate(c.pools):
+        app = f"{name}-{pool.role}"
+        argv = serve_argv(model, settings[k], BASE_PORT, disagg)
+        env = [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+               {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}] if disagg else []
+        container: dict[str, Any] = {"name": "vllm", "image": IMAGE, "command": ["vllm", "serve"], "args": argv,
+                                     "ports": [{"containerPort": BASE_PORT}],
+                                     "resources": {"limits": {"nvidia.com/gpu": pool.tp},
+                                                   "requests": {"nvidia.com/gpu": pool.tp}}}
+        if env:
+            container["env"] = env
+        docs.append({"apiVersion": "apps/v1", "kind": "Deployment",
+                     "metadata": {"name": app, "labels": {"app": app, "graphsim/role": pool.role}},
+                     "spec": {"replicas": pool.instances * replicas, "selector": {"matchLabels": {"app": app}},
+                              "template": {"metadata": {"labels": {"app": app}}, "spec": {"containers": [container]}}}})
+        docs.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": app},
+                     "spec": {"selector": {"app": app}, "ports": [{"port": BASE_PORT, "targetPort": BASE_PORT}]}})
+    return docs
+
+
+def to_yaml(docs: list[dict[str, Any]]) -> str:
+    """Block-style YAML of JSON-like documents (strings JSON-quoted), separated by `---`."""
+    return "".join("---\n" + "".join(_yaml(d, 0)) for d in docs)
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, (int, float)):
+        return _fmt(v)
+    return json.dumps(str(v))
+
+
+def _key(k: str) -> str:
+    """A mapping key: plain when it is a simple name, JSON-quoted otherwise."""
+    return k if k and k[0].isalpha() and all(ch.isalnum() or ch in "_./-" for ch in k) else json.dumps(k)
+
+
+def _yaml(v: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    out: list[str] = []
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if isinstance(x, (dict, list)) and x:
+                out.append(f"{pad}{_key(k)}:\n")
+                out += _yaml(x, indent + 2)
+            else:
+                out.append(f"{pad}{_key(k)}: {_scalar(x) if not isinstance(x, (dict, list)) else json.dumps(x)}\n")
+    else:
+        for x in v:
+            if isinstance(x, (dict, list)) and x:
+                sub = _yaml(x, indent + 2)
+                out.append(f"{pad}- {sub[0].lstrip()}")
+                out += sub[1:]
+            else:
+                out.append(f"{pad}- {_scalar(x) if not isinstance(x, (dict, list)) else json.dumps(x)}\n")
+    return out
+
+
+def prepare_save_dir(save_dir: str | Path) -> Path:
+    """`save_dir` created and checked writable now (the one-line error otherwise), before a long search."""
+    from graphsim.atomic import check_writable, output_error
+
+    d = Path(save_dir)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise output_error(d, e) from None
+    for name in ("launch.sh", "deployment.yaml", "prediction.json"):
+        check_writable(d / name)
+    return d
+
+
+def write_launch_files(save_dir: str | Path, spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node: int,
+                       prediction: dict[str, Any]) -> list[Path]:
+    """launch.sh, deployment.yaml and prediction.json for `replicas` copies of `c` in `save_dir` (created)."""
+    d = prepare_save_dir(save_dir)
+    settings = [engine_settings(spec, p) for p in c.pools]
+    instances = plan_instances(spec, c, replicas, gpus_per_node, settings)
+    gpus = c.unit_gpus * replicas
+    header = (f"graphsim search: {c.label()} × {replicas} replica(s), {gpus} GPU(s) on "
+              f"{max(i.node for i in instances) + 1} node(s) of {gpus_per_node}; run on node k with NODE=k")
+    doc = {"deployment": {"candidate": c.to_json(), "replicas": replicas, "gpus": gpus, "gpus_per_node": gpus_per_node,
+                          "model": served_model(spec.base.model), "hardware": spec.base.hardware,
+                          "engine_settings": [{"role": p.role, "instances_per_replica": p.instances, **s}
+                                              for p, s in zip(c.pools, settings, strict=True)]},
+           "instances": [i.to_json() for i in instances], **prediction}
+    files = {"launch.sh": launch_sh(instances, header),
+             "deployment.yaml": to_yaml(k8s_documents(spec, c, replicas, settings, _k8s_name(spec.base.model))),
+             "prediction.json": json.dumps(doc, indent=1, default=float) + "\n"}
+    out = []
+    for fname, text in files.items():
+        path = d / fname
+        with atomic_writer(path) as f:
+            f.write(text)
+        out.append(path)
+    (d / "launch.sh").chmod(0o755)
+    return out
+
+
+def _k8s_name(model: str) -> str:
+    """A DNS-1123 label from the model name."""
+    base = "".join(ch if ch.isalnum() else "-" for ch in Path(model).name.lower()).strip("-")
+    return (base or "model")[:40].rstrip("-")
