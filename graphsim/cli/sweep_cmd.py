@@ -54,11 +54,21 @@ def sweep_cmd(
     max_num_batched_tokens: opt.MaxNumBatchedTokens = None,
     max_num_seqs: opt.MaxNumSeqs = None,
     block_size: opt.BlockSize = None,
-    prefix_caching: opt.PrefixCaching = True,
-    chunked_prefill: opt.ChunkedPrefill = True,
+    prefix_caching: opt.PrefixCaching = None,
+    chunked_prefill: opt.ChunkedPrefill = None,
+    engine: opt.Engine = opt.DEFAULT_ENGINE,
+    async_scheduling: opt.AsyncScheduling = None,
+    host_time: bool = typer.Option(True, "--host-time/--no-host-time", help="Add the engine's host time to every "
+                                   "iteration (as simulate does), or price GPU kernels only."),
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
+    moe_routing: opt.MoeRoutingSpec = None,
     profile: opt.Profile = None,
+    interconnect: opt.Interconnect = None,
+    link_bandwidth: opt.LinkBandwidth = None,
+    gpus_per_node: opt.GpusPerNode = None,
+    network_bandwidth: opt.NetworkBandwidth = None,
+    network_latency_us: opt.NetworkLatency = None,
     slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
     slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
     slo_e2e_ms: float | None = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
@@ -68,6 +78,7 @@ def sweep_cmd(
 ) -> None:
     """Sweep request rates (open loop) or concurrencies (closed loop) on one traced model: throughput against
     TTFT/TPOT/E2E per point, each time with its source."""
+    from graphsim.costing.moe_routing import parse_routing
     from graphsim.serving import SLO, ClosedLoop, parse_lengths, simulate, summarize, synthetic
     from graphsim.serving.config import DeploymentConfig
     from graphsim.serving.deployment import build_cost, plan_deployment
@@ -90,7 +101,10 @@ def sweep_cmd(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
-        enable_chunked_prefill=chunked_prefill))
+        enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
+        interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
+                                           network_latency_us)))
+    routing = parse_routing(moe_routing)
     dep = plan_deployment(config)
     workloads: list[tuple[str, float, Any]] = []  # (label, value, workload)
     if rate_list is not None:
@@ -110,8 +124,8 @@ def sweep_cmd(
     if shared_prefix:
         what += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
-        cost, note, _ = build_cost(dep, profile)  # once for the whole sweep
-    setup = dep.simulation_setup(cost, router=router)
+        cost, note, _ = build_cost(dep, profile, moe_routing=routing)  # once for the whole sweep
+    setup = dep.simulation_setup(cost, router=router, host_time=host_time)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     points: list[dict[str, Any]] = []
     for i, (label, value, workload) in enumerate(workloads):
@@ -157,5 +171,5 @@ def _table(points: list[dict[str, Any]], axis: str, title: str, note: str, slo: 
         t.add_row(*row)
     shares = [f"  {p['label']}: {shares_markup(p['source_shares'], p['source'])}" for p in points]
     return Group(t, f"[dim]data:[/] {note}",
-                 "iteration times, share of predicted time by kernel source (the model traced once, each point "
+                 "iteration times, share of predicted kernel time by source (the model traced once, each point "
                  "simulated):", *shares)

@@ -55,7 +55,7 @@ def test_sweep_concurrencies_table_and_plot(capsys, tmp_path):
     plot = ["--plot", str(png)] if _has_matplotlib() else []
     assert main(["sweep", *SMALL, "--concurrencies", "1,4", *plot]) == 0
     out = capsys.readouterr().out
-    for text in ("concurrency", "TTFT ms mean/p90", "share of predicted time by kernel source", "1: all roofline",
+    for text in ("concurrency", "TTFT ms mean/p90", "share of predicted kernel time by source", "1: all roofline",
                  "4: all roofline"):
         assert text in out, text
     if plot:
