@@ -229,6 +229,11 @@ def _mla_layer(attn: MlaAttention, kv: DType) -> LayerKv:
     nbytes = width * kv.bytes_per_element
     detail = (f"({attn.kv_lora_rank} latent + {attn.qk_rope_head_dim} rope) × {kv.bytes_per_element:g} B, "
               "whole on every rank")
+    if attn.indexer is not None and not attn.indexer.shared:
+        # DeepSeek sparse attention: vLLM adds a DeepseekV32IndexerCache per layer (one fp8 key of
+        # index_head_dim plus an fp32 scale per 128 values), in the same block pool.
+        nbytes += attn.indexer.cache_bytes_per_token
+        detail += f" + indexer key {attn.indexer.head_dim} fp8 + scales = {attn.indexer.cache_bytes_per_token} B"
     return LayerKv(KvKind.MLA, int(nbytes), 0, None, detail)
 
 

@@ -13,6 +13,10 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   2·S·H·(d_nope + d_r + d_v);  *absorbed*: attention runs in latent space, 2·S·H·(2r + d_r).
   kv_b_proj on the n new tokens (or, absorbed, W_UK on queries and W_UV on outputs, the same
   2·n·r·H·(d_nope + d_v)) is counted in the `attn.kv` segment in both forms.
+- DeepSeek sparse attention (MLA with a lightning indexer, `DsaIndexer`): the core above counts
+  S = Σ min(p + i, k) pairs for top-k = k and reads at most min(p, n·k) cached latents; the indexer
+  adds 2·(d_I + 1)·H_I FLOPs per causal (query, key) pair over the whole context and reads/writes
+  its per-token key cache (vLLM's fp8 layout, `DsaIndexer.cache_bytes_per_token`).
 - Gated delta net: per token and value head, 2·d_k·d_v each for reading the state with the key,
   the rank-1 state update and reading the output with the query: 6·H_v·d_k·d_v (decay and gates
   are elementwise). The recurrent state (H_v·d_k·d_v) and the conv state (conv_dim·(kernel − 1))
@@ -50,15 +54,26 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
             new_tokens_kept(n, p, attn.window) * per_token * c,
         )
     if isinstance(attn, MlaAttention):
-        pairs = causal_pairs(n, p)
+        ix = attn.indexer
+        # DSA: each new token attends to its top-k positions, min(p + i, k) of them — the same count
+        # as a window of k; the cached latents some new token reads are at most min(p, n·k).
+        pairs = causal_pairs(n, p, ix.topk if ix else None)
+        latents = min(p, n * ix.topk) if ix else p
         h, r, dr = attn.heads, attn.kv_lora_rank, attn.qk_rope_head_dim
-        decompressed = 2 * p * r * h * (attn.qk_nope_head_dim + attn.v_head_dim) + 2 * pairs * h * (
+        decompressed = 2 * latents * r * h * (attn.qk_nope_head_dim + attn.v_head_dim) + 2 * pairs * h * (
             attn.qk_head_dim + attn.v_head_dim
         )
         absorbed = 2 * pairs * h * (2 * r + dr)
         form = "absorbed" if absorbed < decompressed else "decompressed"
         per_token = attn.kv_elements_per_token * precision.kv.bytes_per_element
-        return CoreWork(min(absorbed, decompressed) * c, p * per_token * c, n * per_token * c, form)
+        flops, read, written = min(absorbed, decompressed), latents * per_token, n * per_token
+        if ix is not None and not ix.shared:
+            # The indexer scores every (query, earlier position) pair: q·k per index head (2·d) and
+            # the head-weighted sum (2 per head); it reads every cached index key once and writes the new ones.
+            flops += causal_pairs(n, p) * ix.heads * (2 * ix.head_dim + 2)
+            read += p * ix.cache_bytes_per_token
+            written += n * ix.cache_bytes_per_token
+        return CoreWork(flops * c, read * c, written * c, form)
     if isinstance(attn, GatedDeltaNet):
         flops = 6 * attn.v_heads * attn.k_head_dim * attn.v_head_dim * n
         state = (attn.recurrent_state_elements + attn.conv_state_elements) * precision.state.bytes_per_element

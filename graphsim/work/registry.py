@@ -31,6 +31,8 @@ BUILDERS: dict[str, Builder] = {
     "GptOssForCausalLM": partial(gqa.build_gqa_decoder, gqa.GPT_OSS),
     "DeepseekV2ForCausalLM": partial(mla.build_mla_decoder, mla.DEEPSEEK_V2),
     "DeepseekV3ForCausalLM": partial(mla.build_mla_decoder, mla.DEEPSEEK_V3),
+    "DeepseekV32ForCausalLM": partial(mla.build_mla_decoder, mla.DEEPSEEK_V32),
+    "GlmMoeDsaForCausalLM": partial(mla.build_mla_decoder, mla.DEEPSEEK_V32),
     "Qwen3NextForCausalLM": hybrid.build_qwen3_next,
     # The long tail (gqa.py documents each profile and where it was read).
     "GemmaForCausalLM": partial(gqa.build_gqa_decoder, gqa.GEMMA),

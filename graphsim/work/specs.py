@@ -99,6 +99,35 @@ class GqaAttention:
 
 
 @dataclass(frozen=True)
+class DsaIndexer:
+    """DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2, GLM-5).
+
+    Every new token scores every earlier position with `heads` small heads over one shared key per
+    position (`head_dim` wide); the top-`topk` positions are the only ones the MLA core attends to
+    (transformers models/deepseek_v32 DeepseekV32Indexer). vLLM caches that key per token and layer
+    as fp8 values plus one fp32 scale per 128 values (vllm/model_executor/models/deepseek_v2.py:
+    Indexer.__init__ sizes DeepseekV32IndexerCache at head_dim + head_dim // quant_block_size * 4
+    bytes, quant_block_size 128, num_kv_heads 1).
+    """
+
+    hidden: int
+    q_lora_rank: int
+    heads: int
+    head_dim: int
+    topk: int
+    # GLM-5.2 `indexer_types` "shared": this layer runs no indexer and reuses the previous full
+    # layer's top-k (transformers glm_moe_dsa GlmMoeDsaAttention.skip_topk: no indexer module).
+    shared: bool = False
+
+    QUANT_BLOCK = 128  # vLLM's indexer cache: one fp32 scale per 128 fp8 values
+
+    @property
+    def cache_bytes_per_token(self) -> int:
+        """Index-key cache bytes per token (0 on a shared layer, which keeps no index keys)."""
+        return 0 if self.shared else self.head_dim + self.head_dim // self.QUANT_BLOCK * 4
+
+
+@dataclass(frozen=True)
 class MlaAttention:
     """DeepSeek multi-head latent attention; the cache holds the compressed latent and the rope key."""
 
@@ -111,6 +140,7 @@ class MlaAttention:
     v_head_dim: int
     bias: bool = False  # attention_bias: on q_a_proj (or q_proj), kv_a_proj_with_mqa, o_proj
     block_norms: int = 1
+    indexer: DsaIndexer | None = None  # DeepSeek sparse attention: the core attends to top-k positions
 
     kind = AttentionKind.MLA
 

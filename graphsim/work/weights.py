@@ -78,6 +78,13 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         kv_b_out = attn.heads * (attn.qk_nope_head_dim + attn.v_head_dim)
         ws += _linear("kv", f"{sa}.kv_b_proj", kv_b_out, attn.kv_lora_rank, False)
         ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.bias)
+        if attn.indexer is not None and not attn.indexer.shared:
+            ix, ia = attn.indexer, f"{sa}.indexer"
+            ws += _linear("index", f"{ia}.wq_b", ix.heads * ix.head_dim, ix.q_lora_rank, False)
+            ws += _linear("index", f"{ia}.wk", ix.head_dim, ix.hidden, False)
+            # k_norm is a LayerNorm (weight and bias); weights_proj stays bf16 in the fp8 checkpoints
+            ws += [Weight("index", f"{ia}.k_norm", NORM, (ix.head_dim,)), Weight("index", f"{ia}.k_norm", BIAS, (ix.head_dim,))]
+            ws += _linear("index", f"{ia}.weights_proj", ix.heads, ix.hidden, False, quantizable=False)
     elif isinstance(attn, GatedDeltaNet):
         la = "linear_attn"
         ws += _linear("qkv", f"{la}.in_proj_qkvz", 2 * attn.key_dim + 2 * attn.value_dim, attn.hidden, False)
