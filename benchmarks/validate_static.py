@@ -23,7 +23,7 @@ times, with `run_static_per_op` / `decode_step_per_op` for its per-op breakdown)
 MoE routing: both sides read the balanced-routing MoE rows (every expert the same share of the tokens):
 aiconfigurator with `workload_distribution = "balanced"` (its default is power_law, with an exponent its model
 classes choose by family: 1.2 generic, 1.01 DeepSeek), graphsim with `--moe-routing balanced`
-(`costing.moe_routing`; where that module is absent, graphsim's only routing was balanced). A system whose tables
+(`costing.moe_routing`; graphsim's default is power-law:1.2). A system whose tables
 have no balanced MoE rows does not cover MoE models (reported, not compared). MoE layers are tensor-parallel over
 the TP ranks on both sides (vLLM without --enable-expert-parallel: moe_tp = tp, ep = 1).
 
@@ -182,13 +182,10 @@ def graphsim_steps(graph: Any, system: str, tp: int, db: Path, steps: list[str])
     from graphsim.costing.predict import predict
     from graphsim.workload import parse_batch_spec
 
-    try:  # the routing both sides use (module docstring)
-        from graphsim.costing.moe_routing import parse_routing
+    from graphsim.costing.moe_routing import parse_routing
 
-        routing: dict[str, Any] = {"moe_routing": parse_routing("balanced")}
-    except ImportError:
-        routing = {}
-    cm = build_cost_model(graph, HARDWARE[system], tp=tp, profile=db, default_profile=False, **routing)
+    cm = build_cost_model(graph, HARDWARE[system], tp=tp, profile=db, default_profile=False,
+                          moe_routing=parse_routing("balanced"))  # the routing both sides use (module docstring)
     return predict(cm, [parse_batch_spec(s) for s in steps], steps)
 
 
