@@ -18,6 +18,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _HOME["dir"] = tempfile.mkdtemp(prefix="graphsim-test-home-")
     os.environ["GRAPHSIM_HOME"] = _HOME["dir"]
     os.environ["GRAPHSIM_NO_AUTO_PROFILE"] = "1"
+    os.environ.pop("GRAPHSIM_HF_REVISION", None)  # a revision of the user's would send catalog names to the HF cache
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
