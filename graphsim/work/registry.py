@@ -86,15 +86,19 @@ _INHERITED = ("tie_word_embeddings", "torch_dtype", "dtype", "quantization_confi
 def language_model(cfg: dict[str, Any], arch: str) -> tuple[str, dict[str, Any]] | None:
     """(causal-LM class, config) of the language model inside a multimodal wrapper, if registered.
 
-    A `…ForConditionalGeneration` config holds its language model in `text_config`; its
-    `model_type` names the causal-LM class transformers builds for it (the table's `text_models`,
-    from transformers' AutoModelForCausalLM mapping).
+    A `…ForConditionalGeneration` config holds its language model in `text_config`: the registered
+    class its `architectures[0]` names, else the causal-LM class transformers builds for its
+    `model_type` (the table's `text_models`, from transformers' AutoModelForCausalLM mapping).
     """
     text = cfg.get("text_config")
     if not isinstance(text, dict):
         return None
+    named = text.get("architectures")
     model_type = text.get("model_type")
-    text_arch = text_model_class(model_type) if isinstance(model_type, str) else None
+    if isinstance(named, list) and named and named[0] in BUILDERS:
+        text_arch = named[0]  # the class the text config names (Kimi-K2.5: DeepseekV3ForCausalLM, model_type kimi_k2)
+    else:
+        text_arch = text_model_class(model_type) if isinstance(model_type, str) else None
     if text_arch is None or text_arch not in BUILDERS:
         return None
     merged = {k: cfg[k] for k in _INHERITED if k in cfg and k not in text} | text

@@ -181,3 +181,11 @@ def test_multimodal_wrapper_with_an_unregistered_language_model_is_refused_by_na
     wrapper = {"architectures": ["OtherForConditionalGeneration"], "text_config": {"model_type": "no_such_text"}}
     with pytest.raises(UnsupportedArchitectureError, match="'OtherForConditionalGeneration'"):
         build_model(wrapper)
+
+
+def test_wrapper_text_config_naming_a_registered_class_with_an_unknown_model_type():
+    # Kimi-K2.5: text_config names DeepseekV3ForCausalLM while its model_type (kimi_k2) is unknown
+    # to transformers; the named class is used.
+    text = dict(copy.deepcopy(load_config("DeepSeek-V3")), model_type="kimi_k2")
+    wrapper = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": text}
+    assert accounting(wrapper).params().total == accounting(load_config("DeepSeek-V3")).params().total
