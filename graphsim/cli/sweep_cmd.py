@@ -141,8 +141,10 @@ def sweep_cmd(
 
         write_sweep_png(points, plot, title, "request rate" if axis == "rate" else "concurrency")
     if as_json:
+        from graphsim.versions import versions
+
         out = {"deployment": dep.to_json(), "workload": what, "axis": axis, "replicas": replicas, "router": router,
-               "data": note, "slo": vars(slo), "points": points}
+               "data": note, "slo": vars(slo), "points": points, "versions": versions(profile, gpu, engine)}
         print(json.dumps(out, indent=1, default=float))
         return
     console.print(_table(points, axis, title, note, slo.given))

@@ -43,7 +43,7 @@ def test_sweep_json_traces_once_and_reports_every_point(capsys, monkeypatch):
     assert main(["sweep", *SMALL, "--rates", "2,8", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert len(calls) == 1  # one trace and one set of cost tables for the whole sweep
-    assert d["axis"] == "rate" and [p["rate"] for p in d["points"]] == [2.0, 8.0]
+    assert d["axis"] == "rate" and [p["rate"] for p in d["points"]] == [2.0, 8.0] and "graphsim" in d["versions"]
     for p in d["points"]:
         assert p["completed"] == 12 and p["source_shares"] == {"roofline": pytest.approx(1.0)}
         assert p["ttft_ms"]["count"] == 12 and p["per_gpu"]["output_tokens_per_s"] > 0
