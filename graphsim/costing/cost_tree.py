@@ -260,19 +260,19 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
     n_l = len(rows)
     times = np.zeros((n_l, n_steps))
     src = np.zeros((n_l, n_steps), dtype=np.int8)
-    requests: dict[KernelKey, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    requests: dict[KernelKey, list[tuple[int, np.ndarray, np.ndarray, float]]] = {}
     for i, kr in enumerate(rows):
         if kr.missing:  # no table holds it (e.g. a bool mask op of the eager target): reported missing
             src[i] = MISSING
         for part in kr.parts:
-            requests.setdefault(part.key, []).append((i, part.coords, part.step))
+            requests.setdefault(part.key, []).append((i, part.coords, part.step, part.weight))
     for key, reqs in requests.items():
-        coords = np.concatenate([c for _, c, _ in reqs])
+        coords = np.concatenate([c for _, c, _, _ in reqs])
         t, s = pricer.times(key, coords)
         pos = 0
-        for i, c, bidx in reqs:
+        for i, c, bidx, weight in reqs:
             k = len(c)
-            np.add.at(times[i], bidx, t[pos:pos + k])  # NaN propagates: missing is never zero
+            np.add.at(times[i], bidx, t[pos:pos + k] * weight)  # NaN propagates: missing is never zero
             np.maximum.at(src[i], bidx, s[pos:pos + k])
             pos += k
     times[src == MISSING] = np.nan

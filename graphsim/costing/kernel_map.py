@@ -199,6 +199,7 @@ class KeyRows:
     step: np.ndarray
     order: np.ndarray
     note: str = ""  # how the key was chosen (a collective's implementation and rows), shown with its time
+    weight: float = 1.0  # what each row's time counts for in the kernel's (a routing corpus's load bins: shares)
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,8 @@ class KernelRows:
         out = np.zeros(n_steps)
         if not self.parts:
             return out
-        v = np.concatenate([np.asarray(x, dtype=np.float64).reshape(-1) for x in values])
+        v = np.concatenate([np.asarray(x, dtype=np.float64).reshape(-1) * p.weight
+                            for x, p in zip(values, self.parts, strict=True)])
         step = np.concatenate([p.step for p in self.parts])
         idx = np.argsort(np.concatenate([p.order for p in self.parts]), kind="stable")
         np.add.at(out, step[idx], v[idx])
@@ -238,9 +240,11 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
         return KernelRows(missing=str(e))
     n_b = arr.n_steps
     rows = arr.seqs if a.rows is Rows.SEQUENCES else np.ones(n_b) if a.rows is Rows.ONCE else arr.tokens
-    if isinstance(a.geometry, MoeExpertsGeometry) and dt.routing.token_scale != 1.0:
-        rows = np.ceil(rows * dt.routing.token_scale)  # a routing corpus: the busiest expert's load (moe_routing)
     steps = np.arange(n_b)
+    if isinstance(a.geometry, MoeExpertsGeometry) and dt.routing.loads:
+        # a routing corpus: per load bin, the balanced rows at the busiest expert's load, weighted (moe_routing)
+        return KernelRows(tuple(KeyRows(key, np.ceil(rows * ratio).reshape(-1, 1), steps, steps, weight=share)
+                                for ratio, share in dt.routing.loads))
     if isinstance(a.geometry, CollectiveGeometry) and isinstance(key, CollectiveKey):
         return _collective_rows(key, np.maximum(1, rows * a.geometry.bytes_per_row), arr.tokens, coll)
     return KernelRows((KeyRows(key, rows.reshape(-1, 1), steps, steps),))

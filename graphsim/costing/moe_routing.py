@@ -13,11 +13,14 @@ run time. graphsim states that assumption instead of leaving it implicit (`--moe
 - `corpus:FILE.json` — a measured corpus of per-layer expert token counts, one list per expert per MoE
   layer, for one step (`{"layers": [[...], ...]}`) or several (`[{"layers": ...}, ...]`), the shape a
   routing capture yields (aiconfigurator collector/layerwise/fpm_ground_truth/routing_capture records
-  counts[step, layer, expert]). Each layer-step gives the ratio r = max / mean expert load; a step of T
-  tokens is priced on the balanced rows at ⌈r̄·T⌉ tokens, r̄ the corpus's mean ratio: the balanced batch
-  whose every expert receives the busiest expert's load (the time of a grouped GEMM whose largest group
-  sets its length). This leans high where the kernel is compute-bound (it prices r̄·T tokens of work, the
-  step has T) and is exact in the model's terms where the largest group dominates.
+  counts[step, layer, expert]). Each layer-step gives the ratio r = max / mean expert load, and a layer
+  of a step of T tokens is priced on the balanced rows at ⌈r·T⌉ tokens: the balanced batch whose every
+  expert receives the busiest expert's load (the time of a grouped GEMM whose largest group sets its
+  length). The MoE kernel's time is the mean of those times over the corpus's layer-steps (the cost tree
+  prices one representative layer × the layer count), in at most `LOAD_BINS` equal-count bins of the sorted
+  ratios (each bin at its mean ratio; exact when the corpus has no more layer-steps than bins). This leans
+  high where the kernel is compute-bound (it prices r·T tokens of work, the layer has T) and is exact in
+  the model's terms where the largest group dominates.
 
 Default: `power-law:1.2`, aiconfigurator's own default for its static estimate (aiconfigurator_core
 sdk/config.py `workload_distribution = "power_law"`; sdk/models/moe.py `_power_law_alpha = 1.2` for its
@@ -27,6 +30,7 @@ name, which graphsim does not follow; on the H200 vLLM tables the two exponents 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +44,7 @@ from graphsim.validation import Strict, read_json, validate
 
 CORPUS_FIX = ('write {"layers": [[tokens per expert, ...] per MoE layer]} for one step, or a list of such '
               "objects, as a routing capture yields")
+LOAD_BINS = 16  # equal-count bins of a corpus's load ratios, each priced once per step (see the docstring)
 POWER_LAW_ALPHAS = {float(r.value.removeprefix("power_law_")): r for r in MoeRouting if r.value.startswith("power_law_")}
 
 
@@ -49,12 +54,17 @@ class MoeRoutingError(GraphsimError):
 
 @dataclass(frozen=True)
 class RoutingModel:
-    """Which MoE rows a step is priced on, and at how many tokens (`token_scale` × the step's tokens)."""
+    """Which MoE rows a step is priced on, and at how many tokens: with `loads`, the mean over its bins of the
+    time at ratio × the step's tokens, each bin weighted by its share."""
 
     table: MoeRouting = MoeRouting.BALANCED  # the rows' routing column
-    token_scale: float = 1.0  # corpus: r̄, the mean max/mean expert load; 1 otherwise
+    loads: tuple[tuple[float, float], ...] = ()  # corpus: (max/mean expert load ratio, share) per bin; () otherwise
     corpus: str = ""  # the corpus file, if any
     samples: int = 0  # corpus: layer-steps it averages
+
+    @property
+    def mean_ratio(self) -> float:
+        return sum(r * w for r, w in self.loads) if self.loads else 1.0
 
     @property
     def spec(self) -> str:
@@ -67,14 +77,14 @@ class RoutingModel:
 
     def describe(self) -> str:
         if self.corpus:
-            return (f"corpus {self.corpus} ({self.samples} layer-steps, mean max/mean expert load {self.token_scale:.3f}): "
-                    f"balanced rows at {self.token_scale:.3f}× the step's tokens")
+            lo, hi = self.loads[0][0], self.loads[-1][0]
+            return (f"corpus {self.corpus} ({self.samples} layer-steps, max/mean expert load {self.mean_ratio:.3f} on "
+                    f"average, {lo:.3f}–{hi:.3f} over {len(self.loads)} bins): each priced on the balanced rows at its "
+                    "ratio × the step's tokens, averaged")
         if self.table is MoeRouting.BALANCED:
             return "balanced (every expert the same share; balanced rows)"
         return f"power-law α={self.table.value.removeprefix('power_law_')} ({self.table.value} rows)"
 
-    def tokens(self, tokens: float) -> float:
-        return float(math.ceil(tokens * self.token_scale)) if self.token_scale != 1.0 else tokens
 
 
 BALANCED = RoutingModel()
@@ -112,7 +122,11 @@ def load_corpus(path: str) -> RoutingModel:
                 ratios.append(max(layer) * len(layer) / total)
     if not ratios:
         raise MoeRoutingError(f"MoE routing corpus {path}: every layer has zero tokens; {CORPUS_FIX}")
-    return RoutingModel(MoeRouting.BALANCED, sum(ratios) / len(ratios), str(path), len(ratios))
+    ratios.sort()
+    k = min(LOAD_BINS, len(ratios))
+    bounds = [round(i * len(ratios) / k) for i in range(k + 1)]
+    loads = tuple((sum(ratios[a:b]) / (b - a), (b - a) / len(ratios)) for a, b in itertools.pairwise(bounds) if b > a)
+    return RoutingModel(MoeRouting.BALANCED, loads, str(path), len(ratios))
 
 
 def parse_routing(spec: str | None) -> RoutingModel:

@@ -68,10 +68,18 @@ def test_corpus_ratio_is_the_mean_max_over_mean_load(tmp_path):
     f = tmp_path / "c.json"
     f.write_text(json.dumps([{"layers": [[4, 0, 0, 4], [2, 2, 2, 2]]}, {"layers": [[6, 2, 0, 0], [0, 0, 0, 0]]}]))
     m = parse_routing(f"corpus:{f}")
-    assert m.token_scale == pytest.approx(2.0) and m.samples == 3 and m.table is MoeRouting.BALANCED
+    assert m.mean_ratio == pytest.approx(2.0) and m.samples == 3 and m.table is MoeRouting.BALANCED
+    assert [r for r, _ in m.loads] == pytest.approx([1.0, 2.0, 3.0])  # each layer-step its own bin
+    assert [w for _, w in m.loads] == pytest.approx([1 / 3] * 3)
     one = tmp_path / "one.json"
     one.write_text(json.dumps({"layers": [[4, 0, 0, 4], [2, 2, 2, 2]]}))
-    assert load_corpus(str(one)).token_scale == pytest.approx(1.5)
+    assert load_corpus(str(one)).mean_ratio == pytest.approx(1.5)
+    # more layer-steps than bins: 32 ratios 1, 2, …, 32 in 16 equal-count bins of two, at their means 1.5, 3.5, …
+    many = tmp_path / "many.json"
+    # 32 experts, 32 tokens a layer: one expert with r, r - 1 idle, the rest 1 each → max/mean = r / 1
+    many.write_text(json.dumps({"layers": [[r] + [1] * (32 - r) + [0] * (r - 1) for r in range(1, 33)]}))
+    loads = load_corpus(str(many)).loads
+    assert len(loads) == 16 and loads[0] == pytest.approx((1.5, 1 / 16)) and loads[-1] == pytest.approx((31.5, 1 / 16))
 
 
 @pytest.mark.parametrize("doc, fragment", [
@@ -95,12 +103,29 @@ def test_each_model_prices_its_rows(profile, tmp_path):
     assert _time(balanced, 8) == pytest.approx(10.0)  # the balanced row at 8 tokens
     power = CostModel.of_kernel_graph(g, None, profile)  # the default: power-law α = 1.2
     assert _time(power, 8) == pytest.approx(13.0) and power.moe_routing.startswith("power-law α=1.2")
-    # a corpus with mean max/mean load 1.5 prices 8 tokens on the balanced rows at ⌈1.5 × 8⌉ = 12 tokens; the rows
-    # (8, 10 µs) and (16, 20 µs) lie on a log-log line of slope 1, so 12 tokens take 10 × 12/8 = 15 µs
+    # a corpus of two layers with max/mean loads 2 and 1 prices 8 tokens as the mean of the balanced rows at
+    # ⌈2 × 8⌉ = 16 tokens (20 µs) and ⌈1 × 8⌉ = 8 tokens (10 µs): 15 µs
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"layers": [[4, 0, 0, 4], [2, 2, 2, 2]]}))
     corpus = CostModel.of_kernel_graph(g, None, profile, routing=parse_routing(f"corpus:{f}"))
-    assert _time(corpus, 8) == pytest.approx(15.0) and "mean max/mean expert load 1.500" in corpus.moe_routing
+    assert _time(corpus, 8) == pytest.approx(15.0) and "max/mean expert load 1.500 on average" in corpus.moe_routing
+    # 6 tokens: the 8-token row (ratio 1 → 6 tokens, extrapolated flat below the first row with slope
+    # min(1, 1) in log-log: 10 × 6/8 = 7.5 µs) and ⌈2 × 6⌉ = 12 tokens (log-log between (8, 10) and (16, 20):
+    # 15 µs), averaged: (7.5 + 15) / 2 = 11.25 µs
+    assert _time(corpus, 6) == pytest.approx(11.25)
+
+
+def test_a_corpus_averages_per_layer_times_not_the_ratio(tmp_path):
+    # rows (8, 10 µs) and (16, 40 µs): log-log slope 2 inside the range. Layers at ratios 1 and 2 at 8 tokens:
+    # (t(8) + t(16)) / 2 = (10 + 40) / 2 = 25 µs; the time at the mean ratio 1.5 would be t(12) = 10 × 1.5² = 22.5 µs
+    with ProfileDB.create(tmp_path / "convex.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
+        db.put_many([(key(MoeRouting.BALANCED), TokensPoint(8), Measurement(10.0)),
+                     (key(MoeRouting.BALANCED), TokensPoint(16), Measurement(40.0))])
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"layers": [[4, 0, 0, 4], [2, 2, 2, 2]]}))
+    cm = CostModel.of_kernel_graph(_graph(), None, ProfileDB.open(tmp_path / "convex.db"),
+                                   routing=parse_routing(f"corpus:{f}"))
+    assert _time(cm, 8) == pytest.approx(25.0)
 
 
 def test_power_law_without_its_rows_falls_back_to_balanced_and_says_so(tmp_path):
