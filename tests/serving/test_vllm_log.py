@@ -170,3 +170,21 @@ def test_bad_log_is_one_error_line(tmp_path):
     out = run_cli(["kv", "llama-3.1-8b", "--from-vllm-log", str(bad)])
     assert out.returncode == 2 and out.stderr.count("error:") == 1 and "Traceback" not in out.stderr
     assert "holds none of the lines vLLM prints" in out.stderr
+
+
+@pytest.mark.slow
+def test_simulate_and_search_from_log_through_the_entry_point():
+    log = str(LOGS / "v1_0.10.1.1_qwen2-7b_tp2_wrapped.log")
+    sim = run_cli(["simulate", "qwen2.5-7b-instruct", "--gpu", "a100", "--from-vllm-log", log, "--rate", "2",
+                   "-n", "20", "--json"])
+    assert sim.returncode == 0, sim.stderr
+    d = json.loads(sim.stdout)
+    assert d["deployment"]["tp"] == 2 and d["deployment"]["engine"]["max_num_batched_tokens"] == 2048
+    assert d["deployment"]["capacity"]["available_bytes"] == 34_177_202_257  # the log's 31.83 GiB
+    assert d["versions"]["engine_profile"] == "vllm==0.10.1"
+    search = run_cli(["search", "qwen2.5-7b-instruct", "--gpus", "2", "--gpu", "a100", "--from-vllm-log", log,
+                      "--verify", "0", "--max-num-seqs", "64", "--max-num-batched-tokens", "2048", "--mode", "agg",
+                      "--json"])
+    assert search.returncode == 0, search.stderr
+    taken = json.loads(search.stdout)["from_vllm_log"]
+    assert taken["taken"]["max_model_len"] == 16384 and "tensor_parallel_size" in taken["not_used"]
