@@ -109,6 +109,18 @@ GRAPHSIM_GAPS = {
 }
 
 
+def config_notes(config: dict[str, Any]) -> list[str]:
+    """Model-level differences that follow from the config (printed with each broken-down case of the model)."""
+    text = config.get("text_config", config)
+    k = int(text.get("first_k_dense_replace") or 0)
+    if k > 0 and text.get("n_routed_experts"):
+        return [f"deliberate: graphsim prices the first {k} layers as dense MLPs, as vLLM builds them "
+                "(vllm/model_executor/models/deepseek_v2.py DeepseekV2DecoderLayer: is_moe_layer needs layer_idx >= "
+                "first_k_dense_replace); aiconfigurator-core 0.12 prices every layer as MoE (sdk/models/deepseek.py: "
+                "num_moe_layers = num_layers)"]
+    return []
+
+
 def model_group(config: dict[str, Any]) -> str:
     """'dense' or 'MoE/MLA' from the config: routed experts or a compressed-KV (MLA) attention."""
     text = config.get("text_config", config)
@@ -303,6 +315,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "graphsim_source": batch.source}
                 if not math.isfinite(diff) or abs(diff) > args.detail:
                     case["breakdown"] = breakdown(batch, ops)
+                    case["notes"] = config_notes(resolved.config)
                 cases.append(case)
             timings[f"{name} on {system}"] = time.perf_counter() - t0
     summary = []
@@ -343,6 +356,8 @@ def print_report(out: dict[str, Any]) -> None:
     for c in detail:
         print(f"- {c['system']} {c['model']} tp{c['tp']} {c['step']}: {c['graphsim_ms']:.3f} vs "
               f"{c['aiconfigurator_ms']:.3f} ms ({c['diff']:+.1%})")
+        for note in c.get("notes", []):
+            print(f"    {note}")
         for r in c["breakdown"][:4]:
             if abs(r["diff_ms"]) < 1e-3:
                 continue
