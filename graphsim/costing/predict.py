@@ -16,6 +16,7 @@ from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.row_checks import check_rows
 from graphsim.errors import GraphsimError
 from graphsim.workload import Step
 
@@ -137,8 +138,19 @@ def predict(cm: CostModel, steps: list[Step], specs: list[str]) -> Prediction:
     ev = cm.evaluate(steps)
     regions = _regions(tree)
     batches = [_batch_report(tree, ev, b, spec, regions, dtypes) for b, spec in enumerate(specs)]
-    return Prediction(cm.graph.name, cm.hardware.id if cm.hardware else "none", cm.profile, cm.data_note, cm.tp,
+    return Prediction(cm.graph.name, cm.hardware.id if cm.hardware else "none", cm.profile, _checked_note(cm), cm.tp,
                       cm.ep, batches, cm.moe_routing, cm.hardware.topology().describe() if cm.hardware else "")
+
+
+def _checked_note(cm: CostModel) -> str:
+    """The cost model's data note, plus what `row_checks` finds when it finds anything: the profile's noisy
+    rows, and the rows this prediction read that are far slower than their roofline."""
+    db, spec = cm.pricer.db, cm.pricer.hardware
+    if db is None:
+        return cm.data_note
+    rates = cm.pricer.rates
+    checks = check_rows(db, spec, rates.floor_us if rates is not None else 0.0, keys=db.keys_read())
+    return cm.data_note if checks.clean else f"{cm.data_note}; profile rows: {checks.describe()}"
 
 
 def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions: dict[int, str],

@@ -307,6 +307,10 @@ class ProfileDB:
         self._rows_cache[key] = out
         return out
 
+    def keys_read(self) -> list[KernelKey]:
+        """The geometry keys whose rows were read through this connection (`rows`), in the order first read."""
+        return list(self._rows_cache)
+
     def keys(self, kind: TableKind) -> list[KernelKey]:
         """Every geometry key that has rows in `kind`'s table."""
         spec = TABLES[kind]

@@ -8,12 +8,13 @@ true. `graphsim profiles show` counts them and `predict` names them in its data 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from graphsim.costing.hardware import HardwareSpec
-from graphsim.costing.kernels import TableKind
+from graphsim.costing.kernels import KernelKey, TableKind
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.roofline import roofline_us
 
@@ -57,27 +58,28 @@ class RowChecks:
                 "limits": {"noisy_p10_p90_over_median": NOISY_P10_P90, "far_slower_than_roofline": FAR_SLOWER}}
 
 
-def check_rows(db: ProfileDB, spec: HardwareSpec | None, floor_us: float = 0.0) -> RowChecks:
-    """Count `db`'s noisy rows, and with a spec its rows over FAR_SLOWER × max(roofline, `floor_us`)."""
+def check_rows(db: ProfileDB, spec: HardwareSpec | None, floor_us: float = 0.0,
+               keys: Iterable[KernelKey] | None = None) -> RowChecks:
+    """Count `db`'s noisy rows, and with a spec its rows over FAR_SLOWER × max(roofline, `floor_us`): of every
+    key, or of `keys` only (those a prediction read)."""
     out = RowChecks(rows=sum(db.counts().values()), noisy=sum(db.noisy_rows(NOISY_P10_P90).values()))
     if spec is None:
         return out
-    for kind in TableKind:
-        for key in db.keys(kind):
-            rows = db.rows(key)
-            if not len(rows):
-                continue
-            roof = roofline_us(spec, key, rows.coords)
-            if roof is None:
-                continue
+    every = (key for kind in TableKind for key in db.keys(kind))
+    for key in every if keys is None else keys:
+        rows = db.rows(key)
+        if not len(rows):
+            continue
+        roof = roofline_us(spec, key, rows.coords)
+        if roof is None:
+            continue
+        with np.errstate(divide="ignore", invalid="ignore"):
             ratio = rows.times_us / np.maximum(roof, floor_us)
-            ratio = ratio[np.isfinite(ratio)]
-            if not len(ratio):
-                continue
-            out.worst_ratio = max(out.worst_ratio, float(ratio.max()))
-            slow = np.flatnonzero(ratio > FAR_SLOWER)
-            out.far_slower += len(slow)
-            for i in slow[:max(0, 3 - len(out.examples))]:
-                out.examples.append(f"{key} at {rows.coords[i].tolist()}: {rows.times_us[i]:,.1f} µs, "
-                                    f"{ratio[i]:,.0f}× its roofline/floor")
+        ratio = np.where(np.isfinite(ratio), ratio, 0.0)  # a zero roofline (no work) says nothing
+        out.worst_ratio = max(out.worst_ratio, float(ratio.max()))
+        slow = np.flatnonzero(ratio > FAR_SLOWER)
+        out.far_slower += len(slow)
+        for i in slow[:max(0, 3 - len(out.examples))]:
+            out.examples.append(f"{key} at {rows.coords[i].tolist()}: {rows.times_us[i]:,.1f} µs, "
+                                f"{ratio[i]:,.0f}× its roofline/floor")
     return out

@@ -88,3 +88,26 @@ def test_profiles_show_reports_the_checks(db_path):
     assert r.returncode == 0, r.stderr
     checks = json.loads(r.stdout)["row_checks"]
     assert (checks["noisy"], checks["far_slower"]) == (1, 1)
+
+
+def test_check_rows_of_given_keys_only(db_path):
+    other = GemmKey(8192, 1024, D.BF16)  # no rows: nothing to flag
+    with ProfileDB.open(db_path) as db:
+        assert check_rows(db, load_hardware("h200_sxm"), keys=[other]).far_slower == 0
+        assert check_rows(db, load_hardware("h200_sxm"), keys=[KEY]).far_slower == 1
+        assert db.keys_read() == [other, KEY]  # both were read (the other with no rows)
+
+
+def test_predict_names_suspect_rows_it_read_in_its_data_note(db_path):
+    from types import SimpleNamespace
+
+    from graphsim.costing.predict import _checked_note
+
+    with ProfileDB.open(db_path) as db:
+        pricer = SimpleNamespace(db=db, hardware=load_hardware("h200_sxm"), rates=None)
+        cm = SimpleNamespace(pricer=pricer, data_note="measured rows from p.db")
+        before = _checked_note(cm)  # type: ignore[arg-type]  # no rows read yet: the profile's noisy rows only
+        assert before == "measured rows from p.db; profile rows: 1 noisy row(s) (p10–p90 spread above 50% of the median)"
+        db.rows(KEY)  # the prediction read this key's rows
+        note = _checked_note(cm)  # type: ignore[arg-type]
+    assert note.startswith("measured rows from p.db; profile rows: 1 noisy row(s)") and "1 row(s) over 2,000×" in note
