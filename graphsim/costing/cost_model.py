@@ -19,7 +19,7 @@ from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import KernelPricer
 from graphsim.costing.kernel_map import Dtypes, key_for
 from graphsim.costing.kernels import KernelKey, MoeRouting
-from graphsim.costing.moe_routing import RoutingModel
+from graphsim.costing.moe_routing import MoeRoutingError, RoutingModel
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.ir import Graph, Op
 from graphsim.ir.geometry import MoeExpertsGeometry
@@ -93,6 +93,11 @@ def _routing_with_rows(graph: Graph, routing: RoutingModel, pricer: KernelPricer
     moe = [n.kernel for n in graph.nodes if n.op is Op.KERNEL and isinstance(n.kernel.geometry, MoeExpertsGeometry)]
     if not moe:
         return routing, ""
+    experts = {a.geometry.num_experts for a in moe if isinstance(a.geometry, MoeExpertsGeometry)}
+    if routing.corpus and experts != {routing.experts}:
+        raise MoeRoutingError(f"MoE routing corpus {routing.corpus} counts tokens for {routing.experts} experts per layer "
+                              f"but the model routes over {', '.join(map(str, sorted(experts)))}; use a corpus captured "
+                              "from this model")
     if routing.table is not MoeRouting.BALANCED and pricer.db is not None:
         lacking = [a for a in moe if pricer.curve(key_for(a, replace(dt, routing=routing))) is None
                    and pricer.curve(key_for(a, replace(dt, routing=moe_routing.BALANCED))) is not None]

@@ -61,6 +61,7 @@ class RoutingModel:
     loads: tuple[tuple[float, float], ...] = ()  # corpus: (max/mean expert load ratio, share) per bin; () otherwise
     corpus: str = ""  # the corpus file, if any
     samples: int = 0  # corpus: layer-steps it averages
+    experts: int = 0  # corpus: routed experts per layer (must be the model's)
 
     @property
     def mean_ratio(self) -> float:
@@ -126,7 +127,7 @@ def load_corpus(path: str) -> RoutingModel:
     k = min(LOAD_BINS, len(ratios))
     bounds = [round(i * len(ratios) / k) for i in range(k + 1)]
     loads = tuple((sum(ratios[a:b]) / (b - a), (b - a) / len(ratios)) for a, b in itertools.pairwise(bounds) if b > a)
-    return RoutingModel(MoeRouting.BALANCED, loads, str(path), len(ratios))
+    return RoutingModel(MoeRouting.BALANCED, loads, str(path), len(ratios), experts.pop())
 
 
 def parse_routing(spec: str | None) -> RoutingModel:

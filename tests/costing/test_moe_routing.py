@@ -128,6 +128,13 @@ def test_a_corpus_averages_per_layer_times_not_the_ratio(tmp_path):
     assert _time(cm, 8) == pytest.approx(25.0)
 
 
+def test_a_corpus_of_another_expert_count_is_refused(profile, tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"layers": [[4, 0, 0, 4, 0, 0]]}))  # 6 experts; the toy model routes over 4
+    with pytest.raises(MoeRoutingError, match="counts tokens for 6 experts per layer but the model routes over 4"):
+        CostModel.of_kernel_graph(_graph(), None, profile, routing=parse_routing(f"corpus:{f}"))
+
+
 def test_power_law_without_its_rows_falls_back_to_balanced_and_says_so(tmp_path):
     with ProfileDB.create(tmp_path / "b.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
         db.put_many([(key(MoeRouting.BALANCED), TokensPoint(8), Measurement(10.0))])
