@@ -169,7 +169,8 @@ def _match_linear(ctx: FuseContext):
 
 
 GEMM = Rule(
-    "gemm", "model_executor/layers/linear.py:UnquantizedLinearMethod.apply (F.linear → cuBLAS)",
+    "gemm", "model_executor/layers/linear.py:UnquantizedLinearMethod.apply (F.linear → cuBLAS); a quantized "
+    "checkpoint's linear method instead (quantization/fp8.py, modelopt.py, compressed_tensors, gptq/awq Marlin)",
     _match_linear,
     lambda ctx, c: P.gemm_attrs(ctx, c.nodes, P.leaf(c.nodes[0].scope) or "gemm", "gemm",
                                 _quant_dtype(ctx, c.nodes)),
