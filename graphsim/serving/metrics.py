@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -89,9 +89,14 @@ class Summary:
     source_counts: dict[str, int]
     wall_s: float
     host_share: float = 0.0  # share of the engine busy time that is host time (derived, serving/host.py)
+    source_shares: dict[str, float] = field(default_factory=dict)  # share of predicted iteration time per source
+    source_basis: str | None = None  # "kernel" or "iteration worst source" (SimulationResult.source_basis)
 
     @property
     def all_roofline(self) -> bool:
+        """Every predicted µs is a roofline estimate (by the shares when metered, else by the iteration labels)."""
+        if self.source_shares:
+            return set(self.source_shares) == {"roofline"}
         return set(self.source_counts) == {"roofline"}
 
     def per_gpu(self, value: float) -> float:
@@ -141,6 +146,7 @@ def summarize(res: SimulationResult, slo: SLO = SLO()) -> Summary:
     hits = np.maximum(table.column("hit_tokens")[mask], 0).astype(np.float64)
     itl_v, itl_w, itl_c = res.itl_runs  # run-length encoded samples: weight × count each
     counts = {SOURCES[k].value: v for k, v in sorted(res.source_counts.items())}
+    shares = source_shares(res.source_us)
     worst = SOURCES[max(res.source_counts)].value if res.source_counts else "missing"
     gpus = res.gpus  # replicas × tp; a disaggregated run counts both pools
     return Summary(
@@ -157,4 +163,13 @@ def summarize(res: SimulationResult, slo: SLO = SLO()) -> Summary:
         iterations=it.iterations, mean_batch_tokens=float(it.tokens_dur / busy) if busy else 0.0,
         mean_running=float(it.running_dur / busy) if busy else 0.0,
         little_l_observed=little_obs, little_lambda_w=lam_w, source=worst, source_counts=counts, wall_s=res.wall_s,
-        host_share=float(it.host_s / busy) if busy else 0.0)
+        host_share=float(it.host_s / busy) if busy else 0.0,
+        source_shares=shares, source_basis=res.source_basis if shares else None)
+
+
+def source_shares(source_us: dict[int, float]) -> dict[str, float]:
+    """µs per SOURCES code → share of the total per source name, best source first, zero shares left out."""
+    total = sum(source_us.values())
+    if not total > 0:
+        return {}
+    return {SOURCES[k].value: v / total for k, v in sorted(source_us.items()) if v > 0}

@@ -28,7 +28,7 @@ from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
-from graphsim.serving.pricing import IterationCost
+from graphsim.serving.pricing import SOURCES, IterationCost, new_meter
 from graphsim.serving.records import IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec, warm_prefixes
 from graphsim.serving.router import Router
@@ -54,6 +54,7 @@ class SimulationSetup:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)  # data_parallel_size replicas of tp ranks
     router: str = "round-robin"
     fast_forward: bool = True
+    source_shares: bool = True  # meter per-source shares of the iteration times (pricing.new_meter)
     host: EngineHost | None = None  # engine host time per iteration (host.py); None: GPU kernels only
 
     @property
@@ -80,6 +81,8 @@ class SimulationResult:
     preemptions: int
     wall_s: float
     per_replica: list[dict[str, int | str]] = field(default_factory=list)
+    source_us: dict[int, float] = field(default_factory=dict)  # predicted µs per SOURCES code, all engines
+    source_basis: str | None = None  # "kernel" (leaf sources) or "iteration worst source"; None: not metered
 
     @property
     def completed(self) -> list[RequestRecord]:
@@ -268,6 +271,8 @@ class EventLoop:
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
         e.host = setup.host
+        if setup.source_shares:
+            e.meter = new_meter(setup.cost)
         return e
 
     def _lower_bound_s(self, tokens: int) -> float:
@@ -402,6 +407,17 @@ class EventLoop:
             else:
                 self._start(min(ready, key=lambda j: (ready[j], j)))
 
+    def source_us(self) -> tuple[dict[int, float], str | None]:
+        """Predicted µs per source code over all engines, and the basis of the split (the coarser one when the
+        engines' meters differ); ({}, None) when an engine was not metered."""
+        meters = [e.meter for e in self.engines]
+        if not meters or any(m is None for m in meters):
+            return {}, None
+        total = sum((m.source_us() for m in meters if m is not None), np.zeros(len(SOURCES)))
+        bases = {m.basis for m in meters if m is not None}
+        basis = "kernel" if bases == {"kernel"} else "iteration worst source"
+        return {k: float(v) for k, v in enumerate(total) if v > 0}, basis
+
     def totals(self) -> tuple[dict[int, int], int]:
         """Iterations by cost source, over all engines; preemptions."""
         counts: dict[int, int] = {}
@@ -431,8 +447,10 @@ def run_result(setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec]
     loop = run_events(setup, workload, progress, log)
     counts, preemptions = loop.totals()
     its = loop.log.arrays()
-    return loop, {"setup": setup, "requests": loop.table, "iterations": its, "itl_runs": loop.itl.runs(),
-                  "iteration_totals": loop.log.totals(), "source_counts": counts, "preemptions": preemptions,
+    source_us, basis = loop.source_us()
+    return loop, {"source_us": source_us, "source_basis": basis, "setup": setup, "requests": loop.table,
+                  "iterations": its, "itl_runs": loop.itl.runs(), "iteration_totals": loop.log.totals(),
+                  "source_counts": counts, "preemptions": preemptions,
                   "wall_s": time.perf_counter() - wall0, "per_replica": [replica_row(e) for e in loop.engines]}
 
 
