@@ -119,8 +119,12 @@ def profile_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
     cache = db.__dict__.setdefault("_derived_rates", {})
     # what the rates depend on: the bandwidth and the peaks (a spec file edited under the same id is another spec)
     key = (spec.id, spec.memory_bandwidth_bytes_per_s, tuple(sorted((str(k), v) for k, v in spec.peak_flops_per_s.items())))
-    if key not in cache:
-        cache[key] = compute_rates(db, spec)
+    if key not in cache:  # and on disk, until the profile file or this code changes (reading every row takes ~1 s)
+        from graphsim.costing import profile_db, roofline
+        from graphsim.costing.disk_memo import memo
+
+        cache[key] = memo("profile_rates", db.path, key, lambda: compute_rates(db, spec), ProfileRates,
+                          code=[__file__, roofline.__file__, profile_db.__file__])
     return cache[key]
 
 
