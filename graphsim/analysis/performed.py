@@ -24,7 +24,7 @@ def _split(key: KernelKey, c: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarra
     """(weight bytes, state bytes) per row of `c` (N, d), coordinates in the point's field order."""
     zero = np.zeros(len(c))
     if isinstance(key, GemmKey):
-        return zero + key.k * key.n * key.dtype.element_bytes, zero
+        return zero + key.k * key.n * key.dtype.weight_bytes, zero
     if isinstance(key, (AttentionPrefillKey, AttentionDecodeKey)):
         batch, kv_len = c[:, 0], c[:, -1]
         keys_read = np.minimum(kv_len, key.window) if key.window > 0 else kv_len
@@ -36,7 +36,7 @@ def _split(key: KernelKey, c: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarra
         tokens = c[:, 0]
         local = key.num_experts / key.ep
         touched = local * (1 - (1 - 1 / key.num_experts) ** (tokens * key.topk))
-        return touched * 3 * key.hidden_size * key.inter_size / key.tp * key.dtype.element_bytes, zero
+        return touched * 3 * key.hidden_size * key.inter_size / key.tp * key.dtype.weight_bytes, zero
     if isinstance(key, ElementwiseKey) and key.op == "embedding":
         return nbytes / 2, zero  # the table rows read; the other half is the output written
     return zero, zero

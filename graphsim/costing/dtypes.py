@@ -47,6 +47,14 @@ class KernelDtype(str, Enum):
         return _ELEMENT_BYTES[self]
 
     @property
+    def weight_bytes(self) -> float:
+        """Bytes per stored weight element with the format's fixed-group scales: NVFP4 adds one e4m3 scale
+        per 16 elements (vLLM quantization/modelopt.py ModelOptNvFp4LinearMethod.create_weights), MX formats
+        one e8m0 scale per 32 (OCP MX v1.0). Formats whose scale group the key does not fix (int4 groups,
+        fp8 blocks / channels, a few bytes per matrix) count the elements only."""
+        return self.element_bytes + _SCALE_BYTES.get(self, 0.0)
+
+    @property
     def activation_bytes(self) -> float:
         """Bytes per activation element the kernel reads and writes."""
         return _ACTIVATION_BYTES.get(self, self.element_bytes)
@@ -61,6 +69,10 @@ _ELEMENT_BYTES: dict[KernelDtype, float] = {
     KernelDtype.FP8_BLOCK: 1, KernelDtype.FP8_WO: 1, KernelDtype.INT8: 1, KernelDtype.INT8_SQ: 1, KernelDtype.INT8_WO: 1,
     KernelDtype.INT4_WO: 0.5, KernelDtype.NVFP4: 0.5, KernelDtype.MXFP4: 0.5,
     KernelDtype.W4A16_MXFP4: 0.5, KernelDtype.W4A8_MXFP4_MXFP8: 0.5, KernelDtype.W4AFP8: 0.5,
+}
+_SCALE_BYTES: dict[KernelDtype, float] = {
+    KernelDtype.NVFP4: 1 / 16, KernelDtype.MXFP4: 1 / 32, KernelDtype.W4A16_MXFP4: 1 / 32,
+    KernelDtype.W4A8_MXFP4_MXFP8: 1 / 32,
 }
 _ACTIVATION_BYTES: dict[KernelDtype, float] = {
     KernelDtype.FP8_WO: 2, KernelDtype.INT8_WO: 2, KernelDtype.INT4_WO: 2, KernelDtype.W4A16_MXFP4: 2,

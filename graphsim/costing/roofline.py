@@ -35,7 +35,7 @@ def _out_bytes(dtype: KernelDtype) -> float:
 
 def _gemm(m: np.ndarray, n: float, k: float, dtype: KernelDtype) -> KernelWork:
     flops = 2.0 * m * n * k
-    nbytes = m * k * dtype.activation_bytes + k * n * dtype.element_bytes + m * n * _out_bytes(dtype)
+    nbytes = m * k * dtype.activation_bytes + k * n * dtype.weight_bytes + m * n * _out_bytes(dtype)
     return KernelWork(flops, nbytes)
 
 
@@ -70,7 +70,7 @@ def _moe(tokens: np.ndarray, key: MoeKey) -> KernelWork:
     flops = 2.0 * pairs * 3 * key.hidden_size * inter_rank  # gate + up + down
     local = key.num_experts / key.ep
     touched = local * (1 - (1 - 1 / key.num_experts) ** (tokens * key.topk))  # expected distinct experts
-    weight_bytes = touched * 3 * key.hidden_size * inter_rank * key.dtype.element_bytes
+    weight_bytes = touched * 3 * key.hidden_size * inter_rank * key.dtype.weight_bytes
     act_bytes = pairs * (2 * key.hidden_size + 3 * inter_rank) * key.dtype.activation_bytes
     return KernelWork(flops, weight_bytes + act_bytes)
 

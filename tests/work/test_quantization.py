@@ -163,3 +163,19 @@ def test_work_stores_nvfp4_weights_and_excluded_modules_in_bf16():
     # attention stays bf16: (4096 + 2·1024) × 4096 + 4096 × 4096 values at 2 bytes per layer
     attn = p.segment("layers.attn.qkv").stored_bytes + p.segment("layers.attn.out").stored_bytes
     assert attn == 32 * 2 * ((4096 + 2 * 1024) * 4096 + 4096 * 4096)
+
+
+def test_roofline_weight_bytes_count_the_fixed_group_scales():
+    import numpy as np
+
+    from graphsim.costing.dtypes import KernelDtype
+    from graphsim.costing.kernels import GemmKey
+    from graphsim.costing.roofline import kernel_work
+
+    # NVFP4 256 × 1024 at one token: activations 1024 × 0.5 = 512 B; weights 262,144 × (0.5 + 1/16) = 147,456 B
+    # (the accountant's 147,464 B less its two fp32 per-tensor scalars); bf16 output 256 × 2 = 512 B → 148,480 B
+    work = kernel_work(GemmKey(256, 1024, KernelDtype.NVFP4), np.array([[1.0]]))
+    assert work is not None and float(work.bytes[0]) == 148_480.0
+    # MXFP4 (w4a16): 1024 × 2 + 262,144 × (0.5 + 1/32) + 512 = 2,048 + 139,264 + 512 = 141,824 B
+    work = kernel_work(GemmKey(256, 1024, KernelDtype.W4A16_MXFP4), np.array([[1.0]]))
+    assert work is not None and float(work.bytes[0]) == 141_824.0
