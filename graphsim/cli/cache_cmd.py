@@ -35,11 +35,17 @@ def cache_info(as_json: opt.Json = False) -> None:
 
 @cache_app.command("clear")
 def cache_clear(as_json: opt.Json = False) -> None:
-    """Remove every cached graph (the next run traces again)."""
+    """Remove every cached graph (the next run traces again) and the figures cached from profile.db files."""
     from graphsim.importers import graph_cache
 
     n = graph_cache.clear()
+    memo_dir = graph_cache.graphsim_home() / "cache" / "profile"  # graphsim/costing/disk_memo.py
+    memos = sorted(memo_dir.glob("*.json")) if memo_dir.is_dir() else []
+    for f in memos:
+        f.unlink(missing_ok=True)
     if as_json:
-        print(json.dumps({"directory": str(graph_cache.cache_dir()), "removed": n}))
+        print(json.dumps({"directory": str(graph_cache.cache_dir()), "removed": n,
+                          "profile_figures_removed": len(memos)}))
         return
-    console.print(f"removed {n} cached graph(s) from {graph_cache.cache_dir()}")
+    console.print(f"removed {n} cached graph(s) from {graph_cache.cache_dir()} and {len(memos)} cached profile "
+                  f"figure(s) from {memo_dir}")
