@@ -36,7 +36,8 @@ def layout_table(dep: Deployment) -> Table:
             per_layer, total = f"{fmt_bytes(p.layer.state_bytes)} / request", f"{fmt_bytes(p.state_bytes)} / request"
         else:
             per_layer, total = f"{p.layer.bytes_per_token:,} B", f"{p.bytes_per_token:,} B"
-        label = p.layer.label + (" (keeps the window)" if p.layer.window else "")
+        kept = " (keeps the current chunk)" if p.layer.kind.value == "chunked" else " (keeps the window)"
+        label = p.layer.label + (kept if p.layer.window else "")
         t.add_row(label, str(p.layers), per_layer, total, p.layer.detail)
     cap = f"per token per rank: [bold]{lay.bytes_per_token:,} B[/] ({fmt_bytes(lay.bytes_per_token)}) over all attention layers"
     if lay.state_bytes_per_request:
@@ -52,13 +53,16 @@ def groups_table(dep: Deployment) -> Table:
     for col in ("group", "layers", "block size", "page per layer", f"blocks for one {cap.max_model_len:,}-token request"):
         t.add_column(col, justify="left" if col == "group" else "right")
     for i, g in enumerate(lay.groups):
-        label = g.kind.value + (f" (window {g.window})" if g.window else "")
+        label = g.kind.value + ((f" (chunk {g.window})" if g.kind.value == "chunked" else f" (window {g.window})")
+                                if g.window else "")
         layers = str(g.layers) + (f" ({g.layers - g.real_layers} padding)" if g.real_layers != g.layers else "")
         t.add_row(f"{i}: {label}", layers, "–" if g.kind.value == "state" else f"{g.block_size}",
                   f"{g.page_bytes:,} B", f"{g.admission_blocks(cap.max_model_len, cap.in_flight_tokens):,}")
     t.caption = (f"a block id holds one page of every layer of a group: {lay.bytes_per_block:,} B "
                  f"({fmt_bytes(lay.bytes_per_block)}); sliding windows reserve window − 1 + "
-                 f"{cap.in_flight_tokens:,} in-flight tokens (2 × max_num_batched_tokens)")
+                 f"{cap.in_flight_tokens:,} in-flight tokens (2 × max_num_batched_tokens)"
+                 + ("; chunked layers reserve one chunk + the in-flight tokens"
+                    if any(g.kind.value == "chunked" for g in lay.groups) else ""))
     t.caption_justify = "left"
     return t
 

@@ -25,6 +25,7 @@ from graphsim.serving.pricing import IterationCost, iteration_cost
 from graphsim.serving.simulator import SimulationSetup
 from graphsim.work import accounting
 from graphsim.work.api import Accounting
+from graphsim.work.registry import language_model_config
 
 
 @dataclass(frozen=True)
@@ -122,9 +123,10 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     `config.hardware` already resolved (a caller planning many deployments of one model resolves it once)."""
     resolved = model or resolve_model(config.model)
     hw = hardware or config.interconnect.apply(load_hardware(config.hardware))
-    cfg = resolved.config
+    # a multimodal wrapper's context length, rotary cache etc. are its language model's (text_config)
+    cfg = language_model_config(resolved.config)
     tp, mem, e = config.parallel.tensor_parallel_size, config.memory, config.engine
-    acc = accounting(cfg, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
+    acc = accounting(resolved.config, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
                      ignore_quant=config.ignore_quant)
     eng = e.resolve(hw, cfg)
     layout = kv_layout(acc.spec, acc.precision, tp, e.block_size)

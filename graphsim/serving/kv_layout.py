@@ -43,6 +43,7 @@ class KvLayoutError(GraphsimError):
 class KvKind(str, Enum):
     FULL = "full"  # full causal attention: every token stays
     SLIDING = "sliding"  # sliding window: the window stays
+    CHUNKED = "chunked"  # chunked local attention (Llama-4): the current chunk stays
     MLA = "mla"  # compressed latent, full causal
     STATE = "state"  # linear attention: a fixed state per request
 
@@ -69,6 +70,8 @@ class LayerKv:
     def label(self) -> str:
         if self.kind is KvKind.SLIDING:
             return f"sliding window {self.window}"
+        if self.kind is KvKind.CHUNKED:
+            return f"chunked local attention {self.window}"
         return {KvKind.FULL: "full attention", KvKind.MLA: "MLA latent", KvKind.STATE: "linear-attention state"}[self.kind]
 
 
@@ -107,6 +110,10 @@ class KvGroup:
         if self.kind is KvKind.SLIDING:
             assert self.window is not None
             return cdiv(min(self.window - 1 + in_flight_tokens, tokens), self.block_size) + 1
+        if self.kind is KvKind.CHUNKED:
+            # ChunkedLocalAttentionSpec.max_admission_blocks_per_request: one chunk plus the in-flight tokens
+            assert self.window is not None
+            return cdiv(min(self.window + in_flight_tokens, tokens), self.block_size)
         return cdiv(tokens, self.block_size)
 
 
@@ -146,7 +153,7 @@ class KvLayout:
 
     @property
     def hybrid(self) -> bool:
-        return len(self.groups) > 1 or any(g.kind in (KvKind.SLIDING, KvKind.STATE) for g in self.groups)
+        return len(self.groups) > 1 or any(g.kind in (KvKind.SLIDING, KvKind.CHUNKED, KvKind.STATE) for g in self.groups)
 
     @cached_property
     def single_block_size(self) -> int:
@@ -166,7 +173,7 @@ class KvLayout:
         for layer in self.layers:
             if layer.kind is KvKind.STATE:
                 total += layer.state_bytes
-            elif layer.kind is KvKind.SLIDING:
+            elif layer.kind in (KvKind.SLIDING, KvKind.CHUNKED):
                 assert layer.window is not None
                 total += layer.bytes_per_token * min(tokens, layer.window)
             else:
@@ -199,6 +206,11 @@ class KvLayout:
                 assert g.window is not None
                 skipped = np.maximum(computed - (g.window - 1), 0) // g.block_size
                 blocks = blocks - skipped
+            elif g.kind is KvKind.CHUNKED:
+                # ChunkedLocalAttentionManager.remove_skipped_blocks (vllm/v1/core/single_type_kv_cache_manager.py):
+                # blocks wholly before the current chunk's first token are freed.
+                assert g.window is not None
+                blocks = blocks - (computed // g.window * g.window) // g.block_size
             total += blocks
         return total
 
@@ -220,6 +232,8 @@ def _gqa_layer(attn: GqaAttention, tp: int, kv: DType) -> LayerKv:
     detail = f"2 (K,V) × {per_rank} kv heads × {attn.head_dim} × {kv.bytes_per_element:g} B{rep}"
     if attn.sinks:
         detail += "; sinks: a learned logit per head (weights, no KV)"
+    if attn.chunk is not None:
+        return LayerKv(KvKind.CHUNKED, int(nbytes), 0, attn.chunk, detail)
     kind = KvKind.SLIDING if attn.window is not None else KvKind.FULL
     return LayerKv(kind, int(nbytes), 0, attn.window, detail)
 

@@ -33,3 +33,26 @@ def new_tokens_kept(new_tokens: int, cached_tokens: int, window: int | None = No
     if window is None:
         return new_tokens
     return min(new_tokens, window - 1)
+
+
+# --- chunked local attention (Llama-4): position q attends to [C·⌊q/C⌋, q] --------------------------
+def _chunk_prefix(x: int, chunk: int) -> int:
+    """Σ_{q=0..x-1} (q mod C + 1): pairs of the first x positions."""
+    full, rest = divmod(x, chunk)
+    return full * chunk * (chunk + 1) // 2 + rest * (rest + 1) // 2
+
+
+def chunked_pairs(new_tokens: int, cached_tokens: int, chunk: int) -> int:
+    """(query, key) pairs one head scores for new positions p .. p+n−1 under chunks of C."""
+    return _chunk_prefix(cached_tokens + new_tokens, chunk) - _chunk_prefix(cached_tokens, chunk)
+
+
+def chunked_cached_read(cached_tokens: int, chunk: int) -> int:
+    """Cached positions a new token attends to: those in the first new token's chunk, p mod C."""
+    return cached_tokens % chunk
+
+
+def chunked_new_kept(new_tokens: int, cached_tokens: int, chunk: int) -> int:
+    """New positions later tokens can attend to: those in the chunk the next position falls in."""
+    end = cached_tokens + new_tokens
+    return end - max(cached_tokens, chunk * (end // chunk))

@@ -7,6 +7,9 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   scaling, masking, soft-capping and sinks are elementwise and not counted.
 - KV cache: the cached positions some new token attends to are read once (not once per head or
   per query); the new positions later steps can attend to are written once.
+- Chunked local attention (chunk C): position q attends to [C·⌊q/C⌋, q]; pairs Σ (q mod C + 1);
+  the cached positions read are those in the first new token's chunk (p mod C); the new positions
+  kept are those in the chunk of the next position (`attention_math.chunked_*`).
 - MLA (latent cache of r = kv_lora_rank plus d_r = qk_rope_head_dim per token): two exact forms,
   and the cheaper one per sequence group is counted.
   *decompressed*: kv_b_proj re-expands the p cached latents, 2·p·r·H·(d_nope + d_v), then
@@ -27,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphsim.work.attention_math import cached_tokens_read, causal_pairs, new_tokens_kept
+from graphsim.work.attention_math import (
+    cached_tokens_read, causal_pairs, chunked_cached_read, chunked_new_kept, chunked_pairs, new_tokens_kept,
+)
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, MlaAttention
 from graphsim.workload import SeqGroup
@@ -45,14 +50,15 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
     """Work of one layer's attention core for all `group.count` sequences of the group."""
     n, p, c = group.new_tokens, group.cached_tokens, group.count
     if isinstance(attn, GqaAttention):
-        pairs = causal_pairs(n, p, attn.window)
-        flops = 2 * pairs * attn.heads * attn.head_dim * 2  # scores (d_qk) + values (d_v), d_qk = d_v
         per_token = attn.kv_elements_per_token * precision.kv.bytes_per_element
-        return CoreWork(
-            flops * c,
-            cached_tokens_read(n, p, attn.window) * per_token * c,
-            new_tokens_kept(n, p, attn.window) * per_token * c,
-        )
+        if attn.chunk is not None:
+            pairs = chunked_pairs(n, p, attn.chunk)
+            read, kept = chunked_cached_read(p, attn.chunk), chunked_new_kept(n, p, attn.chunk)
+        else:
+            pairs = causal_pairs(n, p, attn.window)
+            read, kept = cached_tokens_read(n, p, attn.window), new_tokens_kept(n, p, attn.window)
+        flops = 2 * pairs * attn.heads * attn.head_dim * 2  # scores (d_qk) + values (d_v), d_qk = d_v
+        return CoreWork(flops * c, read * per_token * c, kept * per_token * c)
     if isinstance(attn, MlaAttention):
         ix = attn.indexer
         # DSA: each new token attends to its top-k positions, min(p + i, k) of them — the same count

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
-from graphsim.work.builders import gqa, hybrid, mla
+from graphsim.work.builders import gqa, hybrid, llama4, mla
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
 from graphsim.work.specs import ModelSpec
@@ -61,6 +61,7 @@ BUILDERS: dict[str, Builder] = {
     "GraniteMoeSharedForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_MOE_SHARED),
     "Qwen3_5ForCausalLM": partial(hybrid.build_gated_hybrid, None),
     "Qwen3_5MoeForCausalLM": partial(hybrid.build_gated_hybrid, hybrid.QWEN3_5_MOE),
+    "Llama4ForCausalLM": llama4.build_llama4_text,
     "MiniMaxM2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.MINIMAX_M2),
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
 }
@@ -103,6 +104,15 @@ def language_model(cfg: dict[str, Any], arch: str) -> tuple[str, dict[str, Any]]
         return None
     merged = {k: cfg[k] for k in _INHERITED if k in cfg and k not in text} | text
     return text_arch, merged
+
+
+def language_model_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config the accountant builds from: a wrapper's registered language model, else `cfg` itself."""
+    arch = architecture_of(cfg)
+    if arch in BUILDERS:
+        return cfg
+    inner = language_model(cfg, arch)
+    return dict(inner[1], architectures=[inner[0]]) if inner is not None else cfg
 
 
 def build_model(cfg: dict[str, Any]) -> ModelSpec:

@@ -62,6 +62,7 @@ class Weight:
 class AttentionKind(Enum):
     FULL = "full"
     SLIDING = "sliding"
+    CHUNKED = "chunked"
     MLA = "mla"
     LINEAR = "linear"
 
@@ -88,9 +89,13 @@ class GqaAttention:
     output_gate: bool = False
     sinks: bool = False
     block_norms: int = 1  # hidden-size norms this block owns (pre-norm; Gemma-2 adds a post-norm)
+    # Chunked local attention (Llama-4): a query at position q attends to [C·⌊q/C⌋, q] only.
+    chunk: int | None = None
 
     @property
     def kind(self) -> AttentionKind:
+        if self.chunk is not None:
+            return AttentionKind.CHUNKED
         return AttentionKind.SLIDING if self.window is not None else AttentionKind.FULL
 
     @property
