@@ -44,7 +44,7 @@ def _header(name: str, location: str, acc: Accounting) -> None:
     console.print(f"[bold]{escape(name)}[/] · {acc.spec.architecture} · {escape(_schedule(acc))}")
     console.print(
         f"[dim]config {escape(location)}; weights {p['weight']} ({p['weight_source']}), quantization {p['quantization']}, "
-        f"KV {p['kv']}, state {p['state']}[/]",
+        f"KV {p['kv']} ({p['kv_source']}), state {p['state']}[/]",
         soft_wrap=True,
     )
 

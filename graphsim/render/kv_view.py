@@ -115,5 +115,6 @@ def capacity_lines(dep: Deployment) -> list[str]:
 def render_kv(dep: Deployment) -> Group:
     p = dep.acc.precision.describe()
     head = (f"[bold]{dep.model.name}[/] ({dep.model.architecture}) on [bold]{dep.hardware.id}[/] tp={dep.tp}: "
-            f"weights {p['weight']} (quantization: {p['quantization']}), KV {p['kv']}, state {p['state']}")
+            f"weights {p['weight']} (quantization: {p['quantization']}), KV {p['kv']} ({p['kv_source']}), "
+            f"state {p['state']}")
     return Group(head, layout_table(dep), groups_table(dep), budget_table(dep), *capacity_lines(dep))

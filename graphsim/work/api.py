@@ -45,6 +45,7 @@ def resolve_precision(
     return Precision(
         weight=weight,
         kv=parse_dtype(kv_dtype, "--kv-dtype") if kv_dtype else kv_default,
+        kv_source="--kv-dtype" if kv_dtype else "checkpoint" if quant and quant.kv_dtype else "parameter dtype",
         state=parse_dtype(state_dtype, "--state-dtype") if state_dtype else weight,
         quant=quant,
         weight_source=source,

@@ -48,12 +48,14 @@ class Precision:
     state: DType
     quant: Quantization | None = None
     weight_source: str = "config"
+    kv_source: str = "parameter dtype"  # or "--kv-dtype", or "checkpoint" (kv_cache_quant_algo / kv_cache_scheme)
 
     def describe(self) -> dict[str, str]:
         return {
             "weight": self.weight.label,
             "weight_source": self.weight_source,
             "kv": self.kv.label,
+            "kv_source": self.kv_source,
             "state": self.state.label,
             "quantization": self.quant.describe() if self.quant else "none",
         }

@@ -80,8 +80,11 @@ def test_hf_quant_config_beside_a_config_is_read_and_fp8_kv_follows():
     assert q.default == WeightScheme(WeightFormat.NVFP4, Granularity.GROUP, group_size=16, act_bits=4)
     assert q.scheme_for("model.layers.5.self_attn.kv_b_proj") is None  # in its exclude_modules
     acc = accounting(resolved.config)
-    assert acc.precision.kv.label == "fp8"  # kv_cache_quant_algo: FP8
-    assert accounting(resolved.config, kv_dtype="bf16").precision.kv.label == "bf16"  # the user's choice wins
+    assert (acc.precision.kv.label, acc.precision.kv_source) == ("fp8", "checkpoint")  # kv_cache_quant_algo: FP8
+    given = accounting(resolved.config, kv_dtype="bf16").precision  # the user's choice wins
+    assert (given.kv.label, given.kv_source) == ("bf16", "--kv-dtype")
+    ignored = accounting(resolved.config, ignore_quant=True).precision  # --ignore-quant: no checkpoint KV either
+    assert (ignored.kv.label, ignored.kv_source) == ("bf16", "parameter dtype")
 
 
 def test_model_directory_hf_quant_config(tmp_path):
