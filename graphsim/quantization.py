@@ -371,6 +371,15 @@ def parse_quantization(cfg: Mapping[str, Any]) -> Quantization | None:
     return parse_quant_config(raw)
 
 
+def without_quantization(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config with its quantization_config (and its text_config's) removed: `--ignore-quant`."""
+    out = {k: v for k, v in cfg.items() if k != "quantization_config"}
+    text = out.get("text_config")
+    if isinstance(text, dict) and "quantization_config" in text:
+        out["text_config"] = {k: v for k, v in text.items() if k != "quantization_config"}
+    return out
+
+
 def merge_hf_quant_config(cfg: dict[str, Any], hf_quant: Mapping[str, Any]) -> dict[str, Any]:
     """A config with a model directory's hf_quant_config.json as its quantization_config, when the config
     states none (vLLM reads it the same way: model_loader/weight_utils.py get_quant_config looks for the

@@ -82,7 +82,14 @@ class Deployment:
 
         # CUDA graphs up to vLLM's capture bound for this engine's max_num_seqs / max_num_batched_tokens
         coll = CollectiveSettings.for_engine(self.engine.max_num_seqs, self.engine.max_num_batched_tokens)
-        return build_cost_model(self.model, self.hardware, tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype,
+        model = self.model
+        if self.config.ignore_quant:  # priced as the accountant stores it: every weight in the model dtype
+            from dataclasses import replace
+
+            from graphsim.quantization import without_quantization
+
+            model = replace(model, config=without_quantization(model.config))
+        return build_cost_model(model, self.hardware, tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype,
                                 collectives=coll,
                                 profile=profile, target=target, moe_routing=moe_routing)
 

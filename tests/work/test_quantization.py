@@ -182,3 +182,12 @@ def test_roofline_weight_bytes_count_the_fixed_group_scales():
     # MXFP4 (w4a16): 1024 × 2 + 262,144 × (0.5 + 1/32) + 512 = 2,048 + 139,264 + 512 = 141,824 B
     work = kernel_work(GemmKey(256, 1024, KernelDtype.W4A16_MXFP4), np.array([[1.0]]))
     assert work is not None and float(work.bytes[0]) == 141_824.0
+
+
+def test_without_quantization_drops_it_at_both_levels():
+    from graphsim.quantization import without_quantization
+
+    cfg = {"a": 1, "quantization_config": {"quant_method": "fp8"},
+           "text_config": {"b": 2, "quantization_config": {"quant_method": "mxfp4"}}}
+    assert without_quantization(cfg) == {"a": 1, "text_config": {"b": 2}}
+    assert parse_quantization(without_quantization(cfg)) is None and "quantization_config" in cfg  # not mutated
