@@ -235,14 +235,39 @@ def load_options(rows: list, target: LoadTarget, meets: Callable[[Evaluation], b
 def _simulate_at_load(ctx: SearchContext, o: LoadOption, target: LoadTarget) -> Evaluation:
     """One replica of the option at its share of the load: Poisson arrivals at R / replicas (open loop), or
     ceil(C / replicas) clients (closed loop)."""
-    from graphsim.serving.search_eval import _simulated
-
     if target.request_rate is not None:
         return simulate_open_loop(ctx, o.candidate, target.request_rate / o.replicas,
                                   max(LOAD_SIM_MIN, LOAD_SIM_REQUESTS * o.candidate.clients))
-    clients = math.ceil(target.load / o.replicas)
-    c = o.candidate if clients >= o.candidate.clients else dataclasses.replace(o.candidate, clients=clients)
-    return _simulated(ctx, c)
+    return simulate_closed_loop(ctx, o.candidate, min(math.ceil(target.load / o.replicas), o.candidate.clients))
+
+
+def simulate_closed_loop(ctx: SearchContext, c: Candidate, clients: int) -> Evaluation:
+    """One unit of `c` with `clients` closed-loop clients (at most its max_num_seqs slots), as the search
+    simulates a candidate (search_eval: clients ramped over one predicted cycle, SIM_GENERATIONS requests each,
+    metrics from the settled generations WINDOW)."""
+    from graphsim.serving.requests import ClosedLoop
+    from graphsim.serving.search_eval import SIM_GENERATIONS, WINDOW, _steady, window_metrics
+
+    ramp = clients / _steady(ctx, c).requests_per_s
+    loop = ClosedLoop(clients, SIM_GENERATIONS * clients, ctx.isl, ctx.osl, ctx.seed, ramp_s=ramp)
+    return _simulate_unit(ctx, c, loop, lambda reqs: window_metrics(reqs, clients, WINDOW))
+
+
+def _open_window(requests) -> dict[str, float]:
+    """Metrics over the requests arriving between 1/3 and 5/6 of an open-loop run."""
+    import numpy as np
+
+    done = sorted((r for r in requests if not r.rejected and not math.isnan(r.finish_t)), key=lambda r: r.arrival)
+    win = done[len(done) // 3: max(len(done) * 5 // 6, len(done) // 3 + 1)] or done
+    ttft = np.asarray([r.first_token_t - r.arrival for r in win]) * 1e3
+    multi = [r for r in win if r.max_tokens > 1]
+    tpot = np.asarray([(r.finish_t - r.first_token_t) / (r.max_tokens - 1) for r in multi]) * 1e3
+    span = win[-1].arrival - win[0].arrival if len(win) > 1 else 0.0
+    rps = (len(win) - 1) / span if span > 0 else math.nan
+    return {"requests_per_s": rps, "output_tokens_per_s": rps * float(np.mean([r.max_tokens for r in win])),
+            "ttft_ms": float(ttft.mean()), "ttft_p90_ms": float(np.percentile(ttft, 90)),
+            "tpot_ms": float(tpot.mean()) if len(tpot) else math.nan,
+            "tpot_p90_ms": float(np.percentile(tpot, 90)) if len(tpot) else math.nan}
 
 
 def confirm(ctx: SearchContext, options: list[LoadOption], target: LoadTarget, meets: Callable[[Evaluation], bool],
@@ -282,39 +307,34 @@ def simulate_open_loop(ctx: SearchContext, c: Candidate, rate: float, n: int) ->
     """One unit of `c` (one aggregated instance, or one xPyD group) under `n` Poisson arrivals at `rate` req/s
     (seeded by the search's seed); metrics over the requests arriving between 1/3 and 5/6 of the run (the
     start-up and the draining tail left out)."""
-    import numpy as np
+    from graphsim.serving.requests import synthetic
 
+    return _simulate_unit(ctx, c, synthetic(n, rate, ctx.isl, ctx.osl, ctx.seed), _open_window)
+
+
+def _simulate_unit(ctx: SearchContext, c: Candidate, workload, window: Callable[[Any], dict[str, float]]) -> Evaluation:
     from graphsim.costing.interpolate import SOURCES
     from graphsim.serving.disagg import DisaggSetup, simulate_disagg
-    from graphsim.serving.requests import synthetic
     from graphsim.serving.search_eval import _setup, _warm, kv_link
     from graphsim.serving.simulator import simulate
 
     _warm(ctx, c)
-    reqs = synthetic(n, rate, ctx.isl, ctx.osl, ctx.seed)
     if c.mode == "agg":
         (p,) = c.pools
-        res: Any = simulate(_setup(ctx, dataclasses.replace(p, instances=1)), reqs)
+        res: Any = simulate(_setup(ctx, dataclasses.replace(p, instances=1)), workload)
         link_src, xfer = None, 0.0
     else:
         pp, pd = c.pools
         link = kv_link(ctx, c.unit_gpus)
-        res = simulate_disagg(DisaggSetup(_setup(ctx, pp), _setup(ctx, pd), link), reqs)
+        res = simulate_disagg(DisaggSetup(_setup(ctx, pp), _setup(ctx, pd), link), workload)
         link_src, xfer = link.source, float(res.transfer_stats_ms()["mean"])
-    done = sorted((r for r in res.requests if not r.rejected and not math.isnan(r.finish_t)), key=lambda r: r.arrival)
-    win = done[len(done) // 3: max(len(done) * 5 // 6, len(done) // 3 + 1)] or done
-    ttft = np.asarray([r.first_token_t - r.arrival for r in win]) * 1e3
-    multi = [r for r in win if r.max_tokens > 1]
-    tpot = np.asarray([(r.finish_t - r.first_token_t) / (r.max_tokens - 1) for r in multi]) * 1e3
-    span = max(win[-1].arrival - win[0].arrival, 1e-9) if len(win) > 1 else 1.0
-    rps = (len(win) - 1) / span if len(win) > 1 else rate
-    out_tok = rps * float(np.mean([r.max_tokens for r in win]))
-    tpot_mean = float(tpot.mean()) if len(tpot) else math.nan
+    m = window(res.requests)
+    tpot = m["tpot_ms"]
     worst = SOURCES[max(res.source_counts)].value if res.source_counts else "missing"
-    return Evaluation(c.id, "simulated", rps, out_tok / c.unit_gpus, 1e3 / tpot_mean if tpot_mean > 0 else math.inf,
-                      float(ttft.mean()), tpot_mean, worst, link_src, "simulated (open loop)", 0.0, xfer,
-                      float(np.percentile(ttft, 90)), float(np.percentile(tpot, 90)) if len(tpot) else math.nan,
-                      len(res.requests), float(res.wall_s), {SOURCES[k].value: v for k, v in sorted(res.source_us.items())})
+    return Evaluation(c.id, "simulated", m["requests_per_s"], m["output_tokens_per_s"] / c.unit_gpus,
+                      1e3 / tpot if tpot > 0 else math.inf, m["ttft_ms"], tpot, worst, link_src, "simulated at load",
+                      0.0, xfer, m["ttft_p90_ms"], m["tpot_p90_ms"], len(res.requests), float(res.wall_s),
+                      {SOURCES[k].value: v for k, v in sorted(res.source_us.items())})
 
 
 def _figures(ev: Evaluation) -> tuple:
