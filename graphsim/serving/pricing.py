@@ -372,63 +372,62 @@ class TableMeter:
     table entry (the same indices and interpolation weights `TreeCost` uses), and resolves them against the tables
     split by leaf source at the end. Sum over sources = sum of the iteration times (up to rounding).
 
-    The simulator calls it once per iteration or decode segment, so a call only appends to flat buffers; every
-    `FLUSH` entries they are turned into table weights in one vectorised pass (memory stays bounded)."""
+    The simulator calls it once per iteration or decode segment, so a call only appends its arguments to flat
+    buffers; every `FLUSH` entries they become table weights in one vectorised pass (memory stays bounded)."""
 
     basis = "kernel"
-    FLUSH = 1 << 15  # buffered decode contexts / prefill chunks / segments before a vectorised pass
+    FLUSH = 1 << 16  # buffered numbers before a vectorised pass
 
     def __init__(self, cost: TreeCost) -> None:
         self.cost = cost
         self.iterations = 0
-        self.tokens = [0] * (cost.max_tokens + 1)
-        self.seqs = [0] * (cost.max_seqs + 1)
-        self.a0 = [0] * (cost.max_tokens + 1)  # prefill chunks without a cached prefix, by tokens
-        self._decs = array("d")  # (batch, mean context) of single decode steps
-        self._runs = array("d")  # (batch, first mean context, iterations) of decode segments
-        self._chunks = array("d")  # (tokens, cached prefix) of prefill chunks after a cached prefix
+        self.tokens = np.zeros(cost.max_tokens + 1)  # iterations by tokens (G), by sequences (H)
+        self.seqs = np.zeros(cost.max_seqs + 1)
+        self.a0 = np.zeros(cost.max_tokens + 1)  # prefill chunks without a cached prefix, by tokens
         self.dec_w = np.zeros((cost.max_seqs + 1, len(cost.ctx_grid)))  # batch × ctx_grid weights
         self.pre_w = np.zeros((len(cost.ctx_grid), len(cost.n_grid)))  # prefix grid index × n_grid weights
+        self._steps = array("d")  # (tokens, sequences, decode count, mean decode context) per iteration
+        self._runs = array("d")  # (batch, first mean context, iterations) per decode segment
+        self._chunks = array("d")  # (tokens, cached prefix) per prefill chunk
 
     def step(self, us: float, source: int, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
              chunks: list[tuple[int, int]]) -> None:
-        self.iterations += 1
-        self.tokens[tokens] += 1
-        self.seqs[seqs] += 1
-        if dec_count:
-            self._decs.extend((dec_count, dec_ctx_mean))
-        for n, p in chunks:
-            if p <= 0:
-                self.a0[n] += 1
-            else:
-                self._chunks.extend((n, p))
-        if len(self._decs) > self.FLUSH or len(self._chunks) > self.FLUSH:
+        self._steps.extend((tokens, seqs, dec_count, dec_ctx_mean))
+        for chunk in chunks:
+            self._chunks.extend(chunk)
+        if len(self._steps) > self.FLUSH:
             self._flush()
 
     def run(self, times_us: np.ndarray, sources: np.ndarray, batch: int, ctx_mean0: float) -> None:
-        k = len(times_us)
-        self.iterations += k
-        self.tokens[batch] += k
-        self.seqs[batch] += k
-        self._runs.extend((batch, ctx_mean0, k))
+        self._runs.extend((batch, ctx_mean0, len(times_us)))
         if len(self._runs) > self.FLUSH:
             self._flush()
 
     def _flush(self) -> None:
         g, ng = self.cost.ctx_grid, self.cost.n_grid
         lg, lng = len(g), len(ng)
-        decs, runs = np.frombuffer(self._decs).reshape(-1, 2), np.frombuffer(self._runs).reshape(-1, 3)
-        ks = runs[:, 2].astype(np.int64)
+        steps = np.frombuffer(self._steps).reshape(-1, 4)
+        runs = np.frombuffer(self._runs).reshape(-1, 3)
+        st_tok, st_seq, st_dec = (steps[:, c].astype(np.int64) for c in range(3))
+        rb, ks = runs[:, 0].astype(np.int64), runs[:, 2].astype(np.int64)
+        self.iterations += len(steps) + int(ks.sum())
+        self.tokens += np.bincount(st_tok, minlength=len(self.tokens)) + np.bincount(rb, ks, len(self.tokens))
+        self.seqs += np.bincount(st_seq, minlength=len(self.seqs)) + np.bincount(rb, ks, len(self.seqs))
+        # decode attention: single steps with decodes, and every iteration of every segment (context + 1 each)
+        dec = st_dec > 0
         starts = np.repeat(np.cumsum(ks) - ks, ks)
-        run_c = np.repeat(runs[:, 1], ks) + (np.arange(int(ks.sum())) - starts)  # contexts grow by 1 per iteration
-        b = np.concatenate([decs[:, 0], np.repeat(runs[:, 0], ks)]).astype(np.int64)
-        c = np.clip(np.concatenate([decs[:, 1], run_c]), 0.0, g[-1])  # as TreeCost.decode_attention / decode_run_us
+        run_c = np.repeat(runs[:, 1], ks) + (np.arange(int(ks.sum())) - starts)
+        b = np.concatenate([st_dec[dec], np.repeat(rb, ks)])
+        c = np.clip(np.concatenate([steps[dec, 3], run_c]), 0.0, g[-1])  # as TreeCost.decode_attention
         i = np.minimum(np.searchsorted(g, c, side="right") - 1, lg - 2)
         f = (c - g[i]) / (g[i + 1] - g[i])
         flat = self.dec_w.reshape(-1)
         flat += np.bincount(b * lg + i, weights=1.0 - f, minlength=flat.size)
         flat += np.bincount(b * lg + i + 1, weights=f, minlength=flat.size)
         ch = np.frombuffer(self._chunks).reshape(-1, 2)
+        fresh = ch[:, 1] <= 0
+        self.a0 += np.bincount(ch[fresh, 0].astype(np.int64), minlength=len(self.a0))
+        ch = ch[~fresh]
         if len(ch):  # as TreeCost.prefill_attention: bilinear in (cached prefix, chunk tokens)
             n, pc = ch[:, 0], np.minimum(ch[:, 1], g[-1])
             j = np.minimum(np.searchsorted(g, pc, side="right") - 1, lg - 2)
@@ -440,13 +439,12 @@ class TableMeter:
                 pflat += np.bincount(jj * lng + ii, weights=wp * (1.0 - fn), minlength=pflat.size)
                 if lng > 1:
                     pflat += np.bincount(jj * lng + ii + 1, weights=wp * fn, minlength=pflat.size)
-        self._decs, self._runs, self._chunks = array("d"), array("d"), array("d")
+        self._steps, self._runs, self._chunks = array("d"), array("d"), array("d")
 
     def source_us(self) -> np.ndarray:
         self._flush()
         c = self.cost
-        out = (c.C_split * self.iterations + c.G_split @ np.asarray(self.tokens, dtype=np.float64)
-               + c.H_split @ np.asarray(self.seqs, dtype=np.float64) + c.A0_split @ np.asarray(self.a0, dtype=np.float64))
+        out = c.C_split * self.iterations + c.G_split @ self.tokens + c.H_split @ self.seqs + c.A0_split @ self.a0
         for b in np.flatnonzero(self.dec_w.any(axis=1)):
             c._decode_row(int(b))
             out = out + c._dec_split[int(b)] @ self.dec_w[b]
