@@ -41,7 +41,7 @@ def sweep_cmd(
     router: str = typer.Option("round-robin", "--router", help="round-robin or least-outstanding."),
     arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma (open loop)."),
     cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
-    num_requests: int = typer.Option(1000, "--num-requests", "-n", min=1, help="Requests per point."),
+    num_requests: int = typer.Option(1000, "--num-requests", "--num-prompts", "-n", min=1, help="Requests per point."),
     input_len: str = typer.Option("1024:4096", "--input-len", help="N (fixed) or LO:HI (uniform)."),
     output_len: str = typer.Option("100:500", "--output-len", help="N (fixed) or LO:HI (uniform)."),
     shared_prefix: int = typer.Option(0, "--shared-prefix", min=0, help="Tokens of a shared prompt prefix."),
