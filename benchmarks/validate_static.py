@@ -90,6 +90,9 @@ DELIBERATE = {
     "norm": "graphsim prices every RMSNorm launch vLLM's model code makes: per layer the input and post-attention "
             "norms plus per-head q_norm/k_norm where the model has them (vllm/model_executor/models/qwen3.py "
             "Qwen3Attention.forward), and the final norm; aiconfigurator has fewer norm ops",
+    "moe": "graphsim prices the router's top-k launch vLLM makes before the experts (vllm/model_executor/layers/"
+           "fused_moe/router/fused_topk_router.py fused_topk → _moe_C.topk_softmax; grouped_topk_router.py for "
+           "DeepSeek); aiconfigurator has no separate op for it",
 }
 # Ops the reference prices that vLLM does not run in the deployment compared: printed when the reference's op
 # (by name) carries time.
