@@ -175,11 +175,32 @@ class Quantization:
         return None if scheme is None else scheme.matrix_bytes(out_features, in_features)
 
 
+_WRAPPER_PREFIXES = (("model.language_model.", "model."), ("language_model.model.", "model."), ("language_model.", ""))
+
+
+def _unwrapped(name: str) -> str:
+    """A multimodal wrapper's module name as its language model's (`model.language_model.layers.3` →
+    `model.layers.3`): vLLM maps checkpoint names onto its own the same way (hf_to_vllm_mapper; modelopt.py
+    is_layer_excluded also tries the name without `language_model.`)."""
+    for old, new in _WRAPPER_PREFIXES:
+        if name.startswith(old):
+            return new + name[len(old):]
+    return name
+
+
 def matches(path: str, pattern: str) -> bool:
     """Does a module-name pattern cover `path` (the module or a submodule)? `re:` prefix = regex
     (compressed-tensors), glob characters = fnmatch (modelopt; `name*` also as `name` / `name.*`, as
     ModelOptQuantConfigBase.apply_vllm_mapper splits it), otherwise a dotted substring (fp8.py /
-    modelopt.py treat a listed name as a substring of the prefix)."""
+    modelopt.py treat a listed name as a substring of the prefix). Names inside a multimodal wrapper match
+    their language model's names too."""
+    if _matches(path, pattern):
+        return True
+    upath, upattern = _unwrapped(path), pattern if pattern.startswith("re:") else _unwrapped(pattern)
+    return (upath, upattern) != (path, pattern) and _matches(upath, upattern)
+
+
+def _matches(path: str, pattern: str) -> bool:
     if pattern.startswith("re:"):
         return re.match(pattern[3:], path) is not None
     if any(ch in pattern for ch in "*?["):

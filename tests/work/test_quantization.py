@@ -151,6 +151,10 @@ def test_exclusion_patterns_follow_each_format():
     # compressed-tensors regex and fp8's plain names (a dotted substring)
     assert matches("model.layers.4.self_attn.q_proj", r"re:.*self_attn.*")
     assert matches("model.layers.4.mlp.gate", "gate") and not matches("model.layers.4.mlp.gate_proj", "gate")
+    # a multimodal wrapper's names match its language model's (vLLM's hf_to_vllm_mapper)
+    assert matches("model.layers.0.linear_attn.out_proj", "model.language_model.layers.0.linear_attn*")
+    assert matches("model.language_model.layers.2.mlp.down_proj", "model.layers.2.mlp")
+    assert not matches("model.layers.1.mlp.down_proj", "model.language_model.layers.0.mlp*")
 
 
 def test_work_stores_nvfp4_weights_and_excluded_modules_in_bf16():
