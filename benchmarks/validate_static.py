@@ -202,10 +202,9 @@ class Reference:
 
 def graphsim_steps(graph: Any, system: str, tp: int, db: Path, steps: list[str]) -> Any:
     from graphsim.cost_model import build_cost_model
+    from graphsim.costing.moe_routing import parse_routing
     from graphsim.costing.predict import predict
     from graphsim.workload import parse_batch_spec
-
-    from graphsim.costing.moe_routing import parse_routing
 
     cm = build_cost_model(graph, HARDWARE[system], tp=tp, profile=db, default_profile=False,
                           moe_routing=parse_routing("balanced"))  # the routing both sides use (module docstring)
