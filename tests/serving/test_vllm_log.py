@@ -188,3 +188,16 @@ def test_simulate_and_search_from_log_through_the_entry_point():
     assert search.returncode == 0, search.stderr
     taken = json.loads(search.stdout)["from_vllm_log"]
     assert taken["taken"]["max_model_len"] == 16384 and "tensor_parallel_size" in taken["not_used"]
+
+
+def test_block_size_lines():
+    """The block-size lines of vllm/platforms/cuda.py (CudaPlatformBase.check_and_update_config: "Forcing kv cache
+    block size to 64 for FlashMLA backend.") and of hybrid models ("Setting attention block size to 544 tokens …")
+    override a block size the user asked for (vLLM forces it after reading the arguments)."""
+    log = parse_vllm_log("(APIServer pid=1) INFO 01-01 00:00:00 [utils.py:1] non-default args: {'block_size': 16}\n"
+                         "(APIServer pid=1) INFO 01-01 00:00:01 [cuda.py:1] Forcing kv cache block size to 64 for "
+                         "FlashMLA backend.\n")
+    assert log.args["block_size"] == 64 and log.where["block_size"] == "kv cache block size line"
+    hybrid = parse_vllm_log("INFO 01-01 00:00:01 [config.py:1] Setting attention block size to 544 tokens to ensure "
+                            "that attention page size is >= mamba page size.")
+    assert hybrid.args["block_size"] == 544
