@@ -49,7 +49,6 @@ COMMAND_MODULES = [
     "graphsim.cli.kv_cmd", "graphsim.cli.simulate_cmd", "graphsim.cli.sweep_cmd",
     "graphsim.cli.search_cmd",
     "graphsim.cli.compare_cmd",
-    "graphsim.cli.compare_cmd",
     "graphsim.cli.cache_cmd",
 ]
 
