@@ -25,6 +25,7 @@ with their sources. Each file is written atomically (`graphsim.atomic.atomic_wri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass
@@ -265,7 +266,7 @@ def write_launch_files(save_dir: str | Path, spec: SearchSpec, c: Candidate, rep
     settings = [engine_settings(spec, p) for p in c.pools]
     instances = plan_instances(spec, c, replicas, gpus_per_node, settings)
     gpus = c.unit_gpus * replicas
-    header = (f"graphsim search: {c.label()} × {replicas} replica(s), {gpus} GPU(s) on "
+    header = (f"graphsim search: {dataclasses.replace(c, replicas=1).label()} × {replicas} replica(s), {gpus} GPU(s) on "
               f"{max(i.node for i in instances) + 1} node(s) of {gpus_per_node}; run on node k with NODE=k")
     doc = {"deployment": {"candidate": c.to_json(), "replicas": replicas, "gpus": gpus, "gpus_per_node": gpus_per_node,
                           "model": served_model(spec.base.model), "hardware": spec.base.hardware,

@@ -85,9 +85,11 @@ class SearchResult:
         best = self.rows[self.best]
         if coarse is None:
             return {"coarse": None, "refined": best.candidate.id, "gain": None}
-        y0, y1 = coarse.final.output_tokens_per_s_per_gpu, best.final.output_tokens_per_s_per_gpu
-        return {"coarse": coarse.candidate.id, "coarse_method": coarse.final.method,
-                "coarse_tokens_per_s_per_gpu": y0, "refined": best.candidate.id, "refined_method": best.final.method,
+        # on one basis: simulated when both were simulated, else both steady state
+        a, b = (coarse.sim, best.sim) if coarse.sim is not None and best.sim is not None else (coarse.fast, best.fast)
+        y0, y1 = a.output_tokens_per_s_per_gpu, b.output_tokens_per_s_per_gpu
+        return {"coarse": coarse.candidate.id, "coarse_method": a.method,
+                "coarse_tokens_per_s_per_gpu": y0, "refined": best.candidate.id, "refined_method": b.method,
                 "refined_tokens_per_s_per_gpu": y1, "gain": y1 / y0 - 1 if y0 else None}
 
     def row(self, cid: int) -> Row:

@@ -259,3 +259,23 @@ def test_option_with_replicas_one_for_the_label():
     rows = [Row(dataclasses.replace(_agg(0, 2, 64), replicas=4), _ev(0, rps=7.0))]
     (o,), _ = load_options(rows, LoadTarget(request_rate=20), lambda ev: meets(ev, spec))
     assert o.candidate.replicas == 1 and "×" not in o.candidate.label()
+
+
+def test_refined_search_stops_at_the_boundary(small_search):
+    """On the small search space (Llama-3.1-8B, 4 × H100, roofline): each refined max_num_seqs meets the SLOs in
+    the steady state, one more does not, and it lies strictly between its grid neighbours."""
+    from graphsim.serving.search import run_search
+    from graphsim.serving.search_eval import Task, run_task
+    from graphsim.serving.search_load import with_seqs
+
+    spec, ctx = small_search
+    res = run_search(spec.model_copy(update={"refine": 2, "verify": 0}), context=ctx)
+    assert res.refinements and res.grid == len(res.rows) - len(res.refinements)
+    for x in res.refinements:
+        lo, v, hi = x.seqs
+        assert lo < v < hi
+        row = res.row(x.candidate)
+        assert row.candidate.pools[-1].max_num_seqs == v and meets(row.fast, spec)
+        (above,) = run_task(ctx, Task("steady", (with_seqs(row.candidate, v + 1, row.candidate.id),)))
+        assert not meets(above, spec)
+        assert row.fast.output_tokens_per_s_per_gpu > res.row(x.refined_from).fast.output_tokens_per_s_per_gpu
