@@ -195,3 +195,13 @@ def test_without_quantization_drops_it_at_both_levels():
            "text_config": {"b": 2, "quantization_config": {"quant_method": "mxfp4"}}}
     assert without_quantization(cfg) == {"a": 1, "text_config": {"b": 2}}
     assert parse_quantization(without_quantization(cfg)) is None and "quantization_config" in cfg  # not mutated
+
+
+def test_every_scheme_names_a_kernel_dtype_costing_knows():
+    from graphsim.costing.dtypes import parse_kernel_dtype
+
+    for fmt in WeightFormat:
+        for gran in Granularity:
+            for act in (4, 8, 16):
+                name = WeightScheme(fmt, gran, (128, 128), 16, act).kernel_dtype
+                assert parse_kernel_dtype(name).value == name
