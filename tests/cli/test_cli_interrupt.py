@@ -15,7 +15,8 @@ import pytest
 def test_sigint_while_tracing_exits_130():
     # DeepSeek-V3 takes several seconds to build and trace on meta; the signal lands in that work,
     # which includes torch's imports (where torch swallows exceptions).
-    p = subprocess.Popen([sys.executable, "-m", "graphsim", "predict", "deepseek-v3", "--tp", "8"],
+    # --no-cache: a graph cached by an earlier test would skip the trace (and torch) altogether.
+    p = subprocess.Popen([sys.executable, "-m", "graphsim", "--no-cache", "predict", "deepseek-v3", "--tp", "8"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     # Wait until the command runs (it loads torch only then; a fresh checkout first compiles every
     # module, which can take seconds), then interrupt it while it imports and traces.
