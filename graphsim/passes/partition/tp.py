@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from graphsim.ir import Graph, Node, TensorSpec, unique_name
+from graphsim.ir import DType, Graph, Node, TensorSpec, split_value, unique_name
 from graphsim.ir.geometry import (
     AttentionGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, Geometry,
     LinearAttentionGeometry, MoeExpertsGeometry, NormGeometry, RotaryGeometry,
@@ -68,6 +68,12 @@ class TensorParallel(PartitionPass):
         params = dict(graph.params)
         deferred, sum_then_reduce = _shared_expert_sums(graph, users)
         partial: set[str] = set()  # values that are per-rank partial sums awaiting one all-reduce
+        whole_norms: dict[str, int] = {}  # producer -> whole-vector norms reading it
+        for n in graph.nodes:
+            group = _variance_group(n, n.attrs, graph)
+            if group is not None:
+                whole_norms[group] = whole_norms.get(group, 0) + 1
+        variance_reduced: set[str] = set()
 
         def bump(key: str) -> None:
             stats[key] = stats.get(key, 0) + 1
@@ -148,6 +154,19 @@ class TensorParallel(PartitionPass):
                 else:
                     n = n.with_(attrs=a.with_geometry(_split_per_token(a.geometry, t, where)))
                     out_sharded = True
+                    group = _variance_group(n, a, graph)
+                    if group is not None and group not in variance_reduced:
+                        # a norm over a vector now spread over the ranks: each rank's sum of squares
+                        # is all-reduced (f32, one value per normalised vector per token; the q and k
+                        # norms of one projection share one all-reduce), as vLLM's
+                        # MiniMaxText01RMSNormTP.forward_qk (layers/mamba/linear_attn.py) does
+                        variance_reduced.add(group)
+                        width = whole_norms.get(group, 1)
+                        after = collective(unique_name(f"{n.name}.all_reduce", used), KernelKind.ALL_REDUCE,
+                                           n.name, TensorSpec(n.outputs[0].shape, DType.FLOAT32), n, t, width,
+                                           Rows.TOKENS, "norm_variance", "tp")
+                        bump("all_reduce")
+                        bump("norm_variance_reduce")
             out.nodes.append(n)
             if out_sharded:
                 sharded.update(_values(n))
@@ -260,7 +279,8 @@ def _values(n: Node) -> list[str]:
 
 def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
     """Router logits, per-token scalar gates and whole-vector-normalised latents are not split."""
-    if n.kernel.geometry_as(GemmGeometry).n == 1:
+    g = n.kernel.geometry_as(GemmGeometry)
+    if g.n == 1:
         return True
     for v in _values(n):
         for u in users.get(v, []):
@@ -271,9 +291,68 @@ def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
                 return True
             if ua.kind in (KernelKind.RMS_NORM, KernelKind.LAYER_NORM):
                 ng = ua.geometry_as(NormGeometry)
-                if ng.dim == ng.width:
+                if ng.dim == ng.width and _whole_norm_consumer(u, users, g.k) == "latent":
                     return True
     return False
+
+
+# Kernels a normalised projection output may pass through on its way to its consumer (per token,
+# no contraction): casts, gates, rotary.
+_PASS_THROUGH = PER_TOKEN | {KernelKind.ROTARY}
+
+
+def _whole_norm_consumer(norm: Node, users: dict[str, list[Node]], k: int) -> str:
+    """What consumes a projection output that is normalised as one whole vector, following the
+    data flow through per-token kernels:
+    - "heads": a head-parallel kernel (attention, linear attention, conv1d), or a GEMM that contracts
+      back to the projection's input width (n == k, the mixer's out_proj): the projection is
+      column-parallel and the norm runs on each rank's slice. vLLM does so for MiniMax-M2's q/k
+      norms over all heads (models/minimax_m2.py MiniMaxM2Attention: qkv_proj is a
+      QKVParallelLinear, q_norm/k_norm are MiniMaxText01RMSNormTP) and for Mamba2's gated norm
+      (layers/mamba/mamba_mixer2.py MambaMixer2: in_proj column-parallel, out_proj RowParallelLinear,
+      norm Mixer2RMSNormGated on the rank's slice);
+    - "latent": only GEMMs that expand the vector again (an MLA latent: kv_a_proj -> kv_a_layernorm ->
+      kv_b_proj, models/deepseek_v2.py DeepseekV2MLAAttention, ReplicatedLinear for the latent);
+    - "other": neither (kept replicated, as before)."""
+    seen: set[str] = set()
+    todo = [norm]
+    gemms: list[Node] = []
+    while todo:
+        m = todo.pop()
+        for v in _values(m):
+            for u in users.get(v, []):
+                if u.name in seen or not isinstance(u.attrs, KernelAttrs):
+                    continue
+                seen.add(u.name)
+                kind = u.attrs.kind
+                if kind in (KernelKind.ATTENTION, KernelKind.LINEAR_ATTENTION, KernelKind.CONV1D):
+                    return "heads"
+                if kind is KernelKind.GEMM:
+                    gemms.append(u)
+                elif kind in _PASS_THROUGH and len(seen) < 64:
+                    todo.append(u)
+    if any(m.kernel.geometry_as(GemmGeometry).n == k for m in gemms):
+        return "heads"
+    return "latent" if gemms else "other"
+
+
+def _variance_group(n: Node, a, graph: Graph) -> str | None:
+    """The producer a norm over a whole vector wider than one head reads (its all-reduce group),
+    or None. The gated Mamba2 norm is excluded: vLLM's Mixer2RMSNormGated.forward_native
+    (layers/mamba/mamba_mixer2.py) normalises rank-local groups with no collective when the tp
+    size divides n_groups (the group count is not in the graph: assumed so; a tp that does not
+    divide it all-gathers instead, not modelled)."""
+    if not isinstance(a, KernelAttrs) or a.kind not in (KernelKind.RMS_NORM, KernelKind.LAYER_NORM):
+        return None
+    if a.name == "rms_norm_gated":
+        return None
+    g = a.geometry_as(NormGeometry)
+    if g.dim != g.width and not (g.width < g.dim):
+        return None
+    acts = [v for v in n.inputs if v not in graph.params]
+    if not acts:
+        return None
+    return split_value(acts[0])[0]
 
 
 def _per_token_dims(g: Geometry) -> list[int]:
