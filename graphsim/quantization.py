@@ -19,7 +19,7 @@ Sources, by config shape (vLLM's loaders of each format, vllm/model_executor/lay
   with `targets` (`Linear` = every linear layer, a module name, or `re:` regex) and `weights` /
   `input_activations` ({num_bits, type int|float, strategy tensor|channel|group|block, group_size,
   block_structure}); `ignore` lists excluded modules; `kv_cache_scheme` {num_bits 8, type float} = fp8 KV.
-- `quant_method: awq` / `gptq` (awq.py, gptq.py): int4 weight-only with `group_size` (`q_group_size`
+- `quant_method: awq` / `gptq` (awq.py, gptq.py): int4 (GPTQ also int8) weight-only with `group_size` (`q_group_size`
   in some AWQ configs; -1 = one group per row); `modules_to_not_convert` excluded (AWQ).
 - `quant_method: mxfp4` (mxfp4.py, gpt-oss): e2m1 weights with one e8m0 scale per 32 inputs, 16-bit
   activations on Hopper (w4a16); `modules_to_not_convert` excluded.
@@ -55,6 +55,7 @@ class WeightFormat(str, Enum):
     MXFP4 = "mxfp4"  # e2m1, 2 per byte, e8m0 scale per 32 inputs
     MXFP8 = "mxfp8"  # e4m3, 1 byte, e8m0 scale per 32 inputs (modelopt.py: MXFP8_BLOCK_SIZE, MXFP8_SCALE_DTYPE)
     INT4 = "int4"  # packed int4, 16-bit scale (+ 4-bit zero point) per group of inputs
+    INT8 = "int8"  # int8: fp32 scale per row / tensor (W8A8), or 16-bit scale (+ 8-bit zero point) per group
 
 
 class Granularity(str, Enum):
@@ -100,6 +101,8 @@ class WeightScheme:
             return {16: "w4a16_mxfp4", 8: "w4a8_mxfp4_mxfp8"}.get(self.act_bits, "mxfp4")
         if f is WeightFormat.NVFP4 and self.act_bits == 4:
             return "nvfp4"
+        if f is WeightFormat.INT8:
+            return "int8" if self.act_bits == 8 else "int8_wo"
         # int4 and W4A16 NVFP4: 4-bit weights dequantized to 16-bit in the kernel (vLLM runs both on Marlin:
         # modelopt.py imports MarlinNvFp4LinearKernel; gptq_marlin.py / awq_marlin.py for int4)
         return "int4_wo"
@@ -127,11 +130,16 @@ class WeightScheme:
             return elements * FP8_BYTES + out_features * math.ceil(in_features / MX_GROUP) * E8M0_BYTES
         if f is WeightFormat.MXFP4:
             return elements * 0.5 + out_features * math.ceil(in_features / (self.group_size or MX_GROUP)) * E8M0_BYTES
+        value_bytes = 1.0 if f is WeightFormat.INT8 else 0.5
+        if f is WeightFormat.INT8 and self.act_bits == 8 and g is not Granularity.GROUP:
+            # compressed-tensors W8A8 int8: fp32 weight_scale per row (channel) or per tensor
+            # (compressed_tensors/schemes/compressed_tensors_w8a8_int8.py create_weights)
+            return elements * value_bytes + (out_features if g is Granularity.CHANNEL else 1) * FP32_BYTES
         groups = math.ceil(in_features / self.group_size) if self.group_size else 1
         scale_bytes = out_features * groups * HALF_BYTES
-        zeros = out_features * groups * 0.5 if self.zero_point else 0
+        zeros = out_features * groups * value_bytes if self.zero_point else 0  # zero points packed at the weight width
         g_idx = in_features * INT32_BYTES if self.g_idx else 0
-        return elements * 0.5 + scale_bytes + zeros + g_idx
+        return elements * value_bytes + scale_bytes + zeros + g_idx
 
 
 @dataclass(frozen=True)
@@ -325,8 +333,12 @@ def _ct_scheme(group: Mapping[str, Any], name: str) -> WeightScheme:
         asym = w.get("symmetric") is False
         gran = Granularity.GROUP if gs else Granularity.CHANNEL
         return WeightScheme(WeightFormat.INT4, gran, group_size=gs, act_bits=16, zero_point=asym)
+    if bits == 8 and kind == "int" and act_bits in (8, 16):
+        gran = Granularity.GROUP if gs else Granularity.TENSOR if strategy == "tensor" else Granularity.CHANNEL
+        return WeightScheme(WeightFormat.INT8, gran, group_size=gs, act_bits=act_bits)
     raise ConfigError(f"compressed-tensors scheme {bits}-bit {kind} weights with {act_bits}-bit activations "
-                      f"(config_groups['{name}']) is not supported (supported: fp8, nvfp4, mxfp4, int4 weight-only); {FIX}")
+                      f"(config_groups['{name}']) is not supported (supported: fp8, nvfp4, mxfp4, int4 weight-only, "
+                      f"int8); {FIX}")
 
 
 def _compressed_tensors(raw: Mapping[str, Any]) -> Quantization:
@@ -348,12 +360,15 @@ def _compressed_tensors(raw: Mapping[str, Any]) -> Quantization:
 
 def _int4(raw: Mapping[str, Any], method: str) -> Quantization:
     bits = raw.get("bits", raw.get("w_bit", 4))
-    if bits != 4:
-        raise ConfigError(f"{method} with {bits}-bit weights is not supported (graphsim prices 4-bit); {FIX}")
+    allowed = (4,) if method == "awq" else (4, 8)  # awq.py: 4-bit only; gptq.py also packs 8-bit
+    if bits not in allowed:
+        raise ConfigError(f"{method} with {bits}-bit weights is not supported (graphsim prices "
+                          f"{' and '.join(map(str, allowed))}-bit); {FIX}")
     gs = _positive_int(raw.get("group_size", raw.get("q_group_size", 128)), f"{method} group_size")
     zero = raw.get("zero_point", True) if method == "awq" else not raw.get("sym", True)
     # AutoGPTQ checkpoints store qzeros even when symmetric (gptq.py creates qzeros unconditionally)
-    scheme = WeightScheme(WeightFormat.INT4, Granularity.GROUP if gs else Granularity.CHANNEL, group_size=gs,
+    fmt = WeightFormat.INT4 if bits == 4 else WeightFormat.INT8
+    scheme = WeightScheme(fmt, Granularity.GROUP if gs else Granularity.CHANNEL, group_size=gs,
                           act_bits=16, zero_point=bool(zero) or method == "gptq", g_idx=method == "gptq")
     return Quantization(method, scheme, excluded=_names(raw.get("modules_to_not_convert"), "modules_to_not_convert"))
 

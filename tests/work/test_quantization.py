@@ -121,6 +121,21 @@ def test_int4_g128_matrix_bytes_by_hand():
     assert gptq is not None and gptq.matrix_bytes(256, 1024) == 140_288
 
 
+def test_int8_by_hand():
+    # GPTQ 8-bit g128, 256 × 1024: 262,144 B of values; 8 groups × 256 rows = 2,048 fp16 scales = 4,096 B;
+    # 8-bit zero points 2,048 B; g_idx 1024 × 4 = 4,096 B → 272,384 B; weight-only
+    gptq8 = parse_quant_config({"quant_method": "gptq", "bits": 8, "group_size": 128}).default
+    assert gptq8 is not None and gptq8.matrix_bytes(256, 1024) == 272_384 and gptq8.kernel_dtype == "int8_wo"
+    # compressed-tensors W8A8 int8, channel: 300 × 200 = 60,000 B + 300 fp32 row scales 1,200 B = 61,200 B
+    ct = {"quant_method": "compressed-tensors", "config_groups": {"g": {
+        "targets": ["Linear"], "weights": {"num_bits": 8, "type": "int", "strategy": "channel"},
+        "input_activations": {"num_bits": 8, "type": "int", "dynamic": True}}}}
+    w8a8 = parse_quant_config(ct).default
+    assert w8a8 is not None and w8a8.matrix_bytes(300, 200) == 61_200 and w8a8.kernel_dtype == "int8"
+    with pytest.raises(ConfigError, match="8-bit weights is not supported"):
+        parse_quant_config({"quant_method": "awq", "bits": 8})
+
+
 def test_fp8_granularities_by_hand():
     # 300 × 200 e4m3 = 60,000 B, plus fp32 scales: per-tensor 1 (+ static input scale 1) = 8 B;
     # per-channel 300 = 1,200 B; 128×128 blocks ceil(300/128) · ceil(200/128) = 3 · 2 = 6 → 24 B
