@@ -122,7 +122,7 @@ def main() -> None:
         print(f"  {name:<8} best {x['best']}: {x['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU ({x['method']}), "
               f"TTFT {x['ttft_ms']:,.0f} ms, TPOT {x['tpot_ms']:.1f} ms, {x['wall_s']:.1f} s")
     for x in cmp["refined"]["refinements"]:
-        print(f"    refined #{x['refined_from']}: max_num_seqs {x['seqs'][0]} → {x['seqs'][1]} (grid {x['seqs'][2]} misses), "
+        print(f"    refined #{x['refined_from']}: {x['axis']} {x['values'][0]} → {x['values'][1]} (grid {x['values'][2]} misses), "
               f"{x['evaluations']} evaluations, {x['gain']:+.1%} steady state")
     if cmp["gain"] is not None:
         print(f"  gain of the refined search: {cmp['gain']:+.1%} output tokens/s per GPU")

@@ -81,7 +81,7 @@ def refined_line(res: SearchResult) -> str:
     cmp = res.coarse_vs_refined()
     if not res.refinements:
         return ""
-    rf = "; ".join(f"#{x.refined_from} max_num_seqs {x.seqs[0]} → {x.seqs[1]} (next grid value {x.seqs[2]} misses, "
+    rf = "; ".join(f"#{x.refined_from} {x.axis} {x.values[0]} → {x.values[1]} (next grid value {x.values[2]} misses, "
                    f"{x.gain:+.1%})" for x in res.refinements)
     out = f"refined to the SLO boundary (steady state): {rf}"
     if cmp and cmp.get("gain") is not None:

@@ -15,11 +15,13 @@ same mean rate queue more, so the best options are then simulated at their per-r
 Poisson arrivals at R / replicas, or ceil(C / replicas) closed-loop clients) and an option that misses the
 SLOs there gets one more replica and is ranked again.
 
-**Refinement** (`refine_rows`). The grid of `max_num_seqs` is coarse (powers of two): between a value that
-meets the SLOs and the next one of the same shape that misses them lies a larger one that still meets
-them. For the best candidates, `bisect_max` finds the largest integer between the two that meets the SLOs
-(the steady state's TTFT and TPOT grow with the clients: monotone), and the refined deployment becomes an
-ordinary candidate of the search (simulated, ranked, reported) with `refined_from` naming its grid point.
+**Refinement** (`refine_rows`). The grids are coarse (`max_num_seqs` in powers of two, batch sizes in
+doublings): between a value that meets the SLOs and the next one of the same shape that misses them lies a
+larger one that still meets them. For the best candidates, `bisect_max` finds the largest integer between
+the two that meets the SLOs (TPOT grows with the clients and with the batch: monotone in the steady state),
+along `max_num_seqs` (aggregated or decode pool), the aggregated `max_num_batched_tokens` and the prefill
+pool's; each refined deployment becomes an ordinary candidate of the search (simulated, ranked, reported)
+with `refined_from` naming its grid point.
 """
 
 from __future__ import annotations
@@ -60,15 +62,49 @@ def bisect_max(lo: int, hi: int, ok: Callable[[int], bool]) -> tuple[int, int]:
     return lo, calls
 
 
-def _shape(c: Candidate) -> tuple:
-    """A candidate without its max_num_seqs (agg) or decode max_num_seqs (disagg)."""
-    pools = tuple(dataclasses.replace(p, max_num_seqs=0) if p.role != "prefill" else p for p in c.pools)
-    return (c.mode, tuple(dataclasses.replace(p, max_num_batched_tokens=0) if p.role == "decode" else p
-                          for p in pools))
+AXES = ("max_num_seqs", "max_num_batched_tokens", "prefill_batched_tokens")
 
 
-def _seqs(c: Candidate) -> int:
-    return c.pools[-1].max_num_seqs
+def _pool_index(c: Candidate, axis: str) -> int | None:
+    """Which pool of `c` an axis changes (None: the axis does not apply): max_num_seqs of the aggregated or
+    decode pool; max_num_batched_tokens of the aggregated pool; the prefill pool's max_num_batched_tokens."""
+    if axis == "max_num_seqs":
+        return len(c.pools) - 1
+    if axis == "max_num_batched_tokens":
+        return 0 if c.mode == "agg" else None
+    return 0 if c.mode == "disagg" else None
+
+
+def axis_value(c: Candidate, axis: str) -> int:
+    k = _pool_index(c, axis)
+    assert k is not None
+    p = c.pools[k]
+    return p.max_num_seqs if axis == "max_num_seqs" else p.max_num_batched_tokens
+
+
+def _shape(c: Candidate, axis: str = "max_num_seqs") -> tuple:
+    """A candidate without the value of `axis` (for max_num_seqs, without the decode batch it raises either)."""
+    k = _pool_index(c, axis)
+    pools = list(c.pools)
+    if k is not None:
+        p = pools[k]
+        if axis == "max_num_seqs":
+            pools[k] = dataclasses.replace(p, max_num_seqs=0, max_num_batched_tokens=0 if p.role == "decode"
+                                           else p.max_num_batched_tokens)
+        else:
+            pools[k] = dataclasses.replace(p, max_num_batched_tokens=0)
+    return (c.mode, axis, tuple(pools))
+
+
+def with_value(c: Candidate, axis: str, value: int, cid: int) -> Candidate:
+    """`c` with `axis` set to `value`, as candidate `cid`; memory as c's (between two grid values that fit)."""
+    if axis == "max_num_seqs":
+        return with_seqs(c, value, cid)
+    k = _pool_index(c, axis)
+    assert k is not None
+    pools = list(c.pools)
+    pools[k] = dataclasses.replace(pools[k], max_num_batched_tokens=value)
+    return dataclasses.replace(c, id=cid, pools=tuple(pools))
 
 
 def with_seqs(c: Candidate, seqs: int, cid: int) -> Candidate:
@@ -86,7 +122,8 @@ class Refinement:
     candidate: int  # the refined candidate's id
     refined_from: int  # the grid candidate it refines
     failing: int  # the grid candidate above it that misses the SLOs
-    seqs: tuple[int, int, int]  # (grid value that meets, refined value, grid value that misses)
+    axis: str  # max_num_seqs, max_num_batched_tokens (aggregated) or prefill_batched_tokens
+    values: tuple[int, int, int]  # (grid value that meets, refined value, grid value that misses)
     evaluations: int
     gain: float  # steady-state output tokens/s per GPU, refined / grid − 1
 
@@ -96,42 +133,52 @@ class Refinement:
 
 def refine_rows(spec: SearchSpec, rows: list, ctx: SearchContext, backend, meets: Callable[[Evaluation], bool],
                 count: int, say: Callable[[str], None] = lambda _m: None) -> list[Refinement]:
-    """Bisect max_num_seqs for the `count` best grid candidates (steady-state tokens/s per GPU) that meet the SLOs
-    and have a neighbour of the same shape above them that misses; append each refined candidate to `rows`
-    (a `Row` of search.py, id = its index) and return what was refined."""
+    """For each axis (AXES), bisect the `count` best grid candidates (steady-state tokens/s per GPU) that meet the
+    SLOs and have a neighbour of the same shape one grid value up that misses them; append each refined
+    candidate to `rows` (a `Row` of search.py, id = its index) and return what was refined. max_num_seqs is
+    refined first; the batch axes refine the grid candidates (the ranking decides between them)."""
     from graphsim.serving.search import Row
 
-    by_shape: dict[tuple, list] = {}
-    for r in rows:
-        by_shape.setdefault(_shape(r.candidate), []).append(r)
-    todo = []
-    for r in sorted((r for r in rows if meets(r.fast)),
-                    key=lambda r: (-r.fast.output_tokens_per_s_per_gpu, r.candidate.id)):
-        above = [o for o in by_shape[_shape(r.candidate)] if _seqs(o.candidate) > _seqs(r.candidate)]
-        nxt = min(above, key=lambda o: _seqs(o.candidate), default=None)
-        if nxt is not None and not meets(nxt.fast) and _seqs(nxt.candidate) - _seqs(r.candidate) > 1:
-            todo.append((r, nxt))
-        if len(todo) == count:
-            break
+    grid = list(rows)
+    ranked = sorted((r for r in grid if meets(r.fast)), key=lambda r: (-r.fast.output_tokens_per_s_per_gpu,
+                                                                        r.candidate.id))
     out: list[Refinement] = []
-    for r, nxt in todo:
-        c = r.candidate
-        memo: dict[int, Evaluation] = {}
+    for axis in AXES:
+        by_shape: dict[tuple, list] = {}
+        for r in grid:
+            if _pool_index(r.candidate, axis) is not None:
+                by_shape.setdefault(_shape(r.candidate, axis), []).append(r)
+        todo = []
+        for r in ranked:
+            if _pool_index(r.candidate, axis) is None:
+                continue
+            v = axis_value(r.candidate, axis)
+            above = [o for o in by_shape[_shape(r.candidate, axis)] if axis_value(o.candidate, axis) > v]
+            nxt = min(above, key=lambda o: axis_value(o.candidate, axis), default=None)
+            if nxt is not None and not meets(nxt.fast) and axis_value(nxt.candidate, axis) - v > 1:
+                todo.append((r, nxt))
+            if len(todo) == count:
+                break
+        for r, nxt in todo:
+            c = r.candidate
+            memo: dict[int, Evaluation] = {}
 
-        def ok(seqs: int, c: Candidate = c, memo: dict[int, Evaluation] = memo) -> bool:
-            ev = next(iter(backend.map(run_task, ctx, [Task("steady", (with_seqs(c, seqs, len(rows)),))])))[0]
-            memo[seqs] = ev
-            return meets(ev)
+            def ok(value: int, c: Candidate = c, memo: dict[int, Evaluation] = memo, axis: str = axis) -> bool:
+                cand = with_value(c, axis, value, len(rows))
+                ev = next(iter(backend.map(run_task, ctx, [Task("steady", (cand,))])))[0]
+                memo[value] = ev
+                return meets(ev)
 
-        best, calls = bisect_max(_seqs(c), _seqs(nxt.candidate), ok)
-        if best == _seqs(c):
-            continue
-        cand = with_seqs(c, best, len(rows))
-        ev = dataclasses.replace(memo[best], candidate=cand.id)
-        rows.append(Row(cand, ev))
-        gain = ev.output_tokens_per_s_per_gpu / r.fast.output_tokens_per_s_per_gpu - 1
-        out.append(Refinement(cand.id, c.id, nxt.candidate.id, (_seqs(c), best, _seqs(nxt.candidate)), calls, gain))
-        say(f"refined #{c.id}: max_num_seqs {_seqs(c)} → {best} ({gain:+.1%} tokens/s per GPU)")
+            lo, hi = axis_value(c, axis), axis_value(nxt.candidate, axis)
+            best, calls = bisect_max(lo, hi, ok)
+            if best == lo:
+                continue
+            cand = with_value(c, axis, best, len(rows))
+            ev = dataclasses.replace(memo[best], candidate=cand.id)
+            rows.append(Row(cand, ev))
+            gain = ev.output_tokens_per_s_per_gpu / r.fast.output_tokens_per_s_per_gpu - 1
+            out.append(Refinement(cand.id, c.id, nxt.candidate.id, axis, (lo, best, hi), calls, gain))
+            say(f"refined #{c.id}: {axis} {lo} → {best} ({gain:+.1%} tokens/s per GPU)")
     return out
 
 

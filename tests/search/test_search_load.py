@@ -137,10 +137,28 @@ def test_refinement_bisects_max_num_seqs_to_the_slo():
     rows = [Row(c, be.map(None, None, [type("T", (), {"candidates": (c,)})()])[0][0]) for c in grid]
     out = refine_rows(spec, rows, None, be, lambda ev: meets(ev, spec), count=4)  # type: ignore[arg-type]
     # only 128 has a failing neighbour (256); 64's neighbour 128 meets. Bisection of (128, 256): 200
-    assert [(x.refined_from, x.seqs) for x in out] == [(1, (128, 200, 256))]
+    assert [(x.refined_from, x.axis, x.values) for x in out] == [(1, "max_num_seqs", (128, 200, 256))]
     new = rows[-1]
     assert new.candidate.id == 3 and new.candidate.pools[0].max_num_seqs == 200 and new.candidate.clients == 200
     assert out[0].gain == pytest.approx(2000 / 1280 - 1)  # 10 × 200 over 10 × 128
+
+
+class _BatchStub(_StubBackend):
+    """TPOT = 0.1 ms × max_num_seqs + max_num_batched_tokens / 200 ms; tokens/s per GPU = max_num_batched_tokens."""
+
+    def map(self, fn, ctx, tasks):
+        return [[_ev(c.id, rps=1.0, tpot=0.1 * c.pools[0].max_num_seqs + c.pools[0].max_num_batched_tokens / 200,
+                     tok_gpu=float(c.pools[0].max_num_batched_tokens)) for c in t.candidates] for t in tasks]
+
+
+def test_refinement_bisects_the_batch_size_too():
+    spec = _spec()  # TPOT ≤ 20 ms: 6.4 + m / 200 ≤ 20 → m ≤ 2,720 at 64 sequences
+    be = _BatchStub()
+    grid = [_agg(0, 1, 64, 2048), _agg(1, 1, 64, 4096)]  # 16.64 ms meets, 26.88 ms misses
+    rows = [Row(c, be.map(None, None, [type("T", (), {"candidates": (c,)})()])[0][0]) for c in grid]
+    out = refine_rows(spec, rows, None, be, lambda ev: meets(ev, spec), count=4)  # type: ignore[arg-type]
+    assert [(x.axis, x.values) for x in out] == [("max_num_batched_tokens", (2048, 2720, 4096))]
+    assert rows[-1].candidate.pools[0].max_num_batched_tokens == 2720 and rows[-1].candidate.pools[0].max_num_seqs == 64
 
 
 # --- launch files -----------------------------------------------------------------------------------------
@@ -266,16 +284,16 @@ def test_refined_search_stops_at_the_boundary(small_search):
     the steady state, one more does not, and it lies strictly between its grid neighbours."""
     from graphsim.serving.search import run_search
     from graphsim.serving.search_eval import Task, run_task
-    from graphsim.serving.search_load import with_seqs
+    from graphsim.serving.search_load import axis_value, with_value
 
     spec, ctx = small_search
     res = run_search(spec.model_copy(update={"refine": 2, "verify": 0}), context=ctx)
     assert res.refinements and res.grid == len(res.rows) - len(res.refinements)
     for x in res.refinements:
-        lo, v, hi = x.seqs
+        lo, v, hi = x.values
         assert lo < v < hi
         row = res.row(x.candidate)
-        assert row.candidate.pools[-1].max_num_seqs == v and meets(row.fast, spec)
-        (above,) = run_task(ctx, Task("steady", (with_seqs(row.candidate, v + 1, row.candidate.id),)))
+        assert axis_value(row.candidate, x.axis) == v and meets(row.fast, spec)
+        (above,) = run_task(ctx, Task("steady", (with_value(row.candidate, x.axis, v + 1, row.candidate.id),)))
         assert not meets(above, spec)
         assert row.fast.output_tokens_per_s_per_gpu > res.row(x.refined_from).fast.output_tokens_per_s_per_gpu
