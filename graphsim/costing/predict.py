@@ -149,7 +149,17 @@ def _checked_note(cm: CostModel) -> str:
     if db is None:
         return cm.data_note
     rates = cm.pricer.rates
-    checks = check_rows(db, spec, rates.floor_us if rates is not None else 0.0, keys=db.keys_read())
+    floor, keys = rates.floor_us if rates is not None else 0.0, list(db.keys_read())
+    # kept on disk until the profile file or the checking code changes (costing/disk_memo.py)
+    from graphsim.costing import profile_db, roofline, row_checks
+    from graphsim.costing.disk_memo import memo
+
+    spec_key = None if spec is None else (spec.id, spec.memory_bandwidth_bytes_per_s,
+                                          sorted((str(k), v) for k, v in spec.peak_flops_per_s.items()))
+    checks = memo("row_checks", db.path, (spec_key, floor, sorted(str(k) for k in keys)),
+                  lambda: check_rows(db, spec, floor, keys=keys), row_checks.RowChecks,
+                  code=[row_checks.__file__, roofline.__file__, profile_db.__file__])
+    assert checks is not None  # check_rows always returns a RowChecks
     return cm.data_note if checks.clean else f"{cm.data_note}; profile rows: {checks.describe()}"
 
 
