@@ -56,8 +56,8 @@ class CostModel:
         (`costing.collectives`; None: vLLM's defaults)."""
         pricer = KernelPricer(db, hardware, collectives or CollectiveSettings())
         routing, routing_note = _routing_with_rows(graph, routing or moe_routing.DEFAULT, pricer,
-                                                   Dtypes.for_graph(graph.meta, kv_dtype))
-        dtypes = Dtypes.for_graph(graph.meta, kv_dtype, routing)
+                                                   Dtypes.for_graph(graph.meta, kv_dtype, hardware=pricer.hardware))
+        dtypes = Dtypes.for_graph(graph.meta, kv_dtype, routing, pricer.hardware)
         # an MLA block the profile has whole-module rows for is priced by them (costing/composite.py); the rows
         # time vLLM's module, so only a graph fused for vLLM's kernels is priced with them
         vllm = graph.meta.fuse_target == "vllm"

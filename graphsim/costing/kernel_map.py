@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphsim.costing.collectives import CollectiveContext, plan_steps
-from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
+from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
+from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, KernelKey,
     MlaDecodeKey, MlaPrefillKey, MoeKey,
@@ -53,6 +54,9 @@ class Dtypes:
     kv: KernelDtype = KernelDtype.BF16
     fp8_block: bool = False  # fp8 weights with block scales (e.g. DeepSeek-V3's 128×128)
     routing: RoutingModel = BALANCED  # which MoE rows, at how many tokens (graphsim's default: moe_routing.DEFAULT)
+    # no FP4 tensor cores (Hopper and older): vLLM runs FP4 weights on its Marlin W4A16 kernel
+    # (quantization/utils/marlin_utils_fp4.py is_fp4_marlin_supported: SM >= 75; modelopt.py MarlinNvFp4LinearKernel)
+    fp4_as_w4a16: bool = False
 
     def of(self, name: str) -> KernelDtype:
         """A kernel dtype; raises NoKernelKey for dtypes no kernel table holds (bool, complex)."""
@@ -61,18 +65,26 @@ class Dtypes:
         if name == "f8e4m3":
             return KernelDtype.FP8_BLOCK if self.fp8_block else KernelDtype.FP8
         if name == "f4":
-            return KernelDtype.MXFP4
-        return parse_kernel_dtype(name)
+            return KernelDtype.W4A16_MXFP4 if self.fp4_as_w4a16 else KernelDtype.MXFP4
+        dtype = parse_kernel_dtype(name)
+        if self.fp4_as_w4a16 and dtype is KernelDtype.NVFP4:
+            return KernelDtype.INT4_WO  # 4-bit weights dequantized to 16-bit: the W4A16 rows and peak
+        if self.fp4_as_w4a16 and dtype is KernelDtype.MXFP4:
+            return KernelDtype.W4A16_MXFP4
+        return dtype
 
     @classmethod
-    def for_graph(cls, meta: GraphMeta, kv_dtype: str | None = None, routing: RoutingModel = BALANCED) -> Dtypes:
+    def for_graph(cls, meta: GraphMeta, kv_dtype: str | None = None, routing: RoutingModel = BALANCED,
+                  hardware: HardwareSpec | None = None) -> Dtypes:
         """The KV dtype is `kv_dtype` when given, else the checkpoint's (an fp8 cache from
-        kv_cache_quant_algo / kv_cache_scheme: graphsim.quantization), else the model dtype."""
+        kv_cache_quant_algo / kv_cache_scheme: graphsim.quantization), else the model dtype. On `hardware`
+        without an FP4 peak, FP4 weights are priced as vLLM's Marlin W4A16 fallback."""
         q = parse_quant_config(meta.quantization_config) if meta.quantization_config is not None else None
         block = q is not None and any(s.kernel_dtype == KernelDtype.FP8_BLOCK.value for s in q.schemes())
         model = meta.model_dtype.value if meta.model_dtype is not None else "bf16"  # other model dtypes price as bf16
         kv = kv_dtype or (q.kv_dtype if q is not None and q.kv_dtype else None) or model
-        return cls(kv=parse_kernel_dtype(kv), fp8_block=block, routing=routing)
+        fp4_fallback = hardware is not None and hardware.peak_flops(PeakClass.FP4) is None
+        return cls(kv=parse_kernel_dtype(kv), fp8_block=block, routing=routing, fp4_as_w4a16=fp4_fallback)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ class GraphMeta:
     layer_stack: str = ""  # module path of the decoder-layer list ("model.layers")
     traced_layers: list[int] = field(default_factory=list)  # layer indices present in the graph
     params_per_layer: list[int] = field(default_factory=list)
-    quantization_config: dict[str, Any] | None = None  # the config's quantization_config, kept not applied
+    quantization_config: dict[str, Any] | None = None  # the checkpoint's quantization, read by graphsim.quantization
     tied_params: dict[str, str] = field(default_factory=dict)  # tied parameter → the one it shares storage with
     dynamic_tokens: bool = False  # traced with a symbolic token count (False: static trace read back as T)
     full_depth: bool = False  # every layer traced (the fold pass derives the schedule)

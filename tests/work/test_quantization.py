@@ -220,3 +220,18 @@ def test_every_scheme_names_a_kernel_dtype_costing_knows():
             for act in (4, 8, 16):
                 name = WeightScheme(fmt, gran, (128, 128), 16, act).kernel_dtype
                 assert parse_kernel_dtype(name).value == name
+
+
+def test_fp4_weights_price_as_w4a16_where_the_gpu_has_no_fp4_path():
+    from graphsim.costing.dtypes import KernelDtype
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.costing.kernel_map import Dtypes
+    from graphsim.ir.meta import GraphMeta
+
+    meta = GraphMeta(quantization_config={"quant_method": "modelopt", "quant_algo": "NVFP4"})
+    # H200 has no FP4 tensor cores: vLLM's Marlin W4A16 kernel (marlin_utils_fp4.py), priced on the int4_wo rows
+    hopper = Dtypes.for_graph(meta, hardware=load_hardware("h200"))
+    assert (hopper.of("nvfp4"), hopper.of("mxfp4")) == (KernelDtype.INT4_WO, KernelDtype.W4A16_MXFP4)
+    blackwell = Dtypes.for_graph(meta, hardware=load_hardware("b200"))
+    assert (blackwell.of("nvfp4"), blackwell.of("mxfp4")) == (KernelDtype.NVFP4, KernelDtype.MXFP4)
+    assert Dtypes.for_graph(meta).of("nvfp4") is KernelDtype.NVFP4  # no hardware named: the scheme as stored
