@@ -20,6 +20,13 @@ class WorkloadError(GraphsimError):
     """A malformed or impossible workload string."""
 
 
+# Bounds on a batch spec, far above anything servable: a sequence longer than 2³¹ tokens is beyond any context
+# window (the trace reader's bound too, serving.requests.MAX_TOKENS); 2⁴⁰ token positions in one batch would need
+# over 1 TiB of KV cache even at one byte a token, more than the GPU memory of any node.
+MAX_SEQ_TOKENS = 1 << 31
+MAX_BATCH_TOKENS = 1 << 40
+
+
 @dataclass(frozen=True)
 class SeqGroup:
     """`count` sequences, each adding `new_tokens` after `cached_tokens` already in its cache."""
@@ -34,6 +41,11 @@ class SeqGroup:
                 f"invalid sequence group (new={self.new_tokens}, cached={self.cached_tokens}, count={self.count}); "
                 "new tokens and count must be >= 1, cached tokens >= 0"
             )
+        if self.new_tokens + self.cached_tokens > MAX_SEQ_TOKENS or self.count * (
+                self.new_tokens + self.cached_tokens) > MAX_BATCH_TOKENS:
+            raise WorkloadError(
+                f"sequence group (new={self.new_tokens:,}, cached={self.cached_tokens:,}, count={self.count:,}) is out "
+                f"of range: at most {MAX_SEQ_TOKENS:,} tokens a sequence and {MAX_BATCH_TOKENS:,} in a batch")
 
     @property
     def total_new_tokens(self) -> int:

@@ -214,3 +214,13 @@ def test_out_of_range_simulate_options_are_refused(capsys, stop_before_pricing):
     assert main(["simulate", "llama-3.1-8b", "--rate", "1", "-n", "3"]) == 2
     assert "fuzz stop" in capsys.readouterr().err  # the valid line reaches pricing
 
+
+
+def test_out_of_range_batch_specs_are_refused():
+    """Found by the fuzz: a batch of 2·10⁵ sequences of 10⁷ new tokens was accepted."""
+    from graphsim.workload import WorkloadError, parse_batch_spec
+
+    for spec in ("prefill:200000x10000000", "decode:1x3000000000", "mixed:1x3000000000@0"):
+        with pytest.raises(WorkloadError, match="out of range"):
+            parse_batch_spec(spec)
+    assert parse_batch_spec("decode:256x131072").groups[0].count == 256  # large but servable
