@@ -106,6 +106,9 @@ def search_cmd(
         "seed": seed, "moe_routing": moe_routing, "refine": refine if spec_slo_given(ttft, tpot) else 0})
     if plot and not plot.lower().endswith(".png"):
         raise SearchSpecError(f"--plot '{plot}': give a .png path")
+    if plot and (target_request_rate is not None or target_concurrency is not None):
+        raise SearchSpecError("--plot draws the throughput search's Pareto frontier; drop it with "
+                              "--target-request-rate / --target-concurrency")
     target = None
     if target_request_rate is not None or target_concurrency is not None:
         from graphsim.serving.search_load import LoadTarget

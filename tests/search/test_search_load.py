@@ -263,6 +263,7 @@ def test_cli_target_rate_json_and_launch_files(capsys, tmp_path, isolated_home):
 @pytest.mark.parametrize("extra,message", [
     (["--target-request-rate", "0"], "--target-request-rate 0.0: give a rate > 0"),
     (["--target-request-rate", "3", "--target-concurrency", "4"], "give one of --target-request-rate"),
+    (["--target-concurrency", "8", "--plot", "x.png"], "--plot draws the throughput search's Pareto frontier"),
 ])
 def test_cli_bad_targets_are_one_line(capsys, extra, message, isolated_home):
     from graphsim.cli.app import main
