@@ -227,9 +227,13 @@ def _gqa_layer(attn: GqaAttention, tp: int, kv: DType) -> LayerKv:
         raise KvLayoutError(f"tp = {tp} is not a multiple of num_key_value_heads = {kvh}; pick a tp that divides "
                             "or is a multiple of it")
     per_rank = max(1, kvh // tp)
-    nbytes = 2 * per_rank * attn.head_dim * kv.bytes_per_element
+    nbytes = per_rank * (attn.head_dim + attn.v_head_dim) * kv.bytes_per_element
     rep = f" (replicated: {kvh} kv heads over {tp} ranks)" if tp > kvh else ""
-    detail = f"2 (K,V) × {per_rank} kv heads × {attn.head_dim} × {kv.bytes_per_element:g} B{rep}"
+    if attn.v_head_dim == attn.head_dim:
+        detail = f"2 (K,V) × {per_rank} kv heads × {attn.head_dim} × {kv.bytes_per_element:g} B{rep}"
+    else:
+        detail = (f"{per_rank} kv heads × ({attn.head_dim} K + {attn.v_head_dim} V) × "
+                  f"{kv.bytes_per_element:g} B{rep}")
     if attn.sinks:
         detail += "; sinks: a learned logit per head (weights, no KV)"
     if attn.chunk is not None:

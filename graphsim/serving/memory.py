@@ -135,7 +135,8 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
         a, f = layer.attn, layer.ffn
         if isinstance(a, GqaAttention):
             heads = a.heads // tp
-            w = (heads * (2 if a.output_gate else 1) + 2 * max(1, a.kv_heads // tp)) * a.head_dim + heads * a.head_dim
+            kv = max(1, a.kv_heads // tp)
+            w = (heads * (2 if a.output_gate else 1) + kv) * a.head_dim + (kv + heads) * a.v_head_dim
             cand = [(w, "attention q/k/v + output")]
         elif isinstance(a, MlaAttention):
             heads = a.heads // tp

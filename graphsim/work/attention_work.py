@@ -57,7 +57,7 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
         else:
             pairs = causal_pairs(n, p, attn.window)
             read, kept = cached_tokens_read(n, p, attn.window), new_tokens_kept(n, p, attn.window)
-        flops = 2 * pairs * attn.heads * attn.head_dim * 2  # scores (d_qk) + values (d_v), d_qk = d_v
+        flops = 2 * pairs * attn.heads * (attn.head_dim + attn.v_head_dim)  # scores (d_qk) + values (d_v)
         return CoreWork(flops * c, read * per_token * c, kept * per_token * c)
     if isinstance(attn, MlaAttention):
         ix = attn.indexer

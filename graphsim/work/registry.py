@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
-from graphsim.work.builders import gqa, hybrid, llama4, mla
+from graphsim.work.builders import gqa, hybrid, llama4, mimo, mla
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
 from graphsim.work.specs import ModelSpec
@@ -62,6 +62,7 @@ BUILDERS: dict[str, Builder] = {
     "Qwen3_5ForCausalLM": partial(hybrid.build_gated_hybrid, None),
     "Qwen3_5MoeForCausalLM": partial(hybrid.build_gated_hybrid, hybrid.QWEN3_5_MOE),
     "Llama4ForCausalLM": llama4.build_llama4_text,
+    "MiMoV2FlashForCausalLM": mimo.build_mimo_v2_flash,
     "MiniMaxM2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.MINIMAX_M2),
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
 }

@@ -91,6 +91,11 @@ class GqaAttention:
     block_norms: int = 1  # hidden-size norms this block owns (pre-norm; Gemma-2 adds a post-norm)
     # Chunked local attention (Llama-4): a query at position q attends to [C·⌊q/C⌋, q] only.
     chunk: int | None = None
+    value_dim: int | None = None  # V head width when it differs from head_dim (MiMo-V2-Flash: 192 q/k, 128 v)
+
+    @property
+    def v_head_dim(self) -> int:
+        return self.value_dim if self.value_dim is not None else self.head_dim
 
     @property
     def kind(self) -> AttentionKind:
@@ -100,7 +105,7 @@ class GqaAttention:
 
     @property
     def kv_elements_per_token(self) -> int:
-        return 2 * self.kv_heads * self.head_dim
+        return self.kv_heads * (self.head_dim + self.v_head_dim)
 
 
 @dataclass(frozen=True)

@@ -57,13 +57,13 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         q_out = attn.heads * hd * (2 if attn.output_gate else 1)
         ws += _linear("qkv", f"{sa}.q_proj", q_out, attn.hidden, attn.q_bias)
         ws += _linear("qkv", f"{sa}.k_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
-        ws += _linear("qkv", f"{sa}.v_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
+        ws += _linear("qkv", f"{sa}.v_proj", attn.kv_heads * attn.v_head_dim, attn.hidden, attn.kv_bias)
         if attn.qk_norm:
             q_w, k_w = (attn.heads * hd, attn.kv_heads * hd) if attn.qk_norm_full else (hd, hd)
             ws += [Weight("norm", f"{sa}.q_norm", NORM, (q_w,)), Weight("norm", f"{sa}.k_norm", NORM, (k_w,))]
         if attn.sinks:
             ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,)))
-        ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * hd, attn.o_bias)
+        ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.o_bias)
     elif isinstance(attn, MlaAttention):
         sa = "self_attn"
         q_out = attn.heads * attn.qk_head_dim
