@@ -112,7 +112,7 @@ def render_search(res: SearchResult, top: int = 8) -> Group:
                     f"{_src(res.worst_source())}[/]")
         shares = res.source_shares()
         if shares:
-            head.append(f"[dim]share of predicted iteration time by kernel source over the simulated candidates:[/] "
+            head.append(f"[dim]share of the predicted kernel time by source over the simulated candidates:[/] "
                         f"{shares_markup(shares)}")
     parts: list = list(head)
     if res.best is not None:

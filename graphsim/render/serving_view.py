@@ -96,8 +96,8 @@ def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router
         lines.append(f"host time (scheduling, input prep, sampling; derived, docs/serving.md): {s.host_share:.1%} of "
                      "the engine busy time")
     if s.source_shares:
-        basis = ("share of predicted iteration time by kernel source" if s.source_basis == "kernel" else
-                 "share of predicted iteration time by each iteration's worst kernel source")
+        basis = ("share of the predicted kernel time by source" if s.source_basis == "kernel" else
+                 "share of the predicted kernel time by each iteration's worst kernel source")
         lines.append(f"{basis}: {shares_markup(s.source_shares)}")
     if s.all_roofline:
         lines.append("[magenta]every iteration time is a roofline estimate (no measured kernel rows were used)[/]")

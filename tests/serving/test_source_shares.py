@@ -129,7 +129,7 @@ def test_simulate_cli_reports_shares(capsys, home):
     assert d["summary"]["source_basis"] == "kernel" and d["summary"]["all_roofline"] is True
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "share of predicted iteration time by kernel source: all roofline" in out
+    assert "share of the predicted kernel time by source: all roofline" in out
     assert "every iteration time is a roofline estimate" in out
 
 
