@@ -30,6 +30,7 @@ from graphsim.ir.geometry import (
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassError, PassResult, register_pass
+from graphsim.passes.partition.conservation import Declared, check_conservation
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
 PER_TOKEN = {KernelKind.RMS_NORM, KernelKind.LAYER_NORM, KernelKind.ACT_AND_MUL, KernelKind.ACTIVATION,
@@ -74,6 +75,7 @@ class TensorParallel(PartitionPass):
             if group is not None:
                 whole_norms[group] = whole_norms.get(group, 0) + 1
         variance_reduced: set[str] = set()
+        declared = Declared()
 
         def bump(key: str) -> None:
             stats[key] = stats.get(key, 0) + 1
@@ -89,6 +91,11 @@ class TensorParallel(PartitionPass):
             out_sharded = False
             if a.kind is KernelKind.GEMM:
                 n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
+                if not in_sharded and not out_sharded and after is None:
+                    declared.replicated.add(n.name)
+                qg = a.geometry_as(GemmGeometry)
+                if out_sharded and qg.num_kv_heads is not None and qg.num_kv_heads < t:
+                    declared.partial.add(n.name)  # whole KV heads on every rank (QKVParallelLinear)
                 if after is not None and n.name in deferred and in_sharded:
                     after = None  # a shared expert's row-parallel output: reduced after the routed sum
                     partial.update(_values(n))
@@ -96,12 +103,19 @@ class TensorParallel(PartitionPass):
                     bump("shared_reduce_deferred")
             elif a.kind is KernelKind.ATTENTION:
                 n = n.with_(attrs=_attention(a, t, where, bump))
+                heads = a.geometry_as(AttentionGeometry).num_heads
+                for v in n.inputs:  # per-head parameters (attention sinks: models/gpt_oss.py OAIAttention
+                    spec = graph.params.get(v)  # holds num_attention_heads // tp_size of them)
+                    if spec is not None and spec.shape and spec.shape[0] == heads:
+                        params[v] = _shard_dim(spec, 0, t, "per-head parameter", where)
                 out_sharded = True
             elif a.kind is KernelKind.ROTARY:
                 rg = a.geometry_as(RotaryGeometry)
                 heads = split(rg.num_heads, t, "num_heads", where)
                 kv = rg.num_kv_heads
                 kv_rank = kv if kv == 1 else (split(kv, t, "num_kv_heads", where) if kv >= t else 1)
+                if kv < t:
+                    declared.partial.add(n.name)  # rotary on the replicated KV heads
                 n = n.with_(attrs=a.with_geometry(replace(rg, num_heads=heads, num_kv_heads=kv_rank)))
                 out_sharded = True
             elif a.kind is KernelKind.LINEAR_ATTENTION:
@@ -145,6 +159,7 @@ class TensorParallel(PartitionPass):
             elif a.kind is KernelKind.CONV1D and in_sharded:
                 cg = a.geometry_as(Conv1dGeometry)
                 n = n.with_(attrs=a.with_geometry(replace(cg, channels=split(cg.channels, t, "conv channels", where))))
+                _shard_channel_params(n, graph, params, t, where)
                 out_sharded = True
             elif in_sharded and (a.kind in PER_TOKEN or a.kind is KernelKind.FUSED_ADD_RMS_NORM):
                 if a.kind is KernelKind.ELEMENTWISE and any(v % t for v in _per_token_dims(a.geometry)):
@@ -153,6 +168,7 @@ class TensorParallel(PartitionPass):
                     bump("elementwise_replicated")
                 else:
                     n = n.with_(attrs=a.with_geometry(_split_per_token(a.geometry, t, where)))
+                    _shard_channel_params(n, graph, params, t, where)
                     out_sharded = True
                     group = _variance_group(n, a, graph)
                     if group is not None and group not in variance_reduced:
@@ -175,7 +191,8 @@ class TensorParallel(PartitionPass):
                 rename[n.name] = after.name
         out.params = params
         out.outputs = [rename.get(o, o) for o in graph.outputs]
-        return PassResult(out, True, stats)
+        notes = check_conservation(graph, out, t, "tp", declared)
+        return PassResult(out, True, stats, notes)
 
     def _reduce(self, n: Node, kind: KernelKind, width: int, reason: str, used: set[str],
                 rows: Rows = Rows.TOKENS) -> Node:
@@ -334,6 +351,25 @@ def _whole_norm_consumer(norm: Node, users: dict[str, list[Node]], k: int) -> st
     if any(m.kernel.geometry_as(GemmGeometry).n == k for m in gemms):
         return "heads"
     return "latent" if gemms else "other"
+
+
+def _shard_channel_params(n: Node, graph: Graph, params: dict[str, TensorSpec], t: int, where: str) -> None:
+    """The parameters of a kernel on sharded activations are per channel or per head (a conv1d's
+    weight and bias, Mamba2's dt_bias and D, a norm's weight over the whole vector): each rank holds
+    its slice (dim 0 / t), as vLLM loads them with sharded_weight_loader(0)
+    (layers/mamba/mamba_mixer2.py MambaMixer2.__init__, Mixer2RMSNormGated.__init__). A per-head
+    norm's weight (its length is the head dim it normalises, shorter than the width) is shared by
+    all heads and stays whole."""
+    a = n.kernel
+    g = a.geometry
+    for v in n.inputs:
+        spec = graph.params.get(v)
+        if spec is None or not spec.shape or not isinstance(spec.shape[0], int):
+            continue
+        if isinstance(g, NormGeometry) and spec.shape[0] == g.dim and g.dim < g.width * t:
+            continue  # a per-head norm weight (the same for every head)
+        if spec.shape[0] % t == 0:
+            params[v] = _shard_dim(spec, 0, t, "per-channel parameter", where)
 
 
 def _variance_group(n: Node, a, graph: Graph) -> str | None:
