@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from graphsim.errors import ConfigError
 from graphsim.work.config import ConfigView
 from graphsim.work.quant import parse_quantization
-from graphsim.work.specs import DenseFfn, FfnSpec, LayerSpec, LayerStack, ModelSpec, MoeFfn
+from graphsim.work.specs import DenseFfn, FfnSpec, GqaAttention, LayerSpec, LayerStack, ModelSpec, MoeFfn
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,23 @@ def read_frame(view: ConfigView) -> Frame:
         layers=view.req_int("num_hidden_layers"),
         heads=view.req_int("num_attention_heads"),
         vocab=view.req_int("vocab_size"),
+    )
+
+
+def gqa_attention(view: ConfigView, frame: Frame, qk_norm: bool = False, output_gate: bool = False) -> GqaAttention:
+    """Softmax attention from the config's heads, KV heads and head_dim, every projection's bias from
+    `attention_bias` (default false)."""
+    bias = view.opt_bool("attention_bias", False)
+    return GqaAttention(
+        hidden=frame.hidden,
+        heads=frame.heads,
+        kv_heads=view.kv_heads(frame.heads),
+        head_dim=view.head_dim(frame.heads, frame.hidden),
+        q_bias=bias,
+        kv_bias=bias,
+        o_bias=bias,
+        qk_norm=qk_norm,
+        output_gate=output_gate,
     )
 
 

@@ -15,9 +15,9 @@ not part of the serving forward pass and are not counted.
 from __future__ import annotations
 
 from graphsim.errors import ConfigError
-from graphsim.work.builders.common import Flag, MoeFields, ffn_schedule, finish, read_frame
+from graphsim.work.builders.common import MoeFields, ffn_schedule, finish, gqa_attention, read_frame
 from graphsim.work.config import ConfigView
-from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, LayerSpec, ModelSpec
+from graphsim.work.specs import AttentionSpec, GatedDeltaNet, LayerSpec, ModelSpec
 
 QWEN3_NEXT_MOE = MoeFields(
     "num_experts",
@@ -47,18 +47,7 @@ def build_qwen3_next(view: ConfigView) -> ModelSpec:
 def build_gated_hybrid(moe: MoeFields | None, view: ConfigView) -> ModelSpec:
     """Gated delta net + gated attention layers; FFNs per `moe` (None: dense MLPs)."""
     frame = read_frame(view)
-    bias = Flag("attention_bias", False).read(view)
-    full = GqaAttention(
-        hidden=frame.hidden,
-        heads=frame.heads,
-        kv_heads=view.kv_heads(frame.heads),
-        head_dim=view.head_dim(frame.heads, frame.hidden),
-        q_bias=bias,
-        kv_bias=bias,
-        o_bias=bias,
-        qk_norm=True,
-        output_gate=True,
-    )
+    full = gqa_attention(view, frame, qk_norm=True, output_gate=True)
     linear = GatedDeltaNet(
         hidden=frame.hidden,
         k_heads=view.req_int("linear_num_key_heads"),

@@ -13,10 +13,12 @@ MLP of `intermediate_size_mlp`. The q/k norm is an L2 norm without weights. Two 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from graphsim.errors import ConfigError
-from graphsim.work.builders.common import finish, read_frame
+from graphsim.work.builders.common import finish, gqa_attention, read_frame
 from graphsim.work.config import ConfigView
-from graphsim.work.specs import DenseFfn, FfnSpec, GqaAttention, LayerSpec, ModelSpec, MoeFfn
+from graphsim.work.specs import DenseFfn, FfnSpec, LayerSpec, ModelSpec, MoeFfn
 
 
 def _layer_types(view: ConfigView, layers: int, chunk: int | None) -> tuple[str, ...]:
@@ -47,16 +49,7 @@ def _moe_layers(view: ConfigView, layers: int) -> set[int]:
 def build_llama4_text(view: ConfigView) -> ModelSpec:
     frame = read_frame(view)
     chunk = view.opt_int_or_null("attention_chunk_size", 8192)
-    bias = view.opt_bool("attention_bias", False)
-    base = GqaAttention(
-        hidden=frame.hidden,
-        heads=frame.heads,
-        kv_heads=view.kv_heads(frame.heads),
-        head_dim=view.head_dim(frame.heads, frame.hidden),
-        q_bias=bias,
-        kv_bias=bias,
-        o_bias=bias,
-    )
+    base = gqa_attention(view, frame)
     experts = view.req_int("num_local_experts")
     width = view.req_int("intermediate_size")
     moe = MoeFfn(
@@ -79,7 +72,7 @@ def build_llama4_text(view: ConfigView) -> ModelSpec:
                     f"config.json ({view.arch}): layer_types[{i}] is chunked_attention but attention_chunk_size is "
                     "unset; add attention_chunk_size"
                 )
-            attn = GqaAttention(**{**base.__dict__, "chunk": chunk})
+            attn = replace(base, chunk=chunk)
         elif kind == "full_attention":
             attn = base
         else:
