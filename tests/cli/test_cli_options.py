@@ -80,7 +80,11 @@ def test_vllm_names_mean_the_same(capsys):
     assert e5m2["precision"]["kv"] == "fp8_e5m2" and e5m2["layout"] == fp8["layout"]
     default = kv_json(capsys)
     assert kv_json(capsys, "--kv-cache-dtype", "auto") == default == kv_json(capsys, "--dtype", "auto")
-    assert kv_json(capsys, "--kv-cache-dtype", "bfloat16") == default
+    explicit = kv_json(capsys, "--kv-cache-dtype", "bfloat16")
+    # the same layout and capacity; the JSON says where the KV dtype came from
+    assert (explicit["precision"]["kv_source"], default["precision"]["kv_source"]) == ("--kv-dtype", "parameter dtype")
+    explicit["precision"]["kv_source"] = default["precision"]["kv_source"]
+    assert explicit == default
     assert kv_json(capsys, "--dtype", "half")["precision"]["weight"] == "fp16"
 
 
