@@ -16,7 +16,7 @@ reference context of `REF_CONTEXT` keys; only ratios and shares are used, so the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from graphsim.ir import Graph, Node
 from graphsim.ir.geometry import (
@@ -119,6 +119,12 @@ def check_conservation(before: Graph, after: Graph, size: int, group: str, decla
             continue
         f0, f1 = kernel_flops(a), kernel_flops(m.attrs)
         w0, w1 = weight_bytes(n, before), weight_bytes(m, after)
+        if group == "ep" and isinstance(a.geometry, MoeExpertsGeometry):
+            # ep makes the experts whole again (tp's intermediate split undone) and spreads them:
+            # the reference is the unpartitioned experts, FLOPs only (the weights' tp split is
+            # undone per tensor by ep itself, so a bytes ratio would check ep against itself)
+            f0 = kernel_flops(a.with_geometry(replace(a.geometry, tp=1, ep=1)))
+            w0 = w1 = 0.0
         f_whole += f0
         w_whole += w0
         f_rank += f1
@@ -157,6 +163,8 @@ def check_conservation(before: Graph, after: Graph, size: int, group: str, decla
         elif a.kind is KernelKind.MOE_EXPERTS:
             bad.append(f"{what}: routed experts whole on every rank")
             continue
+        elif group != "tp":
+            reason = "outside the routed experts (as tp left them)"
         else:
             reason = _reason(a.kind)
         # extra work of the replicated part over an even split: whole - whole/size per rank

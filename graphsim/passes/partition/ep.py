@@ -15,6 +15,7 @@ from graphsim.ir import Graph, Node, TensorSpec, split_value, unique_name
 from graphsim.ir.geometry import MoeExpertsGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassResult, register_pass
+from graphsim.passes.partition.conservation import Declared, check_conservation
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
 
@@ -76,7 +77,8 @@ class ExpertParallel(PartitionPass):
         out.outputs = [rename.get(o, o) for o in graph.outputs]
         if graph.meta.tp > 1:
             out.meta.moe_tp = 1
-        return PassResult(out, True, stats)
+        notes = check_conservation(graph, out, e, "ep", Declared())
+        return PassResult(out, True, stats, notes)
 
 
 def _spec_of(nodes: list[Node], graph: Graph, value: str) -> TensorSpec:
