@@ -137,3 +137,26 @@ def test_weights_not_split_with_their_gemm_are_refused(nemotron_h, monkeypatch):
     monkeypatch.setattr(tp_mod, "_shard_dim", keep_out_features)
     with pytest.raises(ConservationError, match="split differently"):
         _tp(nemotron_h, 2)
+
+
+def test_gated_delta_net_is_column_then_row_parallel(hf_import):
+    from graphsim.ir.geometry import LinearAttentionGeometry
+
+    graph = run_pipeline(hf_import("qwen3-next-80b-a3b")[0], "fold,fuse{target=vllm}").graph
+    out, _ = _tp(graph, 8)
+    # config: 16 key heads × 128, 32 value heads × 128, hidden 2048
+    # in_proj_qkvz: q 16·128 + k 16·128 + v 32·128 + z 32·128 = 12288 → 1536 per rank (vLLM
+    # qwen3_next.py Qwen3NextGatedDeltaNet: in_proj_qkvz column-parallel)
+    gemms = {n.name.split(".")[-1]: n.kernel.geometry_as(GemmGeometry) for n in out.nodes
+             if n.kernel.kind is KernelKind.GEMM}
+    assert gemms["in_proj_qkvz"].n == 1536
+    # in_proj_ba: b and a per value head, 2 × 32 = 64 → 8
+    assert gemms["in_proj_ba"].n == 8
+    # conv1d over q, k, v: 2048 + 2048 + 4096 = 8192 channels → 1024
+    conv = next(n for n in out.nodes if n.kernel.kind is KernelKind.CONV1D)
+    assert conv.kernel.geometry_as(Conv1dGeometry).channels == 1024
+    lin = next(n for n in out.nodes if n.kernel.kind is KernelKind.LINEAR_ATTENTION)
+    g = lin.kernel.geometry_as(LinearAttentionGeometry)
+    assert (g.num_k_heads, g.num_v_heads) == (2, 4)
+    # out_proj contracts the 32·128 = 4096 value features: row-parallel, k = 512
+    assert (gemms["out_proj"].n, gemms["out_proj"].k) == (2048, 512)
