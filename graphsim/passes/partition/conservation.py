@@ -136,8 +136,11 @@ def check_conservation(before: Graph, after: Graph, size: int, group: str, decla
                        f"(neither split by {size} nor whole)")
             continue
         if a.kind is KernelKind.FUSED_ADD_RMS_NORM and kinds - {"replicated"}:
-            bad.append(f"{what} splits the residual stream (a column-parallel projection wrote into it "
-                       "with no row-parallel reduce)")
+            feeders = [v.split("#")[0] for v in m.inputs if v.split("#")[0] in ranked
+                       and ranked[v.split("#")[0]].kernel.kind is KernelKind.GEMM]
+            by = f" by {', '.join(feeders)}" if feeders else ""
+            bad.append(f"{what} splits the residual stream (written{by} column-parallel, with no "
+                       "row-parallel reduce)")
             continue
         if kinds == {"split"} or not kinds:
             continue
