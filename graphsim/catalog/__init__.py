@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -140,12 +141,19 @@ def _find_in_hf_cache(hf_id: str, revision: str | None = None) -> Path | None:
 
 
 def _no_constant(path: Path):
-    """json's hook for NaN / Infinity / -Infinity: a config holds no such number."""
+    """json's hook for NaN / Infinity / -Infinity. Infinity is a bound some real configs state
+    (Nemotron-H's `time_step_limit: [0.0, Infinity]`, written by Python's json as transformers saves
+    it) and is kept; NaN is no value a config may hold. A size field that is infinite is refused by
+    `check_config_sizes`."""
 
-    def refuse(name: str) -> Any:
+    def convert(name: str) -> Any:
+        if name == "Infinity":
+            return math.inf
+        if name == "-Infinity":
+            return -math.inf
         raise ConfigError(f"malformed config {path}: it holds {name}, which is not a number a config may hold; fix the JSON")
 
-    return refuse
+    return convert
 
 
 # Sizes a config may state, each bounded far above any published model (the largest in the
@@ -166,7 +174,7 @@ def check_config_sizes(cfg: dict[str, Any], where: str) -> None:
         v = cfg.get(key)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue  # absent, null or of another kind: the architecture's own reader decides
-        if v != int(v) or not low <= v <= high:
+        if not math.isfinite(v) or v != int(v) or not low <= v <= high:
             problems.append(f"{key} = {v!r} (must be a whole number in [{low:,}, {high:,}])")
     if problems:
         raise ConfigError(f"implausible config {where}: {'; '.join(problems)}; fix the config")

@@ -67,3 +67,29 @@ def test_an_encoder_is_refused_by_name(tmp_path):
         r = _run(command, str(tmp_path))
         assert r.returncode == 2 and "Traceback" not in r.stderr
         assert "BertForMaskedLM is not a causal (decoder) language model" in r.stderr
+
+
+def _llama_text_with(tmp_path, old: str, new: str):
+    from pathlib import Path
+
+    from graphsim.catalog import resolve_model
+
+    text = Path(resolve_model("llama-3.1-8b").location).read_text()
+    assert old in text
+    path = tmp_path / "config.json"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+def test_infinity_as_a_bound_is_a_real_config_value(tmp_path):
+    # Nemotron-H's config.json states "time_step_limit": [0.0, Infinity] (Python's json writes it so).
+    path = _llama_text_with(tmp_path, '"vocab_size"', '"time_step_limit": [0.0, Infinity],\n  "vocab_size"')
+    r = _run("work", str(path), "--params")
+    assert r.returncode == 0, r.stderr
+
+
+def test_infinity_as_a_size_is_refused(tmp_path):
+    path = _llama_text_with(tmp_path, '"hidden_size": 4096', '"hidden_size": Infinity')
+    r = _run("work", str(path), "--params")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "hidden_size = inf" in r.stderr and len(r.stderr.strip().splitlines()) == 1
