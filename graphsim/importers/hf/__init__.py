@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from graphsim.catalog import ResolvedModel, resolve_model
+from graphsim.errors import GraphsimError, UnsupportedArchitectureError
 from graphsim.ir import Graph, LayerSchedule
 
 
@@ -64,6 +66,22 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
     return graph, report
 
 
+def _trace_failure(architecture: str, error: Exception) -> str:
+    """One line naming where in the model's own code tracing on the meta device failed."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    model_frames = [f for f in frames if "transformers" in Path(f.filename).parts and "models" in Path(f.filename).parts]
+    where = ""
+    if model_frames:
+        f = model_frames[-1]
+        where = f" in {'/'.join(Path(f.filename).parts[-2:])} line {f.lineno} ({f.line or ''})"
+    detail = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+    return (f"graphsim cannot trace {architecture} yet: its forward failed on the meta device{where}: {detail}; "
+            "this mechanism needs a semantic op in graphsim (docs/adding-an-architecture.md); "
+            "graphsim work / kv may still account it from the config")
+
+
 def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> tuple[Graph, ImportReport]:
     from graphsim.importers.hf.build import build_on_meta
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
@@ -84,7 +102,12 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
 
     t1 = time.perf_counter()
     with semantic_kernels(m) as swapped:
-        traced = trace(m)
+        try:
+            traced = trace(m)
+        except (KeyboardInterrupt, GraphsimError):
+            raise
+        except Exception as e:  # the model's own forward failed under the trace: say where, in one line
+            raise UnsupportedArchitectureError(_trace_failure(built.architecture, e)) from e
     timings["trace_s"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
