@@ -2,7 +2,10 @@
 
 Captured from the code at commit 5d3d476 (before the simulator refactor of issue 15, item 7: vLLM names,
 typed plans, one event loop for aggregated and disaggregated runs), on the affine stand-in cost (no
-tracing, seconds to run). Every scenario compares, exactly (floats to the last bit), the per-iteration
+tracing, seconds to run). Regenerated once since, with every request, ITL sample and timing column
+unchanged: the `derived` time source took code 3 (roofline is now 4), and the iteration log gained
+`host_s` (0 here: the stand-in cost has no host time) and the summary `host_share`, `source_shares` and
+`source_basis`. Every scenario compares, exactly (floats to the last bit), the per-iteration
 records, the per-request outcomes, the inter-token latency samples, the source counts, the per-replica
 counters and the summary; the disaggregated ones also the prefill/transfer times per request.
 
