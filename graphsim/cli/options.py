@@ -265,3 +265,12 @@ def deployment_data(model: str, gpu: str, tp: int = 1, replicas: int = 1, *, dty
             "engine": {k: v for k, v in engine.items() if v is not None},
             "memory": {k: v for k, v in (memory or {}).items() if v is not None},
             **({"interconnect": interconnect} if interconnect else {})}
+
+
+# --- serving: host time and goodput SLOs (simulate, sweep) --------------------------------------
+HostTime = Annotated[bool, typer.Option(
+    "--host-time/--no-host-time", help="Add the engine's host time (scheduling, input prep, sampling; "
+    "docs/serving.md) to every iteration, or price GPU kernels only.")]
+SloTtftMs = Annotated[float | None, typer.Option("--slo-ttft-ms", help="Goodput SLO on TTFT.")]
+SloTpotMs = Annotated[float | None, typer.Option("--slo-tpot-ms", help="Goodput SLO on TPOT.")]
+SloE2eMs = Annotated[float | None, typer.Option("--slo-e2e-ms", help="Goodput SLO on end-to-end latency.")]

@@ -58,8 +58,7 @@ def sweep_cmd(
     chunked_prefill: opt.ChunkedPrefill = None,
     engine: opt.Engine = opt.DEFAULT_ENGINE,
     async_scheduling: opt.AsyncScheduling = None,
-    host_time: bool = typer.Option(True, "--host-time/--no-host-time", help="Add the engine's host time to every "
-                                   "iteration (as simulate does), or price GPU kernels only."),
+    host_time: opt.HostTime = True,
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
     moe_routing: opt.MoeRoutingSpec = None,
@@ -69,9 +68,9 @@ def sweep_cmd(
     gpus_per_node: opt.GpusPerNode = None,
     network_bandwidth: opt.NetworkBandwidth = None,
     network_latency_us: opt.NetworkLatency = None,
-    slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="Goodput SLO on TTFT."),
-    slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="Goodput SLO on TPOT."),
-    slo_e2e_ms: float | None = typer.Option(None, "--slo-e2e-ms", help="Goodput SLO on end-to-end latency."),
+    slo_ttft_ms: opt.SloTtftMs = None,
+    slo_tpot_ms: opt.SloTpotMs = None,
+    slo_e2e_ms: opt.SloE2eMs = None,
     plot: str | None = typer.Option(None, "--plot", help="Write the throughput-latency curves to this PNG "
                                                         "(needs matplotlib)."),
     as_json: opt.Json = False,
