@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,20 +119,29 @@ def records(text: str) -> list[str]:
     return out
 
 
-def _split_top(text: str) -> list[str]:
-    """`a=1, b=X(c=2, d=[3, 4]), e='x, y'` → ['a=1', 'b=X(c=2, d=[3, 4])', "e='x, y'"]: commas at depth 0."""
-    parts, depth, quote, start = [], 0, "", 0
+def _outside_quotes(text: str) -> Iterator[tuple[int, str, int]]:
+    """(index, character, bracket depth after it) of every character outside '…' / "…" quotes."""
+    depth, quote = 0, ""
     for i, ch in enumerate(text):
         if quote:
             if ch == quote:
                 quote = ""
-        elif ch in "'\"":
+            continue
+        if ch in "'\"":
             quote = ch
-        elif ch in "([{":
+            continue
+        if ch in "([{":
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0:
+        yield i, ch, depth
+
+
+def _split_top(text: str) -> list[str]:
+    """`a=1, b=X(c=2, d=[3, 4]), e='x, y'` → ['a=1', 'b=X(c=2, d=[3, 4])', "e='x, y'"]: commas at depth 0."""
+    parts, start = [], 0
+    for i, ch, depth in _outside_quotes(text):
+        if ch == "," and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
     parts.append(text[start:].strip())
@@ -156,19 +166,9 @@ def _scalar(text: str) -> Any:
 
 def _balanced(text: str) -> str:
     """The leading `{…}` of `text` (braces counted outside quotes); the whole text when it never closes."""
-    depth, quote = 0, ""
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "{[(":
-            depth += 1
-        elif ch in "}])":
-            depth -= 1
-            if depth == 0:
-                return text[: i + 1]
+    for i, ch, depth in _outside_quotes(text):
+        if ch in "}])" and depth == 0:
+            return text[: i + 1]
     return text
 
 
