@@ -11,6 +11,7 @@ error: one line naming the option, exit 2, before any work starts.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -271,6 +272,16 @@ def deployment_data(model: str, gpu: str, tp: int = 1, replicas: int = 1, *, dty
 HostTime = Annotated[bool, typer.Option(
     "--host-time/--no-host-time", help="Add the engine's host time (scheduling, input prep, sampling; "
     "docs/serving.md) to every iteration, or price GPU kernels only.")]
-SloTtftMs = Annotated[float | None, typer.Option("--slo-ttft-ms", help="Goodput SLO on TTFT.")]
-SloTpotMs = Annotated[float | None, typer.Option("--slo-tpot-ms", help="Goodput SLO on TPOT.")]
-SloE2eMs = Annotated[float | None, typer.Option("--slo-e2e-ms", help="Goodput SLO on end-to-end latency.")]
+
+
+def positive_ms(value: float | None) -> float | None:
+    """A latency bound in ms: positive and finite (a bound of 0 or less can never be met)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value:g} ms is not a positive, finite time")
+    return value
+
+
+SloTtftMs = Annotated[float | None, typer.Option("--slo-ttft-ms", callback=positive_ms, help="Goodput SLO on TTFT.")]
+SloTpotMs = Annotated[float | None, typer.Option("--slo-tpot-ms", callback=positive_ms, help="Goodput SLO on TPOT.")]
+SloE2eMs = Annotated[float | None, typer.Option("--slo-e2e-ms", callback=positive_ms,
+                                                help="Goodput SLO on end-to-end latency.")]

@@ -113,3 +113,16 @@ def test_own_module_missing_is_a_bug_not_an_install_problem():
     from graphsim.cli.app import _missing_module_message
 
     assert _missing_module_message(ModuleNotFoundError(name="graphsim.nowhere"), "graphsim x") is None
+
+
+@pytest.mark.parametrize("argv", [
+    ["search", "llama-3.1-8b", "--gpus", "2", "--ttft", "-5"],
+    ["search", "llama-3.1-8b", "--gpus", "2", "--tpot", "0"],
+    ["simulate", "llama-3.1-8b", "-n", "5", "--slo-ttft-ms", "nan"],
+    ["sweep", "llama-3.1-8b", "--rates", "1", "--slo-e2e-ms", "-1"],
+])
+def test_a_latency_bound_must_be_positive(argv):
+    # a bound of 0 ms or less (or NaN) can never be met: refused, not searched against silently
+    proc = subprocess.run([sys.executable, "-m", "graphsim", *argv], capture_output=True, text=True, timeout=120)
+    line = _one_error_line(proc)
+    assert "is not a positive, finite time" in line, line
