@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 import threading
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -33,7 +34,7 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 console = Console()
 
-STATE = {"debug": False, "interrupted": False, "entry_point": False}
+STATE: dict[str, Any] = {"debug": False, "interrupted": False, "entry_point": False, "args": []}
 
 # Modules that register commands on `app` (each defines its commands with @app.command()).
 COMMAND_MODULES = [
@@ -101,8 +102,18 @@ def _on_sigint(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+# What an interrupted command leaves behind (every output goes through graphsim.atomic: published
+# whole or not at all; the profiler commits its rows in transactions and resumes on a rerun).
+_KEPT = {
+    "profile": "the rows measured so far are committed; rerun the same command to measure the rest",
+}
+_KEPT_DEFAULT = "no output was half-written; a file at an output path is as it was before"
+
+
 def _interrupted() -> int:
-    err_console.print("[bold red]interrupted[/]")
+    args = STATE.get("args") or []
+    command = next((a for a in args if not a.startswith("-")), "")
+    err_console.print(f"[bold red]interrupted[/]: {_KEPT.get(command, _KEPT_DEFAULT)}", soft_wrap=True)
     if STATE.get("entry_point"):
         # CPython remembers a KeyboardInterrupt raised inside exec()'d code even when a library caught
         # it (torch does while it imports), and then ends the process by SIGINT whatever the exit
@@ -118,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     STATE["debug"] = "--debug" in args
     STATE["interrupted"] = False
     STATE["entry_point"] = argv is None  # run as `graphsim …` / `python -m graphsim …`
+    STATE["args"] = args
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
     try:
