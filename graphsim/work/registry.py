@@ -64,6 +64,9 @@ BUILDERS: dict[str, Builder] = {
     "Llama4ForCausalLM": llama4.build_llama4_text,
     "MiMoV2FlashForCausalLM": mimo.build_mimo_v2_flash,
     "MiniMaxM2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.MINIMAX_M2),
+    "ArceeForCausalLM": partial(gqa.build_gqa_decoder, gqa.ARCEE),
+    "Starcoder2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.STARCODER2),
+    "StableLmForCausalLM": partial(gqa.build_gqa_decoder, gqa.STABLELM),
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
 }
 

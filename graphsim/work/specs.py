@@ -310,3 +310,6 @@ class ModelSpec:
     dtype_source: str  # "config torch_dtype", "config dtype" or "default"
     quant: Quantization | None = None
     notes: tuple[str, ...] = field(default=())
+    # LayerNorm with a bias (StarCoder2, StableLM, Phi-MoE): every hidden-size block norm and the final
+    # norm also hold a bias vector
+    norm_bias: bool = False

@@ -22,6 +22,7 @@ ATTN_NORMS = ("input_layernorm", "post_attention_layernorm")
 FFN_NORMS = {
     0: (), 1: ("post_attention_layernorm",), 2: ("pre_feedforward_layernorm", "post_feedforward_layernorm"),
 }
+BLOCK_NORMS = frozenset(ATTN_NORMS) | {name for names in FFN_NORMS.values() for name in names}
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,12 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
         for block, weights in (("attn", attention_weights(group.spec.attn)), ("ffn", ffn_weights(group.spec.ffn))):
             for w in weights:
                 placed.append(PlacedWeight(group.segment(block, w.part), f"{prefix}.{w.module}", w, group.count))
+                if model.norm_bias and w.kind is NORM and w.module in BLOCK_NORMS:
+                    bias = Weight(w.part, w.module, BIAS, w.shape)
+                    placed.append(PlacedWeight(group.segment(block, w.part), f"{prefix}.{w.module}", bias, group.count))
     placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", NORM, (model.hidden,))))
+    if model.norm_bias:
+        placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", BIAS, (model.hidden,))))
     head = head_weight(model)
     if head is not None:
         placed.append(head)

@@ -48,7 +48,7 @@ _NOT_CONFIG_ARGS = ("architectures", "model_type", "transformers_version", "quan
 # Boolean config fields that change which weights exist; each is flipped in a case of its own.
 TRAITS = {
     "attention_bias", "attention_out_bias", "mlp_bias", "use_bias", "qkv_bias", "use_qk_norm", "use_post_norm",
-    "tie_word_embeddings",
+    "tie_word_embeddings", "use_qkv_bias", "qk_layernorm", "use_parallel_residual",
 }
 
 

@@ -62,7 +62,8 @@ def gqa_attention(view: ConfigView, frame: Frame, qk_norm: bool = False, output_
 
 
 def finish(
-    view: ConfigView, frame: Frame, layers: list[LayerSpec], tie_default: bool, notes: tuple[str, ...] = ()
+    view: ConfigView, frame: Frame, layers: list[LayerSpec], tie_default: bool, notes: tuple[str, ...] = (),
+    norm_bias: bool = False,
 ) -> ModelSpec:
     dtype, source = view.dtype()
     return ModelSpec(
@@ -75,6 +76,7 @@ def finish(
         dtype_source=source,
         quant=parse_quantization(view.cfg),
         notes=notes,
+        norm_bias=norm_bias,
     )
 
 
@@ -101,8 +103,10 @@ class MoeFields:
     score_bias: bool = False  # sigmoid router with a per-expert score-correction vector (noaux_tc)
 
 
-def dense_ffn(view: ConfigView, hidden: int, key: str = "intermediate_size", norms: int = 1, bias: Flag = NEVER) -> DenseFfn:
-    return DenseFfn(hidden=hidden, intermediate=view.req_int(key), bias=bias.read(view), block_norms=norms)
+def dense_ffn(
+    view: ConfigView, hidden: int, key: str = "intermediate_size", norms: int = 1, bias: Flag = NEVER, gated: bool = True
+) -> DenseFfn:
+    return DenseFfn(hidden=hidden, intermediate=view.req_int(key), gated=gated, bias=bias.read(view), block_norms=norms)
 
 
 def moe_ffn(view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1) -> MoeFfn:
@@ -136,11 +140,12 @@ MLP_BIAS = Flag("mlp_bias", False)
 
 
 def ffn_schedule(
-    view: ConfigView, hidden: int, layers: int, fields: MoeFields | None, norms: int = 1, bias: Flag = MLP_BIAS
+    view: ConfigView, hidden: int, layers: int, fields: MoeFields | None, norms: int = 1, bias: Flag = MLP_BIAS,
+    gated: bool = True,
 ) -> list[FfnSpec]:
     """One FFN per layer: dense, all-MoE, or Qwen-style sparse schedule (decoder_sparse_step, mlp_only_layers)."""
     if fields is None:
-        dense = dense_ffn(view, hidden, norms=norms, bias=bias)
+        dense = dense_ffn(view, hidden, norms=norms, bias=bias, gated=gated)
         return [dense] * layers
     moe = moe_ffn(view, hidden, fields, norms)
     if fields.first_dense_key:

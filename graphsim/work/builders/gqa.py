@@ -36,7 +36,10 @@ class GqaProfile:
     attn_norms: int = 1
     ffn_norms: int = 1  # 0: parallel block sharing the attention's input norm (Cohere)
     post_norms: Flag | None = None  # a config flag that adds a post-norm to each block (HyperCLOVA X)
+    parallel: Flag = NEVER  # a config flag for a parallel block: no FFN norm (StableLM use_parallel_residual)
+    norm_bias: bool = False  # LayerNorms with a bias (block norms and the final norm)
     mlp_bias: Flag = MLP_BIAS
+    mlp_gated: bool = True  # False: up → activation → down, no gate projection (relu², gelu MLPs)
     tie_default: bool = False
     sliding_default: int | None = None  # HF config default for sliding_window when the key is absent
     use_sliding: Flag = ALWAYS  # `use_sliding_window` gate (Qwen defaults it to false)
@@ -167,6 +170,21 @@ GLM4_MOE = GqaProfile(
         first_dense_key="first_k_dense_replace", score_bias=True, shared_module="shared_experts",
     ),
 )
+# Arcee (AFM): Llama with an ungated relu² MLP (ArceeMLP: up_proj → act → down_proj).
+ARCEE = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, mlp_gated=False)
+# StarCoder2: LayerNorms with biases, every projection's bias from use_bias, an ungated c_fc → gelu →
+# c_proj MLP (Starcoder2MLP), sliding window on every layer when set.
+STARCODER2 = GqaProfile(
+    qkv_bias=Flag("use_bias", True), o_bias=Flag("use_bias", True), mlp_bias=Flag("use_bias", True), mlp_gated=False,
+    norm_bias=True,
+)
+# StableLM: LayerNorms with biases, q/k/v bias from use_qkv_bias (o_proj none), optional per-head q/k
+# LayerNorms without bias (qk_layernorm: heads × head_dim weights), and a parallel block without the
+# FFN norm when use_parallel_residual.
+STABLELM = GqaProfile(
+    qkv_bias=Flag("use_qkv_bias", False), qk_norm=Flag("qk_layernorm", False), qk_norm_full=True,
+    parallel=Flag("use_parallel_residual", False), norm_bias=True,
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
@@ -226,7 +244,9 @@ def build_gqa_decoder(profile: GqaProfile, view: ConfigView) -> ModelSpec:
     attn_norms, ffn_norms = profile.attn_norms, profile.ffn_norms
     if profile.post_norms is not None and profile.post_norms.read(view):
         attn_norms, ffn_norms = 2, 2
-    ffns = ffn_schedule(view, frame.hidden, frame.layers, profile.moe, ffn_norms, profile.mlp_bias)
+    if profile.parallel.read(view):
+        ffn_norms = 0
+    ffns = ffn_schedule(view, frame.hidden, frame.layers, profile.moe, ffn_norms, profile.mlp_bias, profile.mlp_gated)
     layers = []
     for i, window in enumerate(layer_windows(view, frame.layers, profile)):
         attn = GqaAttention(
@@ -244,4 +264,4 @@ def build_gqa_decoder(profile: GqaProfile, view: ConfigView) -> ModelSpec:
             block_norms=attn_norms,
         )
         layers.append(LayerSpec(attn, ffns[i]))
-    return finish(view, frame, layers, profile.tie_default)
+    return finish(view, frame, layers, profile.tie_default, norm_bias=profile.norm_bias)
