@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, overload
 
 from graphsim.errors import ConfigError
-from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
+from graphsim.work.config_defaults import FRAME_KEYS, class_aliases, class_defaults
 from graphsim.work.dtypes import DType, parse_dtype
 
 _MISSING = object()
@@ -28,6 +28,12 @@ class ConfigView:
         self.cfg = cfg
         self.arch = architecture
         self.defaults = class_defaults(architecture)
+        # transformers' attribute_map: a field may be stated under its alias (and defaulted under either name)
+        aliases = class_aliases(architecture)
+        self.names: dict[str, tuple[str, ...]] = {}
+        for alias, target in aliases.items():
+            self.names[target] = (*self.names.get(target, (target,)), alias)
+            self.names[alias] = (*self.names.get(alias, (alias,)), target)
 
     def _where(self) -> str:
         return f"config.json ({self.arch})"
@@ -36,12 +42,14 @@ class ConfigView:
         return self._get(key) is not _MISSING
 
     def _get(self, key: str) -> Any:
-        if key in self.cfg:
-            value = self.cfg[key]
+        names = self.names.get(key, (key,))
+        stated = next((n for n in names if n in self.cfg), None)
+        if stated is not None:
+            value = self.cfg[stated]
         elif key in FRAME_KEYS:
             value = None
         else:
-            value = self.defaults.get(key)
+            value = next((self.defaults[n] for n in names if self.defaults.get(n) is not None), None)
         return _MISSING if value is None else value
 
     def req_int(self, key: str, minimum: int = 1) -> int:

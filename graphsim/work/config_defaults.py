@@ -44,6 +44,12 @@ def text_model_class(model_type: str) -> str | None:
     return _table()["text_models"].get(model_type)
 
 
+def class_aliases(architecture: str) -> dict[str, str]:
+    """The config class's `attribute_map`: alias → attribute (MellumConfig: num_experts → num_local_experts)."""
+    entry = _table()["architectures"].get(architecture)
+    return dict(entry.get("aliases", {})) if entry else {}
+
+
 def table_architectures() -> tuple[str, ...]:
     return tuple(sorted(_table()["architectures"]))
 

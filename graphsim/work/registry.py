@@ -67,6 +67,10 @@ BUILDERS: dict[str, Builder] = {
     "ArceeForCausalLM": partial(gqa.build_gqa_decoder, gqa.ARCEE),
     "Starcoder2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.STARCODER2),
     "StableLmForCausalLM": partial(gqa.build_gqa_decoder, gqa.STABLELM),
+    "Jais2ForCausalLM": partial(gqa.build_gqa_decoder, gqa.JAIS2),
+    "MellumForCausalLM": partial(gqa.build_gqa_decoder, gqa.MELLUM),
+    "SolarOpenForCausalLM": partial(gqa.build_gqa_decoder, gqa.SOLAR_OPEN),
+    "YoutuForCausalLM": partial(mla.build_mla_decoder, mla.YOUTU),
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
 }
 

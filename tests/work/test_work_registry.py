@@ -189,3 +189,15 @@ def test_wrapper_text_config_naming_a_registered_class_with_an_unknown_model_typ
     text = dict(copy.deepcopy(load_config("DeepSeek-V3")), model_type="kimi_k2")
     wrapper = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": text}
     assert accounting(wrapper).params().total == accounting(load_config("DeepSeek-V3")).params().total
+
+
+def test_a_field_stated_under_its_transformers_alias_is_read():
+    # MellumConfig.attribute_map: num_experts -> num_local_experts; a config may state either name.
+    base = {
+        "architectures": ["MellumForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100, "intermediate_size": 128,
+        "moe_intermediate_size": 32, "num_experts_per_tok": 2, "mlp_layer_types": ["dense", "sparse"],
+    }
+    by_alias = build_model(dict(base, num_experts=6)).stack.layers[1].ffn
+    by_name = build_model(dict(base, num_local_experts=6)).stack.layers[1].ffn
+    assert getattr(by_alias, "experts", None) == getattr(by_name, "experts", None) == 6

@@ -51,7 +51,8 @@ def write_table(architectures: list[str]) -> dict[str, Any]:
     }
     for arch in sorted(architectures):
         name, defaults = defaults_from_transformers(arch)
-        table["architectures"][arch] = {"config_class": name, "defaults": defaults}
+        aliases = dict(getattr(getattr(transformers, arch).config_class, "attribute_map", {}) or {})
+        table["architectures"][arch] = {"config_class": name, "defaults": defaults, "aliases": aliases}
     # model_type → causal-LM class, for the text_config of multimodal wrappers (only the classes the
     # accountant registers; one class per model type).
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES

@@ -101,6 +101,7 @@ class MoeFields:
     shared_count_key: str | None = None  # DeepSeek-style: shared width = this count × the expert width
     first_dense_key: str | None = None  # layers below this index use the dense MLP (first_k_dense_replace)
     score_bias: bool = False  # sigmoid router with a per-expert score-correction vector (noaux_tc)
+    layer_types: bool = False  # the config class lists "dense" / "sparse" per layer in mlp_layer_types
 
 
 def dense_ffn(
@@ -148,6 +149,15 @@ def ffn_schedule(
         dense = dense_ffn(view, hidden, norms=norms, bias=bias, gated=gated)
         return [dense] * layers
     moe = moe_ffn(view, hidden, fields, norms)
+    kinds = view.opt_str_list("mlp_layer_types") if fields.layer_types else None
+    if kinds is not None:  # transformers 5's per-layer "dense" / "sparse" list, when the class has one
+        if len(kinds) != layers or any(k not in ("dense", "sparse") for k in kinds):
+            raise ConfigError(
+                f"config.json ({view.arch}): mlp_layer_types must list 'dense' or 'sparse' for each of the {layers} "
+                "layers; fix the config"
+            )
+        dense = dense_ffn(view, hidden, norms=norms, bias=bias)
+        return [moe if k == "sparse" else dense for k in kinds]
     if fields.first_dense_key:
         first = view.opt_int(fields.first_dense_key, 0, minimum=0) or 0
         dense = dense_ffn(view, hidden, norms=norms, bias=bias)

@@ -185,6 +185,23 @@ STABLELM = GqaProfile(
     qkv_bias=Flag("use_qkv_bias", False), qk_norm=Flag("qk_layernorm", False), qk_norm_full=True,
     parallel=Flag("use_parallel_residual", False), norm_bias=True,
 )
+# Jais-2: every projection biased (attention_bias, mlp_bias), an ungated relu² MLP, LayerNorms with biases.
+JAIS2 = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, mlp_gated=False, norm_bias=True)
+# Mellum: per-head q/k norms; sliding/full per layer_types; MoE or dense per mlp_layer_types
+# (MellumDecoderLayer), experts of moe_intermediate_size.
+MELLUM = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, window_rule=WindowRule.NONE,
+    moe=MoeFields("num_local_experts", "moe_intermediate_size", layer_types=True),
+)
+# Solar Open: every layer MoE (SolarOpenDecoderLayer), n_shared_experts × moe_intermediate_size shared
+# experts, sigmoid router with score correction.
+SOLAR_OPEN = GqaProfile(
+    qkv_bias=ATTN_BIAS,
+    moe=MoeFields(
+        "n_routed_experts", "moe_intermediate_size", shared_count_key="n_shared_experts", score_bias=True,
+        shared_module="shared_experts",
+    ),
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(

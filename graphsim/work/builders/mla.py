@@ -29,6 +29,8 @@ DEEPSEEK_V2 = MlaProfile(first_k_dense_default=0, topk_method_default="greedy")
 DEEPSEEK_V3 = MlaProfile(first_k_dense_default=3, topk_method_default="noaux_tc")
 # DeepSeek-V3.2 and GLM-5 (GlmMoeDsa): V3's MLA + DeepSeekMoE (sigmoid router with score correction,
 # Glm4MoeLite's router) plus DSA's indexer (transformers models/deepseek_v32, glm_moe_dsa).
+# Youtu: MLA with a dense MLP in every layer and no MoE (transformers models/youtu; YoutuMLP bias=False).
+YOUTU = MlaProfile(first_k_dense_default=0, topk_method_default="greedy", mlp_bias=NEVER)
 # Their MLPs take no bias whatever mlp_bias says (Glm4MoeLiteMLP: bias=False).
 DEEPSEEK_V32 = MlaProfile(
     first_k_dense_default=3, topk_method_default="noaux_tc", sparse_attention=True, mlp_bias=NEVER
