@@ -71,6 +71,9 @@ BUILDERS: dict[str, Builder] = {
     "MellumForCausalLM": partial(gqa.build_gqa_decoder, gqa.MELLUM),
     "SolarOpenForCausalLM": partial(gqa.build_gqa_decoder, gqa.SOLAR_OPEN),
     "YoutuForCausalLM": partial(mla.build_mla_decoder, mla.YOUTU),
+    "GPTNeoXForCausalLM": partial(gqa.build_gqa_decoder, gqa.GPT_NEOX),
+    "Emu3ForCausalLM": partial(gqa.build_gqa_decoder, gqa.EMU3),
+    "FlexOlmoForCausalLM": partial(gqa.build_gqa_decoder, gqa.FLEX_OLMO),
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
 }
 

@@ -150,7 +150,7 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
     for i, layer in enumerate(spec.stack.layers):
         attn = layer.attn
         if isinstance(attn, GqaAttention):
-            kv = hf.num_key_value_heads if hf.num_key_value_heads is not None else hf.num_attention_heads
+            kv = getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads  # GPT-NeoX has no such field
             if arch == "MiMoV2FlashForCausalLM" and layer_types and layer_types[i] == "sliding_attention":
                 kv *= 2  # MiMoV2FlashAttention: sliding layers double num_key_value_heads
             head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads

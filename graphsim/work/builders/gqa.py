@@ -202,6 +202,16 @@ SOLAR_OPEN = GqaProfile(
         shared_module="shared_experts",
     ),
 )
+# GPT-NeoX: fused query_key_value and dense with attention_bias, an ungated dense_h_to_4h → gelu →
+# dense_4h_to_h MLP with biases, LayerNorms with biases (the parallel residual changes no weights).
+GPT_NEOX = GqaProfile(
+    qkv_bias=Flag("attention_bias", True), o_bias=Flag("attention_bias", True), mlp_bias=ALWAYS, mlp_gated=False,
+    norm_bias=True,
+)
+# Emu3 (text model): Llama's layers (Emu3Attention / Emu3DecoderLayer subclass Llama's).
+EMU3 = LLAMA
+# FlexOlmo: OLMo-2's post-norms and full-width q/k norms with OLMoE's experts.
+FLEX_OLMO = OLMOE
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
