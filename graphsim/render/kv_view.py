@@ -93,7 +93,7 @@ def capacity_lines(dep: Deployment) -> list[str]:
         lines.append(f"[bold red]no memory is left for the KV cache[/] ({fmt_bytes(cap.available_bytes)}): the weights "
                      f"and buffers do not fit {dep.hardware.name} at tp={dep.tp}; raise --tp or --gpu-memory-utilization")
     lines.append(f"capacity: [bold]{cap.num_blocks:,} blocks[/] of {fmt_bytes(cap.bytes_per_block)} "
-                 f"= {cap.available_bytes // max(cap.bytes_per_block, 1):,} × {cap.bytes_per_block:,} B; one request of "
+                 f"= {max(cap.available_bytes, 0) // max(cap.bytes_per_block, 1):,} × {cap.bytes_per_block:,} B; one request of "
                  f"max_model_len {cap.max_model_len:,} needs {cap.blocks_per_request:,} blocks")
     if lay.single_block_size:
         lines.append(f"tokens in the cache: {cap.num_blocks:,} × {lay.block_size} = {cap.num_blocks * lay.block_size:,}")
