@@ -285,3 +285,28 @@ SloTtftMs = Annotated[float | None, typer.Option("--slo-ttft-ms", callback=posit
 SloTpotMs = Annotated[float | None, typer.Option("--slo-tpot-ms", callback=positive_ms, help="Goodput SLO on TPOT.")]
 SloE2eMs = Annotated[float | None, typer.Option("--slo-e2e-ms", callback=positive_ms,
                                                 help="Goodput SLO on end-to-end latency.")]
+
+
+# --- serving: the synthetic workload and the router (simulate, sweep) ----------------------------
+INPUT_LEN, OUTPUT_LEN = "1024:4096", "100:500"  # graphsim's synthetic workloads' default lengths
+
+
+def _router(value: str) -> str:
+    from graphsim.serving.router import RouterPolicy
+
+    if value not in {p.value for p in RouterPolicy}:
+        raise typer.BadParameter(f"unknown router '{value}'; use {' or '.join(p.value for p in RouterPolicy)}")
+    return value
+
+
+Replicas = Annotated[int, typer.Option("--replicas", "--data-parallel-size", "-dp", min=1,
+                                       help="Data-parallel replicas behind the router.")]
+Router = Annotated[str, typer.Option("--router", callback=_router, help="round-robin or least-outstanding.")]
+Arrival = Annotated[str, typer.Option("--arrival", help="poisson or gamma (open loop).")]
+Cv = Annotated[float, typer.Option("--cv", help="Gamma arrivals: coefficient of variation of the gaps.")]
+InputLen = Annotated[str, typer.Option("--input-len", help="N (fixed) or LO:HI (uniform).")]
+OutputLen = Annotated[str, typer.Option("--output-len", help="N (fixed) or LO:HI (uniform).")]
+SharedPrefix = Annotated[int, typer.Option("--shared-prefix", min=0,
+                                           help="Tokens of a shared prompt prefix (synthetic workloads).")]
+PrefixGroups = Annotated[int, typer.Option("--prefix-groups", min=1, help="Distinct shared prefixes, drawn uniformly.")]
+ThinkS = Annotated[float, typer.Option("--think-s", min=0, help="Closed loop: pause before a client's next request.")]

@@ -12,17 +12,6 @@ from graphsim.cli.app import app, console, err_console
 from graphsim.versions import versions
 
 
-def _router(value: str) -> str:
-    from graphsim.serving.router import RouterPolicy
-
-    if value not in {p.value for p in RouterPolicy}:
-        raise typer.BadParameter(f"unknown router '{value}'; use {' or '.join(p.value for p in RouterPolicy)}")
-    return value
-
-
-INPUT_LEN, OUTPUT_LEN = "1024:4096", "100:500"  # graphsim's synthetic workloads' default lengths
-
-
 def _bench_mode(dataset_name: str | None, trace: str | None, range_ratio: float, prefix_len: int, burstiness: float,
                 warm: bool, synthetic_options: dict[str, bool] | None = None) -> bool:
     """--dataset-name random selects vllm bench serve's workload; its own options need it, and graphsim's synthetic
@@ -74,21 +63,20 @@ def simulate_cmd(
     revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
-    replicas: int = typer.Option(1, "--replicas", "--data-parallel-size", "-dp", min=1,
-                                 help="Data-parallel replicas behind the router."),
-    router: str = typer.Option("round-robin", "--router", callback=_router, help="round-robin or least-outstanding."),
+    replicas: opt.Replicas = 1,
+    router: opt.Router = "round-robin",
     rate: float | None = typer.Option(None, "--rate", "--request-rate",
                                       help="Open loop: requests per second (inf: all at t = 0, as vllm bench serve)."),
-    arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma."),
-    cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
+    arrival: opt.Arrival = "poisson",
+    cv: opt.Cv = 1.0,
     concurrency: int | None = typer.Option(None, "--concurrency", "--max-concurrency", min=1, help="Closed loop: clients, each sending its next request when the last one finishes (vllm bench serve's --max-concurrency: at most N in flight)."),
     trace: str | None = typer.Option(None, "--trace", help="Replay a JSONL trace (arrival_s, input_tokens, output_tokens[, prefix_id, prefix_tokens])."),
     num_requests: int = typer.Option(1000, "--num-requests", "--num-prompts", "-n", min=1, help="Requests to send (synthetic workloads)."),
-    input_len: str = typer.Option(INPUT_LEN, "--input-len", help="N (fixed) or LO:HI (uniform)."),
-    output_len: str = typer.Option(OUTPUT_LEN, "--output-len", help="N (fixed) or LO:HI (uniform)."),
-    shared_prefix: int = typer.Option(0, "--shared-prefix", min=0, help="Tokens of a shared prompt prefix (synthetic workloads)."),
-    prefix_groups: int = typer.Option(1, "--prefix-groups", min=1, help="Distinct shared prefixes, drawn uniformly."),
-    think_s: float = typer.Option(0.0, "--think-s", min=0, help="Closed loop: pause before a client's next request."),
+    input_len: opt.InputLen = opt.INPUT_LEN,
+    output_len: opt.OutputLen = opt.OUTPUT_LEN,
+    shared_prefix: opt.SharedPrefix = 0,
+    prefix_groups: opt.PrefixGroups = 1,
+    think_s: opt.ThinkS = 0.0,
     dataset_name: str | None = typer.Option(None, "--dataset-name", help="random: vllm bench serve's random dataset and "
                                             "arrivals (--random-*, --request-rate default inf, --burstiness, --max-concurrency)."),
     random_input_len: int = typer.Option(1024, "--random-input-len", min=1, help="--dataset-name random: input tokens."),
@@ -152,7 +140,7 @@ def simulate_cmd(
     from graphsim.serving.requests import WorkloadSpecError
 
     bench = _bench_mode(dataset_name, trace, random_range_ratio, random_prefix_len, burstiness, warm_prefix_cache, {
-        "--input-len": input_len != INPUT_LEN, "--output-len": output_len != OUTPUT_LEN,
+        "--input-len": input_len != opt.INPUT_LEN, "--output-len": output_len != opt.OUTPUT_LEN,
         "--shared-prefix": shared_prefix != 0, "--prefix-groups": prefix_groups != 1, "--think-s": think_s != 0.0,
         "--arrival": arrival != "poisson", "--cv": cv != 1.0})
     pct_metrics, pcts = parse_percentile_metrics(percentile_metrics), parse_percentiles(metric_percentiles)

@@ -36,17 +36,16 @@ def sweep_cmd(
                                              help="Closed loop: client counts to sweep (e.g. 1,8,32)."),
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
-    replicas: int = typer.Option(1, "--replicas", "--data-parallel-size", "-dp", min=1,
-                                 help="Data-parallel replicas behind the router."),
-    router: str = typer.Option("round-robin", "--router", help="round-robin or least-outstanding."),
-    arrival: str = typer.Option("poisson", "--arrival", help="poisson or gamma (open loop)."),
-    cv: float = typer.Option(1.0, "--cv", help="Gamma arrivals: coefficient of variation of the gaps."),
+    replicas: opt.Replicas = 1,
+    router: opt.Router = "round-robin",
+    arrival: opt.Arrival = "poisson",
+    cv: opt.Cv = 1.0,
     num_requests: int = typer.Option(1000, "--num-requests", "--num-prompts", "-n", min=1, help="Requests per point."),
-    input_len: str = typer.Option("1024:4096", "--input-len", help="N (fixed) or LO:HI (uniform)."),
-    output_len: str = typer.Option("100:500", "--output-len", help="N (fixed) or LO:HI (uniform)."),
-    shared_prefix: int = typer.Option(0, "--shared-prefix", min=0, help="Tokens of a shared prompt prefix."),
-    prefix_groups: int = typer.Option(1, "--prefix-groups", min=1, help="Distinct shared prefixes, drawn uniformly."),
-    think_s: float = typer.Option(0.0, "--think-s", min=0, help="Closed loop: pause before a client's next request."),
+    input_len: opt.InputLen = opt.INPUT_LEN,
+    output_len: opt.OutputLen = opt.OUTPUT_LEN,
+    shared_prefix: opt.SharedPrefix = 0,
+    prefix_groups: opt.PrefixGroups = 1,
+    think_s: opt.ThinkS = 0.0,
     seed: opt.Seed = 0,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     kv_memory: opt.KvMemory = None,
@@ -82,15 +81,12 @@ def sweep_cmd(
     from graphsim.serving.config import DeploymentConfig
     from graphsim.serving.deployment import build_cost, plan_deployment
     from graphsim.serving.requests import WorkloadSpecError
-    from graphsim.serving.router import RouterPolicy
 
     rate_list = _values(rates, "--rates", float)
     conc_list = _values(concurrencies, "--concurrencies", int)
     if (rate_list is None) == (conc_list is None):
         raise WorkloadSpecError("give exactly one of --rates R1,R2,… (open loop) or --concurrencies N1,N2,… "
                                 "(closed loop)")
-    if router not in {p.value for p in RouterPolicy}:
-        raise WorkloadSpecError(f"unknown --router '{router}'; use {' or '.join(p.value for p in RouterPolicy)}")
     if plot:
         from graphsim.render.serving_plots import check_plot_path
 
