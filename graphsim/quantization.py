@@ -395,16 +395,19 @@ def parse_quant_config(raw: Any, source: str = "quantization_config") -> Quantiz
                       f"compressed-tensors, awq, gptq, mxfp4); {FIX}")
 
 
-def parse_quantization(cfg: Mapping[str, Any]) -> Quantization | None:
-    """The quantization of a config dict (its `quantization_config`, or its text_config's for multimodal
-    configs that state it there); None when unquantized."""
+def raw_quantization_config(cfg: Mapping[str, Any]) -> Any:
+    """A config dict's `quantization_config`, or its text_config's for multimodal configs that state it there."""
     raw = cfg.get("quantization_config")
     text = cfg.get("text_config")
     if raw is None and isinstance(text, Mapping):
         raw = text.get("quantization_config")
-    if raw is None:
-        return None
-    return parse_quant_config(raw)
+    return raw
+
+
+def parse_quantization(cfg: Mapping[str, Any]) -> Quantization | None:
+    """The quantization of a config dict (`raw_quantization_config`); None when unquantized."""
+    raw = raw_quantization_config(cfg)
+    return None if raw is None else parse_quant_config(raw)
 
 
 def without_quantization(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import torch
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.importers.hf import custom_ops
-from graphsim.quantization import parse_quant_config
+from graphsim.quantization import parse_quant_config, raw_quantization_config
 
 _TORCH_DTYPES = {
     "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -134,10 +134,7 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
 def quantization_of(cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The config's quantization_config (or its text_config's), checked by graphsim.quantization so that an
     unknown method is refused at import (ConfigError) instead of being priced in the model dtype later."""
-    raw = cfg.get("quantization_config")
-    text = cfg.get("text_config")
-    if raw is None and isinstance(text, dict):
-        raw = text.get("quantization_config")
+    raw = raw_quantization_config(cfg)
     if raw is None:
         return None
     parse_quant_config(raw)
