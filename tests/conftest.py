@@ -57,6 +57,28 @@ def hf_import():
 
 
 @pytest.fixture(scope="session")
+def benchmark_script():
+    """`benchmark_script(name)` → the module `benchmarks/<name>.py`, loaded once (the benchmarks are scripts,
+    not a package)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str):
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, root / f"{name}.py")
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        return sys.modules[name]
+
+    return load
+
+
+@pytest.fixture(scope="session")
 def modules_loaded_by():
     """`modules_loaded_by(code)` → the names in sys.modules after running `code` in a fresh Python."""
     import json

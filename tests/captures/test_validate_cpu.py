@@ -1,10 +1,7 @@
 """benchmarks/validate_cpu.py runs end to end on a tiny model: profile → predict → real forward → finite errors.
 (The ≤ 10 % median error is a benchmark figure on the real sizes, not asserted here.)"""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,20 +9,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 profiler = pytest.importorskip("graphsim.profiles.profiler")
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("validate_cpu", ROOT / "benchmarks" / "validate_cpu.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_cpu"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_validation_loop_runs_and_errors_are_finite(tmp_path):
-    V = load_benchmark()
+def test_validation_loop_runs_and_errors_are_finite(tmp_path, benchmark_script):
+    V = benchmark_script("validate_cpu")
     spec = V.ModelSpec("tiny", "llama-3.1-8b", dict(
         hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
         vocab_size=97, max_position_embeddings=256))
@@ -43,8 +30,8 @@ def test_validation_loop_runs_and_errors_are_finite(tmp_path):
     assert (tmp_path / "tiny" / "config.json").is_file() and (tmp_path / "tiny.db").is_file()
 
 
-def test_case_grid_covers_every_case_with_generic_points():
-    V = load_benchmark()
+def test_case_grid_covers_every_case_with_generic_points(benchmark_script):
+    V = benchmark_script("validate_cpu")
     from graphsim.workload import parse_batch_spec
 
     steps = [parse_batch_spec(s) for s in ("prefill:1x512", "prefill:4x128", "prefill:1x256@256", "decode:16x512")]

@@ -3,27 +3,13 @@ imports aiconfigurator's H200 tables and compiles its engine). The accuracy figu
 asserted here."""
 
 import argparse
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("validate_static", ROOT / "benchmarks" / "validate_static.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_static"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_aiconfigurator_op_names_fall_in_graphsim_categories():
-    V = load_benchmark()
+def test_aiconfigurator_op_names_fall_in_graphsim_categories(benchmark_script):
+    V = benchmark_script("validate_static")
     # op names as aiconfigurator-core 0.12's run_static_per_op / decode_step_per_op return them
     want = {"context_qkv_gemm": "gemm", "generation_logits_gemm": "gemm", "context_router_gemm": "gemm",
             "context_attention": "attention", "generation_mla_block": "attention", "context_moe": "moe",
@@ -33,10 +19,10 @@ def test_aiconfigurator_op_names_fall_in_graphsim_categories():
     assert {name: V.aic_category(name) for name in want} == want
 
 
-def test_model_groups_come_from_the_config():
+def test_model_groups_come_from_the_config(benchmark_script):
     from graphsim.catalog import resolve_model
 
-    V = load_benchmark()
+    V = benchmark_script("validate_static")
     groups = {m: V.model_group(resolve_model(m).config) for m in ("llama-3.1-8b", "qwen3-32b", "qwen3-30b-a3b",
                                                                   "deepseek-v3")}
     assert groups == {"llama-3.1-8b": "dense", "qwen3-32b": "dense", "qwen3-30b-a3b": "MoE/MLA",
@@ -46,11 +32,11 @@ def test_model_groups_come_from_the_config():
 
 
 @pytest.mark.slow
-def test_quick_run_end_to_end(tmp_path):
+def test_quick_run_end_to_end(tmp_path, benchmark_script):
     pytest.importorskip("torch")
     pytest.importorskip("aiconfigurator_core")
     pytest.importorskip("pyarrow")
-    V = load_benchmark()
+    V = benchmark_script("validate_static")
     args = argparse.Namespace(systems="h200_sxm", quick=True, models="llama-3.1-8b", db=None,
                               db_dir=str(tmp_path), detail=0.10, json=True)
     out = V.run(args)

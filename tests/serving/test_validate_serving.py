@@ -3,23 +3,9 @@ out, the stored data, and (slow) one run end to end."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _harness():
-    spec = importlib.util.spec_from_file_location("validate_serving", ROOT / "benchmarks" / "validate_serving.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_serving"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _run(rid: str, n: int, in_len: int, out: int, time: str, seed: int = 0, pid: int = 1) -> dict:
@@ -27,8 +13,8 @@ def _run(rid: str, n: int, in_len: int, out: int, time: str, seed: int = 0, pid:
             "measured": {"completed": n, "total_output_tokens": n * out}, "server_log": {"api_server_pid": pid, "time": time}}
 
 
-def test_warm_prompts_replays_the_servers_lru():
-    h = _harness()
+def test_warm_prompts_replays_the_servers_lru(benchmark_script):
+    h = benchmark_script("validate_serving")
     a = _run("a", 3, 100, 28, "01")  # 3 prompts of 100 in + 28 out: 128 tokens each
     b = _run("b", 2, 300, 84, "02")  # other prompts (another length): 384 tokens each
     c = _run("c", 4, 100, 28, "03")
@@ -43,8 +29,8 @@ def test_warm_prompts_replays_the_servers_lru():
     assert h.warm_prompts(_run("e", 4, 100, 28, "03", pid=2), runs, 10_000) == {0}
 
 
-def test_left_out_runs_say_why():
-    h = _harness()
+def test_left_out_runs_say_why(benchmark_script):
+    h = benchmark_script("validate_serving")
     test = {"model": "Qwen2-7B-Instruct"}
     run = _run("x", 10, 1024, 1024, "01")
     run["bench"]["random_output_len"] = 1024
@@ -53,8 +39,8 @@ def test_left_out_runs_say_why():
     assert "894" in h.excluded(run, test)
 
 
-def test_stored_runs_are_complete_facts():
-    h = _harness()
+def test_stored_runs_are_complete_facts(benchmark_script):
+    h = benchmark_script("validate_serving")
     runs, tests = h.load_runs()
     assert len(runs) == 87  # 81 dennislee22 runs + 6 kvcached runs
     for r in runs:
@@ -65,8 +51,8 @@ def test_stored_runs_are_complete_facts():
 
 
 @pytest.mark.slow
-def test_one_run_end_to_end(tmp_path, capsys):
-    h = _harness()
+def test_one_run_end_to_end(tmp_path, capsys, benchmark_script):
+    h = benchmark_script("validate_serving")
     assert h.main(["--subset", "dl22-t5-46", "--json", "--profiles", str(tmp_path)]) == 0
     doc = json.loads(capsys.readouterr().out)
     (row,) = doc["runs"]
