@@ -23,7 +23,7 @@ from pathlib import Path
 from graphsim.costing.aiconfigurator_tables import (
     Columns, Converted, MlaGeometry, convert_context_attention, convert_context_mla, convert_custom_allreduce,
     convert_gemm, convert_generation_attention, convert_generation_mla, convert_mla_context_module,
-    convert_mla_generation_module, convert_moe, convert_nccl,
+    convert_mla_generation_module, convert_moe, convert_moe_a2a, convert_nccl,
 )
 from graphsim.costing.errors import ImportDataError, OptionalDependencyError
 from graphsim.costing.hardware import list_hardware
@@ -60,6 +60,7 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
     TableSpec("moe_perf", "moe", TableKind.MOE),
     TableSpec("nccl_perf", "comm", TableKind.COLLECTIVE),  # comm/nccl/<nccl version>/
     TableSpec("custom_allreduce_perf", "comm", TableKind.COLLECTIVE),
+    TableSpec("moe_a2a_perf", "comm", TableKind.COLLECTIVE),  # DeepEP dispatch/combine (costing/all2all.py)
 )
 
 
@@ -242,6 +243,7 @@ _CONVERTERS: dict[str, Callable[[Columns], Converted]] = {
     "moe_perf": convert_moe,
     "nccl_perf": convert_nccl,
     "custom_allreduce_perf": convert_custom_allreduce,
+    "moe_a2a_perf": convert_moe_a2a,
 }
 
 

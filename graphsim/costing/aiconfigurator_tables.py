@@ -286,3 +286,27 @@ def convert_custom_allreduce(cols: Columns) -> Converted:
     for op, ng, dt, size, lat, ks in _rows(cols, names, {"op_name": "all_reduce", "kernel_source": "custom"}):
         b.add(lambda: _collective(op, ng, dt, size, str(ks).lower()), lat, ks)
     return b.done()
+
+
+def convert_moe_a2a(cols: Columns) -> Converted:
+    """vLLM's DeepEP dispatch/combine rows (`comm/vllm/<v>/moe_a2a_perf.parquet`, aiconfigurator's wideep_vllm
+    collector) → all-to-all collective rows of `ep_size` GPUs whose implementation names backend, phase and MoE
+    geometry (`costing.all2all.implementation`), at the message a rank sends (`costing.all2all.exchange_bytes`:
+    num_tokens per rank × topk × hidden × 2 bytes). This table's `latency` is in microseconds (it equals its
+    `transmit_us` + `notify_us` columns), not the milliseconds of the other tables. Rows of more than one node
+    are skipped (graphsim's collective rows describe one node)."""
+    from graphsim.costing.all2all import exchange_bytes, implementation
+
+    b = _Builder()
+    names = ("comm_backend", "phase", "ep_size", "node_num", "hidden_size", "topk", "num_experts", "num_tokens",
+             "latency", "kernel_source")
+    for be, phase, ep, nodes, hid, topk, ne, tok, lat_us, ks in _rows(cols, names, {"node_num": 1, "kernel_source": "deepep"}):
+        def make(be=be, phase=phase, ep=ep, nodes=nodes, hid=hid, topk=topk, ne=ne, tok=tok):
+            if _int(nodes) != 1:
+                raise _Skip("exchange across nodes")
+            impl = implementation(str(be), str(phase), _int(hid), _int(topk), _int(ne))
+            key = CollectiveKey(CollectiveOp.ALL_TO_ALL, _int(ep), KernelDtype.BF16, impl)
+            return key, MessagePoint(exchange_bytes(_int(tok), _int(hid), _int(topk)))
+        b.add(make, float(lat_us) / MS_TO_US if isinstance(lat_us, (int, float)) else lat_us, ks)  # µs → the builder's ms
+    return b.done()
+

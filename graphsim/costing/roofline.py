@@ -16,8 +16,8 @@ import numpy as np
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, KernelKey,
-    MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey,
+    SEND_RECV_NETWORK, AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey,
+    KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey,
 )
 
 
@@ -128,6 +128,7 @@ _BUS_FACTOR = {
     CollectiveOp.ALL_GATHER: lambda n: (n - 1) / n,
     CollectiveOp.REDUCE_SCATTER: lambda n: (n - 1) / n,
     CollectiveOp.ALL_TO_ALL: lambda n: (n - 1) / n,
+    CollectiveOp.SEND_RECV: lambda n: 1.0,  # the whole message crosses one link (nccl-tests: SendRecv busBw = algBw)
 }
 
 
@@ -141,7 +142,8 @@ def collective_roofline_us(spec: HardwareSpec, key: CollectiveKey, coords: np.nd
     spread rings over several NICs and do better; give the bandwidth it reaches with --network-bandwidth."""
     topo = spec.topology()
     bw, lat = topo.link_bandwidth_bytes_per_s, topo.link_latency_us
-    if topo.nodes(key.num_gpus) > 1:
+    # a pipeline send/recv is between two GPUs; its key says when they sit on different nodes
+    if topo.nodes(key.num_gpus) > 1 or (key.op is CollectiveOp.SEND_RECV and key.implementation == SEND_RECV_NETWORK):
         if topo.network_bandwidth_bytes_per_s <= 0:
             return None
         bw, lat = min(bw, topo.network_bandwidth_bytes_per_s), lat + topo.network_latency_us
