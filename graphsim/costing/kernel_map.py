@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing.collectives import CollectiveContext, plan_steps
+from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey, KernelKey,
-    MlaDecodeKey, MlaPrefillKey, MoeKey,
+    PP_NETWORK_GROUP, SEND_RECV_NETWORK, AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp,
+    ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey, MlaPrefillKey, MoeKey,
 )
 from graphsim.costing.moe_routing import BALANCED, RoutingModel
 from graphsim.ir.geometry import (
@@ -41,6 +41,7 @@ class NoKernelKey(ValueError):
 _COLLECTIVES = {
     KernelKind.ALL_REDUCE: CollectiveOp.ALL_REDUCE, KernelKind.ALL_GATHER: CollectiveOp.ALL_GATHER,
     KernelKind.REDUCE_SCATTER: CollectiveOp.REDUCE_SCATTER, KernelKind.ALL_TO_ALL: CollectiveOp.ALL_TO_ALL,
+    KernelKind.SEND_RECV: CollectiveOp.SEND_RECV,
 }
 
 
@@ -257,6 +258,14 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
         # a routing corpus: per load bin, the balanced rows at the busiest expert's load, weighted (moe_routing)
         return KernelRows(tuple(KeyRows(key, np.ceil(rows * ratio).reshape(-1, 1), steps, steps, weight=share)
                                 for ratio, share in dt.routing.loads))
+    if a.kind is KernelKind.SEND_RECV and isinstance(a.geometry, CollectiveGeometry) and isinstance(key, CollectiveKey):
+        # a pipeline hop (costing/pipeline.py): vLLM's send_tensor_dict runs torch.distributed / NCCL send-recv
+        # between two GPUs; across nodes (its group says so) on the network
+        net = a.geometry.group == PP_NETWORK_GROUP
+        hop = CollectiveKey(CollectiveOp.SEND_RECV, 2, key.dtype, SEND_RECV_NETWORK if net else NCCL_ROWS)
+        note = f"NCCL send/recv between pipeline stages, {'across nodes (network)' if net else 'inside a node (link)'}"
+        return KernelRows((KeyRows(hop, np.maximum(1, rows * a.geometry.bytes_per_row).reshape(-1, 1), steps, steps,
+                                   note),))
     if isinstance(a.geometry, CollectiveGeometry) and isinstance(key, CollectiveKey):
         return _collective_rows(key, np.maximum(1, rows * a.geometry.bytes_per_row), arr.tokens, coll)
     return KernelRows((KeyRows(key, rows.reshape(-1, 1), steps, steps),))

@@ -37,6 +37,14 @@ class CollectiveOp(str, Enum):
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"  # point-to-point, one sender and one receiver (pipeline stages)
+
+
+# the implementation of a send/recv between two GPUs on different nodes (costing/pipeline.py): priced on the network
+SEND_RECV_NETWORK = "nccl@network"
+# the `group` of a pipeline hop's CollectiveGeometry: inside one node, or between two nodes
+PP_GROUP = "pp"
+PP_NETWORK_GROUP = "pp-network"
 
 
 class MoeRouting(str, Enum):

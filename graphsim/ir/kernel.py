@@ -43,11 +43,12 @@ class KernelKind(str, Enum):
     ALL_GATHER = "all_gather"
     REDUCE_SCATTER = "reduce_scatter"
     ALL_TO_ALL = "all_to_all"
+    SEND_RECV = "send_recv"  # point-to-point between pipeline stages (costing/pipeline.py)
 
     @property
     def is_collective(self) -> bool:
         return self in (KernelKind.ALL_REDUCE, KernelKind.ALL_GATHER, KernelKind.REDUCE_SCATTER,
-                        KernelKind.ALL_TO_ALL)
+                        KernelKind.ALL_TO_ALL, KernelKind.SEND_RECV)
 
 
 class Rows(str, Enum):
@@ -80,6 +81,7 @@ GEOMETRY_FOR_KIND: dict[KernelKind, type[Geometry]] = {
     KernelKind.ALL_GATHER: CollectiveGeometry,
     KernelKind.REDUCE_SCATTER: CollectiveGeometry,
     KernelKind.ALL_TO_ALL: CollectiveGeometry,
+    KernelKind.SEND_RECV: CollectiveGeometry,
 }
 
 
