@@ -100,6 +100,39 @@ Tp = Annotated[int, typer.Option(
     "--tp", "--tensor-parallel-size", "-tp", min=1, help="Tensor-parallel size.")]
 Ep = Annotated[int, typer.Option("--ep", min=1, help="Expert-parallel size of the MoE layers (1: every rank "
                                                       "holds every expert).")]
+# vLLM's pipeline parallel (costing/pipeline.py, docs/deployment-modes.md)
+PipelineParallel = Annotated[int, typer.Option(
+    "--pipeline-parallel-size", "-pp", min=1, max=1024,
+    help="vLLM's --pipeline-parallel-size: the layers split into this many stages of tp GPUs each (vLLM's "
+         "get_pp_indices), hidden states sent between them; GPUs: tp × pp.")]
+PpLayerPartition = Annotated[str | None, typer.Option(
+    "--pp-layer-partition", metavar="N,N,…",
+    help="Layers per pipeline stage, as vLLM's VLLM_PP_LAYER_PARTITION (e.g. 4,6,6,4); default: that variable "
+         "when set, else vLLM's even split.")]
+
+
+def _all2all_backend(value: str | None) -> str | None:
+    from graphsim.costing.all2all import All2AllError, check_backend
+
+    try:
+        return None if value is None else check_backend(value)
+    except All2AllError as e:
+        raise typer.BadParameter(str(e).removeprefix(f"unknown --all2all-backend '{value}'; ")) from None
+
+
+# vLLM's data-parallel attention + expert parallel (docs/deployment-modes.md); `--ep N` above is graphsim's explicit
+# EP size of one TP group (vLLM's TP+EP), kept; `-ep` is not taken as vLLM's short flag to avoid reading like it.
+DataParallel = Annotated[int, typer.Option(
+    "--data-parallel-size", "-dp", min=1,
+    help="vLLM's --data-parallel-size. A MoE model: DP ranks, each with its own attention, batch and KV cache, "
+         "sharing the experts (spread over dp × tp GPUs) in lockstep. A dense model: independent replicas.")]
+EnableExpertParallel = Annotated[bool, typer.Option(
+    "--enable-expert-parallel", help="vLLM's --enable-expert-parallel: whole experts spread over dp × tp GPUs "
+                                     "(EP = dp × tp) instead of every expert tensor-sharded over them.")]
+All2AllBackendOpt = Annotated[str | None, typer.Option(
+    "--all2all-backend", callback=_all2all_backend, metavar="NAME",
+    help="vLLM's --all2all-backend for the MoE dispatch/combine with -dp: allgather_reducescatter (vLLM's default), "
+         "naive, deepep_high_throughput, deepep_low_latency or pplx.")]
 Dtype = Annotated[str | None, typer.Option(
     "--dtype", callback=_model_dtype, metavar="DTYPE",
     help="Model dtype: auto (the config's), bfloat16, float16 (half), float32 (float), as vLLM's --dtype.")]

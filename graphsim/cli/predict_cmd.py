@@ -7,6 +7,7 @@ import json
 
 import typer
 
+from graphsim.cli import afd_cli
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console
 from graphsim.cli.sources import load_source
@@ -20,6 +21,11 @@ def predict_cmd(
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     ep: opt.Ep = 1,
+    pipeline_parallel_size: opt.PipelineParallel = 1,
+    pp_layer_partition: opt.PpLayerPartition = None,
+    data_parallel_size: opt.DataParallel = 1,
+    enable_expert_parallel: opt.EnableExpertParallel = False,
+    all2all_backend: opt.All2AllBackendOpt = None,
     batch: opt.Batches = None,
     profile: opt.Profile = None,
     target: opt.Target = "vllm",
@@ -33,6 +39,11 @@ def predict_cmd(
     network_latency_us: opt.NetworkLatency = None,
     enforce_eager: opt.EnforceEager = False,
     disable_custom_all_reduce: opt.DisableCustomAllReduce = False,
+    afd: afd_cli.Afd = None,
+    afd_micro_batches: afd_cli.AfdMicroBatches = 2,
+    afd_ffn_parallel: afd_cli.AfdFfnParallel = "tp",
+    afd_link_gbps: afd_cli.AfdLinkGbps = None,
+    afd_link_latency_us: afd_cli.AfdLinkLatencyUs = None,
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
     limit: opt.Limit = 25,
     as_json: opt.Json = False,
@@ -45,25 +56,50 @@ def predict_cmd(
     from graphsim.workload import parse_batch_spec
 
     specs = batch or ["prefill:1x2048", "decode:64x2048"]
-    steps = [parse_batch_spec(s) for s in specs]
+    from graphsim.cli.dp_predict import expert_parallel_size
+
+    ep = expert_parallel_size(tp, ep, data_parallel_size, enable_expert_parallel, all2all_backend)
+    steps = [parse_batch_spec(s) for s in specs] if data_parallel_size == 1 else []
     hw = opt.hardware_on(gpu, opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                                     network_latency_us))
+    afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us)
+    if afd_config is not None:  # attention–FFN disaggregation: two pools (graphsim/serving/afd.py)
+        afd_cli.check_parallel(afd_config, tp, ep)
+        afd_cli.predict_afd(afd_config, lambda: load_source(model, dtype), hw, specs, dtype=dtype, kv_dtype=kv_dtype,
+                            profile=profile, target=target, moe_routing=parse_routing(moe_routing),
+                            collectives=CollectiveSettings(not disable_custom_all_reduce,
+                                                           0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE),
+                            link_gbps=afd_link_gbps, link_latency_us=afd_link_latency_us, as_json=as_json, tree=tree,
+                            versions=versions(profile, gpu))
+        return
     cm = build_cost_model(lambda: load_source(model, dtype), hw, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
                           profile=profile, target=target, moe_routing=parse_routing(moe_routing),
                           collectives=CollectiveSettings(not disable_custom_all_reduce,
                                                          0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE))
+    from graphsim.cli.pp_cli import pipeline_json, pipelined, print_pipeline
+
+    cm = pipelined(cm, pipeline_parallel_size, pp_layer_partition)
     from graphsim.costing.kernel_map import quantization_summary
     from graphsim.ir.kernel import KernelAttrs
 
+    if data_parallel_size > 1:
+        from graphsim.cli.dp_predict import predict_data_parallel
+
+        steps = predict_data_parallel(cm, specs, tp, data_parallel_size, enable_expert_parallel, all2all_backend,
+                                      as_json, profile, gpu)
+        if not steps:
+            return
     pred = predict(cm, steps, specs)
     kernels = [n.attrs for n in cm.graph.nodes if isinstance(n.attrs, KernelAttrs)]
     quant = quantization_summary(kernels, cm.graph.meta, cm.dtypes, kv_dtype)
     if as_json:
         extra = {"quantization": dataclasses.asdict(quant)} if quant else {}
-        print(json.dumps({**pred.to_json(), **extra, "versions": versions(profile, gpu)}, indent=1, default=str))
+        print(json.dumps({**pred.to_json(), **extra, **pipeline_json(cm, steps, specs), "versions": versions(profile, gpu)},
+                         indent=1, default=str))
         return
     from graphsim.render.cost_view import render_prediction
 
     if quant:
         console.print(quant.line(), markup=False)
     console.print(render_prediction(pred, tree, limit))
+    print_pipeline(console, cm, steps, specs)

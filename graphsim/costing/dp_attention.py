@@ -124,6 +124,22 @@ class DpStepPrice:
                 "notes": self.notes}
 
 
+def parse_rank_batches(spec: str, dp: int) -> list[Step | None]:
+    """One batch spec per DP rank: `decode:64x2048` (every rank the same), or `|`-separated per-rank specs
+    (`decode:64x2048|decode:32x2048|idle|…`, exactly `dp` of them; `idle`: a rank without requests)."""
+    from graphsim.workload import parse_batch_spec
+
+    parts = [p.strip() for p in spec.split("|")]
+    if len(parts) == 1:
+        return [parse_batch_spec(parts[0])] * dp
+    if len(parts) != dp:
+        raise All2AllError(f"batch '{spec}' lists {len(parts)} ranks' batches but --data-parallel-size is {dp}; give one "
+                           "spec for every rank, or one spec for all")
+    if all(p == "idle" for p in parts):
+        raise All2AllError(f"batch '{spec}': every DP rank is idle; give at least one rank a batch")
+    return [None if p == "idle" else parse_batch_spec(p) for p in parts]
+
+
 def moe_leaf_indices(tree: CompiledTree) -> list[int]:
     return [i for i, leaf in enumerate(tree.leaves) if leaf.block is None and leaf.attrs.kind is KernelKind.MOE_EXPERTS]
 
