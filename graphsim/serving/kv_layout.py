@@ -11,7 +11,9 @@ from model names:
 - MLA stores the compressed latent and the rope key, `kv_lora_rank + qk_rope_head_dim` elements per
   token and layer, whole on every rank (vLLM `MLAAttentionSpec`: one "head", no V).
 - linear attention (gated delta net) keeps a recurrent state and a conv state per request and
-  layer, split over TP ranks (vLLM `MambaStateShapeCalculator.gated_delta_net_state_shape`).
+  layer, split over TP ranks (vLLM `MambaStateShapeCalculator.gated_delta_net_state_shape`); a
+  Mamba2 mixer likewise (`mamba2_state_shape`, its temporal state in mamba_ssm_cache_dtype).
+  A layer without a mixer (Nemotron-H's MLP/MoE-only layers) keeps nothing.
 - attention sinks (gpt-oss) are one learned logit per head: weights, not KV.
 
 Paging follows vLLM 0.33.0 (`vllm/v1/core/kv_cache_planning.py`): layers with equal specs form
@@ -33,7 +35,7 @@ import numpy as np
 
 from graphsim.errors import GraphsimError
 from graphsim.work.dtypes import DType, Precision
-from graphsim.work.specs import GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec
+from graphsim.work.specs import GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention
 
 
 class KvLayoutError(GraphsimError):
@@ -267,11 +269,36 @@ def _state_layer(attn: GatedDeltaNet, tp: int, state: DType) -> LayerKv:
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
+def _mamba2_layer(attn: Mamba2Mixer, tp: int, state: DType) -> LayerKv:
+    """vLLM `MambaStateShapeCalculator.mamba2_state_shape` (vllm/model_executor/layers/mamba/mamba_utils.py):
+    conv state (kernel − 1) × conv_dim / tp, where n_groups not divisible by tp is extended to tp
+    (`extra_groups_for_head_shards`), and temporal state heads / tp × head_dim × state_size in the
+    model's SSM cache dtype."""
+    if attn.heads % tp:
+        raise KvLayoutError(f"mamba_num_heads = {attn.heads} is not divisible by tp = {tp}; pick a tp that divides it")
+    groups = attn.n_groups + (0 if attn.n_groups % tp == 0 else tp - attn.n_groups)
+    conv_dim = attn.intermediate + 2 * groups * attn.state_size
+    if conv_dim % tp:
+        raise KvLayoutError(f"Mamba2 conv channels {conv_dim} are not divisible by tp = {tp}; pick a tp that divides them")
+    conv = (conv_dim // tp) * (attn.conv_kernel - 1)
+    temporal = (attn.heads // tp) * attn.head_dim * attn.state_size
+    nbytes = conv * state.bytes_per_element + temporal * attn.ssm_dtype.bytes_per_element
+    detail = (f"Mamba2 conv {conv_dim // tp} × {attn.conv_kernel - 1} × {state.bytes_per_element:g} B + ssm "
+              f"{attn.heads // tp} heads × {attn.head_dim} × {attn.state_size} × {attn.ssm_dtype.bytes_per_element:g} B "
+              f"({attn.ssm_dtype.label}, mamba_ssm_cache_dtype) per request")
+    return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
+
+
 def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, ...]:
+    """One entry per layer that keeps KV or state (a layer without a mixer keeps none)."""
     out = []
     for layer in spec.stack.layers:
         attn = layer.attn
-        if isinstance(attn, GqaAttention):
+        if isinstance(attn, NoAttention):
+            continue
+        if isinstance(attn, Mamba2Mixer):
+            out.append(_mamba2_layer(attn, tp, precision.state))
+        elif isinstance(attn, GqaAttention):
             out.append(_gqa_layer(attn, tp, precision.kv))
         elif isinstance(attn, MlaAttention):
             out.append(_mla_layer(attn, precision.kv))

@@ -23,7 +23,9 @@ import math
 from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
-from graphsim.work.specs import DenseFfn, GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec, MoeFfn, WeightKind
+from graphsim.work.specs import (
+    DenseFfn, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn, WeightKind,
+)
 from graphsim.work.weights import model_weights, stored_bytes_per_copy
 
 GiB = 1 << 30
@@ -142,12 +144,18 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
             heads = a.heads // tp
             w = heads * (a.qk_head_dim + a.qk_nope_head_dim + 2 * a.v_head_dim) + a.kv_elements_per_token
             cand = [(w, "MLA q + decompressed k/v + output")]
+        elif isinstance(a, Mamba2Mixer):
+            cand = [((a.in_proj_width + a.intermediate) // tp, "Mamba2 in_proj (z, xBC, dt) + scan output")]
+        elif isinstance(a, NoAttention):
+            cand = []
         else:
             assert isinstance(a, GatedDeltaNet)
             w = (2 * a.key_dim + 2 * a.value_dim) // tp + a.value_dim // tp
             cand = [(w, "gated-delta-net projections + output")]
         if isinstance(f, DenseFfn):
             cand.append((3 * f.intermediate // tp, "gate_up + activation (3 × intermediate)"))
+        elif isinstance(f, NoFfn):
+            pass
         else:
             assert isinstance(f, MoeFfn)
             w = f.top_k * 3 * f.expert_intermediate // tp + 3 * f.shared_intermediate // tp + f.experts

@@ -21,7 +21,7 @@ from graphsim.work.attention_work import attention_core
 from graphsim.work.dtypes import Precision
 from graphsim.work.report import ParamReport, SegmentParams, SegmentWork, WorkReport
 from graphsim.work.routing import expected_experts_touched, max_experts_touched
-from graphsim.work.specs import ModelSpec, WeightKind
+from graphsim.work.specs import AttentionKind, ModelSpec, WeightKind
 from graphsim.work.weights import PlacedWeight, embedding_weight, model_weights, stored_bytes_per_copy
 from graphsim.workload import Step
 
@@ -76,6 +76,8 @@ def account_step(model: ModelSpec, step: Step, precision: Precision) -> WorkRepo
 
     forms: dict[int, tuple[str, int]] = {}  # step group index → (MLA form, sequences)
     for group in model.stack.groups():
+        if group.spec.attn.kind is AttentionKind.NONE:
+            continue  # a single-FFN layer has no attention core
         name = group.segment("attn", "core")
         for index, seqs in enumerate(step.groups):
             core = attention_core(group.spec.attn, seqs, precision)

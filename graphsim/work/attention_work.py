@@ -24,6 +24,13 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   the rank-1 state update and reading the output with the query: 6·H_v·d_k·d_v (decay and gates
   are elementwise). The recurrent state (H_v·d_k·d_v) and the conv state (conv_dim·(kernel − 1))
   are read once when p > 0 and written once per sequence.
+- Mamba2 (SSD, recurrent form; Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060 §3-4): per
+  token and head the state h (d_head × d_state) takes the rank-1 update dt·x ⊗ B (2·d_head·d_state)
+  and the output reads it with C (2·d_head·d_state): 4·H·d_head·d_state (the decay exp(dt·A)·h, the D
+  skip and the gate are elementwise). The depthwise conv is a weight (`WeightKind.CONV`). The
+  temporal state (H·d_head·d_state, in the spec's `ssm_dtype`) and the conv state
+  (conv_dim·(kernel − 1), in the state dtype) are read once when p > 0 and written once per sequence.
+- A layer without a mixer (`NoAttention`) has no core work.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from graphsim.work.attention_math import (
     cached_tokens_read, causal_pairs, chunked_cached_read, chunked_new_kept, chunked_pairs, new_tokens_kept,
 )
 from graphsim.work.dtypes import Precision
-from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, MlaAttention
+from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, NoAttention
 from graphsim.workload import SeqGroup
 
 
@@ -84,4 +91,11 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
         flops = 6 * attn.v_heads * attn.k_head_dim * attn.v_head_dim * n
         state = (attn.recurrent_state_elements + attn.conv_state_elements) * precision.state.bytes_per_element
         return CoreWork(flops * c, (state if p > 0 else 0.0) * c, state * c)
+    if isinstance(attn, Mamba2Mixer):
+        flops = 4 * attn.heads * attn.head_dim * attn.state_size * n
+        state = (attn.recurrent_state_elements * attn.ssm_dtype.bytes_per_element
+                 + attn.conv_state_elements * precision.state.bytes_per_element)
+        return CoreWork(flops * c, (state if p > 0 else 0.0) * c, state * c)
+    if isinstance(attn, NoAttention):
+        return CoreWork(0, 0.0, 0.0)
     raise TypeError(f"unknown attention spec {type(attn).__name__}")  # pragma: no cover

@@ -7,7 +7,8 @@ work (`account.py`) are computed from these specs, never from graphs or kernels.
 Segment names are `<place>.<block>.<part>`: `embed`, `head`, `final_norm`, and for layers
 `layers.attn.qkv` or, when the stack mixes block kinds, `layers[sliding].attn.qkv`,
 `layers[moe].ffn.routed`. The tag in brackets is the block's kind (`full`, `sliding`, `mla`,
-`linear` for attention; `dense`, `moe` for FFNs) and appears only where kinds differ.
+`linear`, `mamba` for attention; `dense`, `moe` for FFNs; `none` for an absent block of a
+single-block layer, which owns no weights) and appears only where kinds differ.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class AttentionKind(Enum):
     CHUNKED = "chunked"
     MLA = "mla"
     LINEAR = "linear"
+    MAMBA = "mamba"
+    NONE = "none"  # a layer without a mixer block (Nemotron-H's MLP-only and MoE-only layers)
 
 
 @dataclass(frozen=True)
@@ -198,12 +201,74 @@ class GatedDeltaNet:
         return self.conv_dim * (self.conv_kernel - 1)
 
 
-AttentionSpec = GqaAttention | MlaAttention | GatedDeltaNet
+@dataclass(frozen=True)
+class Mamba2Mixer:
+    """A Mamba2 (SSD) mixer (Nemotron-H; transformers models/nemotron_h NemotronHMamba2Mixer).
+
+    in_proj emits the gate z (intermediate), the conv input x·B·C (conv_dim) and dt (heads);
+    a depthwise causal conv over conv_dim channels; the selective scan keeps one state of
+    head_dim × state_size per head; a gated RMSNorm over intermediate; out_proj back to hidden.
+    intermediate = heads · head_dim (NemotronHMamba2Mixer.intermediate_size), conv_dim =
+    intermediate + 2 · n_groups · state_size. Per request vLLM keeps the conv state
+    ((kernel − 1) × conv_dim) and the temporal state (heads × head_dim × state_size)
+    (vllm/model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator.mamba2_state_shape);
+    the temporal state is stored in `ssm_dtype` (the config's mamba_ssm_cache_dtype, float32 when
+    absent: vllm/model_executor/models/config.py NemotronHForCausalLMConfig), the conv state in the
+    state dtype (mamba_cache_dtype "auto" = the model dtype: MambaStateDtypeCalculator._mamba_state_dtype).
+    """
+
+    hidden: int
+    heads: int
+    head_dim: int
+    state_size: int
+    n_groups: int
+    conv_kernel: int
+    ssm_dtype: DType
+    conv_bias: bool = True  # use_conv_bias
+    proj_bias: bool = False  # use_bias: in_proj and out_proj
+    block_norms: int = 1
+
+    kind = AttentionKind.MAMBA
+
+    @property
+    def intermediate(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.intermediate + 2 * self.n_groups * self.state_size
+
+    @property
+    def in_proj_width(self) -> int:
+        return self.intermediate + self.conv_dim + self.heads
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        return self.heads * self.head_dim * self.state_size
+
+    @property
+    def conv_state_elements(self) -> int:
+        return self.conv_dim * (self.conv_kernel - 1)
+
+
+@dataclass(frozen=True)
+class NoAttention:
+    """No mixer in this layer: the layer is a single FFN block (Nemotron-H's `mlp` / `moe` layers).
+    No weights, no core work, no KV."""
+
+    hidden: int
+    block_norms: int = 0
+
+    kind = AttentionKind.NONE
+
+
+AttentionSpec = GqaAttention | MlaAttention | GatedDeltaNet | Mamba2Mixer | NoAttention
 
 
 class FfnKind(Enum):
     DENSE = "dense"
     MOE = "moe"
+    NONE = "none"  # a layer without an FFN block (Nemotron-H's attention-only and Mamba-only layers)
 
 
 @dataclass(frozen=True)
@@ -234,6 +299,12 @@ class MoeFfn:
     shared_intermediate: int = 0  # total width of the always-on shared expert(s); 0 = none
     shared_gate: bool = False  # sigmoid gate (hidden → 1) on the shared expert (Qwen3-Next)
     shared_bias: bool = False  # biases on the shared expert's matrices (DeepSeek-V2 with mlp_bias)
+    gated: bool = True  # experts and shared expert gated (gate, up, down); False: up, down (Nemotron-H relu²)
+    # Latent MoE (Nemotron-3 Super/Ultra moe_latent_size): fc1_latent_proj (hidden → latent) before the
+    # routed experts, which then work in the latent width, and fc2_latent_proj (latent → hidden) after
+    # (transformers nemotron_h NemotronHMoE); 0 = none, the experts read the hidden state.
+    latent: int = 0
+    latent_bias: bool = False  # biases on the latent projections (Nemotron-H: mlp_bias)
     block_norms: int = 1
     module: str = "mlp"
     router_module: str = "gate"
@@ -242,11 +313,24 @@ class MoeFfn:
     kind = FfnKind.MOE
 
 
-FfnSpec = DenseFfn | MoeFfn
+@dataclass(frozen=True)
+class NoFfn:
+    """No FFN in this layer: the layer is a single mixer block (Nemotron-H's attention and Mamba layers)."""
+
+    hidden: int
+    block_norms: int = 0
+
+    kind = FfnKind.NONE
+
+
+FfnSpec = DenseFfn | MoeFfn | NoFfn
 
 
 @dataclass(frozen=True)
 class LayerSpec:
+    """One decoder layer: a mixer (attention, linear attention, Mamba) and an FFN. A single-block
+    layer (Nemotron-H) has `NoAttention` or `NoFfn` in the other slot."""
+
     attn: AttentionSpec
     ffn: FfnSpec
 

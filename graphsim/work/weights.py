@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
-    AttentionSpec, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, MlaAttention, ModelSpec, MoeFfn, Weight, WeightKind,
+    AttentionSpec, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn,
+    NoAttention, NoFfn, Weight, WeightKind,
 )
 
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
@@ -95,6 +96,19 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         ws.append(Weight("core", f"{la}.A_log", VEC, (attn.v_heads,)))
         ws.append(Weight("norm", f"{la}.norm", NORM, (attn.v_head_dim,)))
         ws += _linear("out", f"{la}.out_proj", attn.hidden, attn.value_dim, False)
+    elif isinstance(attn, Mamba2Mixer):
+        # transformers nemotron_h NemotronHMamba2Mixer: in_proj (z, xBC, dt), depthwise conv1d over xBC,
+        # dt_bias / A_log / D per head, a gated RMSNorm over the inner width, out_proj
+        mx = "mixer"
+        ws += _linear("in", f"{mx}.in_proj", attn.in_proj_width, attn.hidden, attn.proj_bias)
+        ws.append(Weight("core", f"{mx}.conv1d", WeightKind.CONV, (attn.conv_dim, attn.conv_kernel)))
+        if attn.conv_bias:
+            ws.append(Weight("core", f"{mx}.conv1d", BIAS, (attn.conv_dim,)))
+        ws += [Weight("core", f"{mx}.{name}", VEC, (attn.heads,)) for name in ("dt_bias", "A_log", "D")]
+        ws.append(Weight("norm", f"{mx}.norm", NORM, (attn.intermediate,)))
+        ws += _linear("out", f"{mx}.out_proj", attn.hidden, attn.intermediate, attn.proj_bias)
+    elif isinstance(attn, NoAttention):
+        pass
     else:  # pragma: no cover - closed union
         raise TypeError(f"unknown attention spec {type(attn).__name__}")
     return tuple(ws)
@@ -118,15 +132,22 @@ def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
         ws += _linear("router", router, ffn.experts, ffn.hidden, ffn.router_bias, quantizable=False)
         if ffn.router_score_bias:
             ws.append(Weight("router", f"{router}.e_score_correction_bias", VEC, (ffn.experts,)))
+        width = ffn.latent or ffn.hidden  # the routed experts' input/output width
+        if ffn.latent:
+            ws += _linear("latent", f"{ffn.module}.fc1_latent_proj", ffn.latent, ffn.hidden, ffn.latent_bias)
         ws += _gated_mlp(
-            "routed", f"{ffn.module}.experts", ffn.hidden, ffn.expert_intermediate, ffn.expert_bias,
+            "routed", f"{ffn.module}.experts", width, ffn.expert_intermediate, ffn.expert_bias, ffn.gated,
             copies=ffn.experts, top_k=ffn.top_k,
         )
+        if ffn.latent:
+            ws += _linear("latent", f"{ffn.module}.fc2_latent_proj", ffn.hidden, ffn.latent, ffn.latent_bias)
         if ffn.shared_intermediate:
             shared = f"{ffn.module}.{ffn.shared_module}"
-            ws += _gated_mlp("shared", shared, ffn.hidden, ffn.shared_intermediate, ffn.shared_bias)
+            ws += _gated_mlp("shared", shared, ffn.hidden, ffn.shared_intermediate, ffn.shared_bias, ffn.gated)
             if ffn.shared_gate:
                 ws += _linear("shared", f"{shared}_gate", 1, ffn.hidden, False, quantizable=False)
+    elif isinstance(ffn, NoFfn):
+        pass
     else:  # pragma: no cover - closed union
         raise TypeError(f"unknown FFN spec {type(ffn).__name__}")
     return tuple(ws)

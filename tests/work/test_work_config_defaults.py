@@ -24,7 +24,7 @@ import pytest
 from graphsim.work import accounting
 from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
 from graphsim.work.registry import build_model, language_model, supported_architectures
-from graphsim.work.specs import GqaAttention, MlaAttention, MoeFfn
+from graphsim.work.specs import GqaAttention, Mamba2Mixer, MlaAttention, MoeFfn
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -103,7 +103,8 @@ def _cases() -> list[Any]:
     cases = []
     for arch in supported_architectures():
         full = _default_config(arch)
-        stripped = {k: full[k] for k in FRAME_KEYS} | _UNBUILDABLE_DEFAULTS.get(arch, {})
+        # (NemotronHConfig derives num_hidden_layers from its layer list and does not serialise it)
+        stripped = {k: full[k] for k in FRAME_KEYS if k in full} | _UNBUILDABLE_DEFAULTS.get(arch, {})
         cases.append(pytest.param(arch, full, id=f"{arch}-class-defaults"))
         cases.append(pytest.param(arch, stripped, id=f"{arch}-frame-only"))
         for key in sorted(TRAITS & set(full)):
@@ -145,7 +146,9 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
     spec = build_model(dict(cfg, architectures=[arch]))
     hf = _hf_config(arch, cfg)
     assert (spec.hidden, spec.vocab, len(spec.stack.layers)) == (hf.hidden_size, hf.vocab_size, hf.num_hidden_layers)
-    assert spec.tie_embeddings == hf.tie_word_embeddings
+    # A class that declares no tied weights (NemotronHForCausalLM._tied_weights_keys = {}) never ties.
+    ties = getattr(getattr(transformers, arch), "_tied_weights_keys", None) != {}
+    assert spec.tie_embeddings == (hf.tie_word_embeddings and ties)
     layer_types = getattr(hf, "layer_types", None)
     for i, layer in enumerate(spec.stack.layers):
         attn = layer.attn
@@ -162,6 +165,10 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
         elif isinstance(attn, MlaAttention):
             got = (attn.q_lora_rank, attn.kv_lora_rank, attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim)
             want = (hf.q_lora_rank, hf.kv_lora_rank, hf.qk_nope_head_dim, hf.qk_rope_head_dim, hf.v_head_dim)
+            assert got == want, f"layer {i}"
+        elif isinstance(attn, Mamba2Mixer):
+            got = (attn.heads, attn.head_dim, attn.state_size, attn.n_groups, attn.conv_kernel)
+            want = (hf.mamba_num_heads, hf.mamba_head_dim, hf.ssm_state_size, hf.n_groups, hf.conv_kernel)
             assert got == want, f"layer {i}"
         if isinstance(layer.ffn, MoeFfn):
             experts = next(getattr(hf, k) for k in ("num_experts", "num_local_experts", "n_routed_experts") if getattr(hf, k, None))

@@ -21,7 +21,7 @@ from graphsim.work.account import _weight_work  # the accountant's per-weight ar
 from graphsim.work.api import Accounting
 from graphsim.work.attention_work import attention_core
 from graphsim.work.report import SegmentWork, WorkReport
-from graphsim.work.specs import LayerGroup, LayerSpec
+from graphsim.work.specs import AttentionKind, LayerGroup, LayerSpec
 from graphsim.work.weights import PlacedWeight, attention_weights, ffn_weights
 from graphsim.workload import Step
 
@@ -124,7 +124,7 @@ def necessary_rows(acc: Accounting, step: Step, layer_tags: tuple[str, ...] | li
                 _add(rows, region, f"{block}.{w.part}:{w.module}", segment,
                      _weight_work(placed, step, precision, spec.vocab))
         core_segment = group.segment("attn", "core")
-        for seqs in step.groups:
+        for seqs in step.groups if layer.attn.kind is not AttentionKind.NONE else ():
             core = attention_core(layer.attn, seqs, precision)
             _add(rows, region, f"attn.core:{CORE_MODULE}", core_segment,
                  SegmentWork(core_segment, flops=core.flops * count, state_read_bytes=core.state_read_bytes * count,
