@@ -4,10 +4,14 @@
                      parallel=ParallelConfig(tensor_parallel_size=2, data_parallel_size=4),
                      engine=EngineArgs(max_num_seqs=256, gpu_memory_utilization=0.9))
 
-- `ParallelConfig`: `tensor_parallel_size` (ranks of one engine) and `data_parallel_size` (independent engine
-  replicas behind the router — what `graphsim simulate --replicas` models; each holds a full copy of the
-  weights). Expert parallelism is not part of a deployment: `plan_deployment` models TP only (the search
-  prices EP partitions of its own candidates, and `predict`/`analyze` take `--ep` for one step).
+- `ParallelConfig`: `tensor_parallel_size` (ranks of one engine), `data_parallel_size` (vLLM's: on a MoE
+  model, DP ranks with their own attention, scheduler and KV cache whose experts are spread over all
+  dp × tp GPUs and run in lockstep — data-parallel attention, docs/deployment-modes.md; on a dense model,
+  independent engines, as vLLM runs them), `enable_expert_parallel` and `all2all_backend` (vLLM's, for
+  those experts), and `replicas` (graphsim's: independent copies of the whole dp × tp deployment behind the
+  router, what `graphsim simulate --replicas` models; each holds a full copy of the weights). A TP group's
+  own EP size is not part of a deployment (the search prices EP partitions of its own candidates, and
+  `predict`/`analyze` take `--ep` for one step).
 - `EngineArgs` (engine_config.py): the scheduler and cache settings (`max_num_batched_tokens`, `max_num_seqs`,
   `max_model_len`, `block_size`, `enable_prefix_caching`, `enable_chunked_prefill`, `gpu_memory_utilization`,
   `kv_cache_memory_bytes`, …), None where vLLM picks a default for the GPU or model.
@@ -42,15 +46,30 @@ class DeploymentConfigError(GraphsimError):
 
 
 class ParallelConfig(Strict):
-    """How a deployment spreads over GPUs (vLLM's ParallelConfig names): `tensor_parallel_size` ranks per
-    engine, `data_parallel_size` engine replicas. GPUs used: their product."""
+    """How a deployment spreads over GPUs (vLLM's ParallelConfig names, and graphsim's `replicas`): see the module
+    docstring. GPUs used: tp × dp × replicas."""
 
     tensor_parallel_size: int = Field(default=1, ge=1, le=4096)
     data_parallel_size: int = Field(default=1, ge=1, le=1 << 20)
+    enable_expert_parallel: bool = False  # vLLM's --enable-expert-parallel
+    all2all_backend: str | None = None  # vLLM's --all2all-backend (None: its default, costing/all2all.py)
+    replicas: int = Field(default=1, ge=1, le=1 << 20)  # independent copies behind the router (graphsim's)
+
+    @field_validator("all2all_backend")
+    @classmethod
+    def _known_backend(cls, v: str | None) -> str | None:
+        from graphsim.costing.all2all import check_backend
+
+        if v is not None:
+            try:
+                check_backend(v)
+            except GraphsimError as e:
+                raise PydanticCustomError("all2all_backend", "{reason}", {"reason": str(e)}) from None
+        return v
 
     @property
     def world_size(self) -> int:
-        return self.tensor_parallel_size * self.data_parallel_size
+        return self.tensor_parallel_size * self.data_parallel_size * self.replicas
 
 
 class MemoryOverrides(Strict):

@@ -137,8 +137,11 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
                      ignore_quant=config.ignore_quant)
     eng = e.resolve(hw, cfg)
     layout = kv_layout(acc.spec, acc.precision, tp, e.block_size)
+    from graphsim.serving.dp_attention import expert_ranks
+
     budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.memory_bytes, e.gpu_memory_utilization,
-                           eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=mem.activation_gib,
+                           eng.max_num_batched_tokens, eng.max_num_seqs, expert_ranks=expert_ranks(config.parallel, acc.spec),
+                           activation_gib=mem.activation_gib,
                            overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
                            available_bytes=e.kv_cache_memory_bytes,
                            cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)

@@ -81,8 +81,10 @@ class MemoryBudget:
 _REPLICATED_MLA = ("q_a_proj", "kv_a_proj_with_mqa")  # vLLM: ReplicatedLinear / fused_qkv_a_proj
 
 
-def weight_bytes_per_rank(spec: ModelSpec, precision: Precision, tp: int) -> int:
-    """Stored parameter bytes on one TP rank.
+def weight_bytes_per_rank(spec: ModelSpec, precision: Precision, tp: int, expert_ranks: int | None = None) -> int:
+    """Stored parameter bytes on one TP rank. `expert_ranks`: the GPUs the routed experts are spread over when it is
+    not the TP group (vLLM's data-parallel attention: dp × tp, whole experts under expert parallelism or every
+    expert tensor-sharded, the same bytes per GPU either way; FusedMoEParallelConfig.make).
 
     Matrices, convs, the embedding and the head are split over the ranks (column/row/vocab parallel);
     routers, MLA's down-projections (`q_a_proj`, `kv_a_proj_with_mqa`) and norms, biases and other
@@ -98,7 +100,9 @@ def weight_bytes_per_rank(spec: ModelSpec, precision: Precision, tp: int) -> int
         w = placed.weight
         full = stored_bytes_per_copy(placed, precision) * w.copies * placed.layers
         leaf = placed.path.rsplit(".", 1)[-1]
-        if w.kind in (WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR):
+        if expert_ranks is not None and w.top_k is not None:  # a routed expert's tensor
+            share = 1.0 / expert_ranks
+        elif w.kind in (WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR):
             share = 1.0
         elif w.part == "router" or (not w.quantizable and w.kind is WeightKind.MATRIX and placed.segment != "head"):
             share = 1.0  # routers, shared-expert gates
@@ -199,14 +203,16 @@ def _given_or_assumed(name: str, given_gib: float | None, option: str, assumed_g
 def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, total_bytes: int, utilization: float,
                   max_num_batched_tokens: int, max_num_seqs: int, *, activation_gib: float | None = None,
                   overhead_gib: float | None = None, cudagraph_gib: float | None = None,
-                  available_bytes: int | None = None, cudagraph_subtracted: bool = True) -> MemoryBudget:
+                  available_bytes: int | None = None, cudagraph_subtracted: bool = True,
+                  expert_ranks: int | None = None) -> MemoryBudget:
     """The KV budget term by term. `cudagraph_subtracted`: the engine version subtracts its CUDA-graph estimate
     (`cudagraph_memory_estimate`, vllm/v1/worker/gpu_worker.py, first seen in 0.20.0 of the releases inspected,
     absent in 0.14.0); before, graphs are captured after the KV cache inside gpu_memory_utilization's headroom."""
-    weights = weight_bytes_per_rank(spec, precision, tp)
+    weights = weight_bytes_per_rank(spec, precision, tp, expert_ranks)
     rot = rotary_cache_bytes(spec, cfg, precision)
     wq = f"quantized: {precision.quant.describe()}" if precision.quant else f"{precision.weight.label}"
-    terms = [BudgetTerm("weights", weights, "derived", f"work accountant's stored bytes per rank ({wq}), tp={tp}")]
+    spread = f", routed experts over {expert_ranks} GPUs (data-parallel attention)" if expert_ranks else ""
+    terms = [BudgetTerm("weights", weights, "derived", f"work accountant's stored bytes per rank ({wq}), tp={tp}{spread}")]
     if rot:
         terms.append(BudgetTerm("rotary cos/sin cache", rot, "derived",
                                 "max_position_embeddings × rotary dim × dtype"))

@@ -37,6 +37,7 @@ from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost, SourceMeter
 from graphsim.serving.records import IterationLog, Request, Samples
+from graphsim.serving.speculative import SpecState
 
 MAX_SEGMENT_ITERATIONS = 2048  # longest decode segment priced in one call
 
@@ -136,6 +137,7 @@ class Engine:
         self.source_counts: dict[int, int] = {}
         self.meter: SourceMeter | None = None  # per-source shares of the committed iteration times (simulator sets it)
         self.host: EngineHost | None = None  # host time added to each iteration's GPU time (None: kernels only)
+        self.spec: SpecState | None = None  # speculative decoding (speculative.py; the simulator sets it)
 
     # --- bookkeeping ---------------------------------------------------------------------------
     @property
@@ -254,14 +256,16 @@ class Engine:
         elif n:
             computed, held = running.num_computed_tokens[:n], running.num_held_blocks[:n]
             remaining = running.num_tokens[:n] - computed
+            if self.spec is not None:  # decoding requests carry their k drafts
+                remaining = self.spec.with_drafts(remaining, running.num_output_tokens[:n])
             total = int(remaining.sum())
             if total <= token_budget:  # everyone gets all it needs
                 scheduled = remaining
-                new_held = self.layout.held_blocks(computed, scheduled)
+                new_held = self.layout.held_blocks(computed, self._slots(scheduled))
                 all_decode = total == n
             else:
                 scheduled = np.minimum(remaining, np.maximum(token_budget - (np.cumsum(remaining) - remaining), 0))
-                new_held = np.where(scheduled > 0, self.layout.held_blocks(computed, scheduled), held)
+                new_held = np.where(scheduled > 0, self.layout.held_blocks(computed, self._slots(scheduled)), held)
             delta = new_held - held
             grow = int(delta.sum())
             if grow > pool.free:
@@ -305,10 +309,10 @@ class Engine:
                     return self._plan_segment(t, k, times_us, gpu_us, sources, held_per_iteration)
             num_decodes, decode_context_mean, chunks, prefill_tokens = n, float(computed.sum()) / n, [], 0
         else:
-            decodes = scheduled == 1
+            decodes = scheduled == 1 if self.spec is None else self.spec.verifying(scheduled, running.num_output_tokens[:n])
             num_decodes = int(decodes.sum())
             decode_context_mean = float(computed[decodes].sum()) / num_decodes if num_decodes else 0.0
-            chunked = scheduled > 1
+            chunked = (scheduled > 0) & ~decodes
             chunks = list(zip(scheduled[chunked].tolist(), computed[chunked].tolist(), strict=True))
             prefill_tokens = int(scheduled[chunked].sum())
         tokens, seqs = int(scheduled.sum()), int(np.count_nonzero(scheduled))
@@ -325,6 +329,12 @@ class Engine:
             self.meter.step(gpu_us, source, tokens, seqs, num_decodes, decode_context_mean, chunks)
         self.busy_until = end
         return end
+
+    def _slots(self, scheduled: np.ndarray) -> np.ndarray:
+        """Tokens to allocate KV slots for: with speculative decoding, verifying requests add vLLM's lookahead."""
+        if self.spec is None:
+            return scheduled
+        return self.spec.slots(scheduled, self.running.num_output_tokens[: len(scheduled)])
 
     def _prefill_first(self, token_budget: int) -> np.ndarray | None:
         """V0's default policy (`Scheduler._schedule_default`, vllm/core/scheduler.py 0.6.3): admit waiting prompts,
@@ -476,9 +486,14 @@ class Engine:
             done = num_output_tokens >= max_tokens
         else:
             computed += plan.num_scheduled_tokens
+            extra = self.spec.settle(computed, num_tokens, num_output_tokens, max_tokens) if self.spec else None
             produced = computed == num_tokens  # all it needed is computed (unscheduled requests still need ≥ 1)
             num_tokens[produced] += 1
             num_output_tokens[produced] += 1
+            if extra is not None:  # accepted drafts are emitted with the target's token
+                computed += extra
+                num_tokens += extra
+                num_output_tokens += extra
             gaps = last_token_t[produced]
             fresh = np.isnan(gaps)  # first tokens: TTFT, not ITL
             if fresh.all():

@@ -33,6 +33,7 @@ from graphsim.serving.records import IterationLog, IterationTotals, Request, Req
 from graphsim.serving.requests import ClosedLoop, RequestSpec, warm_prefixes
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import DecodeEngine, Engine
+from graphsim.serving.speculative import SpecSimulation
 
 if TYPE_CHECKING:
     from graphsim.serving.disagg import DisaggSetup
@@ -56,6 +57,7 @@ class SimulationSetup:
     fast_forward: bool = True
     source_shares: bool = True  # meter per-source shares of the iteration times (pricing.new_meter)
     host: EngineHost | None = None  # engine host time per iteration (host.py); None: GPU kernels only
+    speculative: SpecSimulation | None = None  # speculative decoding (speculative.py); None: off
 
     @property
     def replicas(self) -> int:
@@ -271,6 +273,7 @@ class EventLoop:
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
         e.host = setup.host
+        e.spec = setup.speculative.state(index) if setup.speculative is not None else None
         if setup.source_shares:
             e.meter = new_meter(setup.cost)
         return e
