@@ -66,6 +66,7 @@ from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op, split_value
 from graphsim.ir.kernel import KernelKind
 from graphsim.serving.disagg import KvLink, KvLinkError
+from graphsim.serving.simulator import SimulationSetup
 from graphsim.workload import SeqGroup, Step
 
 MAX_MICRO_BATCHES = 64
@@ -291,6 +292,9 @@ class AfdTimes:
     source: np.ndarray  # (steps,) worst of all (the transfer is a roofline)
     m: int = 2
 
+    def source_name(self, b: int) -> str:
+        return SOURCES[int(self.source[b])].value
+
     def chain_us(self) -> np.ndarray:
         """S per group: one micro-batch's trip around the ring in one layer."""
         return self.attention_us + self.dispatch_us + self.ffn_us + self.combine_us
@@ -512,5 +516,88 @@ def floor_check(t: AfdTimes) -> None:
         raise AssertionError(f"AFD iteration below its floor: {t.total_us} < {floor}")
 
 
-__all__ = ["AfdConfig", "AfdCost", "AfdError", "AfdModel", "AfdTimes", "LayerSplit", "build_afd_model",
-           "compose_us", "ffn_node_names", "floor_check", "layer_split", "micro_step", "split_pools"]
+
+
+# --- memory: KV only on the attention pool -------------------------------------------------------------------
+def _is_ffn_weight(segment: str) -> bool:
+    """An FFN weight in the accountant's segments (`layers.ffn.routed`, `layers[moe].ffn.shared`, …); the FFN's
+    pre-norm (`.ffn.norm`, the post-attention norm) stays with attention, as in the graph split."""
+    return ".ffn." in segment and not segment.endswith(".ffn.norm")
+
+
+def ffn_weight_bytes(spec: Any, precision: Any, ranks: int) -> int:
+    """Stored FFN weight bytes on one of `ranks` GPUs sharing the FFN: matrices split, routers and vectors whole
+    (the shares `serving.memory.weight_bytes_per_rank` gives them)."""
+    from graphsim.work.specs import WeightKind
+    from graphsim.work.weights import model_weights, stored_bytes_per_copy
+
+    total = 0.0
+    for placed in model_weights(spec):
+        if not _is_ffn_weight(placed.segment):
+            continue
+        w = placed.weight
+        full = stored_bytes_per_copy(placed, precision) * w.copies * placed.layers
+        whole = (w.kind in (WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR) or w.part == "router"
+                 or (not w.quantizable and w.kind is WeightKind.MATRIX))
+        total += full if whole else full / ranks
+    return int(round(total))
+
+
+def afd_deployment(dep: Any, config: AfdConfig) -> Any:
+    """`dep` (planned at tp = ATTN_GPUS) with its memory budget and KV capacity for the attention pool: the FFN
+    weights leave the attention GPUs for the FFN pool, so their bytes go to the KV cache. Raises AfdError when the
+    FFN weights do not fit on the FFN pool's GPUs."""
+    from dataclasses import replace
+
+    from graphsim.serving.capacity import kv_capacity
+    from graphsim.serving.memory import BudgetTerm, GiB, MemoryBudget
+
+    if dep.tp != config.attention_gpus:
+        raise AfdError(f"--tp {dep.tp} with --afd {config.attention_gpus}:{config.ffn_gpus}: the attention pool is "
+                       f"one tp{config.attention_gpus} instance; drop --tp or give --tp {config.attention_gpus}")
+    acc, b = dep.acc, dep.budget
+    off = ffn_weight_bytes(acc.spec, acc.precision, config.attention_gpus)
+    on_ffn = ffn_weight_bytes(acc.spec, acc.precision, config.ffn_gpus)
+    usable = int(dep.hardware.memory_bytes * dep.engine.gpu_memory_utilization)
+    if on_ffn > usable:
+        raise AfdError(f"the FFN weights need {on_ffn / GiB:,.1f} GiB on each of {config.ffn_gpus} FFN GPU(s), more "
+                       f"than {dep.engine.gpu_memory_utilization:g} × {dep.hardware.memory_bytes / GiB:,.0f} GiB; give "
+                       "the FFN pool more GPUs (--afd ATTN:FFN)")
+    terms = []
+    for t in b.terms:
+        if t.name == "weights":
+            t = BudgetTerm(t.name, t.bytes - off, t.origin, f"{t.how}; attention pool only: the FFN's "
+                           f"{off / GiB:,.2f} GiB per rank are on the FFN pool ({on_ffn / GiB:,.2f} GiB on each of its "
+                           f"{config.ffn_gpus} GPU(s))")
+        terms.append(t)
+    budget = MemoryBudget(b.total_bytes, b.utilization, tuple(terms), b.given_available)
+    e = dep.engine
+    cap = kv_capacity(dep.layout, budget.available_bytes, e.max_model_len, e.max_in_flight_tokens, e.profile)
+    return replace(dep, budget=budget, capacity=cap)
+
+
+@dataclass(frozen=True)
+class AfdSimulationSetup(SimulationSetup):
+    """A `SimulationSetup` whose engines are AFD units: the scheduler and KV cache are the attention pool's
+    (tensor_parallel_size = ATTN_GPUS), each unit also holds `ffn_gpus` FFN GPUs."""
+
+    ffn_gpus: int = 0
+
+    @property
+    def gpus(self) -> int:
+        p = self.parallel
+        return p.data_parallel_size * (p.tensor_parallel_size + self.ffn_gpus)
+
+
+def afd_setup(dep: Any, cost: AfdCost, config: AfdConfig, replicas: int = 1, router: str = "round-robin",
+              host_time: bool = True) -> AfdSimulationSetup:
+    """The simulator's setup of `replicas` AFD units (`dep` from `afd_deployment`)."""
+    from dataclasses import fields
+
+    base = dep.simulation_setup(cost, replicas=replicas, router=router, host_time=host_time)
+    return AfdSimulationSetup(**{f.name: getattr(base, f.name) for f in fields(base)}, ffn_gpus=config.ffn_gpus)
+
+
+__all__ = ["AfdConfig", "AfdCost", "AfdError", "AfdModel", "AfdSimulationSetup", "AfdTimes", "LayerSplit",
+           "afd_deployment", "afd_setup", "build_afd_model", "compose_us", "ffn_node_names", "ffn_weight_bytes",
+           "floor_check", "layer_split", "micro_step", "split_pools"]
