@@ -18,6 +18,8 @@ def kv_cmd(
     revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
+    data_parallel_size: opt.DataParallel = 1,
+    enable_expert_parallel: opt.EnableExpertParallel = False,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     max_model_len: opt.MaxModelLen = None,
     kv_dtype: opt.KvDtype = None,
@@ -48,7 +50,8 @@ def kv_cmd(
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
-        block_size=block_size, kv_memory=kv_memory, engine=engine,
+        block_size=block_size, kv_memory=kv_memory, engine=engine, data_parallel_size=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel,
         memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib}))
     dep = plan_deployment(config)
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None

@@ -286,7 +286,9 @@ Seed = Annotated[int, typer.Option("--seed", help="Seed of the simulated workloa
 
 def deployment_data(model: str, gpu: str, tp: int = 1, replicas: int = 1, *, dtype: str | None = None,
                     kv_dtype: str | None = None, kv_memory: str | None = None, memory: dict[str, Any] | None = None,
-                    interconnect: dict[str, Any] | None = None, **engine: Any) -> dict[str, Any]:
+                    interconnect: dict[str, Any] | None = None, data_parallel_size: int = 1,
+                    enable_expert_parallel: bool = False, all2all_backend: str | None = None,
+                    **engine: Any) -> dict[str, Any]:
     """The deployment options of a command as the document `DeploymentConfig.parse` checks (graphsim/serving/
     config.py): vLLM's field names, `--kv-memory` in bytes, engine settings left out when not given (vLLM's
     defaults for the GPU and model)."""
@@ -295,7 +297,8 @@ def deployment_data(model: str, gpu: str, tp: int = 1, replicas: int = 1, *, dty
     if kv_memory:
         engine["kv_cache_memory_bytes"] = parse_bytes(kv_memory)
     return {"model": model, "hardware": gpu, "dtype": dtype, "kv_cache_dtype": kv_dtype,
-            "parallel": {"tensor_parallel_size": tp, "data_parallel_size": replicas},
+            "parallel": {"tensor_parallel_size": tp, "data_parallel_size": data_parallel_size, "replicas": replicas,
+                         "enable_expert_parallel": enable_expert_parallel, "all2all_backend": all2all_backend},
             "engine": {k: v for k, v in engine.items() if v is not None},
             "memory": {k: v for k, v in (memory or {}).items() if v is not None},
             **({"interconnect": interconnect} if interconnect else {})}
