@@ -26,8 +26,9 @@ def _notice(message: str) -> None:
     print(f"notice: {message}", file=sys.stderr, flush=True)
 
 
-def available_system(hardware_id: str, root: Path | None = None) -> Path | None:
-    """aiconfigurator's `systems` directory when the package is installed and has vLLM tables for `hardware_id`."""
+def available_system(hardware_id: str, root: Path | None = None, backend: str = BACKEND) -> Path | None:
+    """aiconfigurator's `systems` directory when the package is installed and has `backend` tables (vllm, sglang or
+    trtllm) for `hardware_id`."""
     from graphsim.costing import aiconfigurator_import as aic
     from graphsim.errors import GraphsimError
 
@@ -35,16 +36,17 @@ def available_system(hardware_id: str, root: Path | None = None) -> Path | None:
         root = root or aic.aiconfigurator_root()
     except GraphsimError:
         return None
-    if hardware_id not in aic.list_systems(root) or BACKEND not in aic.list_backends(root, hardware_id):
+    if hardware_id not in aic.list_systems(root) or backend not in aic.list_backends(root, hardware_id):
         return None
     return root
 
 
-def auto_build(hardware_id: str, out: Path, root: Path | None = None) -> bool:
-    """Build `out` from aiconfigurator's tables for `hardware_id` when enabled and possible; True when built."""
+def auto_build(hardware_id: str, out: Path, root: Path | None = None, backend: str = BACKEND) -> bool:
+    """Build `out` from aiconfigurator's `backend` tables for `hardware_id` when enabled and possible; True when
+    built."""
     if not enabled() or out.exists():
         return False
-    root = available_system(hardware_id, root)
+    root = available_system(hardware_id, root, backend)
     if root is None:
         return False
     from rich.console import Console
@@ -54,7 +56,7 @@ def auto_build(hardware_id: str, out: Path, root: Path | None = None) -> bool:
     from graphsim.errors import GraphsimError
 
     _notice(f"no profile.db for {hardware_id}: building {out} once from aiconfigurator-core {aic.package_version()}'s "
-            f"measured {BACKEND} tables (about 30 s; {NO_AUTO_PROFILE_ENV}=1 or `graphsim --no-auto-profile` skips this)")
+            f"measured {backend} tables (about 30 s; {NO_AUTO_PROFILE_ENV}=1 or `graphsim --no-auto-profile` skips this)")
     console = Console(stderr=True)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,7 @@ def auto_build(hardware_id: str, out: Path, root: Path | None = None) -> bool:
             def on_progress(what: str, done: int, total: int) -> None:
                 progress.update(task, description=what, completed=done, total=total)
 
-            aic.import_aiconfigurator(hardware_id, BACKEND, out, progress=on_progress, root=root)
+            aic.import_aiconfigurator(hardware_id, backend, out, progress=on_progress, root=root)
     except (GraphsimError, OSError) as e:
         _notice(f"could not build {out} ({e}); pricing without measured rows")
         return False

@@ -79,6 +79,12 @@ class KvCapacity:
     def vllm_log_lines(self) -> tuple[str, str]:
         """The two figures the profile's vLLM version logs at start-up (V0: its block counts and concurrency,
         max_model_len printed without separators)."""
+        if self.profile.engine == "sglang":  # model_runner: the pool and the limits the scheduler prints
+            return (f"max_total_num_tokens={self.tokens}",
+                    f"context_len={self.max_model_len}, max concurrency at context_len: {self.max_concurrency:.2f}x")
+        if self.profile.engine == "trtllm":  # KVCacheManager: blocks of tokens_per_block
+            return (f"[MemUsageChange] Allocated {self.available_bytes / GiB:.2f} GiB for max tokens in paged KV cache "
+                    f"({self.tokens})", f"max_seq_len {self.max_model_len}: {self.max_concurrency:.2f}x")
         if self.profile.family == "v0":
             return (f"# GPU blocks: {self.num_blocks}, # CPU blocks: {self.cpu_blocks}",
                     f"Maximum concurrency for {self.max_model_len} tokens per request: {self.max_concurrency:.2f}x")

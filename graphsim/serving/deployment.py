@@ -72,11 +72,12 @@ class Deployment:
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
                                host=host)
 
-    def cost_model(self, profile: str | None = None, target: str = "vllm",
+    def cost_model(self, profile: str | None = None, target: str | None = None,
                    moe_routing: RoutingModel | None = None) -> CostModel:
         """The deployment's cost model: its model traced with its dtype, fused for `target`, split over its TP
         ranks (no expert parallelism), priced with its KV dtype on its hardware from `profile` (default: the
-        hardware's default profile.db when present). Needs the `trace` extra (torch)."""
+        hardware's default profile.db when present). `target` None: the engine's own (vllm, sglang or trtllm).
+        Needs the `trace` extra (torch)."""
         from graphsim.cost_model import build_cost_model
         from graphsim.costing.collectives import CollectiveSettings
 
@@ -89,9 +90,15 @@ class Deployment:
             from graphsim.quantization import without_quantization
 
             model = replace(model, config=without_quantization(model.config))
+        default = True
+        if profile is None and not self.engine.profile.is_vllm:  # the engine's own tables, never vLLM's
+            from graphsim.serving.engines import engine_profile
+
+            profile = engine_profile(self.hardware.id, self.engine.profile.engine)
+            default = False
         return build_cost_model(model, self.hardware, tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype,
-                                collectives=coll,
-                                profile=profile, target=target, moe_routing=moe_routing)
+                                collectives=coll, profile=profile, default_profile=default,
+                                target=target or self.engine.profile.fuse_target, moe_routing=moe_routing)
 
     def to_json(self) -> dict[str, Any]:
         e = self.engine
@@ -136,6 +143,8 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     acc = accounting(resolved.config, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
                      ignore_quant=config.ignore_quant)
     eng = e.resolve(hw, cfg)
+    if not eng.profile.is_vllm:  # SGLang / TensorRT-LLM: their own page size and KV budget (serving/engines.py)
+        return _plan_other_engine(config, resolved, hw, acc, eng, cfg)
     layout = kv_layout(acc.spec, acc.precision, tp, e.block_size)
     from graphsim.serving.dp_attention import expert_ranks
 
@@ -149,7 +158,25 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     return Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
 
 
-def build_cost(dep: Deployment, profile: str | None = None, target: str = "vllm",
+def _plan_other_engine(config: DeploymentConfig, resolved: ResolvedModel, hw: HardwareSpec, acc: Accounting,
+                       eng: EngineConfig, cfg: dict) -> Deployment:
+    """SGLang's / TensorRT-LLM's page size, KV budget and (SGLang) max_running_requests from the KV tokens."""
+    from graphsim.serving.engines import engine_block_size, engine_memory_budget, sglang_max_running_requests
+
+    tp, mem, e = config.parallel.tensor_parallel_size, config.memory, config.engine
+    engine = eng.profile.engine
+    layout = kv_layout(acc.spec, acc.precision, tp, e.block_size or engine_block_size(engine))
+    budget = engine_memory_budget(engine, acc.spec, cfg, acc.precision, tp, hw.memory_bytes,
+                                  eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=mem.activation_gib,
+                                  overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
+                                  available_bytes=e.kv_cache_memory_bytes)
+    cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
+    if engine == "sglang" and e.max_num_seqs is None:
+        eng = eng.with_(max_num_seqs=sglang_max_running_requests(cap.tokens, eng.max_model_len))
+    return Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
+
+
+def build_cost(dep: Deployment, profile: str | None = None, target: str | None = None,
                moe_routing: RoutingModel | None = None) -> tuple[IterationCost, str, int]:
     """Trace, fuse and partition the model (`graphsim.cost_model.build_cost_model`), and wrap its cost tree for
     the simulator. Returns (cost, what the numbers rest on, kernels in the tree)."""

@@ -128,7 +128,10 @@ class EngineConfig:
                 raise EngineConfigError(f"{name} = {getattr(self, name)}; give --{name.replace('_', '-')} >= 1")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise EngineConfigError(f"gpu_memory_utilization = {self.gpu_memory_utilization}; give a value in (0, 1]")
-        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+        # TensorRT-LLM starts with max_num_tokens below max_seq_len (chunked prefill off by default) and refuses
+        # only the prompts longer than max_num_tokens
+        if (not self.enable_chunked_prefill and self.profile.is_vllm
+                and self.max_num_batched_tokens < self.max_model_len):
             raise EngineConfigError(
                 f"without chunked prefill max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
                 f"max_model_len ({self.max_model_len}); raise --max-num-batched-tokens or lower --max-model-len")

@@ -28,16 +28,23 @@ Three families, read from vLLM's released wheels (each fact names the file and t
   seen 0.30.0.
 
 Versions newer than `NEWEST` take its profile (recorded in the JSON as `assumed_like`).
+
+`--engine sglang` / `--engine trtllm` (optionally `==X.Y`) select the other two engine families, whose facts live
+in `graphsim.serving.engines` (each cited there): their profile has `engine` "sglang" / "trtllm", family of the
+same name, and the properties below answer for them too.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.errors import GraphsimError
+from graphsim.serving.engines import (
+    SGLANG_VERSION, TRTLLM_MAX_BATCH_SIZE, TRTLLM_MAX_NUM_TOKENS, TRTLLM_VERSION, sglang_memory_defaults,
+)
 from graphsim.serving.host import HostModel, host_model
 
 GiB = 1 << 30
@@ -61,12 +68,35 @@ class EngineProfile:
     """What one vLLM version does that graphsim models (see the module docstring for the sources)."""
 
     version: Version
-    family: str  # "v0" | "v1" | "v1-async"
+    family: str  # "v0" | "v1" | "v1-async" | "sglang" | "trtllm"
+    engine: str = "vllm"  # "vllm" | "sglang" | "trtllm" (graphsim.serving.engines)
 
     # --- behaviour -------------------------------------------------------------------------------
     @property
+    def is_vllm(self) -> bool:
+        return self.engine == "vllm"
+
+    @property
+    def fuse_target(self) -> str:
+        """The fuse target (passes/fuse) whose kernels this engine launches."""
+        return self.engine
+
+    @property
     def async_scheduling(self) -> bool:
-        return self.family == "v1-async"
+        # SGLang's overlap scheduler (disable_overlap_schedule = False) and TensorRT-LLM's
+        # (disable_overlap_scheduler = False) prepare step n+1 while n runs, as vLLM's async scheduling does
+        return self.family == "v1-async" or not self.is_vllm
+
+    @property
+    def prefill_priority(self) -> bool:
+        """SGLang: a step with a prefill batch (chunked) runs no decodes (enable_mixed_chunk = False)."""
+        return self.engine == "sglang"
+
+    @property
+    def admission(self) -> str:
+        """How admission reserves KV: "vllm" (the current sequence), "sglang" (its prompt and clipped output,
+        minus the running requests' estimated growth) or "no-evict" (TensorRT-LLM GUARANTEED_NO_EVICT)."""
+        return {"sglang": "sglang", "trtllm": "no-evict"}.get(self.engine, "vllm")
 
     @property
     def prefill_first(self) -> bool:
@@ -75,7 +105,7 @@ class EngineProfile:
 
     @property
     def reserve_full_isl(self) -> bool:
-        return self.version >= (0, 20, 0)
+        return self.version >= (0, 20, 0) if self.is_vllm else True
 
     @property
     def watermark(self) -> float:
@@ -85,13 +115,13 @@ class EngineProfile:
         """Batches whose tokens a sliding-window reservation covers (`VllmConfig.max_concurrent_batches`, 0.30+:
         2 with async scheduling; before 0.30 the reservation covers one `max_num_batched_tokens`)."""
         on = self.async_scheduling if async_scheduling is None else async_scheduling
-        return 2 if on and self.version >= (0, 30, 0) else 1
+        return 2 if on and self.is_vllm and self.version >= (0, 30, 0) else 1
 
     @property
     def subtracts_cudagraph_memory(self) -> bool:
         """The KV budget subtracts the CUDA-graph estimate (gpu_worker.py `cudagraph_memory_estimate`, with
         VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaulting to 1: first seen 0.20.0, absent 0.14.0)."""
-        return self.version >= (0, 20, 0)
+        return self.is_vllm and self.version >= (0, 20, 0)
 
     @property
     def hybrid_kv(self) -> bool:
@@ -100,28 +130,33 @@ class EngineProfile:
 
     @property
     def kv_tokens_formula(self) -> str:
-        if self.family == "v0":
-            return "blocks"  # num_gpu_blocks × block_size
+        if self.family == "v0" or not self.is_vllm:
+            return "blocks"  # num_gpu_blocks × block_size (SGLang's max_total_num_tokens; TRT-LLM's max tokens)
         return "concurrency" if self.version >= (0, 25, 0) else "groups"
 
     @property
     def kv_log_one_line(self) -> bool:
-        return self.version >= (0, 30, 0)
+        return self.version >= (0, 30, 0) or not self.is_vllm
 
     @property
     def host(self) -> HostModel:
+        if not self.is_vllm:  # no published host figures for SGLang / TRT-LLM: vLLM V1's, overlapped (assumed)
+            return replace(host_model("v1-async"), family=self.family)
         return host_model(self.family)
 
     @property
     def name(self) -> str:
-        return "vllm==" + ".".join(map(str, self.version))
+        return f"{self.engine}==" + ".".join(map(str, self.version))
 
     @property
     def assumed_like(self) -> Version | None:
-        return NEWEST if self.version > NEWEST else None
+        newest = {"sglang": SGLANG_VERSION, "trtllm": TRTLLM_VERSION}.get(self.engine, NEWEST)
+        return newest if self.version > newest else None
 
     # --- defaults ----------------------------------------------------------------------------------
     def enable_chunked_prefill(self, max_model_len: int, sliding_window: bool) -> bool:
+        if self.engine == "trtllm":
+            return False  # llm_args.py BaseLlmArgs.enable_chunked_prefill = False
         if self.family != "v0":
             return True
         return max_model_len > V0_CHUNKED_LONG_CONTEXT and not sliding_window
@@ -130,7 +165,13 @@ class EngineProfile:
         return self.family != "v0"
 
     def batch_defaults(self, hardware: HardwareSpec, max_model_len: int, chunked: bool) -> tuple[int, int]:
-        """(max_num_batched_tokens, max_num_seqs) `vllm serve` picks (UsageContext.OPENAI_API_SERVER)."""
+        """(max_num_batched_tokens, max_num_seqs) `vllm serve` picks (UsageContext.OPENAI_API_SERVER); SGLang:
+        (chunked_prefill_size, the floor of max_running_requests, which plan_deployment raises from the KV tokens);
+        TensorRT-LLM: (max_num_tokens, max_batch_size)."""
+        if self.engine == "sglang":
+            return sglang_memory_defaults(hardware.memory_bytes).chunked_prefill_size, 2048
+        if self.engine == "trtllm":
+            return TRTLLM_MAX_NUM_TOKENS, TRTLLM_MAX_BATCH_SIZE
         if self.family == "v0":
             return (V0_CHUNK_TOKENS if chunked else max(max_model_len, 2048)), 256
         mem, names = hardware.memory_bytes, (hardware.name + " " + hardware.id).lower()
@@ -148,8 +189,11 @@ class EngineProfile:
 
     def to_json(self) -> dict[str, Any]:
         h = self.host
+        policy = {"sglang": "prefill batches first, fcfs, chunked (SGLang)",
+                  "trtllm": "in-flight batching, guaranteed no evict (TensorRT-LLM)"}.get(
+            self.engine, "prefill-first (V0 default)" if self.prefill_first else "decode-first, chunked (V1)")
         return {"engine": self.name, "family": self.family, "async_scheduling": self.async_scheduling,
-                "scheduler_policy": "prefill-first (V0 default)" if self.prefill_first else "decode-first, chunked (V1)",
+                "scheduler_policy": policy, **({} if self.is_vllm else {"admission": self.admission}),
                 "reserve_full_isl": self.reserve_full_isl, "watermark": self.watermark,
                 "max_concurrent_batches": self.concurrent_batches(), "hybrid_kv": self.hybrid_kv,
                 "subtracts_cudagraph_memory": self.subtracts_cudagraph_memory,
@@ -169,13 +213,36 @@ def family_of(version: Version) -> str:
 _SPEC = re.compile(r"^\s*(?:vllm\s*(?:==\s*)?)?(v?\d+(?:\.\d+){0,2})?(?:\.?post\d+)?\s*$", re.IGNORECASE)
 
 
+_OTHER = re.compile(r"^\s*(sglang|trtllm|tensorrt[-_]llm)\s*(?:==\s*(v?\d+(?:\.\d+){0,2})(?:\.?(?:post|rc)\d+)?)?\s*$",
+                    re.IGNORECASE)
+ENGINE_FORMS = "vllm, sglang or trtllm, optionally with ==X.Y (vllm==0.10.1)"
+
+
+def _other_engine(text: str) -> EngineProfile | None:
+    """`sglang`, `sglang==0.5.14`, `trtllm`, `trtllm==1.3.0rc20` (also `tensorrt-llm`) → its profile."""
+    m = _OTHER.match(text)
+    if not m:
+        return None
+    engine = "sglang" if m.group(1).lower() == "sglang" else "trtllm"
+    newest = SGLANG_VERSION if engine == "sglang" else TRTLLM_VERSION
+    if not m.group(2):
+        return EngineProfile(newest, engine, engine)
+    parts = [int(p) for p in m.group(2).lstrip("vV").split(".")]
+    version: Version = (parts[0], parts[1] if len(parts) > 1 else 0, parts[2] if len(parts) > 2 else 0)
+    return EngineProfile(version, engine, engine)
+
+
 def parse_engine(text: str | None) -> EngineProfile:
-    """`vllm` (the newest), `vllm==0.10.1`, `vllm==0.6`, `0.10` → its profile (EngineVersionError otherwise)."""
+    """`vllm` (the newest), `vllm==0.10.1`, `vllm==0.6`, `0.10`, `sglang`, `trtllm==1.3` → its profile
+    (EngineVersionError otherwise)."""
     if text is None or not str(text).strip() or str(text).strip().lower() == "vllm":
         return EngineProfile(NEWEST, family_of(NEWEST))
+    other = _other_engine(str(text))
+    if other is not None:
+        return other
     m = _SPEC.match(str(text))
     if not m or not m.group(1):
-        raise EngineVersionError(f"cannot read engine '{text}'; write vllm, vllm==0.10.1 or vllm==0.6")
+        raise EngineVersionError(f"cannot read engine '{text}'; write {ENGINE_FORMS}")
     parts = [int(p) for p in m.group(1).lstrip("vV").split(".")]
     version: Version = (parts[0], parts[1] if len(parts) > 1 else 0, parts[2] if len(parts) > 2 else 0)
     if version < OLDEST:

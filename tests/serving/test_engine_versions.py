@@ -26,7 +26,7 @@ def test_versions_map_to_families(text, version, family):
     assert (p.version, p.family) == (version, family)
 
 
-@pytest.mark.parametrize("bad", ["sglang", "vllm==x", "vllm==0.4.2"])
+@pytest.mark.parametrize("bad", ["sglang=0.5", "lmdeploy", "vllm==x", "vllm==0.4.2"])
 def test_bad_engine_is_one_error(bad):
     with pytest.raises(EngineVersionError):
         parse_engine(bad)

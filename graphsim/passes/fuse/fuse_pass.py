@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from graphsim.ir import Graph, Op
 from graphsim.passes.base import Pass, PassError, PassResult, register_pass
-from graphsim.passes.fuse import eager, vllm
+from graphsim.passes.fuse import eager, sglang, trtllm, vllm
 from graphsim.passes.fuse.core import apply_rules
 
-TARGETS = {"vllm": vllm, "eager": eager}
+TARGETS = {"vllm": vllm, "sglang": sglang, "trtllm": trtllm, "eager": eager}
 
 
 @register_pass("fuse")
