@@ -93,3 +93,29 @@ def predict_afd(config: AfdConfig, model_loader: Any, hw: Any, specs: list[str],
         for b, label in enumerate(specs):
             console.print(f"\n{label}", markup=False)
             console.print("\n".join(model.tree_lines(t, b)), markup=False, highlight=False)
+
+
+def afd_cost(dep: Any, config: AfdConfig, profile: str | None, moe_routing: Any, link_gbps: float | None,
+             link_latency_us: float | None) -> tuple[Any, str, int]:
+    """`deployment.build_cost` for an AFD deployment (`afd.afd_deployment`): both pools traced from the
+    deployment's model and priced with its engine's CUDA-graph bound; (cost, what the numbers rest on, kernels)."""
+    from dataclasses import replace
+
+    from graphsim.costing.collectives import CollectiveSettings
+    from graphsim.serving.afd import AfdCost, build_afd_model
+
+    e = dep.engine
+    model = dep.model
+    if dep.config.ignore_quant:
+        from graphsim.quantization import without_quantization
+
+        model = replace(model, config=without_quantization(model.config))
+    afd = build_afd_model(model, dep.hardware, config, dtype=dep.dtype, kv_dtype=dep.kv_dtype, profile=profile,
+                          moe_routing=moe_routing,
+                          collectives=CollectiveSettings.for_engine(e.max_num_seqs, e.max_num_batched_tokens),
+                          link_gbps=link_gbps, link_latency_us=link_latency_us)
+    note = (f"{config.label()}, link {afd.link.describe} [{afd.link.source}]; attention pool: "
+            f"{afd.attention.data_note}")
+    if afd.ffn.moe_routing:
+        note += f"; MoE routing: {afd.ffn.moe_routing}"
+    return AfdCost(afd), note, len(afd.split.attention_leaves()) + len(afd.split.ffn_leaves())

@@ -7,6 +7,7 @@ import math
 
 import typer
 
+from graphsim.cli import afd_cli
 from graphsim.cli import options as opt
 from graphsim.cli.app import app, console, err_console
 from graphsim.versions import versions
@@ -122,6 +123,11 @@ def simulate_cmd(
     slo_ttft_ms: opt.SloTtftMs = None,
     slo_tpot_ms: opt.SloTpotMs = None,
     slo_e2e_ms: opt.SloE2eMs = None,
+    afd: afd_cli.Afd = None,
+    afd_micro_batches: afd_cli.AfdMicroBatches = 2,
+    afd_ffn_parallel: afd_cli.AfdFfnParallel = "tp",
+    afd_link_gbps: afd_cli.AfdLinkGbps = None,
+    afd_link_latency_us: afd_cli.AfdLinkLatencyUs = None,
     iteration_log: str | None = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
     chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json): every request, or --trace-sample of them."),
     trace_sample: int | None = typer.Option(None, "--trace-sample", min=1, help="Show only this many requests (evenly spaced by id) in the --chrome-trace; stated in the file's otherData."),
@@ -156,6 +162,10 @@ def simulate_cmd(
             "block_size", "prefix_caching", "chunked_prefill", "kv_dtype", "dtype")
         (engine,) = from_log.get("engine")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
+    afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us)
+    if afd_config is not None:  # attention–FFN disaggregation: the engine is the attention pool (serving/afd.py)
+        afd_cli.check_parallel(afd_config, tp)
+        tp = afd_config.attention_gpus
     config = DeploymentConfig.parse(opt.deployment_data(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
@@ -164,6 +174,10 @@ def simulate_cmd(
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                            network_latency_us)))
     dep = plan_deployment(config)
+    if afd_config is not None:
+        from graphsim.serving.afd import afd_deployment
+
+        dep = afd_deployment(dep, afd_config)
     ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
     due: list[float] | None = None
     if bench:
@@ -209,8 +223,14 @@ def simulate_cmd(
 
         check_plot_path(plot)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
-        cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing))
-    setup = dep.simulation_setup(cost, router=router, host_time=host_time)
+        cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing)) if afd_config is None else \
+            afd_cli.afd_cost(dep, afd_config, profile, parse_routing(moe_routing), afd_link_gbps, afd_link_latency_us)
+    if afd_config is None:
+        setup = dep.simulation_setup(cost, router=router, host_time=host_time)
+    else:
+        from graphsim.serving.afd import afd_setup
+
+        setup = afd_setup(dep, cost, afd_config, router=router, host_time=host_time)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)
@@ -227,6 +247,8 @@ def simulate_cmd(
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica,
                "versions": versions(profile, gpu, engine)}
+        if afd_config is not None:
+            out["afd"] = afd_config.to_json()
         if from_log is not None:
             out["from_vllm_log"] = from_log.to_json()
         print(json.dumps(out, indent=1, default=float))

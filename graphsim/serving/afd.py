@@ -104,6 +104,10 @@ class AfdConfig:
     def gpus(self) -> int:
         return self.attention_gpus + self.ffn_gpus
 
+    def to_json(self) -> dict[str, Any]:
+        return {"attention_gpus": self.attention_gpus, "ffn_gpus": self.ffn_gpus, "micro_batches": self.micro_batches,
+                "ffn_parallel": "ep" if self.expert_parallel else "tp", "label": self.label(), "vllm_option": None}
+
     def label(self) -> str:
         ffn = f"ep{self.ffn_gpus}" if self.expert_parallel else f"tp{self.ffn_gpus}"
         return f"AFD {self.attention_gpus}A(tp{self.attention_gpus}):{self.ffn_gpus}F({ffn}), m={self.micro_batches}"
@@ -589,7 +593,7 @@ class AfdSimulationSetup(SimulationSetup):
         return p.data_parallel_size * (p.tensor_parallel_size + self.ffn_gpus)
 
 
-def afd_setup(dep: Any, cost: AfdCost, config: AfdConfig, replicas: int = 1, router: str = "round-robin",
+def afd_setup(dep: Any, cost: Any, config: AfdConfig, replicas: int | None = None, router: str = "round-robin",
               host_time: bool = True) -> AfdSimulationSetup:
     """The simulator's setup of `replicas` AFD units (`dep` from `afd_deployment`)."""
     from dataclasses import fields
