@@ -9,6 +9,7 @@ import typer
 
 from graphsim.cli import afd_cli
 from graphsim.cli import options as opt
+from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console
 from graphsim.cli.sources import load_source
 from graphsim.versions import versions
@@ -44,6 +45,8 @@ def predict_cmd(
     afd_ffn_parallel: afd_cli.AfdFfnParallel = "tp",
     afd_link_gbps: afd_cli.AfdLinkGbps = None,
     afd_link_latency_us: afd_cli.AfdLinkLatencyUs = None,
+    speculative_config: spec_cli.SpeculativeConfigOpt = None,
+    spec_acceptance: spec_cli.SpecAcceptanceOpt = None,
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
     limit: opt.Limit = 25,
     as_json: opt.Json = False,
@@ -56,6 +59,7 @@ def predict_cmd(
     from graphsim.workload import parse_batch_spec
 
     specs = batch or ["prefill:1x2048", "decode:64x2048"]
+    spec_opts = spec_cli.options(model, speculative_config, spec_acceptance, revision)  # checked before a trace
     from graphsim.cli.dp_predict import expert_parallel_size
 
     ep = expert_parallel_size(tp, ep, data_parallel_size, enable_expert_parallel, all2all_backend)
@@ -90,11 +94,13 @@ def predict_cmd(
         if not steps:
             return
     pred = predict(cm, steps, specs)
+    spec = spec_cli.predict_speculative(cm, spec_opts, specs, steps)
     kernels = [n.attrs for n in cm.graph.nodes if isinstance(n.attrs, KernelAttrs)]
     quant = quantization_summary(kernels, cm.graph.meta, cm.dtypes, kv_dtype)
     if as_json:
         extra = {"quantization": dataclasses.asdict(quant)} if quant else {}
-        print(json.dumps({**pred.to_json(), **extra, **pipeline_json(cm, steps, specs), "versions": versions(profile, gpu)},
+        print(json.dumps({**pred.to_json(), **extra, **pipeline_json(cm, steps, specs),
+                          **(spec.to_json() if spec else {}), "versions": versions(profile, gpu)},
                          indent=1, default=str))
         return
     from graphsim.render.cost_view import render_prediction
@@ -103,3 +109,5 @@ def predict_cmd(
         console.print(quant.line(), markup=False)
     console.print(render_prediction(pred, tree, limit))
     print_pipeline(console, cm, steps, specs)
+    if spec is not None:
+        spec_cli.print_speculative(console, spec)

@@ -38,7 +38,7 @@ from graphsim.serving.engine_config import EngineArgs
 from graphsim.validation import Strict, validate
 
 _FIX = ("see DeploymentConfig in graphsim/serving/config.py (fields: model, hardware, dtype, kv_cache_dtype, "
-        "mamba_ssm_cache_dtype, parallel, engine, memory, interconnect)")
+        "mamba_ssm_cache_dtype, parallel, engine, memory, interconnect, speculative_config)")
 
 
 class DeploymentConfigError(GraphsimError):
@@ -106,6 +106,19 @@ class DeploymentConfig(Strict):
     engine: EngineArgs = Field(default_factory=EngineArgs)
     memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
     interconnect: InterconnectOverrides = Field(default_factory=InterconnectOverrides)  # where it differs from the spec's
+    speculative_config: dict[str, Any] | None = None  # vLLM's --speculative-config (serving/speculative.py)
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _known_speculation(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            from graphsim.serving.speculative import parse_speculative_config
+
+            try:
+                parse_speculative_config(v)
+            except GraphsimError as e:
+                raise PydanticCustomError("speculative_config", "{reason}", {"reason": str(e)}) from None
+        return v
 
     @field_validator("dtype", "kv_cache_dtype", "mamba_ssm_cache_dtype")
     @classmethod

@@ -155,7 +155,14 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
                            available_bytes=e.kv_cache_memory_bytes,
                            cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
-    return Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
+    dep = Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
+    if config.speculative_config:  # the draft's KV layers and weights (spec_deployment.py)
+        from graphsim.serving.spec_deployment import deployment_speculation, with_speculation
+
+        spec = deployment_speculation(dep)
+        assert spec is not None
+        dep = with_speculation(dep, spec)
+    return dep
 
 
 def _plan_other_engine(config: DeploymentConfig, resolved: ResolvedModel, hw: HardwareSpec, acc: Accounting,
@@ -180,6 +187,12 @@ def build_cost(dep: Deployment, profile: str | None = None, target: str | None =
                moe_routing: RoutingModel | None = None) -> tuple[IterationCost, str, int]:
     """Trace, fuse and partition the model (`graphsim.cost_model.build_cost_model`), and wrap its cost tree for
     the simulator. Returns (cost, what the numbers rest on, kernels in the tree)."""
+    if dep.config.speculative_config:  # target verification + draft passes (spec_deployment.py)
+        from graphsim.serving.spec_deployment import deployment_speculation, speculative_cost
+
+        spec = deployment_speculation(dep)
+        assert spec is not None
+        return speculative_cost(dep, spec, profile, target or "vllm", moe_routing)
     cm = dep.cost_model(profile, target, moe_routing)
     e = dep.engine
     cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len)

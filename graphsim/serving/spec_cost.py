@@ -271,7 +271,7 @@ class SpecPricer:
                                                      Step((SeqGroup(1, 0, seqs),))], self.draft_pricer, self.draft_dtypes)
                 first -= float(r[0] - r[1])
                 src1 = max(src1, int(rs[0]), int(rs[1]))
-            out.append(SpecPart("draft pass 1 over the step's tokens", first, SOURCES[src1].value, self.draft_note))
+            out.append(SpecPart("draft pass 1 over the step's tokens", first, SOURCES[src1].value))
             if k > 1:
                 out.append(SpecPart(f"draft passes 2..{k}: one token a sequence, ×{k - 1}", float(d[1]) * (k - 1),
                                     SOURCES[int(ds[1])].value))
