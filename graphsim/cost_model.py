@@ -24,6 +24,7 @@ from graphsim.costing.hardware import DeviceKind, HardwareSpec, load_hardware
 from graphsim.costing.moe_routing import RoutingModel
 from graphsim.costing.predict import default_data
 from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.streams import StreamSettings
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Op
 
@@ -96,7 +97,7 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
                      profile: str | os.PathLike[str] | ProfileDB | None = None, default_profile: bool = True,
                      target: str = "vllm", pipeline: str | None = None,
                      on_stage: Callable[[str], None] | None = None, moe_routing: RoutingModel | None = None,
-                     collectives: CollectiveSettings | None = None) -> CostModel:
+                     collectives: CollectiveSettings | None = None, streams: StreamSettings | None = None) -> CostModel:
     """Import (when not handed a graph), run the passes, compile the cost tree and pair it with its pricer.
 
     model: a catalog name, HF id, config.json or model dir (traced on the meta device, with `dtype`), a
@@ -110,7 +111,8 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
         (the profiler records the string it ran).
     on_stage: called with a short line before tracing and before the passes (progress displays).
     moe_routing: the MoE routing model (`costing.moe_routing`; None: its DEFAULT).
-    collectives: vLLM's settings that pick a collective's implementation (`costing.collectives`; None: defaults)."""
+    collectives: vLLM's settings that pick a collective's implementation (`costing.collectives`; None: defaults).
+    streams: vLLM's shared-expert stream settings (`costing.streams`; None: vLLM's defaults)."""
     if tp < 1 or ep < 1:
         raise GraphsimError(f"tensor- and expert-parallel sizes must be >= 1 (got tp={tp}, ep={ep})")
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
@@ -135,4 +137,4 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
             on_stage(f"running {pipeline}")
         graph = run_pipeline(graph, pipeline).graph
     return CostModel.of_kernel_graph(graph, hw, db, kv_dtype=kv_dtype, dtype=dtype, data_note=note,
-                                     pipeline=pipeline, routing=moe_routing, collectives=collectives)
+                                     pipeline=pipeline, routing=moe_routing, collectives=collectives, streams=streams)

@@ -15,12 +15,13 @@ from graphsim.costing import moe_routing
 from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.composite import composite_note, graph_mla_blocks
 from graphsim.costing.cost_tree import CompiledTree, Evaluation, build_tree, compile_tree
-from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.hardware import DeviceKind, HardwareSpec
 from graphsim.costing.interpolate import KernelPricer
 from graphsim.costing.kernel_map import Dtypes, key_for
 from graphsim.costing.kernels import KernelKey, MoeRouting
 from graphsim.costing.moe_routing import MoeRoutingError, RoutingModel
 from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.streams import StreamSettings
 from graphsim.ir import Graph, Op
 from graphsim.ir.geometry import MoeExpertsGeometry
 from graphsim.workload import Step
@@ -44,16 +45,19 @@ class CostModel:
     dtype: str | None  # model dtype override asked for (None: the checkpoint's)
     kv_dtype: str | None  # KV-cache dtype asked for (None: the model dtype)
     moe_routing: str = ""  # the MoE routing model priced with, stated ('' when the graph has no routed experts)
+    streams: str = ""  # the concurrent streams the tree overlaps, stated ('' when it overlaps none)
 
     @classmethod
     def of_kernel_graph(cls, graph: Graph, hardware: HardwareSpec | None = None, db: ProfileDB | None = None, *,
                         kv_dtype: str | None = None, dtype: str | None = None, data_note: str = "",
                         pipeline: str = "", routing: RoutingModel | None = None,
-                        collectives: CollectiveSettings | None = None) -> CostModel:
+                        collectives: CollectiveSettings | None = None,
+                        streams: StreamSettings | None = None) -> CostModel:
         """Compile a fused kernel graph's cost tree and pair it with a pricer for `db` and `hardware` (with no
         `hardware`, the spec the db's meta names, if any). `routing`: the MoE routing model (None: the default,
         `moe_routing.DEFAULT`). `collectives`: the engine settings that pick a collective's implementation
-        (`costing.collectives`; None: vLLM's defaults)."""
+        (`costing.collectives`; None: vLLM's defaults). `streams`: vLLM's shared-expert stream settings
+        (`costing.streams`; None: vLLM's defaults, on CUDA GPUs only); only a graph fused for vLLM overlaps."""
         pricer = KernelPricer(db, hardware, collectives or CollectiveSettings())
         routing, routing_note = _routing_with_rows(graph, routing or moe_routing.DEFAULT, pricer,
                                                    Dtypes.for_graph(graph.meta, kv_dtype, hardware=pricer.hardware))
@@ -65,12 +69,16 @@ class CostModel:
         def has_rows(key: KernelKey) -> bool:
             return pricer.curve(key) is not None
 
-        tree = compile_tree(build_tree(graph, dtypes, has_rows if vllm else None))
+        hw = pricer.hardware
+        if streams is None:
+            streams = StreamSettings(cuda=hw is not None and hw.kind is DeviceKind.GPU and bool(hw.compute_capability))
+        tree = compile_tree(build_tree(graph, dtypes, has_rows if vllm else None, streams if vllm else None))
         note = composite_note(graph_mla_blocks(graph, dtypes, has_rows), dtypes) if vllm else ""
         data_note = f"{data_note}; {note}" if data_note and note else data_note or note
         return cls(graph, tree, pricer, dtypes, pricer.hardware,
                    str(db.path) if db is not None else None, data_note, graph.meta.tp,
-                   graph.meta.ep, graph.meta.fuse_target, pipeline, dtype, kv_dtype, routing_note)
+                   graph.meta.ep, graph.meta.fuse_target, pipeline, dtype, kv_dtype, routing_note,
+                   streams.describe() if vllm and tree.overlaps else "")
 
     @property
     def db(self) -> ProfileDB | None:

@@ -2,7 +2,10 @@
 
     Sum        one stream, no overlap: children add
     Max        parallel ranks: the slowest rank sets the time
-    Parallel   concurrent streams on one device: perfect overlap, the longest stream
+    Parallel   concurrent streams on one device: the longest stream, never below the streams' shared
+               roofline (their compute terms and their memory terms each add, `roofline_parts_us`);
+               with `max_tokens`, overlapped only on steps of at most that many tokens and summed above
+               (vLLM's shared-expert stream, `costing.streams`)
     Scale{n}   n identical copies of the child (a layer region)
     Labeled    a name for a subtree
 
@@ -11,8 +14,9 @@
 `CompiledTree.evaluate(steps, pricer, dtypes)` prices many batches at once, vectorised per kernel
 key. Each leaf is converted to (key, coordinates) rows once per evaluation
 (`kernel_map.kernel_rows`); its time and its work (`Evaluation.leaf_work`) are read from the same
-rows. A composed time carries the worst source of its leaves; a missing leaf makes its ancestors'
-times NaN, never zero.
+rows. A composed time carries the worst source of its leaves (roofline where an overlap's shared floor
+binds); a missing leaf makes its ancestors' times NaN, never zero. A leaf with `max_tokens` is launched
+only on steps of at most that many tokens (zero time and work above).
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import numpy as np
 
 from graphsim.costing.collectives import CollectiveContext
 from graphsim.costing.composite import HasRows, MlaModuleBlock, composite_rows, mla_block
-from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
+from graphsim.costing.interpolate import MISSING, ROOFLINE, SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes, KernelRows, StepArrays, kernel_rows
 from graphsim.costing.kernels import KernelKey
-from graphsim.costing.roofline import kernel_work
+from graphsim.costing.roofline import kernel_work, roofline_parts_us
+from graphsim.costing.streams import StreamSettings, shared_expert_overlaps
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
 from graphsim.ir.kernel import KernelAttrs
@@ -40,6 +45,7 @@ class Leaf:
     attrs: KernelAttrs
     layer: int | None = None
     block: MlaModuleBlock | None = None  # a composite leaf: the block its measured module rows replace
+    max_tokens: int | None = None  # launched only on steps of at most this many tokens (None: always)
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,8 @@ class Max:
 @dataclass(frozen=True)
 class Parallel:
     children: tuple[Tree, ...]
+    max_tokens: int | None = None  # overlapped on steps of at most this many tokens, summed above (None: always)
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,8 +80,12 @@ class Labeled:
 Tree = Leaf | Sum | Max | Parallel | Scale | Labeled
 
 
-def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | None = None) -> Tree:
-    """iteration → ranks (Max over identical TP ranks) → [before layers, layer regions ×n, after]."""
+def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | None = None,
+               streams: StreamSettings | None = None) -> Tree:
+    """iteration → ranks (Max over identical TP ranks) → [before layers, layer regions ×n, after].
+
+    streams: vLLM's stream settings; with them (and `shared_experts_overlap`), each MoE block's shared
+    experts overlap its routed experts (`costing.streams`). None: one stream, every kernel summed."""
     if not graph.nodes or not all(n.op is Op.KERNEL for n in graph.nodes):
         raise GraphsimError("cost trees are built from fused graphs; run the fuse pass first "
                             "(e.g. graphsim passes MODEL -p 'fold,fuse{target=vllm}')")
@@ -95,7 +107,8 @@ def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | N
                 seen.append(tag)
         for tag in seen:
             rep = sched.representative[tag]
-            leaves = _layer_leaves([n for n in graph.nodes if n.layer == rep], leaf, dtypes, has_rows)
+            nodes = [n for n in graph.nodes if n.layer == rep]
+            leaves = _overlapped(nodes, _layer_leaves(nodes, leaf, dtypes, has_rows), streams)
             parts.append(Labeled(f"{tag} ×{sched.count(tag)}", Scale(sched.count(tag), Sum(leaves))))
     elif any(n.layer is not None for n in graph.nodes):
         raise GraphsimError("the graph has layers but no layer schedule; run the fold pass first")
@@ -122,6 +135,28 @@ def _layer_leaves(nodes: list[Node], leaf, dtypes: Dtypes | None, has_rows: HasR
     return tuple(out)
 
 
+def _overlapped(nodes: list[Node], leaves: tuple[Leaf, ...], streams: StreamSettings | None) -> tuple[Tree, ...]:
+    """A layer's leaves with each MoE block's shared and routed experts as two streams (`costing.streams`):
+    [..., clone (≤ threshold tokens), Parallel(routed, shared, max_tokens=threshold), ...]."""
+    if streams is None or not streams.shared_experts_overlap:
+        return leaves
+    out: list[Tree] = list(leaves)
+    for ov in shared_expert_overlaps(nodes):
+        names = [t.name if isinstance(t, Leaf) else "" for t in out]
+        if not all(n in names for n in ov.routed + ov.shared):
+            continue  # a kernel of the block was replaced (a composite leaf): keep it summed
+        first = min(names.index(n) for n in ov.routed + ov.shared)
+        pick = {n: out[names.index(n)] for n in ov.routed + ov.shared}
+        thr = streams.shared_experts_token_threshold
+        layer = next((t.layer for t in pick.values() if isinstance(t, Leaf)), None)
+        block = [Leaf(f"{ov.shared[0]}.input_clone", ov.clone, layer, max_tokens=thr),
+                 Parallel((Sum(tuple(pick[n] for n in ov.routed)), Sum(tuple(pick[n] for n in ov.shared))),
+                          max_tokens=thr, label=f"routed ‖ shared experts (aux stream at ≤ {thr} tokens)")]
+        rest = [t for t in out if not (isinstance(t, Leaf) and t.name in pick)]
+        out = rest[:first] + block + rest[first:]
+    return tuple(out)
+
+
 # --- compiled form ---------------------------------------------------------------------------
 class NodeKind(IntEnum):
     """What a node of a compiled tree does with its children (`CompiledTree.kinds`)."""
@@ -145,15 +180,35 @@ class CompiledTree:
     leaf_of: list[int]  # node id → leaf index (-1 if not a leaf)
     leaves: list[Leaf]
     multiplicity: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per leaf: product of Scale above
+    node_multiplicity: list[int] = field(default_factory=list)  # per node: product of Scale above it
+    max_tokens: list[float] = field(default_factory=list)  # per node: a Parallel's or a Leaf's limit (inf: none)
+    under: dict[int, list[int]] = field(default_factory=dict)  # Parallel node (> 1 child) → leaf indices below
 
     @property
     def root(self) -> int:
         return len(self.kinds) - 1
 
+    @property
+    def overlaps(self) -> list[int]:
+        """Node ids of the Parallel nodes with more than one stream."""
+        return sorted(self.under)
+
+    def leaf_limit(self) -> np.ndarray:
+        """Per leaf: the most tokens a step may have for it to be launched (inf: always)."""
+        out = np.full(len(self.leaves), np.inf)
+        for i, li in enumerate(self.leaf_of):
+            if li >= 0:
+                out[li] = self.max_tokens[i]
+        return out
+
     def evaluate(self, steps: list[Step], pricer: KernelPricer, dtypes: Dtypes) -> Evaluation:
         rows = leaf_rows(self.leaves, steps, dtypes, CollectiveContext.of(pricer))
         leaf_t, leaf_s = price_rows(rows, len(steps), pricer)
         n_b = len(steps)
+        tokens = np.asarray([s.tokens for s in steps], dtype=np.float64)
+        off = tokens[None, :] > self.leaf_limit()[:, None]  # a leaf not launched at this step
+        leaf_t[off] = 0.0
+        floors = self._overlap_floors(rows, off, n_b, pricer)
         node_t = np.zeros((len(self.kinds), n_b))
         node_s = np.zeros((len(self.kinds), n_b), dtype=np.int8)
         for i, kind in enumerate(self.kinds):
@@ -166,13 +221,45 @@ class CompiledTree:
             node_s[i] = cs.max(axis=0)
             if kind is NodeKind.SUM:
                 node_t[i] = ct.sum(axis=0)
-            elif kind in (NodeKind.MAX, NodeKind.PARALLEL):
+            elif kind is NodeKind.MAX:
                 node_t[i] = ct.max(axis=0)
+            elif kind is NodeKind.PARALLEL:
+                t = ct.max(axis=0)
+                floor = floors.get(i)
+                if floor is not None:  # streams share the device: never below their joint roofline
+                    binds = floor > t
+                    t = np.where(binds, floor, t)
+                    node_s[i] = np.where(binds, np.maximum(node_s[i], ROOFLINE), node_s[i])
+                if np.isfinite(self.max_tokens[i]):  # above the limit the streams run one after the other
+                    t = np.where(tokens > self.max_tokens[i], ct.sum(axis=0), t)
+                node_t[i] = t
             elif kind is NodeKind.SCALE:
                 node_t[i] = self.scale[i] * ct[0]
             else:
                 node_t[i] = ct[0]
         return Evaluation(self, steps, leaf_t, leaf_s, node_t, node_s, rows)
+
+    def _overlap_floors(self, rows: list[KernelRows], off: np.ndarray, n_b: int,
+                        pricer: KernelPricer) -> dict[int, np.ndarray]:
+        """Per overlapping Parallel node: max(Σ compute µs, Σ memory µs) of the leaves below it (per node
+        instance), the time the device needs for all its streams' work together (`roofline_parts_us`)."""
+        hw = pricer.hardware
+        if hw is None or not self.under:
+            return {}
+        out: dict[int, np.ndarray] = {}
+        for node, leaves in self.under.items():
+            comp, mem = np.zeros(n_b), np.zeros(n_b)
+            for li in leaves:
+                w = self.multiplicity[li] / self.node_multiplicity[node]
+                for part in rows[li].parts:
+                    rp = roofline_parts_us(hw, part.key, part.coords)
+                    if rp is None:
+                        continue  # no work or no peak: adds nothing to the floor (a lower bound stays one)
+                    on = ~off[li, part.step]
+                    np.add.at(comp, part.step, rp[0] * part.weight * w * on)
+                    np.add.at(mem, part.step, rp[1] * part.weight * w * on)
+            out[node] = np.maximum(comp, mem)
+        return out
 
 
 def compile_tree(tree: Tree) -> CompiledTree:
@@ -181,11 +268,14 @@ def compile_tree(tree: Tree) -> CompiledTree:
 
     def visit(t: Tree, m: int) -> int:
         kind: NodeKind
+        limit: int | None = None
+        first_leaf = len(c.leaves)
         if isinstance(t, Leaf):
             kind, kids, scale, label = NodeKind.LEAF, [], 1, t.name
             c.leaves.append(t)
             mult.append(m)
             leaf_idx = len(c.leaves) - 1
+            limit = t.max_tokens
         else:
             leaf_idx = -1
             if isinstance(t, Scale):
@@ -195,11 +285,17 @@ def compile_tree(tree: Tree) -> CompiledTree:
             else:
                 kind = {Sum: NodeKind.SUM, Max: NodeKind.MAX, Parallel: NodeKind.PARALLEL}[type(t)]
                 kids, scale, label = [visit(x, m) for x in t.children], 1, type(t).__name__.lower()
+                if isinstance(t, Parallel):
+                    limit, label = t.max_tokens, t.label or label
         c.kinds.append(kind)
         c.children.append(kids)
         c.scale.append(scale)
         c.labels.append(label)
         c.leaf_of.append(leaf_idx)
+        c.node_multiplicity.append(m)
+        c.max_tokens.append(np.inf if limit is None else float(limit))
+        if kind is NodeKind.PARALLEL and len(kids) > 1:
+            c.under[len(c.kinds) - 1] = list(range(first_leaf, len(c.leaves)))
         return len(c.kinds) - 1
 
     visit(tree, 1)
@@ -224,6 +320,17 @@ class Evaluation:
     def total_source(self, b: int = 0):
         return SOURCES[int(self.node_source[self.tree.root, b])]
 
+    def hidden_us(self) -> np.ndarray:
+        """Per overlapping Parallel node (`CompiledTree.overlaps` order) and batch: µs of its streams' time that
+        the overlap hides in one iteration (Σ streams − the node's time, × the node's multiplicity); 0 where
+        the step is over the node's token limit."""
+        t = self.tree
+        out = np.zeros((len(t.overlaps), len(self.steps)))
+        for k, node in enumerate(t.overlaps):
+            streams = self.node_time_us[t.children[node]].sum(axis=0)
+            out[k] = (streams - self.node_time_us[node]) * t.node_multiplicity[node]
+        return out
+
     def leaf_work(self) -> tuple[np.ndarray, np.ndarray]:
         """FLOPs and DRAM bytes of one instance of each leaf per batch, (leaves, batches) each, from the
         rows its time was priced at (`costing.roofline.kernel_work`; zero for collectives and for
@@ -241,6 +348,10 @@ class Evaluation:
                 b.append(np.zeros(len(part.coords)) if w is None else w.bytes)
             flops[i] = kr.sum_by_step(f, n_b)
             nbytes[i] = kr.sum_by_step(b, n_b)
+        tokens = np.asarray([s.tokens for s in self.steps], dtype=np.float64)
+        off = tokens[None, :] > self.tree.leaf_limit()[:, None]  # not launched at that step: no work
+        flops[off] = 0.0
+        nbytes[off] = 0.0
         self._work = (flops, nbytes)
         return self._work
 

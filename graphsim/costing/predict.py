@@ -62,12 +62,13 @@ class BatchReport:
     tokens: int
     sequences: int
     total_us: float | None  # None when any leaf is missing
-    known_us: float  # sum of the leaves that have times
+    known_us: float  # sum of the leaves that have times (more than total_us where streams overlap: `overlaps`)
     source: str
     rows: list[KernelRow]
     regions: list[dict[str, Any]]
     tally: dict[str, int] = field(default_factory=dict)  # source → kernel count
     missing: list[str] = field(default_factory=list)
+    overlaps: list[dict[str, Any]] = field(default_factory=list)  # per overlap of concurrent streams: what it hides
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Prediction:
     batches: list[BatchReport]
     moe_routing: str = ""  # the MoE routing model the routed experts were priced with ('' without routed experts)
     interconnect: str = ""  # the topology collectives were priced on ('' without a hardware spec)
+    streams: str = ""  # the concurrent streams overlapped ('' when none: every kernel adds)
 
     def to_json(self) -> dict[str, Any]:
         def row(r: KernelRow) -> dict[str, Any]:
@@ -92,7 +94,7 @@ class Prediction:
         return {
             "model": self.model, "hardware": self.hardware, "profile": self.profile, "data": self.data_note,
             "tp": self.tp, "ep": self.ep, "moe_routing": self.moe_routing or None,
-            "interconnect": self.interconnect or None,
+            "interconnect": self.interconnect or None, "streams": self.streams or None,
             "batches": [dict({k: v for k, v in vars(b).items() if k != "rows"}, kernels=[row(r) for r in b.rows])
                         for b in self.batches],
         }
@@ -139,7 +141,8 @@ def predict(cm: CostModel, steps: list[Step], specs: list[str]) -> Prediction:
     regions = _regions(tree)
     batches = [_batch_report(tree, ev, b, spec, regions, dtypes) for b, spec in enumerate(specs)]
     return Prediction(cm.graph.name, cm.hardware.id if cm.hardware else "none", cm.profile, _checked_note(cm), cm.tp,
-                      cm.ep, batches, cm.moe_routing, cm.hardware.topology().describe() if cm.hardware else "")
+                      cm.ep, batches, cm.moe_routing, cm.hardware.topology().describe() if cm.hardware else "",
+                      cm.streams)
 
 
 def _checked_note(cm: CostModel) -> str:
@@ -194,8 +197,22 @@ def _batch_report(tree: CompiledTree, ev: Evaluation, b: int, spec: str, regions
         d["kernels"] += 1
         d["sources"].add(r.source)
     region_list = [dict(v, sources=sorted(v["sources"])) for v in reg.values()]
+    hidden = ev.hidden_us()[:, b]
+    overlaps = [{"overlap": tree.labels[node], "region": _node_region(tree, node),
+                 "hidden_us": None if np.isnan(h) else float(h)}
+                for node, h in zip(tree.overlaps, hidden, strict=True)]
     return BatchReport(spec, step.tokens, step.sequences, total_v, known, ev.total_source(b).value, rows,
-                       region_list, tally, missing)
+                       region_list, tally, missing, overlaps)
+
+
+def _node_region(c: CompiledTree, node: int) -> str:
+    """The label of the innermost Labeled ancestor of `node`."""
+    parent = {ch: i for i, kids in enumerate(c.children) for ch in kids}
+    while node in parent:
+        node = parent[node]
+        if c.kinds[node] is NodeKind.LABELED:
+            return c.labels[node]
+    return ""
 
 
 def default_data(hardware: HardwareSpec) -> tuple[ProfileDB | None, str]:

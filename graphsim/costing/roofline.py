@@ -154,6 +154,26 @@ def collective_roofline_us(spec: HardwareSpec, key: CollectiveKey, coords: np.nd
     return lat + factor * msg / bw * 1e6
 
 
+def roofline_parts_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(compute µs, memory µs) of each point, the two terms `roofline_us` takes the larger of; None for a
+    collective, for a kernel without work, or where the spec has no peak for its dtype. Kernels that run at the
+    same time on one device (concurrent streams) share its compute units and its memory bus, so their compute
+    terms add and their memory terms add: the floor of an overlap (`cost_tree.Parallel`)."""
+    if isinstance(key, CollectiveKey):
+        return None
+    work = kernel_work(key, coords)
+    if work is None or spec.memory_bandwidth_bytes_per_s <= 0:
+        return None
+    mem_us = work.bytes / spec.memory_bandwidth_bytes_per_s * 1e6
+    if not np.any(work.flops):
+        return np.zeros_like(mem_us), mem_us
+    dtype = key.gemm_dtype if isinstance(key, (MlaModulePrefillKey, MlaModuleDecodeKey)) else key.dtype
+    peak = spec.peak_flops(dtype)
+    if peak is None or peak <= 0:
+        return None
+    return work.flops / peak * 1e6, mem_us
+
+
 def roofline_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) -> np.ndarray | None:
     """Roofline time in µs for each point, or None where the spec cannot price this kernel
     (no peak for its dtype, no bandwidth)."""

@@ -42,6 +42,9 @@ def batch_tree(p: Prediction, b: BatchReport) -> Tree:
         share = reg["total_us"] / b.known_us if b.known_us else 0
         srcs = "/".join(_src(s) for s in reg["sources"])
         br = root.add(f"[bold magenta]{reg['region']}[/] {fmt_us(reg['total_us'])} ({share:.1%}) {srcs}")
+        for ov in b.overlaps:
+            if ov["region"] == reg["region"] and ov["hidden_us"]:
+                br.add(f"[bold]overlap[/] {escape(ov['overlap'])}: hides {fmt_us(ov['hidden_us'])} of the kernel sum")
         for r in rows:
             each = f" = {r.count} × {fmt_us(r.time_us)}" if r.count > 1 else ""
             approx = " [dim]~placeholder[/]" if r.approximate else ""
@@ -79,6 +82,8 @@ def render_prediction(p: Prediction, show_tree: bool = True, limit: int = 25) ->
             f"[dim]data:[/] {p.data_note}")
     if p.moe_routing:
         head += f"\n[dim]MoE routing:[/] {escape(p.moe_routing)}"
+    if p.streams:
+        head += f"\n[dim]streams:[/] {escape(p.streams)}"
     if p.interconnect and p.tp * p.ep > 1:
         head += f"\n[dim]interconnect:[/] {escape(p.interconnect)}"
     parts: list = [head]

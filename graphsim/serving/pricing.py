@@ -25,7 +25,13 @@ The simulator prices the decode sequences of an iteration as one group of B sequ
 context (decode attention reads every cached token once, so its time follows the total context —
 as vLLM's one varlen launch does) and each prefill chunk as its own group.
 
-A tree that is not a plain sum falls back to `MemoCost`: exact evaluation of each distinct step,
+Overlapped streams (`Parallel` nodes of more than one child, with their token limit, and leaves launched only up to
+a token limit — vLLM's shared-expert stream, `costing.streams`) keep the tables exact when every leaf below them is
+priced by the step's tokens: the overlap then hides a time that depends on T alone, so G(T) is read off the tree's
+own node times on the same token probes (Σ leaves − Σ overlaps' hidden time). The split by source takes the hidden
+time off each overlap's leaves in proportion to their time.
+
+A tree that is not a plain sum (or such an overlap) falls back to `MemoCost`: exact evaluation of each distinct step,
 memoised, decode runs priced in one call. Every time carries the worst source of its leaves
 (`graphsim.costing.interpolate.SOURCES` codes); a missing leaf is an error naming the kernel.
 For the shares of predicted time by source, each engine carries a meter (`new_meter`): `TableMeter` splits every
@@ -125,9 +131,19 @@ def chunk_grid(max_tokens: int) -> np.ndarray:
     return grid[(grid >= 2) & (grid <= max_tokens)]
 
 
+def _token_leaf(tree: CompiledTree, i: int) -> bool:
+    a = tree.leaves[i].attrs
+    return a.kind is not KernelKind.ATTENTION and a.rows is Rows.TOKENS
+
+
 def is_additive(tree: CompiledTree) -> bool:
-    return all(not (k in (NodeKind.MAX, NodeKind.PARALLEL) and len(ch) > 1)
-               for k, ch in zip(tree.kinds, tree.children, strict=True))
+    """A sum of leaves, up to overlaps whose hidden time depends on the step's tokens only (module docstring)."""
+    if any(k is NodeKind.MAX and len(ch) > 1 for k, ch in zip(tree.kinds, tree.children, strict=True)):
+        return False
+    if not all(_token_leaf(tree, li) for leaves in tree.under.values() for li in leaves):
+        return False
+    limit = tree.leaf_limit()
+    return all(_token_leaf(tree, i) for i in np.flatnonzero(np.isfinite(limit)))
 
 
 def _missing_names(tree: CompiledTree, leaf_src: np.ndarray) -> str:
@@ -154,8 +170,15 @@ class TreeCost:
         self._mult = tree.multiplicity[:, None]
         self.evaluations = 0  # probe steps priced (for the benchmark)
         # tokens probes: one prefill chunk of T tokens, no cache (T = 1 is a decode at context 0)
-        t_lt, t_ls = self._leaf_times([Step((SeqGroup(t, 0, 1),)) for t in range(1, max_tokens + 1)])
+        t_ev = self.tree.evaluate([Step((SeqGroup(t, 0, 1),)) for t in range(1, max_tokens + 1)], pricer, dtypes)
+        self.evaluations += max_tokens
+        t_lt, t_ls = t_ev.leaf_time_us * self._mult, t_ev.leaf_source
         self.G, self.G_src = self._part(t_lt, t_ls, self._tok, pad=True)
+        hidden = t_ev.hidden_us()  # (overlaps, T): µs each overlap hides, all on token leaves
+        if len(hidden):
+            self.G[1:] -= hidden.sum(axis=0)
+            over_src = t_ev.node_source[tree.overlaps].max(axis=0)  # roofline where an overlap's floor binds
+            self.G_src[1:] = np.maximum(self.G_src[1:], over_src)
         self.A0, self.A0_src = self._part(t_lt, t_ls, self._attn, pad=True)
         once_t, once_s = self._part(t_lt[:, :1], t_ls[:, :1], self._once)
         self.C, self.C_src = float(once_t[0]), int(once_s[0])
@@ -163,6 +186,13 @@ class TreeCost:
         self.H, self.H_src = self._part(s_lt, s_ls, self._seq, pad=True)
         # the same parts split by leaf source (rows: SOURCES codes), for TableMeter's time-weighted shares
         self.G_split = self._split(t_lt, t_ls, self._tok, pad=True)
+        for k, node in enumerate(tree.overlaps):  # each overlap's hidden time off its own leaves, pro rata
+            sel = np.zeros(len(leaves), dtype=bool)
+            sel[tree.under[node]] = True
+            own = self._split(t_lt, t_ls, sel, pad=True)
+            whole = own.sum(axis=0)
+            frac = np.divide(np.concatenate([[0.0], hidden[k]]), whole, out=np.zeros_like(whole), where=whole > 0)
+            self.G_split -= own * frac
         self.A0_split = self._split(t_lt, t_ls, self._attn, pad=True)
         self.C_split = self._split(t_lt[:, :1], t_ls[:, :1], self._once)[:, 0]
         self.H_split = self._split(s_lt, s_ls, self._seq, pad=True)

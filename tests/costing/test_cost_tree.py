@@ -33,14 +33,45 @@ def gemm_leaf(i: int, n: int, k: int) -> Leaf:
 STEPS = [Step((SeqGroup(1, 1024, 8),)), Step((SeqGroup(512, 0, 1),)), Step((SeqGroup(128, 64, 2), SeqGroup(1, 10, 3)))]
 
 
+def _leaves_of(tree) -> list[tuple[Leaf, int]]:
+    """(leaf, multiplicity within `tree`) in depth-first order."""
+    if isinstance(tree, Leaf):
+        return [(tree, 1)]
+    if isinstance(tree, Scale):
+        return [(lf, m * tree.n) for lf, m in _leaves_of(tree.child)]
+    if isinstance(tree, Labeled):
+        return _leaves_of(tree.child)
+    return [x for c in tree.children for x in _leaves_of(c)]
+
+
+def _gemm_parts_us(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
+    """(compute µs, memory µs) of a bf16 GEMM leaf on STEPS, from the roofline's own definition: 2·m·n·k FLOPs
+    at the H200's bf16 peak; m·k + k·n + m·n elements of 2 bytes at its HBM bandwidth."""
+    g = leaf.attrs.geometry_as(GemmGeometry)
+    m = np.asarray([s.tokens for s in STEPS], dtype=np.float64)
+    flops = 2.0 * m * g.n * g.k
+    nbytes = 2.0 * (m * g.k + g.k * g.n + m * g.n)
+    peak = H200.peak_flops(KernelDtype.BF16)
+    assert peak is not None
+    return (flops / peak * 1e6, nbytes / H200.memory_bandwidth_bytes_per_s * 1e6)
+
+
 def reference(tree, leaf_times) -> np.ndarray:
-    """The tree's definition, reading leaf times in depth-first order (as compile_tree lists leaves)."""
+    """The tree's definition, reading leaf times in depth-first order (as compile_tree lists leaves). A Parallel
+    of several streams is their longest, but never below max(Σ compute, Σ memory) of its leaves (one device)."""
     if isinstance(tree, Leaf):
         return next(leaf_times)
     if isinstance(tree, Sum):
         return np.asarray(sum(reference(c, leaf_times) for c in tree.children))
-    if isinstance(tree, (Max, Parallel)):
+    if isinstance(tree, Max):
         return np.max([reference(c, leaf_times) for c in tree.children], axis=0)
+    if isinstance(tree, Parallel):
+        t = np.max([reference(c, leaf_times) for c in tree.children], axis=0)
+        if len(tree.children) > 1:
+            parts = [(_gemm_parts_us(lf), m) for lf, m in _leaves_of(tree)]
+            floor = np.maximum(sum(p[0] * m for p, m in parts), sum(p[1] * m for p, m in parts))
+            t = np.maximum(t, floor)
+        return t
     if isinstance(tree, Scale):
         return tree.n * reference(tree.child, leaf_times)
     return reference(tree.child, leaf_times)

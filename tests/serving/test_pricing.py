@@ -5,6 +5,7 @@ import pytest
 
 from graphsim.costing.cost_tree import Leaf, Parallel, Sum, compile_tree
 from graphsim.costing.interpolate import ROOFLINE
+from graphsim.ir.kernel import KernelKind, Rows
 from graphsim.serving.pricing import MemoCost, TreeCost, chunk_grid, context_grid, is_additive, iteration_cost
 from graphsim.workload import SeqGroup, Step
 
@@ -69,12 +70,19 @@ def test_memo_cost_is_exact(llama_tree):
 
 
 def test_a_tree_with_overlap_falls_back_to_exact_evaluation(llama_tree):
+    # an overlap over attention hides a time that depends on more than the step's tokens: no exact tables
     tree, pricer, dtypes = llama_tree
+    attn = next(lf for lf in tree.leaves if lf.attrs.kind is KernelKind.ATTENTION)
     leaves = [Leaf(f"k{i}", lf.attrs) for i, lf in enumerate(tree.leaves[:3])]
-    overlapped = compile_tree(Sum((Parallel((leaves[0], leaves[1])), leaves[2])))
+    overlapped = compile_tree(Sum((Parallel((Leaf("a", attn.attrs), leaves[1])), leaves[2])))
     assert not is_additive(overlapped)
     cost = iteration_cost(overlapped, pricer, dtypes, 64, 8, 1024)
     assert isinstance(cost, MemoCost)
+    # over per-token kernels only it hides a function of T alone: the tables stay exact (tests/costing/test_streams.py)
+    tokens_only = [lf for lf in tree.leaves if lf.attrs.kind is not KernelKind.ATTENTION
+                   and lf.attrs.rows is Rows.TOKENS][:2]
+    assert is_additive(compile_tree(Sum((Parallel(tuple(Leaf(f"t{i}", lf.attrs) for i, lf in enumerate(tokens_only))),
+                                         leaves[2]))))
 
 
 def test_grids():
