@@ -16,6 +16,12 @@ Follows vLLM 0.33.0 `Scheduler.schedule` (vllm/v1/core/sched/scheduler.py), FCFS
 3. After the iteration, a request whose computed tokens reach its token count samples one token
    (the first one ends its prefill: TTFT); it finishes when it has its output tokens.
 
+Engine strategies (`EngineProfile`, engine_versions.py / engines.py cite the sources): SGLang runs a step with
+prefill work (waiting prompts, or the chunked one in progress) without decodes (`prefill_priority`), and admits a
+prompt only when its clipped output and the running requests' estimated growth (`new_token_ratio`, decaying)
+fit (`admission` "sglang"); TensorRT-LLM's GUARANTEED_NO_EVICT admits a request only when the blocks for its prompt
+and all its output fit besides what every running request will still need (`admission` "no-evict").
+
 The running set lives in numpy arrays, so an iteration costs a few vectorised operations whatever
 the batch. Iterations in which every running request decodes one token and nothing else can change
 (no arrival, no completion, the waiting queue blocked, enough free blocks) are run as one segment of
@@ -137,6 +143,8 @@ class Engine:
         self.source_counts: dict[int, int] = {}
         self.meter: SourceMeter | None = None  # per-source shares of the committed iteration times (simulator sets it)
         self.host: EngineHost | None = None  # host time added to each iteration's GPU time (None: kernels only)
+        self.admission = config.profile.admission  # "vllm" | "sglang" | "no-evict"
+        self.decode_steps = 0  # SGLang: decode steps since the new-token ratio was reset
         self.spec: SpecState | None = None  # speculative decoding (speculative.py; the simulator sets it)
 
     # --- bookkeeping ---------------------------------------------------------------------------
@@ -165,6 +173,7 @@ class Engine:
         self.registering.pop(r.id, None)
 
     def _preempt_last(self) -> Request:
+        self.decode_steps = 0  # SGLang resets its new-token ratio on a retraction (simplified: to the init value)
         r = self.running.pop()
         self._free_blocks(r, preempt=True)
         r.num_computed_tokens = 0
@@ -207,7 +216,28 @@ class Engine:
         config = self.config
         tokens = min(r.num_tokens if config.reserve_full_isl or upto is None else upto, config.max_model_len)
         need = self.layout.admission_blocks(tokens, config.max_in_flight_tokens) - hits + evictable
+        if self.admission != "vllm":
+            need += self._engine_reserve(r, tokens)
         return need + int(config.watermark * self.pool.num_blocks)
+
+    def _engine_reserve(self, r: Request, tokens: int) -> int:
+        """Blocks beyond the current sequence that SGLang / TensorRT-LLM hold back before admitting `r`."""
+        from graphsim.serving.engines import SGLANG_CLIP_MAX_NEW_TOKENS, sglang_new_token_ratio
+
+        bs, n, running = self.block_size, self.running.size, self.running
+        remaining_out = running.max_tokens[:n] - running.num_output_tokens[:n]
+        if self.admission == "sglang":  # PrefillAdder.add_one_req / rem_total_tokens (+ page_size)
+            own = min(r.max_tokens - r.num_output_tokens, SGLANG_CLIP_MAX_NEW_TOKENS) + bs
+            others = float(np.minimum(remaining_out, SGLANG_CLIP_MAX_NEW_TOKENS).sum()) \
+                * sglang_new_token_ratio(self.decode_steps)
+            return -(-(own + int(others)) // bs)
+        # no-evict: r's whole output, and what the running requests still need to finish
+        final = self.layout.admission_blocks(min(r.num_prompt_tokens + r.max_tokens, self.config.max_model_len),
+                                             self.config.max_in_flight_tokens)
+        own = max(0, final - self.layout.admission_blocks(tokens, self.config.max_in_flight_tokens))
+        ends = np.minimum(running.num_tokens[:n] + remaining_out, self.config.max_model_len)
+        others = int(np.maximum(-(-ends // bs) - running.num_held_blocks[:n], 0).sum())
+        return own + others
 
     def _admit(self, token_budget: int) -> tuple[Request, int, int] | None:
         """Try the head of the waiting queue; returns (request, running index, scheduled tokens) or None."""
@@ -251,7 +281,11 @@ class Engine:
         n = running.size
         all_decode = False
         first = self._prefill_first(token_budget) if config.prefill_first and self.waiting else None
-        if first is not None:  # V0: this step runs the admitted prompts only
+        if first is None and config.profile.prefill_priority:  # SGLang: a prefill batch runs alone
+            first = self._prefill_priority(token_budget)
+            if first is None:
+                self.decode_steps += 1 if n else 0
+        if first is not None:  # V0 / SGLang: this step runs the admitted prompts (and SGLang's chunk) only
             scheduled, admitted = first, running.size - n
         elif n:
             computed, held = running.num_computed_tokens[:n], running.num_held_blocks[:n]
@@ -280,7 +314,7 @@ class Engine:
                 held[:] = new_held
         else:
             scheduled = np.zeros(0, dtype=np.int64)
-        if first is None and not preempted and self.waiting:
+        if first is None and not preempted and self.waiting and not config.profile.prefill_priority:
             left = token_budget - int(scheduled.sum())
             added = []
             while left > 0 and self.waiting and running.size < config.max_num_seqs:
@@ -296,6 +330,7 @@ class Engine:
         if n == 0 or not scheduled.any():
             if preempted:
                 return self.start(t, horizon)  # everything was preempted: admit from the queue now
+            self.decode_steps = 0  # idle: SGLang resets its new-token ratio
             self.plan = None
             self.busy_until = None
             return None
@@ -351,6 +386,39 @@ class Engine:
             return None
         return np.concatenate([np.zeros(n0, dtype=np.int64), np.asarray(added, dtype=np.int64)])
 
+    def _prefill_priority(self, token_budget: int) -> np.ndarray | None:
+        """SGLang's `get_next_batch_to_run` (managers/scheduler.py, 0.5.14, enable_mixed_chunk off): the chunked
+        request in progress continues and waiting prompts are admitted (chunked) within `chunked_prefill_size`
+        tokens; if any prefill work was scheduled, the step runs it without decodes. Returns the step's scheduled
+        tokens (0 for the decoding requests), or None for a decode step."""
+        running, pool = self.running, self.pool
+        n0 = running.size
+        computed, held = running.num_computed_tokens[:n0], running.num_held_blocks[:n0]
+        remaining = running.num_tokens[:n0] - computed
+        scheduled = np.zeros(n0, dtype=np.int64)
+        left = token_budget
+        for i in np.flatnonzero(remaining > 1):  # prompts still being prefilled (the chunked request)
+            if left <= 0:
+                break
+            take = int(min(remaining[i], left))
+            grow = int(self.layout.held_blocks_one(int(computed[i]), take)) - int(held[i])
+            if grow > pool.free:
+                break
+            pool.alloc(grow)
+            held[i] += grow
+            scheduled[i] = take
+            left -= take
+        added = []
+        while left > 0 and self.waiting and running.size < self.config.max_num_seqs:
+            got = self._admit(left)
+            if got is None:
+                break
+            added.append(got[2])
+            left -= got[2]
+        if not added and not scheduled.any():
+            return None
+        return np.concatenate([scheduled, np.asarray(added, dtype=np.int64)])
+
     def _allocate_with_preemption(self, scheduled: np.ndarray, new_held: np.ndarray) -> tuple[np.ndarray, int]:
         """Allocate in running order; when short, preempt the last running request (vLLM FCFS)."""
         running, pool = self.running, self.pool
@@ -377,8 +445,10 @@ class Engine:
         """True if no waiting request can be admitted in the coming decode-only iterations."""
         if not self.waiting:
             return True
-        if self.layout.hybrid:
-            return False  # sliding windows free blocks as they slide: re-check every iteration
+        if self.layout.hybrid or self.admission == "sglang":
+            # sliding windows free blocks as they slide; SGLang's reserve shrinks as outputs grow and its ratio
+            # decays: re-check every iteration
+            return False
         n = self.running.size
         if n >= self.config.max_num_seqs or self.config.max_num_batched_tokens - n <= 0:
             return True
@@ -453,6 +523,7 @@ class Engine:
         self.log.block(starts, durations_s, n, n, 0, n, n, len(self.waiting), kv_used, 0, sources, self.index,
                        (times_us - gpu_us) * 1e-6)
         self.iterations += k
+        self.decode_steps += k
         lo, hi = int(sources.min()), int(sources.max())
         if lo == hi:
             self.source_counts[lo] = self.source_counts.get(lo, 0) + k
