@@ -39,6 +39,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 from graphsim.costing.composite import HasRows
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.cost_tree import CompiledTree, Labeled, Leaf, Max, Scale, Sum, Tree
@@ -51,9 +53,11 @@ from graphsim.ir import Graph, Node, Op
 from graphsim.ir.geometry import CollectiveGeometry, EmbeddingGeometry, NormGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.tensor import DType
+from graphsim.workload import Step
 
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"  # vllm/envs.py: per-stage layer counts, comma separated
 MAX_PP = 1024
+RECV = "recv from stage"  # the label of a stage's incoming transfer: "stage 1: recv from stage 0 (…)"
 
 
 class PipelineError(GraphsimError):
@@ -231,18 +235,18 @@ def stage_trees(graph: Graph, split: PipelineSplit, dtypes: Dtypes | None = None
     for s, (a, b) in enumerate(split.ranges):
         parts: list[Tree] = []
         if s == 0 and before:
-            parts.append(Labeled("before layers", Sum(before)))
+            parts.append(Labeled("stage 0: before layers", Sum(before)))
         tags = sched.tags[a:b]
         for tag in dict.fromkeys(tags):
             n = tags.count(tag)
-            parts.append(Labeled(f"{tag} ×{n}", Scale(n, Sum(rep_leaves[tag]))))
+            parts.append(Labeled(f"stage {s}: {tag} ×{n}", Scale(n, Sum(rep_leaves[tag]))))
         if s == split.pp - 1 and after:
-            parts.append(Labeled("after layers", Sum(after)))
+            parts.append(Labeled(f"stage {s}: after layers", Sum(after)))
         rank = Labeled(f"rank 0 of {tp} (TP ranks are identical)" if tp > 1 else "rank 0", Sum(tuple(parts)))
         body: list[Tree] = []
         if s > 0:
             where = "across nodes" if split.crosses_nodes(s - 1) else "inside a node"
-            body.append(Labeled(f"recv from stage {s - 1} ({where})", Sum(hop_leaves(graph, split, s))))
+            body.append(Labeled(f"stage {s}: {RECV} {s - 1} ({where})", Sum(hop_leaves(graph, split, s))))
         body.append(Max((rank,)))
         trees.append(Labeled(f"stage {s} of {split.pp} (layers {a}–{b - 1})", Sum(tuple(body))))
     return trees
@@ -292,3 +296,60 @@ def with_pipeline(cm: CostModel, pp: int, partition: Sequence[int] | str | None 
     base = {f.name: getattr(cm, f.name) for f in fields(CostModel)}
     base["tree"] = tree
     return PipelinedCostModel(**base, split=split, stages=tuple(compile_tree(t) for t in subtrees))
+
+
+@dataclass(frozen=True)
+class StageTime:
+    """One stage's time for one batch: its incoming transfer and the whole stage (transfer included), µs."""
+
+    stage: int
+    layers: tuple[int, int]  # [first, one past the last)
+    recv_us: float | None  # 0 for the first stage; None where a leaf is missing
+    time_us: float | None
+    source: str
+
+
+@dataclass(frozen=True)
+class PipelineTimes:
+    """A batch through the pipeline: its latency (the sum of the stages) and the interval at which full batches can
+    follow each other when pp are in flight (the slowest stage, its transfer in: the stage's GPU waits in
+    `recv_tensor_dict`)."""
+
+    spec: str
+    stages: tuple[StageTime, ...]
+
+    @property
+    def latency_us(self) -> float | None:
+        t = [s.time_us for s in self.stages]
+        return None if any(x is None for x in t) else sum(x for x in t if x is not None)
+
+    @property
+    def interval_us(self) -> float | None:
+        t = [s.time_us for s in self.stages]
+        return None if any(x is None for x in t) else max(x for x in t if x is not None)
+
+    def to_json(self) -> dict[str, object]:
+        return {"batch": self.spec, "latency_us": self.latency_us, "interval_us": self.interval_us,
+                "stages": [{"stage": s.stage, "layers": list(s.layers), "recv_us": s.recv_us, "time_us": s.time_us,
+                            "source": s.source} for s in self.stages]}
+
+
+def stage_times(cm: CostModel, steps: list[Step], specs: list[str]) -> list[PipelineTimes]:
+    """Each stage of a pipelined cost model priced alone for `steps` (one entry per step); [] for an unsplit one."""
+    if not isinstance(cm, PipelinedCostModel) or cm.split is None:
+        return []
+    from graphsim.costing.interpolate import SOURCES
+
+    per_stage = []
+    for s, tree in enumerate(cm.stages):
+        ev = tree.evaluate(steps, cm.pricer, cm.dtypes)
+        recv = [i for i, lab in enumerate(tree.labels) if lab.startswith(f"stage {s}: {RECV}")]
+        per_stage.append((ev.total_us(), ev.node_time_us[recv[0]] if recv else np.zeros(len(steps)),
+                          [SOURCES[int(ev.node_source[tree.root, b])].value for b in range(len(steps))]))
+
+    def num(x: float) -> float | None:
+        return None if np.isnan(x) else float(x)
+
+    return [PipelineTimes(spec, tuple(StageTime(s, r, num(rc[b]), num(t[b]), src[b]) for s, (r, (t, rc, src))
+                                      in enumerate(zip(cm.split.ranges, per_stage, strict=True))))
+            for b, spec in enumerate(specs)]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from graphsim.costing.pipeline import (
-    PipelineError, PipelineSplit, hop_crosses_nodes, pp_indices, pp_of, stage_layers, with_pipeline,
+    PipelinedCostModel, PipelineError, PipelineSplit, hop_crosses_nodes, pp_indices, pp_of, stage_layers, with_pipeline,
 )
 from graphsim.workload import parse_batch_spec
 
@@ -70,6 +70,12 @@ def llama_tp2():
     return build_cost_model("llama-3.1-8b", "h200", tp=2, default_profile=False)
 
 
+def _split(cm, pp: int) -> PipelinedCostModel:
+    pc = with_pipeline(cm, pp)
+    assert isinstance(pc, PipelinedCostModel)
+    return pc
+
+
 def _leaf_weight_bytes(cm, tree) -> float:
     from graphsim.passes.partition.conservation import weight_bytes
 
@@ -89,7 +95,7 @@ def _work(cm, tree) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("pp", [2, 3, 4])
 def test_stages_conserve_flops_bytes_and_weights(llama_tp2, pp):
     cm = llama_tp2
-    pc = with_pipeline(cm, pp)
+    pc = _split(cm, pp)
     assert pp_of(pc) == pp and pp_of(cm) == 1 and len(pc.stages) == pp
     whole_f, whole_b = _work(cm, cm.tree)
     parts = [_work(pc, t) for t in pc.stages]
@@ -107,18 +113,20 @@ def test_stage_weights_by_hand(llama_tp2):
     # 218,103,808 split: (218,103,808 / 2 + 8192) × 2 B = 218,120,192 B per rank per layer. Stage 0 adds the
     # embedding's vocab shard (128,256 / 2 × 4096 × 2 B = 525,336,576 B), stage 1 the final norm (4096 × 2 B,
     # replicated) and lm_head's shard (525,336,576 B).
-    pc = with_pipeline(llama_tp2, 2)
+    pc = _split(llama_tp2, 2)
     w0, w1 = (_leaf_weight_bytes(pc, t) for t in pc.stages)
     assert w0 == pytest.approx(16 * 218_120_192 + 525_336_576, rel=1e-9)
     assert w1 == pytest.approx(16 * 218_120_192 + 8192 + 525_336_576, rel=1e-9)
 
 
 def test_the_tree_shows_each_transfer_and_sums_the_stages(llama_tp2):
-    pc = with_pipeline(llama_tp2, 3)
+    pc = _split(llama_tp2, 3)
     labels = pc.tree.labels
-    assert sum(lab.startswith("stage ") for lab in labels) == 3
-    assert [lab for lab in labels if lab.startswith("recv from")] == ["recv from stage 0 (inside a node)",
-                                                                      "recv from stage 1 (inside a node)"]
+    assert [lab for lab in labels if " of 3 (layers " in lab] == ["stage 0 of 3 (layers 0–10)",
+                                                                 "stage 1 of 3 (layers 11–21)",
+                                                                 "stage 2 of 3 (layers 22–31)"]  # 11, 11, 10
+    assert [lab for lab in labels if "recv from" in lab] == ["stage 1: recv from stage 0 (inside a node)",
+                                                             "stage 2: recv from stage 1 (inside a node)"]
     total = pc.evaluate(STEPS).total_us()
     stages = sum(t.evaluate(STEPS, pc.pricer, pc.dtypes).total_us() for t in pc.stages)
     np.testing.assert_allclose(total, stages, rtol=1e-12)
@@ -128,7 +136,6 @@ def test_the_tree_shows_each_transfer_and_sums_the_stages(llama_tp2):
 
 def test_a_hop_is_priced_on_the_link_or_the_network(llama_tp2):
     from graphsim.costing.hardware import load_hardware
-    from graphsim.costing.pipeline import PipelinedCostModel
 
     h200 = load_hardware("h200")
     # decode:64x2048 at tp 2: each rank sends its half of a 4096-wide bf16 row, 2048 × 2 B = 4096 B per token,

@@ -1,0 +1,67 @@
+"""-pp / --pipeline-parallel-size on the CLI: predict shows each stage and the transfers, bad values are one line
+with exit 2."""
+
+import json
+
+import pytest
+
+from graphsim.cli.app import main
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("VLLM_PP_LAYER_PARTITION", raising=False)
+
+
+def run_json(capsys, *args):
+    code = main([*list(args), "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def test_predict_pp_reports_stages_transfers_and_their_sum(capsys):
+    p = run_json(capsys, "predict", "llama-3.1-8b", "--gpu", "h200", "-tp", "2", "-pp", "2",
+                 "--batch", "decode:64x2048", "--batch", "prefill:1x1024")
+    pipe = p["pipeline"]
+    assert (pipe["pipeline_parallel_size"], pipe["tensor_parallel_size"], pipe["world_size"]) == (2, 2, 4)
+    assert pipe["layers_per_stage"] == [16, 16]  # 32 layers, 32 // 2 each
+    for batch, pb in zip(p["batches"], pipe["batches"], strict=True):
+        stages = pb["stages"]
+        assert [s["layers"] for s in stages] == [[0, 16], [16, 32]]
+        assert stages[0]["recv_us"] == 0 and stages[1]["recv_us"] > 0
+        # one batch's latency is the sum of the stages, and the whole tree's total
+        assert pb["latency_us"] == pytest.approx(sum(s["time_us"] for s in stages), rel=1e-12)
+        assert pb["latency_us"] == pytest.approx(batch["total_us"], rel=1e-9)
+        assert pb["interval_us"] == pytest.approx(max(s["time_us"] for s in stages), rel=1e-12)
+        hops = [k for k in batch["kernels"] if k["kind"] == "send_recv"]
+        assert [k["region"] for k in hops] == ["stage 1: recv from stage 0 (inside a node)"] * 2  # hidden + residual
+    # the text form shows the stage table
+    assert main(["predict", "llama-3.1-8b", "--gpu", "h200", "-pp", "2", "--batch", "decode:8x128", "--no-tree"]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline stages" in out and "recv in" in out
+
+
+def test_partition_from_vllm_environment_variable(capsys, monkeypatch):
+    monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", "10,22")
+    p = run_json(capsys, "predict", "llama-3.1-8b", "--gpu", "h200", "-pp", "2", "--batch", "decode:8x128")
+    assert p["pipeline"]["layers_per_stage"] == [10, 22]
+    p = run_json(capsys, "predict", "llama-3.1-8b", "--gpu", "h200", "-pp", "2", "--pp-layer-partition", "20,12",
+                 "--batch", "decode:8x128")
+    assert p["pipeline"]["layers_per_stage"] == [20, 12]  # the option wins over the environment
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["-pp", "0"], "--pipeline-parallel-size"),
+    (["-pp", "40"], "exceeds the model's 32 layers"),
+    (["-pp", "2", "--pp-layer-partition", "4,4"], "sums to 8 layers"),
+    (["-pp", "2", "--pp-layer-partition", "x"], "invalid layer partition"),
+])
+def test_bad_pipeline_values_are_one_line(capsys, args, says):
+    code = main(["predict", "llama-3.1-8b", "--gpu", "h200", "--batch", "decode:8x128", *args])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and says in err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
