@@ -7,6 +7,7 @@ import json
 import typer
 
 from graphsim.cli import options as opt
+from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
 from graphsim.versions import versions
 
@@ -33,6 +34,7 @@ def kv_cmd(
     activation_gib: float | None = typer.Option(None, "--activation-gib", help="Activation peak instead of the estimate."),
     overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory instead of the assumed 0.5 GiB."),
     cudagraph_gib: float | None = typer.Option(None, "--cudagraph-gib", help="CUDA-graph memory instead of the assumed 0.5 GiB."),
+    speculative_config: spec_cli.SpeculativeConfigOpt = None,
     as_json: opt.Json = False,
 ) -> None:
     """KV bytes per token per rank, the memory budget term by term, and the capacity vLLM would log."""
@@ -47,12 +49,13 @@ def kv_cmd(
                                      "max_num_batched_tokens", "max_num_seqs", "kv_memory")
         (engine,) = from_log.get("engine")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
-    config = DeploymentConfig.parse(opt.deployment_data(
+    spec_opts = spec_cli.options(model, speculative_config, None)
+    config = DeploymentConfig.parse({**spec_cli.deployment_field(spec_opts), **opt.deployment_data(
         model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, engine=engine, data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel,
-        memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib}))
+        memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib})})
     dep = plan_deployment(config)
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None
     if as_json:

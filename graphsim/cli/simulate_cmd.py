@@ -9,6 +9,7 @@ import typer
 
 from graphsim.cli import afd_cli
 from graphsim.cli import options as opt
+from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
 from graphsim.versions import versions
 
@@ -128,6 +129,8 @@ def simulate_cmd(
     afd_ffn_parallel: afd_cli.AfdFfnParallel = "tp",
     afd_link_gbps: afd_cli.AfdLinkGbps = None,
     afd_link_latency_us: afd_cli.AfdLinkLatencyUs = None,
+    speculative_config: spec_cli.SpeculativeConfigOpt = None,
+    spec_acceptance: spec_cli.SpecAcceptanceOpt = None,
     iteration_log: str | None = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
     chrome_trace: str | None = typer.Option(None, "--chrome-trace", help="Write a Chrome/Perfetto trace (.json): every request, or --trace-sample of them."),
     trace_sample: int | None = typer.Option(None, "--trace-sample", min=1, help="Show only this many requests (evenly spaced by id) in the --chrome-trace; stated in the file's otherData."),
@@ -166,13 +169,14 @@ def simulate_cmd(
     if afd_config is not None:  # attention–FFN disaggregation: the engine is the attention pool (serving/afd.py)
         afd_cli.check_parallel(afd_config, tp)
         tp = afd_config.attention_gpus
-    config = DeploymentConfig.parse(opt.deployment_data(
+    spec_opts = spec_cli.options(model, speculative_config, spec_acceptance)
+    config = DeploymentConfig.parse({**spec_cli.deployment_field(spec_opts), **opt.deployment_data(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
         enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
-                                           network_latency_us)))
+                                           network_latency_us))})
     dep = plan_deployment(config)
     if afd_config is not None:
         from graphsim.serving.afd import afd_deployment
@@ -226,7 +230,7 @@ def simulate_cmd(
         cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing)) if afd_config is None else \
             afd_cli.afd_cost(dep, afd_config, profile, parse_routing(moe_routing), afd_link_gbps, afd_link_latency_us)
     if afd_config is None:
-        setup = dep.simulation_setup(cost, router=router, host_time=host_time)
+        setup = spec_cli.with_acceptance(dep.simulation_setup(cost, router=router, host_time=host_time), spec_opts, seed)
     else:
         from graphsim.serving.afd import afd_setup
 
@@ -249,6 +253,8 @@ def simulate_cmd(
                "versions": versions(profile, gpu, engine)}
         if afd_config is not None:
             out["afd"] = afd_config.to_json()
+        if (spec_sim := getattr(setup, "speculative", None)) is not None:
+            out["speculative"] = spec_sim.to_json()
         if from_log is not None:
             out["from_vllm_log"] = from_log.to_json()
         print(json.dumps(out, indent=1, default=float))
@@ -256,6 +262,8 @@ def simulate_cmd(
     from graphsim.render.serving_view import render_summary
 
     console.print(render_summary(dep, summary, note, replicas, router, label, slo, host_time))
+    if (spec_sim := getattr(setup, "speculative", None)) is not None:
+        console.print(spec_sim.describe(), highlight=False, markup=False)
     trace_what = "Chrome trace (open at ui.perfetto.dev), " + (f"{trace_sample} requests sampled" if trace_sample
                                                                 else "every request")
     for path, what in ((iteration_log, "iteration log"), (requests_out, "per-request results"),

@@ -129,3 +129,19 @@ def print_speculative(console, sp: SpecPrediction) -> None:
     if sp.skipped:
         console.print(f"not speculative (prefill or mixed batches): {', '.join(sp.skipped)}", highlight=False,
                       markup=False)
+
+
+def deployment_field(opts: SpecOptions | None) -> dict[str, Any]:
+    """The `speculative_config` entry of a deployment document ({} when off)."""
+    return {"speculative_config": opts.spec.to_vllm()} if opts is not None else {}
+
+
+def with_acceptance(setup, opts: SpecOptions | None, seed: int):
+    """The simulator's setup with speculative steps sampled from the acceptance model (seeded with `seed`)."""
+    if opts is None:
+        return setup
+    from dataclasses import replace
+
+    from graphsim.serving.speculative import SpecSimulation
+
+    return replace(setup, speculative=SpecSimulation(opts.spec, opts.acceptance, seed))

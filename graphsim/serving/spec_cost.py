@@ -44,7 +44,7 @@ from graphsim.costing.cost_model import CostModel
 from graphsim.costing.cost_tree import (
     CompiledTree, Labeled, Leaf, Max, NodeKind, Parallel, Scale, Sum, Tree, compile_tree,
 )
-from graphsim.costing.interpolate import ROOFLINE, SOURCES, KernelPricer
+from graphsim.costing.interpolate import SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.ir.geometry import GemmGeometry
 from graphsim.ir.kernel import KernelKind, Rows
@@ -307,10 +307,9 @@ class SpecIterationCost:
             if k > 1:
                 d2, s2 = self.draft.step_us(seqs, seqs, seqs, ctx + 1, [])
                 t, src = t + d2 * (k - 1), max(src, s2)
-        extra = self.sampler_us(dec_count, seqs)
-        if extra > 0:
-            src = max(src, ROOFLINE)
-        return t + extra, src
+        # the samplers are a memory roofline; like the plain sampler (host.py `EngineHost.iteration_us`) they do not
+        # set the iteration's kernel source (predict's breakdown shows them as roofline)
+        return t + self.sampler_us(dec_count, seqs), src
 
     def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
         out = [self.step_us(batch * (self.k + 1), batch, batch, ctx_mean0 + j, []) for j in range(k)]
@@ -323,7 +322,8 @@ def speculative_pricer(cm: CostModel, spec: SpeculativeConfig, vocab: int, draft
     profile."""
     bw = cm.hardware.memory_bandwidth_bytes_per_s if cm.hardware is not None else 0.0
     if spec.method == "ngram":
-        return SpecPricer(cm, spec, None, None, None, "n-gram: host only", vocab, bw)
+        return SpecPricer(cm, spec, None, None, None, "n-gram: no GPU draft; the host's n-gram match is not priced (no "
+                          "published per-sequence time for vLLM's numba proposer): missing, charged 0", vocab, bw)
     if spec.method == "mtp":
         tree, note = mtp_draft_tree(cm)
         return SpecPricer(cm, spec, tree, cm.pricer, cm.dtypes, note, vocab, bw)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -262,10 +262,30 @@ class SpecSimulation:
     config: SpeculativeConfig
     acceptance: Acceptance
     seed: int = 0
+    states: list[SpecState] = field(default_factory=list, compare=False, repr=False)  # the engines' (after a run)
 
     def state(self, engine_index: int) -> SpecState:
-        return SpecState(self.config.k, self.config.num_lookahead_tokens, self.acceptance,
-                         np.random.default_rng([self.seed, engine_index]))
+        st = SpecState(self.config.k, self.config.num_lookahead_tokens, self.acceptance,
+                       np.random.default_rng([self.seed, engine_index]))
+        self.states.append(st)
+        return st
+
+    def to_json(self) -> dict[str, Any]:
+        """The configuration, the acceptance model and what the engines' sampled steps realised."""
+        verified = sum(s.verified for s in self.states)
+        drafted = sum(s.drafted for s in self.states)
+        accepted = sum(s.accepted for s in self.states)
+        return {"speculative_config": self.config.to_vllm(), "acceptance": list(self.acceptance.rates),
+                "expected_tokens_per_step": self.acceptance.expected_tokens(), "seed": self.seed,
+                "verified_sequence_steps": verified, "drafted": drafted, "accepted": accepted,
+                "realised_acceptance": accepted / drafted if drafted else None,
+                "realised_tokens_per_step": 1 + accepted / verified if verified else None}
+
+    def describe(self) -> str:
+        d = self.to_json()
+        real = (f"; realised {d['realised_tokens_per_step']:.3f} tokens a step over {d['verified_sequence_steps']:,} "
+                "verifying sequence-steps") if d["verified_sequence_steps"] else ""
+        return f"speculative decoding {self.config.describe()}: {self.acceptance.describe()}{real}"
 
 
 class SpecState:
