@@ -26,6 +26,9 @@ The embedding before the layers and the LM head after them run on the attention 
 not overlapped (an upper bound). Every composed time is at least each pool's own busy time (m·Σ a, m·Σ e) and
 one micro-batch's trip through every layer (Σ S): the physical floors.
 
+Within a pool a layer's kernels add up: an overlap the unified tree draws inside a layer (e.g. shared experts on
+an auxiliary stream) is not applied on the pools (an upper bound).
+
 Micro-batches: decode sequences are dealt evenly (⌈B/m⌉ in the busiest one); a prefill chunk of n tokens is cut
 into m pieces of ⌈n/m⌉ tokens, the busiest being the last (its prefix is longest). Every micro-batch is priced
 as the busiest one (an upper bound when they are unequal).
@@ -130,13 +133,15 @@ class LayerSplit:
     ffn_nodes: frozenset[str]
 
 
-def _activation_inputs(n: Node, graph: Graph) -> list[str]:
-    return [v for v in n.inputs if v not in graph.params]
+def _activation_inputs(n: Node, produced: set[str]) -> list[str]:
+    """The inputs some node computes (not parameters, buffers or the graph's inputs)."""
+    return [v for v in n.inputs if split_value(v)[0] in produced]
 
 
 def layer_split(graph: Graph, layer: int) -> LayerSplit | None:
     """The FFN half of one layer of a fused kernel graph (None: the layer has no FFN, e.g. a mixer-only layer)."""
     nodes = [n for n in graph.nodes if n.layer == layer and n.op is Op.KERNEL]
+    produced = {n.name for n in graph.nodes}
     producer = {n.name: n for n in nodes}
     core = next((n for n in nodes if n.kernel.kind in _FFN_CORE), None)
     if core is None:
@@ -146,12 +151,12 @@ def layer_split(graph: Graph, layer: int) -> LayerSplit | None:
         return None
     if core.kernel.kind is KernelKind.MOE_ROUTER:  # start from the experts when the router comes first
         core = next((n for n in nodes if n.kernel.kind is KernelKind.MOE_EXPERTS), core)
-    value = _activation_inputs(core, graph)[0]
+    value = _activation_inputs(core, produced)[0]
     while True:  # back through GEMMs and collectives (and one-input casts) to the value the FFN reads
         p = producer.get(split_value(value)[0])
         if p is None:
             break
-        acts = _activation_inputs(p, graph)
+        acts = _activation_inputs(p, produced)
         cast = p.kernel.kind is KernelKind.ELEMENTWISE and len(acts) == 1
         if not (p.kernel.kind in _PASS_BACK or cast) or not acts:
             break
@@ -159,7 +164,7 @@ def layer_split(graph: Graph, layer: int) -> LayerSplit | None:
     ffn: set[str] = set()
     start = next((i for i, n in enumerate(nodes) if n.name == split_value(value)[0]), -1)
     for n in nodes[start + 1:]:
-        acts = _activation_inputs(n, graph)
+        acts = _activation_inputs(n, produced)
         if acts and all(v == value or split_value(v)[0] in ffn for v in acts):
             ffn.add(n.name)
     if core.name not in ffn:
@@ -233,7 +238,10 @@ def _tag_leaves(cm: CostModel) -> tuple[list[Leaf], list[Leaf], dict[int, tuple[
     before: list[Leaf] = []
     after: list[Leaf] = []
     layered: list[tuple[int, Leaf]] = []
+    kernels = {n.name for n in cm.graph.nodes}
     for lf in cm.tree.leaves:
+        if lf.name not in kernels:  # a leaf the tree adds for an overlap (a stream's input copy): the pools sum
+            continue
         if lf.layer is None:
             (after if layered else before).append(lf)
         else:
