@@ -49,7 +49,10 @@ def search_cmd(
     dtype: opt.Dtype = None,
     moe_routing: opt.MoeRoutingSpec = None,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
-    engine: opt.Engine = opt.DEFAULT_ENGINE,
+    engine: str = typer.Option(
+        opt.DEFAULT_ENGINE, "--engine", callback=lambda v: v if v == "auto" else opt._engine(v),
+        metavar="ENGINE", help="vllm, sglang or trtllm (optionally ==X.Y), or auto: search each of the three and keep "
+                               "the best under the SLOs, reported per engine (docs/engines.md)."),
     profile: opt.Profile = None,
     from_vllm_log: opt.FromVllmLog = None,
     interconnect: opt.Interconnect = None,
@@ -87,6 +90,11 @@ def search_cmd(
     modes = {"both": ("agg", "disagg"), "agg": ("agg",), "disagg": ("disagg",)}.get(mode)
     if modes is None:
         raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg or both")
+    if engine == "auto" and (target_request_rate is not None or target_concurrency is not None
+                             or from_vllm_log or profile or plot or save_dir):
+        raise SearchSpecError("--engine auto runs the throughput search of each engine on its own tables; drop "
+                              "--target-request-rate/--target-concurrency, --from-vllm-log, --profile, --plot and "
+                              "--save-dir, or name one engine")
     from_log = apply_vllm_log(ctx, from_vllm_log, locals(),
                               not_searched=("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens"))
     if from_log is not None:
@@ -95,7 +103,8 @@ def search_cmd(
         (engine,) = from_log.get("engine")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     base = opt.deployment_data(model, gpu, dtype=dtype, kv_dtype=kv_dtype, max_model_len=max_model_len,
-                               gpu_memory_utilization=gpu_memory_utilization, engine=engine,
+                               gpu_memory_utilization=gpu_memory_utilization,
+                               engine=opt.DEFAULT_ENGINE if engine == "auto" else engine,
                                interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node,
                                                                   network_bandwidth, network_latency_us))
     spec = SearchSpec.parse({
@@ -121,6 +130,14 @@ def search_cmd(
 
         prepare_save_dir(save_dir)
     be = make_backend(backend, workers, address)
+    if engine == "auto":
+        from graphsim.cli.search_auto import auto_search
+
+        try:
+            auto_search(spec, be, as_json, top)
+        finally:
+            be.close()
+        return
     if target is not None:
         _load_search(spec, target, be, as_json, top, save_dir, profile, gpu, engine)
         return

@@ -102,13 +102,25 @@ def capacity_lines(dep: Deployment) -> list[str]:
     if not cap.fits_one_request and cap.num_blocks > 0:
         lines.append("[bold red]one request of max_model_len does not fit[/]: vLLM refuses to start; lower "
                      "--max-model-len or raise --gpu-memory-utilization")
-    lines.append(f"[dim]engine: max_num_batched_tokens {e.max_num_batched_tokens:,}, max_num_seqs {e.max_num_seqs}, "
-                 f"block size {lay.block_size} (vllm serve defaults on {dep.hardware.id} unless given)[/]")
+    if e.profile.is_vllm:
+        lines.append(f"[dim]engine: max_num_batched_tokens {e.max_num_batched_tokens:,}, max_num_seqs {e.max_num_seqs}, "
+                     f"block size {lay.block_size} (vllm serve defaults on {dep.hardware.id} unless given)[/]")
+    elif e.profile.engine == "sglang":
+        lines.append(f"[dim]engine: chunked_prefill_size {e.max_num_batched_tokens:,}, max_running_requests "
+                     f"{e.max_num_seqs}, page_size {lay.block_size}, mem_fraction_static {dep.budget.utilization} "
+                     f"(sglang.launch_server defaults on {dep.hardware.id} unless given; docs/engines.md)[/]")
+    else:
+        lines.append(f"[dim]engine: max_num_tokens {e.max_num_batched_tokens:,}, "
+                     f"max_batch_size {e.max_num_seqs}, tokens_per_block {lay.block_size}, free_gpu_memory_fraction "
+                     f"{dep.budget.utilization} (trtllm-serve defaults on {dep.hardware.id} unless given; "
+                     "docs/engines.md)[/]")
     for note in lay.notes:
         lines.append(f"[dim]note: {note}[/]")
     if dep.budget.given_available is None:
         lines.append("[dim]estimated/assumed terms are not measured; pass --kv-memory with the 'Available KV cache "
-                     "memory' vLLM logged to reproduce its capacity exactly[/]")
+                     "memory' vLLM logged to reproduce its capacity exactly[/]" if e.profile.is_vllm else
+                     "[dim]estimated/assumed terms are not measured; pass --kv-memory with the KV memory the engine "
+                     "logged to reproduce its capacity exactly[/]")
     return lines
 
 

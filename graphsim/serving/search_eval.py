@@ -62,16 +62,24 @@ class SearchContext:
 
 
 def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candidates: list[Candidate],
-                 target: str = "vllm", graph: Graph | None = None) -> SearchContext:
+                 target: str | None = None, graph: Graph | None = None) -> SearchContext:
     """Trace the model once (or take its imported `graph`) and fuse it — tracing needs the `trace` extra; size
-    the cost tables for the candidates."""
+    the cost tables for the candidates. `target` None: the spec's engine's (vllm, sglang or trtllm), priced from
+    that engine's own default tables when no profile is given."""
     from graphsim.cost_model import build_cost_model
 
     # fused, not partitioned (tp = ep = 1): the partitions are made per candidate (partition_cost)
     base = spec.base
     routing = moe_routing.parse_routing(spec.moe_routing)
+    engine = base.engine.profile
+    profile, default = spec.profile, True
+    if profile is None and not engine.is_vllm:  # the engine's own tables, never vLLM's
+        from graphsim.serving.engines import engine_profile
+
+        profile, default = engine_profile(hw.id, engine.engine), False
     cm = build_cost_model(graph if graph is not None else model, hw, dtype=base.dtype, kv_dtype=base.kv_cache_dtype,
-                          profile=spec.profile, target=target, moe_routing=routing)
+                          profile=profile, default_profile=default, target=target or engine.fuse_target,
+                          moe_routing=routing)
     graph, profile, note = cm.graph, cm.profile, cm.data_note
     note = f"{note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else note
     max_tokens = max(p.max_num_batched_tokens for c in candidates for p in c.pools)

@@ -1,0 +1,61 @@
+"""`graphsim search --engine auto`: the throughput search once per engine (vllm, sglang, trtllm), each fused,
+priced from its own tables and scheduled its own way; the best under the SLOs wins, and every engine's best is
+reported beside it (as aiconfigurator's `--backend auto` compares backends)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from graphsim.cli.app import console, err_console
+from graphsim.serving.engines import ENGINES
+
+
+def _best_figure(res) -> tuple[bool, float]:
+    """(meets the SLOs, output tokens/s per GPU) of a search's best; (False, 0) when it has none."""
+    if res.best is None:
+        return False, 0.0
+    row = res.row(res.best)
+    return row.verdict == "best" or row.verdict == "meets SLOs", row.final.output_tokens_per_s_per_gpu
+
+
+def auto_search(spec, backend, as_json: bool, top: int) -> None:
+    from graphsim.render.search_view import render_search
+    from graphsim.serving.search import run_search
+    from graphsim.versions import versions
+
+    results: dict[str, Any] = {}
+    for engine in ENGINES:
+        s = spec.model_copy(update={"base": spec.base.model_copy(
+            update={"engine": spec.base.engine.model_copy(update={"engine": engine})})})
+        if as_json:
+            results[engine] = run_search(s, backend)
+        else:
+            with err_console.status(f"searching {engine}…") as status:
+                results[engine] = run_search(s, backend, progress=lambda msg, e=engine: status.update(f"{e}: {msg}"))
+    ranked = sorted(ENGINES, key=lambda e: _best_figure(results[e]), reverse=True)
+    winner = ranked[0] if results[ranked[0]].best is not None else None
+    per_engine = {}
+    for e in ENGINES:
+        res = results[e]
+        meets, figure = _best_figure(res)
+        row = res.row(res.best) if res.best is not None else None
+        per_engine[e] = {"best": row.candidate.id if row else None, "meets_slos": meets,
+                         "output_tokens_per_s_per_gpu": figure, "data": res.data_note,
+                         "deployment": row.candidate.to_json() if row else None}
+    if as_json:
+        out = {"engine": "auto", "best_engine": winner, "per_engine": per_engine,
+               "engines": {e: results[e].to_json() for e in ENGINES},
+               "versions": versions(spec.profile, spec.base.hardware, winner or "vllm")}
+        print(json.dumps(out, indent=1, default=float))
+        return
+    for e in ranked:
+        p = per_engine[e]
+        verdict = "meets the SLOs" if p["meets_slos"] else "misses the SLOs" if p["best"] is not None else "no candidate"
+        console.print(f"{e:7s} best: {p['output_tokens_per_s_per_gpu']:9.1f} output tok/s/GPU ({verdict}); "
+                      f"priced from: {p['data']}", highlight=False, soft_wrap=True)
+    if winner is None:
+        console.print("no engine has a candidate under the SLOs", highlight=False)
+        return
+    console.print(f"[bold]best engine: {winner}[/]")
+    console.print(render_search(results[winner], top))
