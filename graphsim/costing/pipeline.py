@@ -45,9 +45,12 @@ from graphsim.costing.composite import HasRows
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.cost_tree import CompiledTree, Labeled, Leaf, Max, Scale, Sum, Tree
 from graphsim.costing.cost_tree import _layer_leaves as layer_leaves
+from graphsim.costing.cost_tree import _overlapped as overlapped
 from graphsim.costing.cost_tree import compile_tree
+from graphsim.costing.hardware import DeviceKind
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.kernels import PP_GROUP, PP_NETWORK_GROUP, KernelKey
+from graphsim.costing.streams import StreamSettings
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
 from graphsim.ir.geometry import CollectiveGeometry, EmbeddingGeometry, NormGeometry
@@ -210,8 +213,9 @@ def hop_leaves(graph: Graph, split: PipelineSplit, stage: int) -> tuple[Leaf, ..
 
 
 def stage_trees(graph: Graph, split: PipelineSplit, dtypes: Dtypes | None = None,
-                has_rows: HasRows | None = None) -> list[Tree]:
-    """One subtree per stage: its incoming transfer, then its rank's kernels (module docstring)."""
+                has_rows: HasRows | None = None, streams: StreamSettings | None = None) -> list[Tree]:
+    """One subtree per stage: its incoming transfer, then its rank's kernels (module docstring); a layer's leaves
+    as `cost_tree.build_tree` makes them (MLA module rows with `has_rows`, shared-expert overlap with `streams`)."""
     if not graph.nodes or not all(n.op is Op.KERNEL for n in graph.nodes):
         raise GraphsimError("cost trees are built from fused graphs; run the fuse pass first "
                             "(e.g. graphsim passes MODEL -p 'fold,fuse{target=vllm}')")
@@ -228,8 +232,10 @@ def stage_trees(graph: Graph, split: PipelineSplit, dtypes: Dtypes | None = None
     first_layer = next((i for i, m in enumerate(graph.nodes) if m.layer is not None), len(graph.nodes))
     before = tuple(leaf(n) for n in graph.nodes[:first_layer] if n.layer is None)
     after = tuple(leaf(n) for n in graph.nodes[first_layer:] if n.layer is None)
-    rep_leaves = {tag: layer_leaves([n for n in graph.nodes if n.layer == rep], leaf, dtypes, has_rows)
-                  for tag, rep in sched.representative.items()}
+    rep_leaves = {}
+    for tag, rep in sched.representative.items():
+        nodes = [n for n in graph.nodes if n.layer == rep]
+        rep_leaves[tag] = overlapped(nodes, layer_leaves(nodes, leaf, dtypes, has_rows), streams)
     tp = split.tp
     trees: list[Tree] = []
     for s, (a, b) in enumerate(split.ranges):
@@ -290,7 +296,10 @@ def with_pipeline(cm: CostModel, pp: int, partition: Sequence[int] | str | None 
         return pricer.curve(key) is not None
 
     vllm = graph.meta.fuse_target == "vllm"
-    subtrees = stage_trees(graph, split, cm.dtypes, has_rows if vllm else None)
+    # the shared-expert stream overlap the unsplit tree has (costing/cost_model.py: vLLM's defaults on a CUDA GPU)
+    streams = StreamSettings(cuda=hw is not None and hw.kind is DeviceKind.GPU and bool(hw.compute_capability)) \
+        if vllm and cm.streams else None
+    subtrees = stage_trees(graph, split, cm.dtypes, has_rows if vllm else None, streams)
     tree = compile_tree(Labeled(f"iteration {graph.name} (pp {split.pp} × tp {split.tp}: one batch through every "
                                 "stage)", Sum(tuple(subtrees))))
     base = {f.name: getattr(cm, f.name) for f in fields(CostModel)}

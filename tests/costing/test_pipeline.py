@@ -163,3 +163,24 @@ def test_pp_needs_a_folded_graph(llama_tp2):
     cm = replace(llama_tp2, graph=graph)
     with pytest.raises(PipelineError, match="no layer schedule"):
         with_pipeline(cm, 2)
+
+
+@pytest.mark.slow
+def test_a_mixed_stack_splits_by_layer_index_and_conserves():
+    # DeepSeek-V2-Lite: layer 0 dense, layers 1-26 MoE (first_k_dense_replace = 1); 27 layers over 3 stages =
+    # 9 each, so stage 0 holds the dense layer and 8 MoE layers, stages 1 and 2 nine MoE layers each.
+    pytest.importorskip("torch")
+    from graphsim.cost_model import build_cost_model
+
+    cm = build_cost_model("deepseek-v2-lite", "h200", tp=2, default_profile=False)
+    pc = _split(cm, 3)
+    regions = [[lab for lab in t.labels if lab.startswith(f"stage {s}: full.")] for s, t in enumerate(pc.stages)]
+    assert regions == [["stage 0: full.dense ×1", "stage 0: full.moe ×8"], ["stage 1: full.moe ×9"],
+                       ["stage 2: full.moe ×9"]]
+    whole_f, whole_b = _work(cm, cm.tree)
+    parts = [_work(pc, t) for t in pc.stages]
+    np.testing.assert_allclose(sum(p[0] for p in parts), whole_f, rtol=1e-12)
+    np.testing.assert_allclose(sum(p[1] for p in parts), whole_b, rtol=1e-12)
+    assert sum(_leaf_weight_bytes(pc, t) for t in pc.stages) == pytest.approx(_leaf_weight_bytes(cm, cm.tree), rel=1e-12)
+    # each MoE stage keeps the shared-expert overlap the unsplit tree has
+    assert len(pc.tree.overlaps) == 3 and len(cm.tree.overlaps) == 1
