@@ -147,3 +147,12 @@ def test_lookahead_slots_take_blocks():
     assert slots[0] == 7
     assert layout.held_blocks(np.asarray([1005]), slots)[0] == 64
     assert layout.held_blocks(np.asarray([1005]), np.asarray([1]))[0] == 63
+
+
+def test_cli_refuses_mtp_without_mtp_layers(capsys):
+    # refused before any trace: one line, exit 2
+    from graphsim.cli.app import main
+
+    code = main(["predict", "llama-3.1-8b", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'])
+    err = capsys.readouterr().err
+    assert code == 2 and "LlamaForCausalLM has no multi-token-prediction layers" in err and "Traceback" not in err
