@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from graphsim.cli import afd_cli
+from graphsim.cli import afd_cli, cp_cli
 from graphsim.cli import options as opt
 from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console
@@ -25,6 +25,8 @@ def predict_cmd(
     pipeline_parallel_size: opt.PipelineParallel = 1,
     pp_layer_partition: opt.PpLayerPartition = None,
     data_parallel_size: opt.DataParallel = 1,
+    prefill_context_parallel_size: cp_cli.PrefillContextParallel = 1,
+    decode_context_parallel_size: cp_cli.DecodeContextParallel = 1,
     enable_expert_parallel: opt.EnableExpertParallel = False,
     all2all_backend: opt.All2AllBackendOpt = None,
     batch: opt.Batches = None,
@@ -66,6 +68,9 @@ def predict_cmd(
     steps = [parse_batch_spec(s) for s in specs] if data_parallel_size == 1 else []
     hw = opt.hardware_on(gpu, opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                                     network_latency_us))
+    cp = cp_cli.context_parallel(prefill_context_parallel_size, decode_context_parallel_size)
+    if cp is not None:
+        cp.check(tp)  # before a trace
     afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us)
     if afd_config is not None:  # attention–FFN disaggregation: two pools (graphsim/serving/afd.py)
         afd_cli.check_parallel(afd_config, tp, ep)
@@ -100,6 +105,7 @@ def predict_cmd(
     if as_json:
         extra = {"quantization": dataclasses.asdict(quant)} if quant else {}
         print(json.dumps({**pred.to_json(), **extra, **pipeline_json(cm, steps, specs),
+                          **cp_cli.cp_json(cm, cp, steps, specs),
                           **(spec.to_json() if spec else {}), "versions": versions(profile, gpu)},
                          indent=1, default=str))
         return
@@ -109,5 +115,6 @@ def predict_cmd(
         console.print(quant.line(), markup=False)
     console.print(render_prediction(pred, tree, limit))
     print_pipeline(console, cm, steps, specs)
+    cp_cli.print_context_parallel(console, cm, cp, steps, specs)
     if spec is not None:
         spec_cli.print_speculative(console, spec)
