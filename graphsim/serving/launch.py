@@ -21,6 +21,10 @@ It is written in YAML's block style without a YAML library (strings JSON-quoted:
 
 `prediction.json` holds the deployment, the target, every instance's arguments and the predicted figures
 with their sources. Each file is written atomically (`graphsim.atomic.atomic_writer`).
+
+A search for SGLang or TensorRT-LLM (`--engine sglang|trtllm`) writes `python -m sglang.launch_server` /
+`trtllm-serve` command lines instead, under those engines' option names (serving/launch_engines.py; TensorRT-LLM's
+LLM-API fields go to `extra_llm_api_options.yaml` beside launch.sh).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ BASE_PORT = 8000  # vllm serve's default --port (vllm/entrypoints/openai/cli_arg
 NIXL_SIDE_CHANNEL_PORT = 5600  # the NixlConnector guide's first side-channel port (one per instance on a host)
 NIXL_CONFIG = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}  # the NixlConnector guide's --kv-transfer-config
 IMAGE = "vllm/vllm-openai:latest"  # vLLM's Kubernetes guide
+# SGLang's and TensorRT-LLM's published images (docs: sgl-project/sglang docker, NGC tensorrt-llm release)
+ENGINE_IMAGES = {"sglang": "lmsysorg/sglang:latest", "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:latest"}
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,13 @@ class Instance:
     node: int
     gpu_ids: tuple[int, ...]  # on its node
     port: int
-    argv: tuple[str, ...]  # after `vllm serve`
+    argv: tuple[str, ...]  # after the program (`vllm serve`)
     env: tuple[tuple[str, str], ...] = ()
+    program: tuple[str, ...] = ("vllm", "serve")
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "role": self.role, "node": self.node, "gpu_ids": list(self.gpu_ids),
-                "port": self.port, "command": ["vllm", "serve", *self.argv], "env": dict(self.env)}
+                "port": self.port, "command": [*self.program, *self.argv], "env": dict(self.env)}
 
 
 def served_model(model: str) -> str:
@@ -73,6 +80,10 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
                               max_num_seqs=pool.max_num_seqs)
     dep = plan_deployment(config)
     e = dep.engine
+    if not e.profile.is_vllm:
+        from graphsim.serving.launch_engines import engine_settings as other
+
+        return other(e.profile.engine, dep, pool.tp, pool.ep, spec.base.dtype, spec.base.kv_cache_dtype)
     return {"tensor_parallel_size": pool.tp, "max_num_seqs": e.max_num_seqs,
             "max_num_batched_tokens": e.max_num_batched_tokens, "max_model_len": e.max_model_len,
             "gpu_memory_utilization": e.gpu_memory_utilization, "dtype": spec.base.dtype or "auto",
@@ -86,8 +97,12 @@ def _fmt(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def serve_argv(model: str, settings: dict[str, Any], port: int, disagg: bool) -> list[str]:
-    """`vllm serve` arguments for one instance."""
+def serve_argv(model: str, settings: dict[str, Any], port: int, disagg: bool, role: str = "agg") -> list[str]:
+    """`vllm serve` arguments for one instance (SGLang / TensorRT-LLM: their program's, launch_engines.py)."""
+    if "engine" in settings:
+        from graphsim.serving.launch_engines import engine_argv
+
+        return engine_argv(model, settings, port, role if disagg else None)
     argv = [model, "--port", str(port)]
     for key in ("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                 "gpu_memory_utilization", "dtype", "kv_cache_dtype", "block_size"):
@@ -123,8 +138,15 @@ def plan_instances(spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node:
                 per_node[node] = slot + 1
                 port = BASE_PORT + slot
                 env = (("VLLM_NIXL_SIDE_CHANNEL_PORT", str(NIXL_SIDE_CHANNEL_PORT + slot)),) if disagg else ()
-                out.append(Instance(f"{pool.role}-{n}", pool.role, k, node, tuple(range(used, used + pool.tp)), port,
-                                    tuple(serve_argv(model, settings[k], port, disagg)), env))
+                if "engine" in settings[k]:  # SGLang / TensorRT-LLM: no vLLM NIXL side channel
+                    from graphsim.serving.launch_engines import PROGRAMS
+
+                    out.append(Instance(f"{pool.role}-{n}", pool.role, k, node, tuple(range(used, used + pool.tp)),
+                                        port, tuple(serve_argv(model, settings[k], port, disagg, pool.role)), (),
+                                        PROGRAMS[settings[k]["engine"]]))
+                else:
+                    out.append(Instance(f"{pool.role}-{n}", pool.role, k, node, tuple(range(used, used + pool.tp)),
+                                        port, tuple(serve_argv(model, settings[k], port, disagg)), env))
                 used += pool.tp
     return out
 
@@ -133,17 +155,24 @@ def launch_sh(instances: list[Instance], header: str) -> str:
     """A bash script starting every instance of one node (NODE=k, default 0) in the background."""
     lines = ["#!/usr/bin/env bash", *(f"# {h}" for h in header.splitlines()), "set -euo pipefail",
              'NODE="${NODE:-0}"', ""]
+    if any(i.program == ("trtllm-serve",) for i in instances):  # extra_llm_api_options.yaml lies beside this script
+        lines[-1:-1] = ['cd "$(dirname "$0")"']
     for node in sorted({i.node for i in instances}):
         lines.append(f'if [ "$NODE" = "{node}" ]; then')
         for i in (x for x in instances if x.node == node):
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in (("CUDA_VISIBLE_DEVICES", ",".join(map(str, i.gpu_ids))),
                                                                  *i.env))
             args = " \\\n    ".join(_pairs(i.argv))
-            lines += [f"  # {i.name}", f"  {env} vllm serve {args} &"]
+            lines += [f"  # {i.name}", f"  {env} {' '.join(i.program)} {args} &"]
         lines += ["fi", ""]
     prefill = [i for i in instances if i.role == "prefill"]
     decode = [i for i in instances if i.role == "decode"]
-    if prefill:
+    if prefill and prefill[0].program != ("vllm", "serve"):
+        lines += ["# route requests through the engine's prefill/decode router (SGLang: sglang_router.launch_router "
+                  "--pd-disaggregation; TensorRT-LLM: trtllm-serve disaggregated -c CONFIG):",
+                  f"#   prefill ports {' '.join(str(i.port) for i in prefill)}, decode ports "
+                  f"{' '.join(str(i.port) for i in decode)}  (hosts: node of each instance)"]
+    elif prefill:
         lines += ["# route requests through the NixlConnector guide's proxy "
                   "(tests/v1/kv_connector/nixl_integration/toy_proxy_server.py in vLLM's repository):",
                   f"#   --prefiller-ports {' '.join(str(i.port) for i in prefill)}"
@@ -167,16 +196,23 @@ def _pairs(argv: tuple[str, ...]) -> list[str]:
 
 
 def parse_launch_sh(text: str) -> list[list[str]]:
-    """The `vllm serve` argument lists of a launch.sh (for checks): every command line, in order."""
+    """The argument lists after the program (`vllm serve`, `python -m sglang.launch_server`, `trtllm-serve`) of a
+    launch.sh (for checks): every command line, in order."""
+    from graphsim.serving.launch_engines import PROGRAMS
+
     joined = text.replace("\\\n", " ")
     out = []
     for line in joined.splitlines():
         s = line.strip()
-        if s.startswith("#") or " vllm serve " not in f" {s}":
+        if s.startswith("#"):
             continue
         words = shlex.split(s)
-        k = words.index("vllm")
-        out.append(words[k + 2:-1] if words[-1] == "&" else words[k + 2:])
+        for program in PROGRAMS.values():
+            k = next((i for i in range(len(words)) if tuple(words[i:i + len(program)]) == program), None)
+            if k is not None:
+                rest = words[k + len(program):]
+                out.append(rest[:-1] if rest and rest[-1] == "&" else rest)
+                break
     return out
 
 
@@ -188,10 +224,15 @@ def k8s_documents(spec: SearchSpec, c: Candidate, replicas: int, settings: list[
     disagg = c.mode == "disagg"
     for k, pool in enumerate(c.pools):
         app = f"{name}-{pool.role}"
-        argv = serve_argv(model, settings[k], BASE_PORT, disagg)
+        argv = serve_argv(model, settings[k], BASE_PORT, disagg, pool.role)
+        engine = settings[k].get("engine", "vllm")
         env = [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-               {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}] if disagg else []
-        container: dict[str, Any] = {"name": "vllm", "image": IMAGE, "command": ["vllm", "serve"], "args": argv,
+               {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_PORT)}] \
+            if disagg and engine == "vllm" else []
+        from graphsim.serving.launch_engines import PROGRAMS
+
+        container: dict[str, Any] = {"name": engine, "image": ENGINE_IMAGES.get(engine, IMAGE),
+                                     "command": list(PROGRAMS[engine]), "args": argv,
                                      "ports": [{"containerPort": BASE_PORT}],
                                      "resources": {"limits": {"nvidia.com/gpu": pool.tp},
                                                    "requests": {"nvidia.com/gpu": pool.tp}}}
@@ -276,6 +317,10 @@ def write_launch_files(save_dir: str | Path, spec: SearchSpec, c: Candidate, rep
     files = {"launch.sh": launch_sh(instances, header),
              "deployment.yaml": to_yaml(k8s_documents(spec, c, replicas, settings, _k8s_name(spec.base.model))),
              "prediction.json": json.dumps(doc, indent=1, default=float) + "\n"}
+    if settings and settings[0].get("engine") == "trtllm":  # the LLM-API fields without a trtllm-serve flag
+        from graphsim.serving.launch_engines import TRTLLM_OPTIONS_FILE, trtllm_options_yaml
+
+        files[TRTLLM_OPTIONS_FILE] = trtllm_options_yaml(settings[0], c.mode == "disagg")
     out = []
     for fname, text in files.items():
         path = d / fname
