@@ -211,9 +211,10 @@ def _engine(value: str) -> str:
 
 
 Engine = Annotated[str, typer.Option(
-    "--engine", callback=_engine, metavar="vllm==X.Y",
-    help="vLLM version whose defaults and behaviour to model: vllm (the newest graphsim knows, 0.33), vllm==0.10.1, "
-         "vllm==0.6 (families: V0 <= 0.7, V1 0.8-0.13, V1 with async scheduling >= 0.14; docs/serving.md).")]
+    "--engine", callback=_engine, metavar="ENGINE",
+    help="Engine whose kernels, tables, defaults and scheduler to model: vllm (the newest graphsim knows, 0.33), "
+         "vllm==0.10.1, vllm==0.6 (families: V0 <= 0.7, V1 0.8-0.13, V1 with async scheduling >= 0.14; "
+         "docs/serving.md), sglang (0.5.14) or trtllm (TensorRT-LLM 1.3; docs/engines.md).")]
 FromVllmLog = Annotated[str | None, typer.Option(
     "--from-vllm-log", metavar="FILE",
     help="A vLLM server log: its engine args (TP, max_model_len, KV dtype, block size, …), version and available KV "
