@@ -19,6 +19,8 @@ def kv_cmd(
     revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
+    pipeline_parallel_size: opt.PipelineParallel = 1,
+    pp_layer_partition: opt.PpLayerPartition = None,
     data_parallel_size: opt.DataParallel = 1,
     enable_expert_parallel: opt.EnableExpertParallel = False,
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
@@ -56,7 +58,9 @@ def kv_cmd(
         block_size=block_size, kv_memory=kv_memory, engine=engine, data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel,
         memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib})})
-    dep = plan_deployment(config)
+    from graphsim.cli.pp_cli import print_kv_stages, with_pp
+
+    dep = plan_deployment(with_pp(config, pipeline_parallel_size, pp_layer_partition))
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None
     if as_json:
         out = dep.to_json()
@@ -68,5 +72,6 @@ def kv_cmd(
     from graphsim.render.kv_view import render_kv
 
     console.print(render_kv(dep))
+    print_kv_stages(console, dep)
     if check:
         console.print(check, highlight=False)

@@ -39,3 +39,23 @@ def print_pipeline(console: Any, cm: CostModel, steps: list[Step], specs: list[s
         from graphsim.render.pipeline_view import pipeline_table
 
         console.print(pipeline_table(times, f"pp {split.pp} × tp {split.tp}: {split.describe()}"))
+
+
+def with_pp(config: Any, pp: int, partition: str | None) -> Any:
+    """A `DeploymentConfig` with vLLM's pipeline-parallel size and layer partition set (checked again)."""
+    if pp == 1 and partition is None:
+        return config
+    data = config.model_dump()
+    data["parallel"]["pipeline_parallel_size"] = pp
+    data["parallel"]["pp_layer_partition"] = partition
+    return type(config).parse(data)
+
+
+def print_kv_stages(console: Any, dep: Any) -> None:
+    """The per-stage weights and KV capacity of a pipelined deployment (nothing for one stage)."""
+    from graphsim.serving.pipeline_plan import PipelinedDeployment
+
+    if isinstance(dep, PipelinedDeployment) and dep.stages:
+        from graphsim.render.pipeline_view import kv_stage_table
+
+        console.print(kv_stage_table(dep))

@@ -47,13 +47,15 @@ class DeploymentConfigError(GraphsimError):
 
 class ParallelConfig(Strict):
     """How a deployment spreads over GPUs (vLLM's ParallelConfig names, and graphsim's `replicas`): see the module
-    docstring. GPUs used: tp × dp × replicas."""
+    docstring. GPUs used: tp × dp × replicas × pp."""
 
     tensor_parallel_size: int = Field(default=1, ge=1, le=4096)
     data_parallel_size: int = Field(default=1, ge=1, le=1 << 20)
     enable_expert_parallel: bool = False  # vLLM's --enable-expert-parallel
     all2all_backend: str | None = None  # vLLM's --all2all-backend (None: its default, costing/all2all.py)
     replicas: int = Field(default=1, ge=1, le=1 << 20)  # independent copies behind the router (graphsim's)
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=1024)  # vLLM's --pipeline-parallel-size (costing/pipeline.py)
+    pp_layer_partition: str | None = None  # vLLM's VLLM_PP_LAYER_PARTITION, e.g. "4,6,6,4" (None: the environment's)
 
     @field_validator("all2all_backend")
     @classmethod
@@ -69,7 +71,7 @@ class ParallelConfig(Strict):
 
     @property
     def world_size(self) -> int:
-        return self.tensor_parallel_size * self.data_parallel_size * self.replicas
+        return self.tensor_parallel_size * self.data_parallel_size * self.replicas * self.pipeline_parallel_size
 
 
 class MemoryOverrides(Strict):

@@ -156,6 +156,10 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
                            cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     dep = Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
+    if config.parallel.pipeline_parallel_size > 1 or config.parallel.pp_layer_partition:  # per stage (pipeline_plan.py)
+        from graphsim.serving.pipeline_plan import plan_stages
+
+        dep = plan_stages(dep)
     if config.speculative_config:  # the draft's KV layers and weights (spec_deployment.py)
         from graphsim.serving.spec_deployment import deployment_speculation, with_speculation
 

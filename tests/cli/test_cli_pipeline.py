@@ -65,3 +65,18 @@ def test_bad_pipeline_values_are_one_line(capsys, args, says):
     err = capsys.readouterr().err.strip()
     assert code == 2 and says in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_kv_pp_reports_each_stage_and_the_engine_minimum(capsys):
+    k = run_json(capsys, "kv", "llama-3.1-8b", "--gpu", "h200", "-tp", "2", "-pp", "4")
+    pipe = k["pipeline"]
+    assert pipe["layers_per_stage"] == [8, 8, 8, 8]
+    blocks = [s["num_blocks"] for s in pipe["stages"]]
+    assert pipe["num_blocks"] == min(blocks) == k["capacity"]["num_blocks"]
+    # a stage's KV: 8 layers × 2 × (8 / 2) heads × 128 × 2 B = 16,384 B a token a rank
+    assert {s["kv_bytes_per_token_per_rank"] for s in pipe["stages"]} == {16_384}
+    assert main(["kv", "llama-3.1-8b", "--gpu", "h200", "-pp", "2"]) == 0
+    assert "pipeline stages" in capsys.readouterr().out
+    assert main(["kv", "llama-3.1-8b", "--gpu", "h200", "-pp", "2", "--pp-layer-partition", "1,2,3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "has 3 stages" in err and len(err.splitlines()) == 1
