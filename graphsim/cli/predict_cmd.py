@@ -32,6 +32,7 @@ def predict_cmd(
     batch: opt.Batches = None,
     profile: opt.Profile = None,
     target: opt.Target = "vllm",
+    engine: opt.Engine = opt.DEFAULT_ENGINE,
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
     moe_routing: opt.MoeRoutingSpec = None,
@@ -81,10 +82,28 @@ def predict_cmd(
                             link_gbps=afd_link_gbps, link_latency_us=afd_link_latency_us, as_json=as_json, tree=tree,
                             versions=versions(profile, gpu))
         return
+    from graphsim.serving.engine_versions import parse_engine
+
+    # --engine sglang|trtllm (or --target sglang|trtllm): that engine's kernels, priced from its own tables
+    eng = parse_engine(engine).engine
+    if eng == "vllm" and target in ("sglang", "trtllm"):
+        eng = target
+    default_profile = True
+    if eng != "vllm":
+        target = eng if target == "vllm" else target
+        if profile is None:
+            from graphsim.serving.engines import engine_profile
+
+            profile, default_profile = engine_profile(hw.id, eng), False
     cm = build_cost_model(lambda: load_source(model, dtype), hw, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
-                          profile=profile, target=target, moe_routing=parse_routing(moe_routing),
+                          profile=profile, default_profile=default_profile, target=target,
+                          moe_routing=parse_routing(moe_routing),
                           collectives=CollectiveSettings(not disable_custom_all_reduce,
                                                          0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE))
+    if cp is not None:  # decode context parallel reshapes the tree's attention (costing/context_parallel.py)
+        from graphsim.costing.context_parallel import with_decode_context_parallel
+
+        cm = with_decode_context_parallel(cm, cp.dcp)
     from graphsim.cli.pp_cli import pipeline_json, pipelined, print_pipeline
 
     cm = pipelined(cm, pipeline_parallel_size, pp_layer_partition)
