@@ -161,11 +161,12 @@ def write_pareto_png(res: SearchResult, path: str | Path) -> Path:
     if not p.parent.is_dir():
         raise GraphsimError(f"cannot write '{path}': no directory {p.parent}")
     fig, ax = plt.subplots(figsize=(8, 5.5), dpi=120)
-    for mode, color in (("agg", "tab:blue"), ("disagg", "tab:orange")):
+    names = {"agg": "aggregated", "disagg": "disaggregated", "afd": "attention–FFN disaggregated"}
+    for mode, color in (("agg", "tab:blue"), ("disagg", "tab:orange"), ("afd", "tab:purple")):
         pts = [r.final for r in res.rows if r.candidate.mode == mode]
         if pts:
             ax.scatter([e.tokens_per_s_per_user for e in pts], [e.output_tokens_per_s_per_gpu for e in pts], s=8,
-                       alpha=0.35, color=color, label=f"{'aggregated' if mode == 'agg' else 'disaggregated'} ({len(pts)})")
+                       alpha=0.35, color=color, label=f"{names[mode]} ({len(pts)})")
     front = [res.row(i).final for i in res.frontier]
     ax.plot([e.tokens_per_s_per_user for e in front], [e.output_tokens_per_s_per_gpu for e in front], "-o",
             color="black", markersize=3, linewidth=1, label="Pareto frontier")

@@ -65,6 +65,7 @@ from graphsim.costing.cost_tree import Leaf, price_leaves
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import MISSING, ROOFLINE, SOURCES
 from graphsim.costing.moe_routing import RoutingModel
+from graphsim.costing.profile_db import ProfileDB
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op, split_value
 from graphsim.ir.kernel import KernelKind
@@ -489,7 +490,8 @@ class AfdCost:
 
 def build_afd_model(model: str | ResolvedModel | Graph | Callable[[], Graph], hardware: str | HardwareSpec,
                     config: AfdConfig, *, dtype: str | None = None, kv_dtype: str | None = None,
-                    profile: str | None = None, target: str = "vllm", moe_routing: RoutingModel | None = None,
+                    profile: str | ProfileDB | None = None, default_profile: bool = True, target: str = "vllm",
+                    moe_routing: RoutingModel | None = None,
                     collectives: CollectiveSettings | None = None, link_gbps: float | None = None,
                     link_latency_us: float | None = None) -> AfdModel:
     """Trace `model` once (when not a graph) and build both pools' cost models from it: the attention pool at
@@ -512,10 +514,10 @@ def build_afd_model(model: str | ResolvedModel | Graph | Callable[[], Graph], ha
 
         graph, _ = import_hf(model, dtype=dtype)
     att = build_cost_model(graph, hw, tp=config.attention_gpus, dtype=dtype, kv_dtype=kv_dtype, profile=profile,
-                           target=target, moe_routing=moe_routing, collectives=collectives)
+                           default_profile=default_profile, target=target, moe_routing=moe_routing, collectives=collectives)
     ffn = build_cost_model(graph, hw, tp=config.ffn_gpus, ep=config.ffn_gpus if config.expert_parallel else 1,
-                           dtype=dtype, kv_dtype=kv_dtype, profile=profile, target=target, moe_routing=moe_routing,
-                           collectives=collectives)
+                           dtype=dtype, kv_dtype=kv_dtype, profile=profile, default_profile=default_profile, target=target,
+                           moe_routing=moe_routing, collectives=collectives)
     return AfdModel(config, att, ffn, link)
 
 

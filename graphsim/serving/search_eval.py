@@ -177,6 +177,10 @@ class Evaluation:
 
 def _steady(ctx: SearchContext, c: Candidate) -> Evaluation:
     isl, osl = round(ctx.isl.mean), round(ctx.osl.mean)
+    if c.mode == "afd":
+        from graphsim.serving.afd_search import afd_steady
+
+        return afd_steady(ctx, c)
     if c.mode == "agg":
         (p,) = c.pools
         sp: SteadyPoint = aggregated_point(partition_cost(ctx, p.tp, p.ep), isl, osl, c.clients,
@@ -236,7 +240,7 @@ def window_metrics(requests, clients: int, window: tuple[int, int] = (1, 3)) -> 
 def _warm(ctx: SearchContext, c: Candidate) -> None:
     """Price the table rows a simulation will use in bulk calls (the same numbers, in less time): decode attention
     for every batch size up to max_num_seqs; prefill attention after a cached prefix for a prefill pool."""
-    for pool in c.pools:
+    for pool in () if c.mode == "afd" else c.pools:  # an AFD unit prices through its own cost (afd_search.py)
         cost = partition_cost(ctx, pool.tp, pool.ep)
         if not isinstance(cost, TreeCost):
             continue
@@ -255,6 +259,11 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
         (p,) = c.pools
         res = simulate(_setup(ctx, PoolConfig(p.role, p.tp, p.ep, 1, p.max_num_seqs, p.max_num_batched_tokens)), loop)
         unit_gpus, link_src, xfer = p.tp, None, 0.0
+    elif c.mode == "afd":
+        from graphsim.serving.afd_search import afd_simulated
+
+        res, link_src = afd_simulated(ctx, c, loop)
+        unit_gpus, xfer = c.unit_gpus, 0.0
     else:
         pp, pd = c.pools
         link = kv_link(ctx, c.unit_gpus)

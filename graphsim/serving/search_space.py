@@ -58,7 +58,7 @@ class SearchSpec(Strict):
     osl: Lengths = Field(default_factory=lambda: Lengths(1000, 1000))
     slo: SLO = Field(default_factory=SLO)
     tp: _SIZES | None = None  # None: powers of two up to min(gpus, GPUs per node)
-    modes: Annotated[tuple[Literal["agg", "disagg"], ...], Field(min_length=1)] = ("agg", "disagg")
+    modes: Annotated[tuple[Literal["agg", "disagg", "afd"], ...], Field(min_length=1)] = ("agg", "disagg")  # afd: afd_search.py
     max_num_seqs: _SIZES = DEFAULT_SEQS
     max_num_batched_tokens: _SIZES = DEFAULT_BATCHED_TOKENS
     prefill_batched_tokens: _SIZES = DEFAULT_PREFILL_BATCHED_TOKENS
@@ -116,6 +116,8 @@ class PoolConfig:
             return f"{self.instances}P tp{self.tp}{ep} (batch {self.max_num_batched_tokens})"
         if self.role == "decode":
             return f"{self.instances}D tp{self.tp}{ep} (seqs {self.max_num_seqs})"
+        if self.role in ("attention", "ffn"):  # an AFD unit's pools (afd_search.py)
+            return f"{'A' if self.role == 'attention' else 'F'} tp{self.tp}{ep}"
         return f"tp{self.tp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens}"
 
 
@@ -143,6 +145,7 @@ class Candidate:
     replicas: int  # copies of the unit in the GPU budget
     clients: int  # closed-loop clients per unit
     memory: tuple[PoolMemory, ...] = field(compare=False, default=())
+    micro_batches: int = 0  # an AFD unit's ping-pong micro-batches (afd_search.py); 0 for the other modes
 
     @property
     def unit_gpus(self) -> int:
@@ -160,13 +163,18 @@ class Candidate:
         rep = f" ×{self.replicas}" if self.replicas > 1 else ""
         if self.mode == "agg":
             return f"agg {self.pools[0].label()}{rep}"
+        if self.mode == "afd":
+            a, f = self.pools
+            return (f"afd {a.label()} + {f.label()}, m={self.micro_batches}, seqs {a.max_num_seqs}, "
+                    f"batch {a.max_num_batched_tokens}{rep}")
         return f"disagg {self.pools[0].label()} + {self.pools[1].label()}{rep}"
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "mode": self.mode, "label": self.label(), "replicas": self.replicas,
                 "unit_gpus": self.unit_gpus, "gpus_used": self.gpus_used, "clients_per_unit": self.clients,
                 "pools": [{**vars(p), "gpus": p.gpus} for p in self.pools],
-                "memory": [m.to_json() for m in self.memory]}
+                "memory": [m.to_json() for m in self.memory],
+                **({"micro_batches": self.micro_batches} if self.mode == "afd" else {})}
 
 
 @dataclass(frozen=True)
@@ -253,9 +261,10 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
         raise SearchSpecError(f"no TP size in {spec.tp} fits in {spec.gpus} GPUs")
     parts = [(t, e) for t in tps for e in ((1, t) if experts and t > 1 and experts % t == 0 else (1,))]
 
-    def add(mode: str, pools: tuple[PoolConfig, ...], clients: int, memory: tuple[PoolMemory, ...]) -> None:
+    def add(mode: str, pools: tuple[PoolConfig, ...], clients: int, memory: tuple[PoolMemory, ...],
+            micro_batches: int = 0) -> None:
         unit = sum(p.gpus for p in pools)
-        cands.append(Candidate(len(cands), mode, pools, spec.gpus // unit, clients, memory))
+        cands.append(Candidate(len(cands), mode, pools, spec.gpus // unit, clients, memory, micro_batches))
 
     def seqs_options(tp: int, mnbt: int, role: str, label) -> list[tuple[int, PoolMemory]]:
         """max_num_seqs values that fit, with the pool's memory; the KV limit itself is added."""
@@ -337,5 +346,9 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
                         pools = (PoolConfig("prefill", tp_p, ep_p, x, planner.default_seqs, mnbt_p),
                                  PoolConfig("decode", tp_d, ep_d, y, seqs, mnbt_d))
                         add("disagg", pools, y * seqs, (mem_p, mem_d))
+    if "afd" in spec.modes and spec.gpus >= 2:  # attention–FFN disaggregated units
+        from graphsim.serving.afd_search import enumerate_afd
+
+        enumerate_afd(spec, planner, tps, experts, add, pruned)
     return cands, pruned
 

@@ -248,3 +248,55 @@ def test_cli_refuses_bad_afd_values_in_one_line(capsys, command, args):
     assert "afd" in err.lower(), err
     assert "Traceback" not in err
 
+
+
+# --- search: AFD units beside aggregated and disaggregated ones ------------------------------------------------
+def _search_spec(model: str, gpus: int = 4):
+    from graphsim.serving.search_space import SearchSpec
+
+    return SearchSpec.parse({"base": {"model": model, "hardware": "h200"}, "gpus": gpus, "tp": (1, 2),
+                             "modes": ("afd",), "max_num_seqs": (64,), "max_num_batched_tokens": (8192,)})
+
+
+def test_search_enumerates_afd_units_of_a_moe_model():
+    from graphsim.catalog import resolve_model
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.serving.afd_search import MICRO_BATCHES, afd_config_of
+    from graphsim.serving.search_space import enumerate_candidates
+
+    spec = _search_spec("qwen3-30b-a3b")
+    cands, _ = enumerate_candidates(spec, resolve_model("qwen3-30b-a3b"), load_hardware("h200"))
+    # A, F in {1, 2} with A + F <= 4: (1,1), (1,2), (2,1), (2,2), each with m = 2 and 3 → 8 units
+    splits = sorted((c.pools[0].tp, c.pools[1].tp, c.micro_batches) for c in cands)
+    assert splits == sorted((a, f, m) for a in (1, 2) for f in (1, 2) for m in MICRO_BATCHES)
+    for c in cands:
+        assert c.mode == "afd" and c.unit_gpus == c.pools[0].tp + c.pools[1].tp
+        assert c.replicas == 4 // c.unit_gpus
+        cfg = afd_config_of(c)
+        assert cfg.expert_parallel == (cfg.ffn_gpus > 1)  # 128 experts split over 2 FFN GPUs
+        assert c.label().startswith("afd ")
+
+
+def test_search_prunes_afd_for_a_dense_model():
+    from graphsim.catalog import resolve_model
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.serving.search_space import enumerate_candidates
+
+    spec = _search_spec("llama-3.1-8b")
+    cands, pruned = enumerate_candidates(spec, resolve_model("llama-3.1-8b"), load_hardware("h200"))
+    assert cands == []
+    assert [p.reason for p in pruned] == ["the model has no routed experts: AFD splits MoE layers"]
+
+
+@pytest.mark.parametrize(("mode", "ok"), [("all", True), ("agg,afd", True), ("afd", True), ("agg,pd", False)])
+def test_search_mode_accepts_afd(capsys, mode, ok):
+    from graphsim.cli.app import main
+
+    if ok:  # parsing only: the spec is built, then --gpus 0 stops the search in one line
+        code = main(["search", "qwen3-30b-a3b", "--gpu", "h200", "--mode", mode, "--gpus", "0"])
+        assert "--mode" not in capsys.readouterr().err
+    else:
+        code = main(["search", "qwen3-30b-a3b", "--gpu", "h200", "--mode", mode])
+        err = capsys.readouterr().err.strip()
+        assert "unknown --mode" in err and len(err.splitlines()) == 1
+    assert code == 2
