@@ -7,6 +7,7 @@ import json
 import typer
 
 from graphsim.cli import options as opt
+from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
 from graphsim.versions import versions
 
@@ -77,6 +78,8 @@ def search_cmd(
     refine: int = typer.Option(4, "--refine", min=0, help="Bisect max_num_seqs of the best N candidates to the SLO boundary; 0: the coarse grid only."),
     save_dir: str | None = typer.Option(None, "--save-dir", help="Write launch.sh, deployment.yaml and prediction.json for the chosen deployment here."),
     plot: str | None = typer.Option(None, "--plot", help="Write the Pareto plot to this PNG (needs matplotlib)."),
+    speculative_config: spec_cli.SpeculativeConfigOpt = None,
+    spec_acceptance: spec_cli.SpecAcceptanceOpt = None,
     as_json: opt.Json = False,
 ) -> None:
     """Search deployments (TP/EP, replicas, batch settings, aggregated or xPyD) for the most output tokens/s per GPU under the SLOs."""
@@ -131,7 +134,19 @@ def search_cmd(
         from graphsim.serving.launch import prepare_save_dir
 
         prepare_save_dir(save_dir)
+    spec_opts = spec_cli.options(model, speculative_config, spec_acceptance, revision)
+    if spec_opts is not None and (engine == "auto" or target is not None or plot):
+        raise SearchSpecError("--speculative-config searches with it off and on for one engine's throughput; drop "
+                              "--engine auto, --target-request-rate/--target-concurrency and --plot with it")
     be = make_backend(backend, workers, address)
+    if spec_opts is not None:  # speculative decoding off and on (cli/search_spec.py)
+        from graphsim.cli.search_spec import speculative_search
+
+        try:
+            speculative_search(spec, spec_opts, be, as_json, top, save_dir, versions(profile, gpu, engine))
+        finally:
+            be.close()
+        return
     if engine == "auto":
         from graphsim.cli.search_auto import auto_search
 

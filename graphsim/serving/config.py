@@ -35,6 +35,7 @@ from pydantic_core import PydanticCustomError
 from graphsim.costing.hardware import InterconnectOverrides
 from graphsim.errors import GraphsimError
 from graphsim.serving.engine_config import EngineArgs
+from graphsim.serving.speculative import SpeculativeArgs
 from graphsim.validation import Strict, validate
 
 _FIX = ("see DeploymentConfig in graphsim/serving/config.py (fields: model, hardware, dtype, kv_cache_dtype, "
@@ -108,11 +109,11 @@ class DeploymentConfig(Strict):
     engine: EngineArgs = Field(default_factory=EngineArgs)
     memory: MemoryOverrides = Field(default_factory=MemoryOverrides)
     interconnect: InterconnectOverrides = Field(default_factory=InterconnectOverrides)  # where it differs from the spec's
-    speculative_config: dict[str, Any] | None = None  # vLLM's --speculative-config (serving/speculative.py)
+    speculative_config: SpeculativeArgs | None = None  # vLLM's --speculative-config (serving/speculative.py)
 
     @field_validator("speculative_config")
     @classmethod
-    def _known_speculation(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _known_speculation(cls, v: SpeculativeArgs | None) -> SpeculativeArgs | None:
         if v is not None:
             from graphsim.serving.speculative import parse_speculative_config
 

@@ -90,7 +90,9 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
             "kv_cache_dtype": spec.base.kv_cache_dtype or "auto",
             "block_size": e.block_size if e.block_size is not None else dep.layout.block_size,
             "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill,
-            "enable_expert_parallel": pool.ep > 1}
+            "enable_expert_parallel": pool.ep > 1,
+            **({"speculative_config": spec.base.speculative_config.model_dump(exclude_none=True)}
+               if spec.base.speculative_config else {})}
 
 
 def _fmt(v: Any) -> str:
@@ -112,6 +114,8 @@ def serve_argv(model: str, settings: dict[str, Any], port: int, disagg: bool, ro
         argv.append(f"--{flag}" if settings[key] else f"--no-{flag}")
     if settings["enable_expert_parallel"]:
         argv.append("--enable-expert-parallel")
+    if settings.get("speculative_config"):  # vLLM's --speculative-config JSON (serving/speculative.py)
+        argv += ["--speculative-config", json.dumps(settings["speculative_config"], separators=(",", ":"))]
     if disagg:
         argv += ["--kv-transfer-config", json.dumps(NIXL_CONFIG, separators=(",", ":"))]
     return argv

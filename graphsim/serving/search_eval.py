@@ -54,6 +54,7 @@ class SearchContext:
     routing: RoutingModel = moe_routing.DEFAULT  # the MoE routing model every candidate is priced with
 
     key: str = ""  # identifies the cost models this context builds (a worker's cache key); see make_context
+    spec_acceptance: tuple[float, ...] = ()  # speculative decoding's acceptance per position (spec_search.py)
 
     @property
     def max_context(self) -> int:
@@ -86,7 +87,7 @@ def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candi
     max_seqs = max(p.max_num_seqs for c in candidates for p in c.pools)
     link = KvLink.from_hardware(hw, spec.kv_link_gbps, spec.kv_link_latency_us)
     ctx = SearchContext(model, hw, graph, profile, note, base, spec.isl, spec.osl, max_tokens, max_seqs, link,
-                        spec.seed, routing)
+                        spec.seed, routing, spec_acceptance=tuple(spec.spec_acceptance or ()))
     return with_key(ctx)
 
 
@@ -99,7 +100,8 @@ def kv_link(ctx: SearchContext, gpus: int) -> KvLink:
 def with_key(ctx: SearchContext) -> SearchContext:
     """The context with its cache key: a hash of everything the cost models depend on."""
     raw = pickle.dumps((ctx.graph, ctx.model.name, ctx.hardware, ctx.profile, ctx.base.kv_cache_dtype, ctx.base.dtype,
-                        ctx.max_tokens, ctx.max_seqs, ctx.max_context, ctx.routing))
+                        ctx.max_tokens, ctx.max_seqs, ctx.max_context, ctx.routing, ctx.base.speculative_config,
+                        ctx.spec_acceptance))
     return replace(ctx, key=hashlib.sha1(raw).hexdigest()[:16])
 
 
@@ -112,6 +114,12 @@ _DEPLOYMENTS: dict[tuple, Any] = {}
 def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
     key = (ctx.key, tp, ep)
     cost = _COSTS.get(key)
+    if cost is None and ctx.base.speculative_config:  # target verification + draft passes (spec_search.py)
+        from graphsim.serving.spec_search import context_speculation, spec_partition_cost
+
+        sp = context_speculation(ctx)
+        assert sp is not None
+        cost = _COSTS[key] = spec_partition_cost(ctx, tp, ep, sp[0])
     if cost is None:
         from graphsim.cost_model import build_cost_model
         from graphsim.costing.profile_db import ProfileDB
@@ -177,20 +185,31 @@ class Evaluation:
 
 def _steady(ctx: SearchContext, c: Candidate) -> Evaluation:
     isl, osl = round(ctx.isl.mean), round(ctx.osl.mean)
+    if ctx.base.speculative_config and c.mode in ("agg", "disagg"):  # E tokens a decode step (spec_search.py)
+        from graphsim.serving.spec_search import context_speculation, spec_steady
+
+        sp_ = context_speculation(ctx)
+        assert sp_ is not None
+        return spec_steady(ctx, c, sp_[0], sp_[1], _steady_of)
+    return _steady_of(ctx, c, isl, osl, partition_cost)
+
+
+def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) -> Evaluation:
+    """The steady state of `c` at `isl`/`osl` with the partitions' costs from `cost_of(ctx, tp, ep)`."""
     if c.mode == "afd":
         from graphsim.serving.afd_search import afd_steady
 
         return afd_steady(ctx, c)
     if c.mode == "agg":
         (p,) = c.pools
-        sp: SteadyPoint = aggregated_point(partition_cost(ctx, p.tp, p.ep), isl, osl, c.clients,
+        sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep), isl, osl, c.clients,
                                            p.max_num_batched_tokens)
         link_src = None
     else:
         pp, pd = c.pools
         setup_bytes = _transfer_bytes(ctx, pp, pd, isl)
         link = kv_link(ctx, c.unit_gpus)
-        sp = disaggregated_point(partition_cost(ctx, pp.tp, pp.ep), partition_cost(ctx, pd.tp, pd.ep), isl, osl,
+        sp = disaggregated_point(cost_of(ctx, pp.tp, pp.ep), cost_of(ctx, pd.tp, pd.ep), isl, osl,
                                  pp.instances, pd.instances, pd.max_num_seqs, pp.max_num_batched_tokens,
                                  pd.max_num_batched_tokens, link.transfer_s(setup_bytes),
                                  setup_bytes / link.bandwidth_bytes_per_s, pp.max_num_seqs)
@@ -214,7 +233,12 @@ def _transfer_bytes(ctx: SearchContext, pp: PoolConfig, pd: PoolConfig, isl: int
 
 def _setup(ctx: SearchContext, pool: PoolConfig, router: str = "least-outstanding") -> SimulationSetup:
     dep = deployment(ctx, pool)
-    return dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep), pool.instances, router)
+    setup = dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep), pool.instances, router)
+    if ctx.base.speculative_config:  # speculative steps, acceptance sampled (spec_search.py)
+        from graphsim.serving.spec_search import with_speculation
+
+        setup = with_speculation(ctx, setup)
+    return setup
 
 
 def window_metrics(requests, clients: int, window: tuple[int, int] = (1, 3)) -> dict[str, float]:

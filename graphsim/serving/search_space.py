@@ -70,6 +70,8 @@ class SearchSpec(Strict):
     seed: int = 0
     refine: int = Field(default=0, ge=0, le=1 << 20)  # bisect max_num_seqs of the best N to the SLO boundary (search_load.py)
     moe_routing: str | None = None  # the MoE routing model, as --moe-routing spells it (costing/moe_routing.py; None: its default)
+    # speculative decoding's acceptance per position when `base.speculative_config` is set (None: the default rate)
+    spec_acceptance: tuple[Annotated[float, Field(ge=0, le=1)], ...] | None = None
 
     @field_validator("moe_routing")
     @classmethod

@@ -63,8 +63,9 @@ class SpeculativeError(GraphsimError):
     """A speculative-decoding setting that is malformed or that the model cannot use."""
 
 
-class _VllmSpecConfig(Strict):
-    """The subset of vLLM's SpeculativeConfig graphsim models (vLLM's names)."""
+class SpeculativeArgs(Strict):
+    """The subset of vLLM's SpeculativeConfig graphsim models (vLLM's names), as a deployment document holds it
+    (frozen: hashable, so a DeploymentConfig carrying it is too)."""
 
     method: str = Field(min_length=1)
     num_speculative_tokens: int | None = Field(default=None, ge=1, le=MAX_SPECULATIVE_TOKENS)
@@ -110,6 +111,9 @@ class SpeculativeConfig:
             out["prompt_lookup_min"] = self.prompt_lookup_min
         return out
 
+    def to_args(self) -> SpeculativeArgs:
+        return SpeculativeArgs(**self.to_vllm())
+
     def to_cli(self) -> str:
         return json.dumps(self.to_vllm(), separators=(",", ":"))
 
@@ -122,9 +126,11 @@ _FIX = ('give JSON as vLLM takes it, e.g. --speculative-config \'{"method": "mtp
         f"(methods: {', '.join(METHODS)})")
 
 
-def parse_speculative_config(text: str | dict[str, Any], model_config: dict[str, Any] | None = None) -> SpeculativeConfig:
+def parse_speculative_config(text: str | dict[str, Any] | SpeculativeArgs, model_config: dict[str, Any] | None = None) -> SpeculativeConfig:
     """`text` (vLLM's JSON, or the dict) checked, with `method` normalised. `model_config`: the target's
     config.json, to default k for `mtp` to its MTP layer count and to refuse `mtp` on a model without MTP layers."""
+    if isinstance(text, SpeculativeArgs):
+        text = text.model_dump(exclude_none=True)
     if isinstance(text, str):
         try:
             data = json.loads(text)
@@ -135,7 +141,7 @@ def parse_speculative_config(text: str | dict[str, Any], model_config: dict[str,
     if not isinstance(data, dict):
         raise SpeculativeError(f"--speculative-config must be a JSON object; {_FIX}")
     try:
-        raw = validate(_VllmSpecConfig, data, "--speculative-config", _FIX)
+        raw = validate(SpeculativeArgs, data, "--speculative-config", _FIX)
     except ValueError as e:
         raise SpeculativeError(str(e)) from None
     given = raw.method.strip().lower()
