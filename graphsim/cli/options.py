@@ -345,8 +345,8 @@ def _router(value: str) -> str:
     return value
 
 
-Replicas = Annotated[int, typer.Option("--replicas", "--data-parallel-size", "-dp", min=1,
-                                       help="Data-parallel replicas behind the router.")]
+Replicas = Annotated[int, typer.Option("--replicas", min=1, help="Independent copies of the deployment behind the "
+                                       "router (graphsim's; vLLM's --data-parallel-size is -dp).")]
 Router = Annotated[str, typer.Option("--router", callback=_router, help="round-robin or least-outstanding.")]
 Arrival = Annotated[str, typer.Option("--arrival", help="poisson or gamma (open loop).")]
 Cv = Annotated[float, typer.Option("--cv", help="Gamma arrivals: coefficient of variation of the gaps.")]

@@ -66,6 +66,9 @@ def simulate_cmd(
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     replicas: opt.Replicas = 1,
+    data_parallel_size: opt.DataParallel = 1,
+    enable_expert_parallel: opt.EnableExpertParallel = False,
+    all2all_backend: opt.All2AllBackendOpt = None,
     router: opt.Router = "round-robin",
     rate: float | None = typer.Option(None, "--rate", "--request-rate",
                                       help="Open loop: requests per second (inf: all at t = 0, as vllm bench serve)."),
@@ -176,8 +179,15 @@ def simulate_cmd(
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
         enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
-                                           network_latency_us))})
+                                           network_latency_us), data_parallel_size=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})
     dep = plan_deployment(config)
+    from graphsim.serving.dp_attention import coupled
+
+    dp_coupled = coupled(config.parallel, dep.acc.spec)  # a MoE model's -dp: lockstep ranks (serving/dp_simulator.py)
+    if dp_coupled and (afd_config is not None or spec_opts is not None):
+        raise typer.BadParameter("data-parallel attention is not simulated with --afd or --speculative-config yet",
+                                 param_hint="--data-parallel-size")
     if afd_config is not None:
         from graphsim.serving.afd import afd_deployment
 
@@ -227,14 +237,21 @@ def simulate_cmd(
 
         check_plot_path(plot)
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
-        cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing)) if afd_config is None else \
-            afd_cli.afd_cost(dep, afd_config, profile, parse_routing(moe_routing), afd_link_gbps, afd_link_latency_us)
-    if afd_config is None:
-        setup = spec_cli.with_acceptance(dep.simulation_setup(cost, router=router, host_time=host_time), spec_opts, seed)
-    else:
-        from graphsim.serving.afd import afd_setup
+        if dp_coupled:
+            from graphsim.serving.dp_attention import dp_simulation_setup
 
-        setup = afd_setup(dep, cost, afd_config, router=router, host_time=host_time)
+            setup, note = dp_simulation_setup(dep, profile, parse_routing(moe_routing), host_time)
+        else:
+            cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing)) if afd_config is None \
+                else afd_cli.afd_cost(dep, afd_config, profile, parse_routing(moe_routing), afd_link_gbps,
+                                      afd_link_latency_us)
+            if afd_config is None:
+                setup = spec_cli.with_acceptance(dep.simulation_setup(cost, router=router, host_time=host_time),
+                                                 spec_opts, seed)
+            else:
+                from graphsim.serving.afd import afd_setup
+
+                setup = afd_setup(dep, cost, afd_config, router=router, host_time=host_time)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)
@@ -282,6 +299,12 @@ def _run_streamed(setup, workload, total: int, quiet: bool, iteration_log: str |
 
     from graphsim.atomic import atomic_writer, scratch_dir
     from graphsim.serving import simulate
+    from graphsim.serving.dp_simulator import DpSimulationSetup, simulate_dp
+
+    def run(setup, workload, progress=None, log=None):  # a MoE model's DP ranks run in lockstep (dp_simulator.py)
+        if isinstance(setup, DpSimulationSetup):
+            return simulate_dp(setup, workload, progress, log)
+        return simulate(setup, workload, progress, log)
     from graphsim.serving.records import IterationLog
     from graphsim.serving.trace_export import (
         ChromeTraceWriter, IterationSpill, fan_out, write_iteration_rows, write_requests,
@@ -294,14 +317,14 @@ def _run_streamed(setup, workload, total: int, quiet: bool, iteration_log: str |
             trace = ChromeTraceWriter(stack.enter_context(atomic_writer(chrome_trace)), setup.replicas, trace_sample)
         log = IterationLog(keep=False, sink=fan_out(spill, trace.iterations if trace else None))
         if quiet:
-            res = simulate(setup, workload, log=log)
+            res = run(setup, workload, log=log)
         else:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
             with Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
                           transient=True) as bar:
                 task = bar.add_task("requests", total=total)
-                res = simulate(setup, workload, progress=lambda done, _t: bar.update(task, completed=done), log=log)
+                res = run(setup, workload, progress=lambda done, _t: bar.update(task, completed=done), log=log)
         if trace is not None:
             trace.finish(res.requests)
         if spill is not None and iteration_log:

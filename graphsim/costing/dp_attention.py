@@ -216,7 +216,7 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
     rank_us = _compose(tree, leaf_t)
     rank_flops = (work * mult[:, None]).sum(axis=0)
     # the routed experts at the global batch, with the (moe tp, ep) geometry of FusedMoEParallelConfig.make
-    moe_leaves = [_spread(tree.leaves[i], plan) for i in moe]
+    moe_leaves = [spread_experts(tree.leaves[i], plan) for i in moe]
     globals_ = [merged([s if s is not None else DUMMY_STEP for s in ranks]) for ranks in batches]
     moe_t, moe_s = price_leaves(moe_leaves, globals_, cm.pricer, cm.dtypes)
     moe_work = _leaf_flops(moe_leaves, globals_, cm)
@@ -235,7 +235,7 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
             g = tree.leaves[i].attrs.geometry
             assert isinstance(g, MoeExpertsGeometry)
             ex = MoeExchange(plan.all2all_backend, plan.dp, plan.world_size, g.hidden_size, g.top_k, g.num_experts,
-                             _activation(cm))
+                             activation_dtype(cm))
             d, c = ex.price([max(1, t) for t in tokens], cm.pricer)
             dispatch += d.time_us * mult[i]
             combine += c.time_us * mult[i]
@@ -258,7 +258,7 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
     return out
 
 
-def _spread(leaf: Leaf, plan: DataParallelMoe) -> Leaf:
+def spread_experts(leaf: Leaf, plan: DataParallelMoe) -> Leaf:
     g = leaf.attrs.geometry
     assert isinstance(g, MoeExpertsGeometry)
     return replace(leaf, attrs=leaf.attrs.with_geometry(replace(g, tp=plan.moe_tp, ep=plan.moe_ep)))
@@ -277,7 +277,7 @@ def _leaf_flops(leaves: Sequence[Leaf], steps: Sequence[Step], cm: CostModel) ->
     return out
 
 
-def _activation(cm: CostModel) -> KernelDtype:
+def activation_dtype(cm: CostModel) -> KernelDtype:
     """The dtype of the hidden states the exchange moves: the model dtype (bf16 where it is not fp16/fp32)."""
     name = (cm.dtype or cm.graph.meta.dtype or "bfloat16").lower()
     return {"float16": KernelDtype.FP16, "fp16": KernelDtype.FP16, "half": KernelDtype.FP16,

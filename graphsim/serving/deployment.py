@@ -53,8 +53,9 @@ class Deployment:
 
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
                          fast_forward: bool = True, host_time: bool = True) -> SimulationSetup:
-        """The simulator's setup: `replicas` engines (default: the config's data_parallel_size) behind `router`;
-        `host_time`: each iteration carries the engine's host time (host.py; False: GPU kernels only)."""
+        """The simulator's setup: `replicas` engines (default: the config's data_parallel_size × replicas, independent
+        engines; a MoE model's coupled DP ranks are `dp_simulation_setup`'s) behind `router`; `host_time`: each
+        iteration carries the engine's host time (host.py; False: GPU kernels only)."""
         if not self.capacity.fits_one_request:
             raise CapacityError(
                 f"the KV cache holds {self.capacity.num_blocks} blocks but one request of max_model_len "
@@ -65,8 +66,9 @@ class Deployment:
                 f"{self.engine.profile.name} (V0) pages every layer at full length, which graphsim does not simulate for "
                 "sliding-window or linear-attention layers; give --engine vllm==0.10 or newer (graphsim kv shows V0's "
                 "capacity)")
-        parallel = self.config.parallel if replicas is None else ParallelConfig(
-            tensor_parallel_size=self.tp, data_parallel_size=replicas)
+        p = self.config.parallel
+        parallel = ParallelConfig(tensor_parallel_size=self.tp,
+                                  data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas)
         host = EngineHost(self.engine.host, self.acc.spec.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
             if host_time else None
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,

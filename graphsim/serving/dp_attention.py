@@ -11,10 +11,17 @@ model has MoE layers, `ParallelConfig.is_moe_model` / `reconfigure_for_independe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from graphsim.costing.all2all import DEFAULT_ALL2ALL_BACKEND
 from graphsim.costing.dp_attention import DataParallelMoe
 from graphsim.serving.config import DeploymentConfigError, ParallelConfig
 from graphsim.work.specs import ModelSpec, MoeFfn
+
+if TYPE_CHECKING:
+    from graphsim.costing.moe_routing import RoutingModel
+    from graphsim.serving.deployment import Deployment
+    from graphsim.serving.dp_simulator import DpSimulationSetup
 
 
 def has_routed_experts(spec: ModelSpec) -> bool:
@@ -47,3 +54,24 @@ def plan_of(parallel: ParallelConfig) -> DataParallelMoe:
     """The step pricing's view of a coupled deployment (dp >= 2)."""
     return DataParallelMoe(parallel.data_parallel_size, parallel.tensor_parallel_size, parallel.enable_expert_parallel,
                            parallel.all2all_backend or DEFAULT_ALL2ALL_BACKEND)
+
+
+def dp_simulation_setup(dep: Deployment, profile: str | None = None, moe_routing: RoutingModel | None = None,
+                        host_time: bool = True) -> tuple[DpSimulationSetup, str]:
+    """The lockstep simulator's setup of a coupled deployment (serving/dp_simulator.py) and what its numbers rest on:
+    the model traced for tp only, each rank's own-part cost, and the MoE layers' cost with vLLM's spread."""
+    from graphsim.serving.dp_simulator import DpSimulationSetup, MoeStepCost, own_part_cost
+
+    parallel = dep.config.parallel
+    if not coupled(parallel, dep.acc.spec):
+        raise DeploymentConfigError("the lockstep simulator is for a MoE model with data_parallel_size >= 2")
+    if parallel.replicas > 1:
+        raise DeploymentConfigError(f"--replicas {parallel.replicas} copies of a data-parallel-attention deployment "
+                                    "are not simulated yet; simulate one (-dp N) and scale its throughput")
+    cm = dep.cost_model(profile, moe_routing=moe_routing)
+    e = dep.engine
+    own = own_part_cost(cm, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len)
+    plan = plan_of(parallel)
+    ranks = dep.simulation_setup(own, replicas=plan.dp, host_time=host_time)
+    note = f"{cm.data_note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else cm.data_note
+    return DpSimulationSetup(ranks, MoeStepCost(cm, plan)), f"{note}; {plan.describe()} in lockstep"

@@ -137,9 +137,12 @@ def test_model_dtype_spellings_reach_every_reader(given, read):
             config_dtype({}, read)
 
 
-def test_data_parallel_size_is_replicas(capsys):
+def test_data_parallel_size_is_vllms_and_replicas_graphsims(capsys):
+    # -dp is vLLM's --data-parallel-size (lockstep DP ranks on a MoE model); --replicas independent copies
     line = one_error_line(capsys, "simulate", "llama-3.1-8b", "-dp", "0")
-    assert "--replicas / --data-parallel-size / -dp" in line, line
+    assert "--data-parallel-size / -dp" in line and "--replicas" not in line, line
+    line = one_error_line(capsys, "simulate", "llama-3.1-8b", "--replicas", "0")
+    assert "--replicas of" in line and "-dp" not in line, line
 
 
 def test_deployment_and_search_configs_are_checked_once_with_every_bad_field(capsys):

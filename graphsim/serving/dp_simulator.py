@@ -1,0 +1,243 @@
+"""The serving simulator for data-parallel attention (vLLM `--data-parallel-size N` on a MoE model): N DP ranks, each
+an engine core with its own scheduler, batch and KV cache (scheduler.py `Engine`), behind vLLM's DP load balancer,
+stepping in lockstep.
+
+- Routing: vLLM's `DPLBAsyncMPClient.get_core_engine_for_request` (vllm/v1/engine/core_client.py) sends a request
+  to the rank with the lowest `waiting × 4 + running`, ties to the lowest index. graphsim reads the ranks' counts at
+  the arrival instant; vLLM's front end sees them through the coordinator's ~100 ms stats (vllm/v1/engine/
+  coordinator.py `DPCoordinator`) plus its own increments, so a burst may spread differently there.
+- Lockstep: while any rank has work every rank steps (an idle rank runs vLLM's dummy batch, `execute_dummy_batch`,
+  so the MoE collectives match; vllm/v1/engine/core.py `DPEngineCoreProc`); all ranks start a step together and
+  it ends for all of them after Max over ranks of each rank's own part + the MoE layers at the global batch
+  (`costing.dp_attention`), since every MoE layer's dispatch waits for the slowest rank. When no rank has work the
+  wave ends and the ranks sleep until the next arrival.
+- A rank's own part is priced by its own iteration cost (the cost tree without the routed experts, with the
+  engine's host time); the MoE part by `MoeStepCost` from the ranks' token counts. Iteration rows are logged per
+  rank with the lockstep duration; their source is the worse of the two parts'.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from graphsim.costing.all2all import MoeExchange
+from graphsim.costing.cost_model import CostModel
+from graphsim.costing.cost_tree import price_leaves
+from graphsim.costing.dp_attention import (
+    DataParallelMoe, activation_dtype, check_graph, moe_leaf_indices, spread_experts,
+)
+from graphsim.costing.interpolate import SOURCES
+from graphsim.ir import Op
+from graphsim.ir.geometry import MoeExpertsGeometry
+from graphsim.ir.kernel import KernelKind
+from graphsim.serving.pricing import IterationCost, iteration_cost
+from graphsim.serving.records import IterationLog, Request, RequestTable, Samples
+from graphsim.serving.requests import ClosedLoop, RequestSpec
+from graphsim.serving.scheduler import Engine, StepPlan
+from graphsim.serving.simulator import Arrivals, SimulationError, SimulationResult, SimulationSetup
+from graphsim.workload import SeqGroup, Step
+
+WAITING_WEIGHT = 4  # vllm/v1/engine/core_client.py DPLBAsyncMPClient: score = waiting * 4 + running
+_ORDER = [s.value for s in SOURCES]
+
+
+class MoeStepCost:
+    """The MoE layers of one lockstep step from the DP ranks' token counts: the routed experts at the global tokens
+    with vLLM's (moe tp, ep) spread, plus every layer's dispatch and combine (memoised by (global, busiest))."""
+
+    def __init__(self, cm: CostModel, plan: DataParallelMoe) -> None:
+        check_graph(cm, plan)
+        self.cm, self.plan = cm, plan
+        idx = moe_leaf_indices(cm.tree)
+        self.leaves = [spread_experts(cm.tree.leaves[i], plan) for i in idx]
+        self.mult = cm.tree.multiplicity[idx]
+        self.exchanges = []
+        for leaf, m in zip(self.leaves, self.mult, strict=True):
+            g = leaf.attrs.geometry
+            assert isinstance(g, MoeExpertsGeometry)
+            self.exchanges.append((MoeExchange(plan.all2all_backend, plan.dp, plan.world_size, g.hidden_size,
+                                               g.top_k, g.num_experts, activation_dtype(cm)), float(m)))
+        self._memo: dict[tuple[int, int], tuple[float, int]] = {}
+
+    def step_us(self, rank_tokens: Sequence[int]) -> tuple[float, int]:
+        """(µs, worst source code) of the MoE layers when DP rank r computes rank_tokens[r] tokens (an idle
+        rank's dummy batch counts 1)."""
+        tokens = [max(1, int(t)) for t in rank_tokens]
+        key = (sum(tokens), max(tokens))
+        hit = self._memo.get(key)
+        if hit is None:
+            t, s = price_leaves(self.leaves, [Step((SeqGroup(key[0], 0, 1),))], self.cm.pricer, self.cm.dtypes)
+            us = float(np.sum(t[:, 0] * self.mult))
+            src = int(s[:, 0].max()) if len(s) else 0
+            for ex, m in self.exchanges:
+                d, c = ex.price(tokens, self.cm.pricer)
+                us += (d.time_us + c.time_us) * m
+                src = max(src, _ORDER.index(d.source), _ORDER.index(c.source))
+            hit = self._memo[key] = (us, src)
+        return hit
+
+
+def own_part_cost(cm: CostModel, max_tokens: int, max_seqs: int, max_context: int) -> IterationCost:
+    """A rank's own iteration cost: the cost model's graph without its routed experts, compiled and wrapped for the
+    simulator like any deployment's (`pricing.iteration_cost`)."""
+    nodes = [n for n in cm.graph.nodes if not (n.op is Op.KERNEL and n.kernel.kind is KernelKind.MOE_EXPERTS)]
+    own = CostModel.of_kernel_graph(cm.graph.copy(nodes), cm.hardware, cm.db, kv_dtype=cm.kv_dtype, dtype=cm.dtype,
+                                    routing=cm.dtypes.routing, collectives=cm.pricer.collectives)
+    return iteration_cost(own.tree, own.pricer, own.dtypes, max_tokens, max_seqs, max_context)
+
+
+@dataclass(frozen=True)
+class DpSimulationSetup:
+    """`ranks`: one DP rank's setup (its own-part cost, per-rank KV blocks, parallel = the deployment's); `moe`: the
+    MoE layers' cost."""
+
+    ranks: SimulationSetup
+    moe: MoeStepCost
+
+    @property
+    def dp(self) -> int:
+        return self.ranks.parallel.data_parallel_size
+
+    @property
+    def replicas(self) -> int:  # engines the traces and per-replica tables list: the DP ranks
+        return self.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.ranks.gpus
+
+
+class _LastRow:
+    """Stands in for an engine's IterationLog: keeps the row its last iteration logged (the lockstep loop logs it
+    again with the step's real duration)."""
+
+    def __init__(self) -> None:
+        self.values: tuple | None = None
+
+    def row(self, *values) -> None:
+        self.values = values
+
+    def block(self, *columns) -> None:  # pragma: no cover - segments are off for DP ranks
+        raise SimulationError("a DP rank planned a decode segment; lockstep ranks step one iteration at a time")
+
+
+class DpLoop:
+    """The DP ranks of one deployment and the lockstep between them."""
+
+    def __init__(self, setup: DpSimulationSetup, workload: list[RequestSpec] | ClosedLoop,
+                 progress: Callable[[int, int], None] | None, log: IterationLog | None) -> None:
+        s = setup.ranks
+        self.setup, self.progress = setup, progress
+        self.arrivals = Arrivals(workload)
+        self.log, self.itl = log if log is not None else IterationLog(), Samples()
+        self.table = RequestTable(self.arrivals.total)
+        self.finished = self.rejected = self.arrived = 0
+        self.rows = [_LastRow() for _ in range(setup.dp)]
+        self.ranks: list[Engine] = []
+        for i in range(setup.dp):
+            e = Engine(i, s.engine, s.layout, s.num_blocks, s.cost, self.rows[i], self.itl, self._on_done)  # type: ignore[arg-type]
+            e.fast_forward = False  # one iteration at a time: every step's length depends on all ranks
+            e.host = s.host
+            self.ranks.append(e)
+        self.dummy_us = s.cost.step_us(1, 1, 0, 0.0, [(1, 0)])[0]
+        self.source_us = np.zeros(len(SOURCES))
+        self.steps = 0
+        self.idle_rank_steps = 0
+
+    def _on_done(self, r: Request) -> None:
+        self.table.record(r)
+        self.finished += 1
+        self.arrivals.on_finish(r.finish_t)
+        total = self.finished + self.rejected
+        if self.progress is not None and (total % 250 == 0 or total == self.arrivals.total):
+            self.progress(total, self.arrivals.total)
+
+    def _arrive(self) -> None:
+        spec = self.arrivals.pop()
+        r = Request(self.arrived, spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.prefix_id,
+                    spec.prefix_tokens, self.setup.ranks.engine.max_model_len)
+        self.arrived += 1
+        if r.rejected:
+            self.table.record(r)
+            self.rejected += 1
+            self.arrivals.on_finish(spec.arrival_s)
+            return
+        scores = [WAITING_WEIGHT * len(e.waiting) + e.running.size for e in self.ranks]
+        self.ranks[int(np.argmin(scores))].add(r)
+
+    def _step(self, t: float) -> float | None:
+        """Start a lockstep step at t; its end, or None when no rank has anything to run (the wave ends)."""
+        own, tokens, started = [], [], []
+        for e in self.ranks:
+            end = e.start(t, math.inf) if e.has_work() else None
+            if end is None:
+                own.append(self.dummy_us)
+                tokens.append(0)
+            else:
+                assert isinstance(e.plan, StepPlan)  # fast_forward is off: never a decode segment
+                own.append((end - t) * 1e6)
+                tokens.append(int(np.sum(e.plan.num_scheduled_tokens)))
+                started.append(e)
+        if not started:
+            if any(e.has_work() for e in self.ranks):
+                raise SimulationError("a DP rank cannot admit its next request with an empty batch (KV cache too "
+                                      "small); raise --gpu-memory-utilization or lower --max-model-len")
+            return None
+        moe_us, moe_src = self.setup.moe.step_us(tokens)
+        slowest = max(own)
+        end = t + (slowest + moe_us) * 1e-6
+        self.steps += 1
+        self.idle_rank_steps += sum(1 for x in tokens if x == 0)
+        own_src = 0
+        for e in started:
+            assert e.plan is not None
+            e.plan = replace(e.plan, end_t=end)
+            e.busy_until = end
+            values = self.rows[e.index].values
+            assert values is not None
+            own_src = max(own_src, int(values[10]))
+            self.log.row(values[0], end - t, *values[2:10], max(int(values[10]), moe_src), *values[11:])
+        self.source_us[own_src] += slowest
+        self.source_us[moe_src] += moe_us
+        return end
+
+    def run(self) -> None:
+        end: float | None = None
+        while True:
+            t_arr = self.arrivals.next_time()
+            if end is not None and end <= t_arr:
+                for e in self.ranks:
+                    if e.busy_until is not None:
+                        e.finish()
+                end = self._step(end)
+                continue
+            if t_arr == math.inf:
+                break
+            self._arrive()
+            if end is None and self.arrivals.next_time() > t_arr:  # every arrival of this instant is routed
+                end = self._step(t_arr)
+
+
+def simulate_dp(setup: DpSimulationSetup, workload: list[RequestSpec] | ClosedLoop,
+                progress: Callable[[int, int], None] | None = None, log: IterationLog | None = None) -> SimulationResult:
+    """Run the workload on the lockstep DP ranks; the result as `simulator.simulate`'s (per_replica: one row per
+    DP rank)."""
+    wall0 = time.perf_counter()
+    loop = DpLoop(setup, workload, progress, log)
+    loop.run()
+    counts: dict[int, int] = {}
+    for e in loop.ranks:
+        for k, v in e.source_counts.items():
+            counts[k] = counts.get(k, 0) + v
+    return SimulationResult(
+        setup=setup.ranks, requests=loop.table, iterations=loop.log.arrays(), itl_runs=loop.itl.runs(),
+        iteration_totals=loop.log.totals(), source_counts=counts, preemptions=sum(e.preemptions for e in loop.ranks),
+        wall_s=time.perf_counter() - wall0,
+        per_replica=[{"replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions,
+                      "evicted_blocks": e.pool.evicted} for e in loop.ranks],
+        source_us={k: float(v) for k, v in enumerate(loop.source_us) if v > 0}, source_basis="iteration worst source")

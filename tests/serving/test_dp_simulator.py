@@ -1,0 +1,116 @@
+"""The lockstep simulator of data-parallel attention (serving/dp_simulator.py): vLLM's DP load balancing, every rank
+stepping together for Max(own parts) + the MoE layers, idle ranks in the wave, hand-derived request times."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from graphsim.cli import options as opt
+from graphsim.serving.config import DeploymentConfig
+from graphsim.serving.deployment import plan_deployment
+from graphsim.serving.dp_simulator import DpSimulationSetup, MoeStepCost, simulate_dp
+from graphsim.serving.requests import RequestSpec
+
+
+class OwnCost:
+    """A rank's own part: 100 µs + 1 µs per token (measured, code 0)."""
+
+    def step_us(self, tokens, seqs, dec_count, dec_ctx_mean, chunks):
+        return 100.0 + tokens, 0
+
+    def decode_run_us(self, batch, ctx_mean0, k):  # pragma: no cover - segments are off for DP ranks
+        raise AssertionError("no decode segments in lockstep")
+
+
+class MoeCost(MoeStepCost):
+    """The MoE layers: 20 µs + 1 µs per global token (an idle rank's dummy batch counts 1)."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+
+    def step_us(self, rank_tokens: Sequence[int]) -> tuple[float, int]:
+        self.calls.append(list(rank_tokens))
+        return 20.0 + sum(max(1, t) for t in rank_tokens), 0
+
+
+@pytest.fixture(scope="module")
+def dep():
+    cfg = opt.deployment_data("qwen3-30b-a3b", "h200", 1, 1, data_parallel_size=2, enable_expert_parallel=True,
+                              max_num_batched_tokens=2048, max_num_seqs=16)
+    return plan_deployment(DeploymentConfig.parse(cfg))
+
+
+def setup_of(dep, moe: MoeCost) -> DpSimulationSetup:
+    return DpSimulationSetup(dep.simulation_setup(OwnCost(), replicas=2, host_time=False), moe)  # type: ignore[arg-type]
+
+
+def test_two_ranks_by_hand(dep):
+    # two 10-token prompts at t = 0, 2 output tokens each; vLLM's DP balancer (waiting × 4 + running) sends the
+    # first to rank 0 (both 0) and the second to rank 1 (rank 0 now scores 4).
+    # step 1, both prefill 10 tokens: max(100 + 10, 100 + 10) + (20 + 10 + 10) = 150 µs → first tokens at 150 µs
+    # step 2, both decode 1 token: max(101, 101) + (20 + 1 + 1) = 123 µs → second tokens at 273 µs
+    moe = MoeCost()
+    res = simulate_dp(setup_of(dep, moe), [RequestSpec(0.0, 10, 2), RequestSpec(0.0, 10, 2)])
+    done = res.completed
+    assert len(done) == 2 and {r.replica for r in done} == {0, 1}
+    for r in done:
+        assert r.first_token_t == pytest.approx(150e-6) and r.finish_t == pytest.approx(273e-6)
+    assert moe.calls == [[10, 10], [1, 1]]
+    its = res.iterations
+    assert list(its["replica"]) == [0, 1, 0, 1]
+    assert np.allclose(its["dur_s"], [150e-6, 150e-6, 123e-6, 123e-6])  # every rank's row lasts the lockstep step
+    assert res.gpus == 2 and [p["iterations"] for p in res.per_replica] == [1 + 1, 1 + 1]
+
+
+def test_an_idle_rank_runs_the_dummy_batch(dep):
+    # one request on rank 0; rank 1 idles with vLLM's dummy batch: own part max(100 + 10, 100 + 1) + MoE 20 + 10 + 1
+    moe = MoeCost()
+    res = simulate_dp(setup_of(dep, moe), [RequestSpec(0.0, 10, 2)])
+    (r,) = res.completed
+    assert r.first_token_t == pytest.approx((110 + 31) * 1e-6)
+    assert r.finish_t == pytest.approx((110 + 31 + 101 + 22) * 1e-6)
+    assert moe.calls == [[10, 0], [1, 0]]
+    assert list(res.iterations["replica"]) == [0, 0]  # the dummy batch is not a scheduled iteration of rank 1
+
+
+def test_the_wave_ends_when_no_rank_has_work(dep):
+    # the second request arrives long after the first finished: the ranks sleep in between (no dummy steps)
+    moe = MoeCost()
+    res = simulate_dp(setup_of(dep, moe), [RequestSpec(0.0, 10, 2), RequestSpec(1.0, 10, 2)])
+    assert len(moe.calls) == 4
+    late = max(res.completed, key=lambda r: r.arrival)
+    assert late.first_token_t == pytest.approx(1.0 + 141e-6)
+
+
+@pytest.mark.slow
+def test_real_costs_run_and_every_request_completes():
+    pytest.importorskip("torch")
+    import copy
+
+    from graphsim.catalog import ResolvedModel, resolve_model
+    from graphsim.serving import parse_lengths, summarize, synthetic
+    from graphsim.serving.dp_attention import dp_simulation_setup
+
+    cfg = copy.deepcopy(resolve_model("qwen3-30b-a3b").config)
+    cfg.update(num_hidden_layers=2, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=16,
+               hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=96,
+               max_position_embeddings=4096)
+    import graphsim.serving.deployment as deployment
+
+    data = opt.deployment_data("qwen3-30b-a3b", "h200", 1, 1, data_parallel_size=4, enable_expert_parallel=True,
+                               max_model_len=2048)
+    d = deployment.plan_deployment(DeploymentConfig.parse(data), model=ResolvedModel("tiny-moe", cfg, "path", "test"))
+    setup, note = dp_simulation_setup(d)
+    assert "DP 4 × TP 1 attention, experts EP 4" in note
+    wl = synthetic(40, 50.0, parse_lengths("64:128", "--input-len"), parse_lengths("8:16", "--output-len"), 0,
+                   "poisson", 1.0, 0, 1)
+    res = simulate_dp(setup, wl)
+    s = summarize(res)
+    assert s.completed == 40 and s.gpus == 4
+    # lockstep: rows that start together last the same
+    its = res.iterations
+    for t in np.unique(its["start_s"])[:20]:
+        assert np.ptp(its["dur_s"][its["start_s"] == t]) == 0.0
