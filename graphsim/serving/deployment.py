@@ -67,7 +67,7 @@ class Deployment:
                 "sliding-window or linear-attention layers; give --engine vllm==0.10 or newer (graphsim kv shows V0's "
                 "capacity)")
         p = self.config.parallel
-        parallel = ParallelConfig(tensor_parallel_size=self.tp,
+        parallel = ParallelConfig(tensor_parallel_size=self.tp, pipeline_parallel_size=p.pipeline_parallel_size,
                                   data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas)
         host = EngineHost(self.engine.host, self.acc.spec.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
             if host_time else None
@@ -200,6 +200,10 @@ def build_cost(dep: Deployment, profile: str | None = None, target: str | None =
         assert spec is not None
         return speculative_cost(dep, spec, profile, target or "vllm", moe_routing)
     cm = dep.cost_model(profile, target, moe_routing)
+    if dep.config.parallel.pipeline_parallel_size > 1 or dep.config.parallel.pp_layer_partition:
+        from graphsim.serving.pipeline_plan import pipeline_cost
+
+        return pipeline_cost(dep, cm)  # one cost per stage; the simulator runs pp batches at once
     e = dep.engine
     cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len)
     note = f"{cm.data_note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else cm.data_note

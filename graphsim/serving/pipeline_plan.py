@@ -21,11 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from graphsim.costing.pipeline import PipelineError, PipelineSplit, partition_from_env
+from graphsim.costing.cost_model import CostModel
+from graphsim.costing.pipeline import (
+    PipelinedCostModel, PipelineError, PipelineSplit, partition_from_env, with_pipeline,
+)
 from graphsim.serving.capacity import KvCapacity, kv_capacity
 from graphsim.serving.deployment import Deployment
 from graphsim.serving.kv_layout import KvLayout, kv_layout
 from graphsim.serving.memory import BudgetTerm, MemoryBudget, memory_budget, weight_bytes_per_rank
+from graphsim.serving.pipeline_engine import PipelineCost
+from graphsim.serving.pricing import IterationCost, iteration_cost
 from graphsim.work.registry import language_model_config
 from graphsim.work.specs import LayerStack, ModelSpec
 
@@ -137,3 +142,17 @@ def plan_stages(dep: Deployment) -> Deployment:
     base = {f: getattr(dep, f) for f in ("config", "model", "hardware", "acc", "engine")}
     return PipelinedDeployment(**base, layout=low.layout, budget=low.budget, capacity=low.capacity, split=split,
                                stages=tuple(plans), binding=binding)
+
+
+def pipeline_cost(dep: Deployment, cm: CostModel) -> tuple[PipelineCost, str, int]:
+    """The simulator's cost of a pipelined deployment: `cm` (the deployment's cost model, unsplit) split into its
+    stages, each stage's tree wrapped for fast pricing (pricing.iteration_cost). Returns (cost, note, kernels)."""
+    par = dep.config.parallel
+    pc = with_pipeline(cm, par.pipeline_parallel_size, par.pp_layer_partition or partition_from_env())
+    assert isinstance(pc, PipelinedCostModel) and pc.split is not None
+    e = dep.engine
+    stages: list[IterationCost] = [iteration_cost(t, pc.pricer, pc.dtypes, e.max_num_batched_tokens, e.max_num_seqs,
+                                                  e.max_model_len) for t in pc.stages]
+    note = f"{pc.data_note}; MoE routing: {pc.moe_routing}" if pc.moe_routing else pc.data_note
+    note += f"; pipeline: {pc.split.describe()}, up to {pc.split.pp} batches in flight"
+    return PipelineCost(stages), note, pc.kernels

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
+from graphsim.serving.pipeline_engine import PipelineCost, PipelineEngine
 from graphsim.serving.pricing import SOURCES, IterationCost, new_meter
 from graphsim.serving.records import IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec, warm_prefixes
@@ -270,6 +271,8 @@ class EventLoop:
 
     def _engine(self, kind: type[EngineT], index: int, setup: SimulationSetup, itl: Samples,
                 on_finish: Callable[[Request], None]) -> EngineT:
+        if kind is Engine and isinstance(setup.cost, PipelineCost):  # pp > 1: vLLM's batch queue (pipeline_engine.py)
+            kind = cast("type[EngineT]", PipelineEngine)
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
         e.host = setup.host
