@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphsim.costing import ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -139,6 +140,8 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype, dt.routing.table)
     if isinstance(g, CollectiveGeometry):
         return CollectiveKey(_COLLECTIVES[a.kind], g.num_gpus, dtype)
+    if is_ssm_scan(a):  # the prefill kernel's key (kernel_rows prices decode and state rows besides)
+        return ElementwiseKey(ssm.op_name(ssm.PREFILL, ssm_shape(a)), ssm_shape(a).io_elements, dtype)
     return ElementwiseKey(elementwise_op(a), per_token_width(a), dtype)
 
 
@@ -248,6 +251,8 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
     try:
         if a.kind is KernelKind.ATTENTION:
             return _attention_rows(key_for(a, dt, prefill=False), key_for(a, dt, prefill=True), arr)
+        if is_ssm_scan(a):
+            return _ssm_rows(a, arr, dt)
         key = key_for(a, dt)
     except NoKernelKey as e:  # e.g. a bool mask op of the eager target: reported missing
         return KernelRows(missing=str(e))
@@ -269,6 +274,38 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
     if isinstance(a.geometry, CollectiveGeometry) and isinstance(key, CollectiveKey):
         return _collective_rows(key, np.maximum(1, rows * a.geometry.bytes_per_row), arr.tokens, coll)
     return KernelRows((KeyRows(key, rows.reshape(-1, 1), steps, steps),))
+
+
+def is_ssm_scan(a: KernelAttrs) -> bool:
+    """A Mamba2 scan kernel (priced per decode token, prefill token and prefill sequence: costing/ssm.py)."""
+    return isinstance(a.geometry, LinearAttentionGeometry) and a.geometry.kind == "mamba2_ssd"
+
+
+def ssm_shape(a: KernelAttrs) -> ssm.SsmShape:
+    g = a.geometry_as(LinearAttentionGeometry)
+    return ssm.SsmShape(heads=g.num_v_heads, head_dim=g.v_head_dim, state=g.k_head_dim, groups=g.num_k_heads,
+                        chunk=g.chunk_size or ssm.DEFAULT_CHUNK, state_dtype=g.state_dtype or a.dtype)
+
+
+def _ssm_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """Decode tokens on selective_state_update, prefill tokens on the chunked scan, and each prefill sequence's
+    state read and written once (costing/ssm.py): one part each, for the steps that have such rows."""
+    shape, dtype = ssm_shape(a), dt.of(a.dtype)
+    n_b = arr.n_steps
+    dec = arr.g_new == 1
+    per_step = {
+        ssm.DECODE: np.bincount(arr.g_step[dec], weights=arr.g_count[dec], minlength=n_b),
+        ssm.PREFILL: np.bincount(arr.g_step[~dec], weights=(arr.g_new * arr.g_count)[~dec], minlength=n_b),
+        ssm.PREFILL_STATE: np.bincount(arr.g_step[~dec], weights=arr.g_count[~dec], minlength=n_b),
+    }
+    parts = []
+    for kernel, rows in per_step.items():
+        steps = np.flatnonzero(rows > 0)
+        if len(steps):
+            width = shape.state_elements if kernel == ssm.PREFILL_STATE else shape.io_elements
+            key = ElementwiseKey(ssm.op_name(kernel, shape), width, dtype)
+            parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+    return KernelRows(tuple(parts))
 
 
 def _collective_rows(key: CollectiveKey, nbytes: np.ndarray, tokens: np.ndarray,

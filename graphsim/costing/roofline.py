@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphsim.costing import ssm
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
@@ -101,6 +102,9 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
     if isinstance(key, MoeKey):
         return _moe(c[:, 0], key)
     if isinstance(key, ElementwiseKey):
+        scan = ssm.work(key.op, c[:, 0], key.dtype.activation_bytes)  # Mamba2 scan rows (costing/ssm.py)
+        if scan is not None:
+            return KernelWork(*scan)
         nbytes = 2.0 * c[:, 0] * key.width * key.dtype.activation_bytes  # read once, write once
         return KernelWork(np.zeros(len(c)), nbytes)
     return None

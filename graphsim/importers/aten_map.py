@@ -18,7 +18,7 @@ ATEN_OPS: dict[str, Op] = {
     "group_norm": Op.LAYER_NORM,
     # elementwise
     "add": Op.ADD, "add_": Op.ADD, "sub": Op.SUB, "rsub": Op.SUB, "mul": Op.MUL, "mul_": Op.MUL,
-    "div": Op.DIV, "div_": Op.DIV, "neg": Op.NEG, "pow": Op.POW, "sqrt": Op.SQRT, "rsqrt": Op.RSQRT,
+    "div": Op.DIV, "div_": Op.DIV, "neg": Op.NEG, "pow": Op.POW, "square": Op.POW, "sqrt": Op.SQRT, "rsqrt": Op.RSQRT,
     "exp": Op.EXP, "log": Op.LOG, "abs": Op.ABS, "silu": Op.SILU, "gelu": Op.GELU, "relu": Op.RELU,
     "sigmoid": Op.SIGMOID, "tanh": Op.TANH, "softplus": Op.SOFTPLUS, "sin": Op.SIN, "cos": Op.COS,
     "where": Op.WHERE, "clamp": Op.CLAMP, "clamp_min": Op.CLAMP, "clamp_max": Op.CLAMP,
@@ -56,6 +56,7 @@ ATEN_OPS: dict[str, Op] = {
     "embedding": Op.EMBEDDING, "conv1d": Op.CONV1D, "convolution": Op.CONV1D,
     # graphsim semantic ops
     "attention": Op.ATTENTION, "moe_experts": Op.MOE_EXPERTS, "gated_delta_rule": Op.LINEAR_ATTENTION,
+    "ssm_scan": Op.LINEAR_ATTENTION,
 }
 
 DROPPED = {

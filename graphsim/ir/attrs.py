@@ -49,12 +49,15 @@ class AttentionAttrs:
 class LinearAttentionAttrs:
     """Recurrent (linear) attention such as the gated delta rule; state per sequence."""
 
-    kind: str  # e.g. "gated_delta_rule"
+    kind: str  # "gated_delta_rule", or "mamba2_ssd" (Mamba2's scan: k = B with groups as k heads and the
+    # state size as k_head_dim, v = x with the SSM heads and their head_dim, q = C)
     num_k_heads: int
     num_v_heads: int
     k_head_dim: int
     v_head_dim: int
     chunked: bool = True
+    chunk_size: int = 0  # the engine kernel's chunk (Mamba2 configs' chunk_size); 0 when not stated
+    state_dtype: str = ""  # DType value of the per-sequence state the engine keeps ("" = the op's dtype)
 
 
 @dataclass(frozen=True)

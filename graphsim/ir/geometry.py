@@ -89,12 +89,17 @@ class AttentionGeometry(Geometry):
 
 @dataclass(frozen=True, kw_only=True)
 class LinearAttentionGeometry(Geometry):
-    """Recurrent (linear) attention such as the gated delta rule."""
+    """Recurrent (linear) attention such as the gated delta rule, or Mamba2's scan (`kind` "mamba2_ssd": B/C
+    groups as k heads, the state size as k_head_dim, SSM heads of head_dim as v heads; `chunk_size` its SSD
+    chunk, `state_dtype` the DType value of its temporal state: the engine's mamba_ssm_cache_dtype)."""
 
     num_k_heads: int
     num_v_heads: int
     k_head_dim: int
     v_head_dim: int
+    kind: str = _opt("gated_delta_rule")
+    chunk_size: int = _opt(0)
+    state_dtype: str = _opt("")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -117,12 +117,26 @@ def test_mla_latent_stays_replicated_and_conserves(hf_import):
     assert any("replicated" in x and "latent" in x for x in res.notes)
 
 
-def test_broken_partition_is_refused_in_one_line(nemotron_h, monkeypatch):
+@pytest.fixture(scope="module")
+def nemotron_h_unfused_scan():
+    """The mixer as traced before its scan became one semantic op (graphsim::ssm_scan): the scan's torch
+    fallback, static at a probe token count, fused into per-op placeholders between in_proj and the norm."""
+    from graphsim.importers.hf import custom_ops
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delitem(custom_ops.LOOP_KERNELS, "mamba2_chunk_scan")
+        graph, _ = import_hf(ResolvedModel("tiny-nemotron-h", dict(NEMOTRON_H), "path", "test"), cache=False)
+    return run_pipeline(graph, "fold,fuse{target=vllm}").graph
+
+
+def test_broken_partition_is_refused_in_one_line(nemotron_h_unfused_scan, monkeypatch):
     # the pre-fix rule: a projection whose output is normalised as a whole vector stays replicated.
     # The mixer's in_proj is then whole, its out_proj column-parallel, and the residual stream split.
+    # (With the semantic scan the head-parallel scan shards out_proj's input whatever in_proj does, so the
+    # graph of the unfused scan is the one this rule broke.)
     monkeypatch.setattr(tp_mod, "_whole_norm_consumer", lambda *a: "latent")
     with pytest.raises(ConservationError) as err:
-        _tp(nemotron_h, 2)
+        _tp(nemotron_h_unfused_scan, 2)
     msg = str(err.value)
     assert "\n" not in msg
     assert "fused_add_rms_norm" in msg and "residual stream" in msg

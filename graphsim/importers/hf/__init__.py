@@ -128,6 +128,7 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     graph = convert_graph(traced.program.graph, resolved.name, placeholders, ctx)
     if not traced.dynamic:
         _symbolise_static(graph, STATIC_PROBE_TOKENS[0])
+    _ssm_state_dtypes(graph, built.architecture, built.config, built.dtype)
     if full_depth:  # every layer traced: the fold pass derives the schedule; keep the tags as a hint
         graph.meta.full_depth = True
         graph.meta.layer_tags = list(plan.tags)
@@ -152,6 +153,32 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
         opaque_ops=opaque, dynamic_tokens=traced.dynamic, semantic_kernels=swapped, timings_s=timings,
     )
     return graph, report
+
+
+# Architectures whose vLLM config hook sets the Mamba2 temporal-state dtype from the HF config, float32 when the
+# config states none (vllm/model_executor/models/config.py NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype,
+# DEFAULT_MAMBA_SSM_CACHE_DTYPE = "float32", registered for these classes in MODELS_CONFIG_MAP). Every other
+# Mamba2 model keeps vLLM's default mamba_ssm_cache_dtype "auto": the model dtype (mamba_utils.py
+# MambaStateDtypeCalculator).
+SSM_STATE_DTYPE_HOOK = {"NemotronHForCausalLM": "float32", "NemotronHPuzzleForCausalLM": "float32"}
+
+
+def _ssm_state_dtypes(graph: Graph, architecture: str, config, model_dtype) -> None:
+    """Record on each Mamba2 scan node the dtype vLLM keeps its temporal state in."""
+    from dataclasses import replace
+
+    from graphsim.importers.hf.convert import to_dtype
+    from graphsim.ir import LinearAttentionAttrs, Op
+    from graphsim.ir.tensor import DTYPE_ALIASES, DType
+
+    default = SSM_STATE_DTYPE_HOOK.get(architecture)
+    name = (getattr(config, "mamba_ssm_cache_dtype", None) or default) if default else None
+    dtype = to_dtype(model_dtype)
+    if isinstance(name, str):
+        dtype = DTYPE_ALIASES.get(name.removeprefix("torch."), dtype)
+    for i, n in enumerate(graph.nodes):
+        if n.op is Op.LINEAR_ATTENTION and isinstance(n.attrs, LinearAttentionAttrs) and n.attrs.kind == "mamba2_ssd":
+            graph.nodes[i] = n.with_(attrs=replace(n.attrs, state_dtype=DType(dtype).value))
 
 
 def _tied_parameter_names(model) -> dict[str, str]:

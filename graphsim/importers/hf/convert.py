@@ -167,6 +167,12 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
             num_experts=_int(num_experts), top_k=int(idx.shape[-1]), hidden_size=int(hidden.shape[-1]),
             intermediate_size=inter, gated=bool(gated), has_bias=n.args[5] is not None, activation=str(activation),
         )
+    if op is Op.LINEAR_ATTENTION and packet_name(n.target) == "ssm_scan":
+        x, b = _tensor(in_specs, 0, n), _tensor(in_specs, 3, n)  # x [B,S,H,P], B [B,S,G,N]
+        return LinearAttentionAttrs(
+            kind="mamba2_ssd", num_k_heads=int(b.shape[2]), num_v_heads=int(x.shape[2]), k_head_dim=int(b.shape[3]),
+            v_head_dim=int(x.shape[3]), chunked=True, chunk_size=_int(n.args[11] if len(n.args) > 11 else 0),
+        )
     if op is Op.LINEAR_ATTENTION:
         k, v = _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)
         return LinearAttentionAttrs(

@@ -5,7 +5,8 @@ transformers dispatches attention through `AttentionInterface` and routed expert
 `torch.library` custom op with a fake (shape-only) kernel, turns every attention call into one
 `graphsim::attention` node and every MoE block's experts into one `graphsim::moe_experts` node
 that carries the 3-D expert weights as inputs. Python-loop kernels (the gated delta rule's
-chunked fallback) are swapped for `graphsim::gated_delta_rule` while tracing.
+chunked fallback, the Mamba2 chunked scan) are swapped for `graphsim::gated_delta_rule` and
+`graphsim::ssm_scan` while tracing.
 
 The real (CPU) kernels are reference implementations, so a tiny random model traced through
 these ops still computes the same numbers as transformers' own paths.
@@ -98,7 +99,7 @@ def moe_experts_op(
 ) -> torch.Tensor:
     """Reference routed-experts kernel: Σ_k w_k · down_e(act(gate_e(x)) · up_e(x))."""
     act = {"silu": F.silu, "gelu": F.gelu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-           "relu": F.relu}.get(activation)
+           "relu": F.relu, "relu2": lambda x: F.relu(x).square()}.get(activation)
     if act is None:
         raise NotImplementedError(f"graphsim::moe_experts has no reference kernel for activation '{activation}'")
     out = torch.zeros_like(hidden, dtype=torch.float32)
@@ -134,6 +135,16 @@ def _moe_experts_fake(hidden, top_k_index, top_k_weights, w_up, w_down, b_up, b_
 
 
 def _activation_name(module) -> str:
+    """The experts' activation: the ACT2FN name of the module's own `act_fn` (Nemotron-H's experts use
+    config.mlp_hidden_act, relu2), else the config's hidden_act / hidden_activation, else silu."""
+    from transformers.activations import ACT2CLS
+
+    act = getattr(module, "act_fn", None)
+    if act is not None:
+        for name, entry in ACT2CLS.items():
+            cls = entry[0] if isinstance(entry, tuple) else entry
+            if type(act) is cls:
+                return name
     cfg = getattr(module, "config", None)
     for key in ("hidden_act", "hidden_activation"):
         if cfg is not None and isinstance(getattr(cfg, key, None), str):
@@ -208,11 +219,65 @@ def _make_delta_rule(chunked: bool):
     return delta_rule
 
 
+# --- Mamba2 selective state-space scan (SSD) -------------------------------------------------
+@torch.library.custom_op("graphsim::ssm_scan", mutates_args=())
+def ssm_scan_op(
+    x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+    D: torch.Tensor | None, dt_bias: torch.Tensor | None, initial_state: torch.Tensor | None,
+    dt_softplus: bool, dt_min: float, dt_max: float, chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [B,S,H,P], dt [B,S,H], A [H], B,C [B,S,G,N] → (y [B,S,H,P] in x's dtype, state [B,H,P,N] fp32).
+
+    Reference recurrence (Mamba2, arXiv:2405.21060 §3): Δ_t = clamp(softplus(dt_t + dt_bias));
+    S_t = exp(Δ_t·A)·S_{t-1} + Δ_t·x_t ⊗ B_t; y_t = S_t·C_t + D·x_t. `chunk_size` is the chunk of the
+    engine's SSD kernel (it changes the work, not the result)."""
+    b, s, h, p = x.shape
+    g, n = B.shape[-2:]
+    delta = dt.float()
+    if dt_bias is not None:
+        delta = delta + dt_bias.float()
+    if dt_softplus:
+        delta = F.softplus(delta)
+    delta = delta.clamp(min=dt_min, max=dt_max)
+    xf = x.float()
+    Bh = B.float().repeat_interleave(h // g, dim=2)
+    Ch = C.float().repeat_interleave(h // g, dim=2)
+    state = torch.zeros(b, h, p, n) if initial_state is None else initial_state.float().clone()
+    out = torch.empty(b, s, h, p)
+    for t in range(s):
+        decay = torch.exp(delta[:, t] * A.float())  # [B,H]
+        state = state * decay[..., None, None] + (delta[:, t, :, None] * xf[:, t])[..., None] * Bh[:, t, :, None, :]
+        y = (state * Ch[:, t, :, None, :]).sum(-1)
+        if D is not None:
+            y = y + D.float()[:, None] * xf[:, t]
+        out[:, t] = y
+    return out.to(x.dtype), state
+
+
+@ssm_scan_op.register_fake
+def _ssm_scan_fake(x, dt, A, B, C, D, dt_bias, initial_state, dt_softplus, dt_min, dt_max, chunk_size):
+    b, _, h, p = x.shape
+    return torch.empty_like(x), x.new_empty((b, h, p, B.shape[-1]), dtype=torch.float32)
+
+
+def _mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size, D=None, dt_bias=None, initial_states=None,
+                       dt_softplus=False, dt_limit=(0.0, float("inf")), return_final_states=False, **kwargs):
+    """Drop-in for transformers' `mamba2_chunk_scan` (modeling_mamba2 / nemotron_h / bamba / falcon_h1 /
+    zamba2 / granitemoehybrid): one `graphsim::ssm_scan` node whose token count stays symbolic (the torch
+    fallback pads to a chunk multiple, which pins the trace to a fixed token count)."""
+    out, state = torch.ops.graphsim.ssm_scan(
+        hidden_states, dt, A, B, C, D, dt_bias, initial_states, bool(dt_softplus), float(dt_limit[0]),
+        float(dt_limit[1]), int(chunk_size),
+    )
+    return (out, state) if return_final_states else out
+
+
 # Python-loop kernels that transformers' modelling files call by module-global name, and the
 # semantic op that replaces each while tracing (keyed by the kernel's role, not by model).
 LOOP_KERNELS = {
     "torch_chunk_gated_delta_rule": _make_delta_rule(chunked=True),
     "torch_recurrent_gated_delta_rule": _make_delta_rule(chunked=False),
+    "mamba2_chunk_scan": _mamba2_chunk_scan,
 }
 
 

@@ -63,7 +63,9 @@ def _readable_tag(layer: torch.nn.Module) -> str:
                 attn = "sliding_attention"
                 break
     attn = attn or "full_attention"
-    is_moe = any(p.dim() == 3 for p in layer.parameters())
+    # stacked expert weights are 3-D; a depthwise conv's weight ([channels, 1, kernel]: Mamba2, GDN) is too
+    convs = {id(p) for m in layer.modules() if isinstance(m, torch.nn.modules.conv._ConvNd) for p in m.parameters()}
+    is_moe = any(p.dim() == 3 and id(p) not in convs for p in layer.parameters())
     return f"{attn.replace('_attention', '')}.{'moe' if is_moe else 'dense'}"
 
 

@@ -222,6 +222,31 @@ ACT_AND_MUL = Rule("act_and_mul", "model_executor/layers/activation.py:SiluAndMu
                    P.act_and_mul_units, _build_act)
 
 
+def _match_activation(ctx: FuseContext):
+    """An ungated activation on a projection's output, with relu's square when it follows (relu²)."""
+    out = []
+    for n in ctx.graph.nodes:
+        p = ctx.producer(n.inputs[0]) if n.inputs else None
+        if n.op not in P.ACTIVATIONS or not ctx.is_free(n) or p is None or p.op is not Op.LINEAR:
+            continue
+        users = ctx.users.get(n.name, [])
+        nodes, act = [n], P.ACTIVATIONS[n.op]
+        if n.op is Op.RELU and len(users) == 1 and users[0].op is Op.POW and ctx.is_free(users[0]):
+            nodes, act = [n, users[0]], "relu2"
+        out.append(Candidate(nodes, {"act": act, "width": int(nodes[-1].outputs[0].shape[-1])}))
+    return out
+
+
+def _build_activation(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    return KernelAttrs(KernelKind.ACTIVATION, c.info["act"], ElementwiseGeometry(width=c.info["width"]),
+                       c.nodes[-1].outputs[0].dtype.value, Rows.TOKENS, tuple(n.name for n in c.nodes), "activation")
+
+
+ACTIVATION = Rule("activation", "model_executor/layers/activation.py:get_act_fn (ReLUSquaredActivation 'relu2': "
+                  "torch.square(F.relu(x)) in one op; GELU / ReLU / SiLU on an ungated MLP)", _match_activation,
+                  _build_activation)
+
+
 def _match_moe_router(ctx: FuseContext):
     out = []
     for e in [n for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS]:
@@ -279,7 +304,7 @@ MOE_EXPERTS = Rule("moe_experts", "model_executor/layers/fused_moe/experts/trito
 
 def _match_gdn_gating(ctx: FuseContext):
     out = []
-    for la in [n for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION]:
+    for la in _linear_attention(ctx, "gated_delta_rule"):
         gate_inputs = [ctx.producer(v) for v in la.inputs[3:5]]
         nodes: dict[str, Node] = {}
         for p in gate_inputs:
@@ -322,12 +347,55 @@ def _kernel_rule(name: str, source: str, match: Callable[[FuseContext], list[Can
     return Rule(name, source, match, build)
 
 
-LINEAR_ATTENTION = _kernel_rule(
+def _linear_attention(ctx: FuseContext, kind: str) -> list[Node]:
+    return [n for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION and n.attrs_as(LinearAttentionAttrs).kind == kind]
+
+
+# The kernel vLLM launches for each linear-attention kind (prefill's; decode steps run the recurrent form:
+# fused_recurrent_gated_delta_rule, selective_state_update, priced per row kind in costing/kernel_map.py).
+_LINEAR_ATTENTION_KERNELS = {"gated_delta_rule": "chunk_gated_delta_rule", "mamba2_ssd": "mamba_chunk_scan_combined"}
+
+
+def _build_linear_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    n = c.nodes[0]
+    a = n.attrs_as(LinearAttentionAttrs)
+    kind = a.kind if a.kind in _LINEAR_ATTENTION_KERNELS else "gated_delta_rule"
+    geo = LinearAttentionGeometry(num_k_heads=a.num_k_heads, num_v_heads=a.num_v_heads, k_head_dim=a.k_head_dim,
+                                  v_head_dim=a.v_head_dim, kind=kind, chunk_size=a.chunk_size,
+                                  state_dtype=a.state_dtype)
+    return KernelAttrs(KernelKind.LINEAR_ATTENTION, _LINEAR_ATTENTION_KERNELS[kind], geo, n.outputs[0].dtype.value,
+                       Rows.NONE, (n.name,), "linear_attention")
+
+
+LINEAR_ATTENTION = Rule(
     "linear_attention", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:_forward_core "
-    "(chunk_gated_delta_rule / fused_recurrent_gated_delta_rule)", _each(Op.LINEAR_ATTENTION),
-    KernelKind.LINEAR_ATTENTION, "chunk_gated_delta_rule", LinearAttentionAttrs,
-    lambda a: LinearAttentionGeometry(num_k_heads=a.num_k_heads, num_v_heads=a.num_v_heads, k_head_dim=a.k_head_dim,
-                                      v_head_dim=a.v_head_dim), Rows.NONE)
+    "(chunk_gated_delta_rule / fused_recurrent_gated_delta_rule); Mamba2: model_executor/layers/mamba/mamba_mixer2.py "
+    "MambaMixer2 forward (mamba_chunk_scan_combined_varlen for prefill tokens, selective_state_update for decode "
+    "tokens; dt_bias, softplus, the dt limit and the D skip inside the kernels)", _each(Op.LINEAR_ATTENTION),
+    _build_linear_attention,
+)
+
+
+def _match_ssm_a(ctx: FuseContext):
+    """The chain A = -exp(A_log) on parameters that feeds each Mamba2 scan."""
+    out = []
+    for la in _linear_attention(ctx, "mamba2_ssd"):
+        p = ctx.producer(la.inputs[2]) if len(la.inputs) > 2 else None
+        if p is None:
+            continue
+        chain = [n for n in [p, *P.ancestors_within(ctx, p, {la.scope})] if ctx.is_free(n)]
+        # only per-head math on parameters: no token dimension anywhere in the chain
+        if chain and all(n.op.group is OpGroup.ELEMENTWISE and all(isinstance(d, int) for d in n.outputs[0].shape)
+                         for n in chain):
+            out.append(Candidate(sorted(chain, key=lambda n: ctx.pos[n.name])))
+    return out
+
+
+SSM_A = Rule(
+    "ssm_a_at_load", "model_executor/layers/mamba/mamba_mixer2.py:MambaMixer2.__init__ (A's weight loader: "
+    "composed_weight_loader(sharded_weight_loader(0), lambda x: -torch.exp(x.float())): A is stored negated and "
+    "exponentiated at load, no kernel per step)", _match_ssm_a, _absorb,
+)
 
 
 def _match_conv(ctx: FuseContext):
@@ -360,7 +428,7 @@ EMBEDDING = _kernel_rule(
 
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION,
-    ACT_AND_MUL, MOE_ROUTER, MOE_EXPERTS, GDN_GATING, LINEAR_ATTENTION, CONV1D,
+    ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
 ]
 
 

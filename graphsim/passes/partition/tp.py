@@ -123,6 +123,10 @@ class TensorParallel(PartitionPass):
                 k_heads = split(lg.num_k_heads, t, "num_k_heads", where)
                 v_heads = split(lg.num_v_heads, t, "num_v_heads", where)
                 n = n.with_(attrs=a.with_geometry(replace(lg, num_k_heads=k_heads, num_v_heads=v_heads)))
+                for v in n.inputs:  # per-head parameters (Mamba2's D and dt_bias: mamba_mixer2.py MambaMixer2
+                    spec = graph.params.get(v)  # loads them with sharded_weight_loader(0), num_heads // tp each)
+                    if spec is not None and len(spec.shape) == 1 and spec.shape[0] == lg.num_v_heads:
+                        params[v] = _shard_dim(spec, 0, t, "per-head parameter", where)
                 out_sharded = True
             elif a.kind is KernelKind.MOE_EXPERTS:
                 mg = a.geometry_as(MoeExpertsGeometry)
