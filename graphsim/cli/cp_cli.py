@@ -9,6 +9,7 @@ import typer
 
 from graphsim.costing.context_parallel import ContextParallel, context_parallel_steps
 from graphsim.costing.cost_model import CostModel
+from graphsim.serving.config import DeploymentConfig
 from graphsim.workload import Step
 
 PrefillContextParallel = Annotated[int, typer.Option(
@@ -19,6 +20,13 @@ DecodeContextParallel = Annotated[int, typer.Option(
     "--decode-context-parallel-size", "-dcp", min=1,
     help="vLLM's decode context parallel size: the KV cache sharded along tokens over this many ranks of the TP "
          "group (must divide --tp); decode gathers queries and combines partial outputs with their LSE.")]
+
+
+def with_dcp(config: DeploymentConfig, dcp: int) -> DeploymentConfig:
+    """A deployment document with --decode-context-parallel-size (simulate, search)."""
+    from graphsim.serving.context_parallel import with_decode_context_parallel
+
+    return with_decode_context_parallel(config, dcp)
 
 
 def context_parallel(pcp: int, dcp: int) -> ContextParallel | None:
@@ -37,7 +45,10 @@ def cp_json(cm: CostModel, cp: ContextParallel | None, steps: list[Step], specs:
 
 def print_context_parallel(console: Any, cm: CostModel, cp: ContextParallel | None, steps: list[Step],
                            specs: list[str]) -> None:
-    if cp is None:
+    if cp is None or cp.pcp == 1:
+        if cp is not None:
+            console.print(f"decode context parallel {cp.dcp}: the KV is sharded over {cp.dcp} ranks of the TP group "
+                          f"(each holds {cp.dcp}× the tokens); its kernels are in the tables above")
         return
     from rich.table import Table
 
@@ -46,13 +57,14 @@ def print_context_parallel(console: Any, cm: CostModel, cp: ContextParallel | No
     rows = context_parallel_steps(cm, steps, specs, cp)
     t = Table(title=f"context parallel: pcp={cp.pcp} dcp={cp.dcp} (GPUs: tp {cm.tp} × pcp {cp.pcp} = "
                     f"{cm.tp * cp.pcp}; KV per rank holds {cp.kv_capacity_factor}× the tokens)", title_justify="left")
-    for col in ("batch", "without CP", "with CP", "other kernels", "attention", "CP collectives", "rounds (compute ‖ send)",
+    for col in ("batch", "without PCP", "with PCP", "other kernels", "attention ring", "rounds (compute ‖ send)",
                 "sources"):
         t.add_column(col, justify="left" if col in ("batch", "sources", "rounds (compute ‖ send)") else "right")
     for r in rows:
         ring = ", ".join(f"{fmt_us(x.compute_us)} ‖ {fmt_us(x.send_us)}" for x in r.rounds) or "–"
         t.add_row(r.spec, fmt_us(r.baseline_us), fmt_us(r.total_us), fmt_us(r.other_us), fmt_us(r.attention_us),
-                  fmt_us(r.collectives_us), ring, r.sources)
-    if not rows:
-        t.caption = "no batch uses it: pcp applies to prefill batches, dcp to decode batches"
+                  ring, r.sources)
+    if cp.dcp > 1:
+        t.caption = (f"dcp {cp.dcp} is in the kernel tables above (sharded attention, q all-gather, LSE combine); "
+                     "pcp applies to prefill batches without a cached prefix")
     console.print(t)

@@ -7,7 +7,7 @@ import math
 
 import typer
 
-from graphsim.cli import afd_cli
+from graphsim.cli import afd_cli, cp_cli
 from graphsim.cli import options as opt
 from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
@@ -65,6 +65,7 @@ def simulate_cmd(
     revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
+    decode_context_parallel_size: cp_cli.DecodeContextParallel = 1,
     replicas: opt.Replicas = 1,
     data_parallel_size: opt.DataParallel = 1,
     enable_expert_parallel: opt.EnableExpertParallel = False,
@@ -181,6 +182,7 @@ def simulate_cmd(
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                            network_latency_us), data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})
+    config = cp_cli.with_dcp(config, decode_context_parallel_size)  # the KV sharded over DCP ranks
     dep = plan_deployment(config)
     from graphsim.serving.dp_attention import coupled
 

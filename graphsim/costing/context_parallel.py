@@ -15,11 +15,14 @@ A deployment parameter on the same per-rank cost model (`CostModel`), no per-mod
   bandwidth of the hardware spec's topology (roofline: no measured send rows). P − 1 sends; the last round
   sends nothing. The KV cache is sharded over the P ranks.
 - **Decode context parallel (DCP, D ranks inside the TP group, no extra GPUs: tp % dcp == 0).** The KV cache is
-  sharded along tokens over the D ranks that would otherwise hold copies; a decode step all-gathers the query
-  heads of the D ranks (each rank then attends H/tp × D heads over 1/D of every context), and the partial outputs
-  are combined with their log-sum-exp correction (vLLM's all-gather of the LSEs and reduce-scatter of the
-  outputs). Both collectives are priced on the link (latency + (D−1)/D × bytes / bandwidth, the ring formula;
-  roofline). KV capacity per rank grows D× (each rank holds 1/D of each sequence).
+  sharded along tokens over the D ranks that would otherwise hold copies of it (at most the ranks holding one KV
+  head: all of TP for MLA); every attention leaf of the tree becomes (`dcp_attention`) an all-gather of the D
+  ranks' queries, attention of H/tp × D heads over 1/D of every sequence's cached tokens, and the combine of
+  the partial outputs with their log-sum-exp correction (all-gather of the LSEs, reduce-scatter of the
+  outputs). The collectives are priced like every other collective of the tree (measured rows where the
+  profile has them, the interconnect roofline otherwise). This is a tree transformation, so predict, the
+  simulator's tables and search price it alike; KV capacity per rank grows D× (each rank holds 1/D of each
+  sequence).
 
 The ring's composition (Σ_r max(compute_r, send_r)) is computed here on top of the tree's own leaf prices; it is not
 a node of the compiled tree (`cost_tree.Parallel` overlaps streams of one step, where every leaf is priced at that
@@ -34,11 +37,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from graphsim.costing.cost_model import CostModel
-from graphsim.costing.cost_tree import Leaf, price_leaves
+from graphsim.costing.cost_tree import Labeled, Leaf, Scale, Sum, Tree, price_leaves
 from graphsim.costing.roofline import roofline_us
 from graphsim.errors import GraphsimError
-from graphsim.ir.geometry import AttentionGeometry
-from graphsim.ir.kernel import KernelKind
+from graphsim.ir.geometry import AttentionGeometry, CollectiveGeometry
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.workload import SeqGroup, Step
 
 
@@ -206,38 +209,68 @@ def _block_floor(cm: CostModel, lf: Leaf, c: int, count: int) -> float:
     return max(total, 0.0)
 
 
-def decode_context_parallel(cm: CostModel, step: Step, spec: str, dcp: int) -> ContextParallelStep:
-    """A decode step with the KV sharded over `dcp` ranks of the TP group (module docstring)."""
-    if any(g.new_tokens != 1 for g in step.groups):
-        raise ContextParallelError(f"{spec}: decode context parallel here prices decode steps (e.g. decode:64x32768); "
-                                   "price prefill chunks with --prefill-context-parallel-size")
-    base = float(cm.evaluate([step]).total_us()[0])
-    other, _ = _non_attention_us(cm, step)
-    bw, lat = _link(cm)
-    shard = Step(tuple(SeqGroup(1, math.ceil(g.cached_tokens / dcp), g.count) for g in step.groups))
-    attn, coll, worst = 0.0, 0.0, 0
-    act = 2.0  # bf16 queries, outputs (vllm/v1/attention/backends/mla/common.py: q in the model dtype)
-    for _, lf, mult in _attention_leaves(cm):
-        g = lf.attrs.geometry_as(AttentionGeometry)
-        copies = cm.tp if g.is_mla else g.kv_replicas  # ranks of the TP group holding the same KV (MLA: all)
-        if dcp > copies:
-            raise ContextParallelError(
-                f"--decode-context-parallel-size {dcp}: at tp={cm.tp} each KV head of {cm.graph.name} is held by "
-                f"{copies} rank(s); DCP shards those copies along tokens, so it can be at most {copies} "
-                "(vLLM's DCP removes the KV duplication within the TP group)")
-        gathered = replace(lf, attrs=replace(lf.attrs, geometry=replace(g, num_heads=g.num_heads * dcp)))
-        t, s = price_leaves([gathered], [shard], cm.pricer, cm.dtypes)
-        worst = max(worst, int(s.max()))
-        attn += mult * float(t[0, 0])
-        seqs = sum(grp.count for grp in step.groups)
-        q_bytes = seqs * g.num_heads * dcp * g.head_dim * act  # the gathered queries of the D ranks
-        out_bytes = seqs * g.num_heads * dcp * (g.v_head_dim + 2) * act  # partial outputs + their LSEs
-        ring = (dcp - 1) / dcp
-        coll += mult * (2 * lat + ring * (q_bytes + out_bytes) / bw * 1e6)
-    from graphsim.costing.interpolate import SOURCES
+def dcp_attention(leaf: Leaf, dcp: int, tp: int, name: str = "") -> Tree:
+    """One attention leaf under decode context parallelism, per rank: Sum(all-gather of the D ranks' queries,
+    attention of H/tp × D heads over 1/D of every sequence's cached tokens (`Leaf.kv_shards`), all-gather of the
+    partial outputs' LSEs + reduce-scatter of the partial outputs (vLLM's LSE-corrected combine)). MLA attends in
+    its latent space (absorbed): queries of kv_lora_rank + rope dims, outputs of kv_lora_rank dims per head."""
+    g = leaf.attrs.geometry_as(AttentionGeometry)
+    copies = tp if g.is_mla else g.kv_replicas  # ranks of the TP group holding the same KV (MLA: all of them)
+    if dcp > copies:
+        raise ContextParallelError(
+            f"--decode-context-parallel-size {dcp}: at tp={tp} each KV head of {name or 'the model'} is held by "
+            f"{copies} rank(s); DCP shards those copies along tokens, so it can be at most {copies} "
+            "(vLLM's DCP removes the KV duplication within the TP group)")
+    heads = g.num_heads * dcp
+    q_dim = g.kv_lora_rank + g.qk_rope_head_dim if g.is_mla else g.head_dim
+    o_dim = g.kv_lora_rank if g.is_mla else g.v_head_dim
+    act = 2  # bf16 queries and outputs; LSEs fp32
 
-    return ContextParallelStep(spec, base, other, attn, coll, [], f"attention {SOURCES[worst].value}; q all-gather "
-                               f"and LSE combine roofline (link {bw / 1e9:,.0f} GB/s, {lat:g} µs)")
+    def coll(kind: KernelKind, what: str, width: int, bytes_per_row: int) -> Leaf:
+        geo = CollectiveGeometry(num_gpus=dcp, group="dcp", width=width, bytes_per_row=bytes_per_row, reason=what)
+        return Leaf(f"{leaf.name}.dcp_{what}", KernelAttrs(kind, kind.value, geo, "bf16", Rows.TOKENS,
+                                                           rule=_DCP_RULE), leaf.layer)
+
+    attn = replace(leaf, attrs=replace(leaf.attrs, geometry=replace(g, num_heads=heads)), kv_shards=dcp)
+    return Sum((coll(KernelKind.ALL_GATHER, "q", heads * q_dim, heads * q_dim * act), attn,
+                coll(KernelKind.ALL_GATHER, "lse", heads, heads * 4),
+                coll(KernelKind.REDUCE_SCATTER, "out", heads * o_dim, heads * o_dim * act)))
+
+
+_DCP_RULE = ("decode context parallel (vllm/config/parallel.py decode_context_parallel_size): queries all-gathered "
+             "over the DCP group, partial outputs combined with their LSE (all-gather of the LSEs, reduce-scatter "
+             "of the outputs)")
+
+
+def _map_leaves(tree: Tree, f) -> Tree:
+    if isinstance(tree, Leaf):
+        return f(tree)
+    if isinstance(tree, (Scale, Labeled)):
+        return replace(tree, child=_map_leaves(tree.child, f))
+    return replace(tree, children=tuple(_map_leaves(c, f) for c in tree.children))
+
+
+def with_decode_context_parallel(cm: CostModel, dcp: int) -> CostModel:
+    """`cm` with its KV sharded over `dcp` ranks of the TP group: every attention leaf becomes `dcp_attention`
+    (MLA blocks priced by their kernels: whole-module rows cannot be sharded). `dcp` 1: `cm` itself."""
+    ContextParallel(dcp=dcp).check(cm.tp)
+    if dcp == 1:
+        return cm
+    from graphsim.costing.cost_tree import build_tree, compile_tree
+
+    tree = build_tree(cm.graph, cm.dtypes, None, _streams(cm))
+    tree = _map_leaves(tree, lambda lf: dcp_attention(lf, dcp, cm.tp, cm.graph.name)
+                       if lf.attrs.kind is KernelKind.ATTENTION else lf)
+    note = f"decode context parallel {dcp}: KV sharded over {dcp} ranks of the TP group"
+    return replace(cm, tree=compile_tree(tree), data_note=f"{cm.data_note}; {note}" if cm.data_note else note)
+
+
+def _streams(cm: CostModel):
+    from graphsim.costing.streams import StreamSettings
+
+    if cm.graph.meta.fuse_target != "vllm":
+        return None
+    return cm.stream_settings or StreamSettings(cuda=bool(cm.streams))
 
 
 def per_kernel(cm: CostModel) -> CostModel:
@@ -245,25 +278,18 @@ def per_kernel(cm: CostModel) -> CostModel:
     reshapes the attention kernel alone, so the baseline it is compared with is priced the same way."""
     if not any(lf.block is not None for lf in cm.tree.leaves):
         return cm
-    from dataclasses import replace as _replace
-
     from graphsim.costing.cost_tree import build_tree, compile_tree
-    from graphsim.costing.streams import StreamSettings
 
-    streams = StreamSettings(cuda=bool(cm.streams)) if cm.graph.meta.fuse_target == "vllm" else None
-    return _replace(cm, tree=compile_tree(build_tree(cm.graph, cm.dtypes, None, streams)))
+    return replace(cm, tree=compile_tree(build_tree(cm.graph, cm.dtypes, None, _streams(cm))))
 
 
 def context_parallel_steps(cm: CostModel, steps: list[Step], specs: list[str], cp: ContextParallel
                            ) -> list[ContextParallelStep]:
-    """Each step under `cp`: prefill steps by PCP (when pcp > 1), decode steps by DCP (when dcp > 1)."""
+    """The prefill steps (no cached prefix) under prefill context parallelism (none when pcp is 1); decode context
+    parallelism is in the cost model's tree itself (`with_decode_context_parallel`)."""
     cp.check(cm.tp)
+    if cp.pcp == 1:
+        return []
     cm = per_kernel(cm)
-    out = []
-    for step, spec in zip(steps, specs, strict=True):
-        decode = all(g.new_tokens == 1 for g in step.groups)
-        if decode and cp.dcp > 1:
-            out.append(decode_context_parallel(cm, step, spec, cp.dcp))
-        elif not decode and cp.pcp > 1:
-            out.append(prefill_context_parallel(cm, step, spec, cp.pcp))
-    return out
+    return [prefill_context_parallel(cm, step, spec, cp.pcp) for step, spec in zip(steps, specs, strict=True)
+            if not any(g.new_tokens == 1 for g in step.groups)]

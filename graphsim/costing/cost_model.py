@@ -46,6 +46,7 @@ class CostModel:
     kv_dtype: str | None  # KV-cache dtype asked for (None: the model dtype)
     moe_routing: str = ""  # the MoE routing model priced with, stated ('' when the graph has no routed experts)
     streams: str = ""  # the concurrent streams the tree overlaps, stated ('' when it overlaps none)
+    stream_settings: StreamSettings | None = None  # the settings the tree was built with (None: not a vLLM graph)
 
     @classmethod
     def of_kernel_graph(cls, graph: Graph, hardware: HardwareSpec | None = None, db: ProfileDB | None = None, *,
@@ -78,7 +79,7 @@ class CostModel:
         return cls(graph, tree, pricer, dtypes, pricer.hardware,
                    str(db.path) if db is not None else None, data_note, graph.meta.tp,
                    graph.meta.ep, graph.meta.fuse_target, pipeline, dtype, kv_dtype, routing_note,
-                   streams.describe() if vllm and tree.overlaps else "")
+                   streams.describe() if vllm and tree.overlaps else "", streams if vllm else None)
 
     @property
     def db(self) -> ProfileDB | None:

@@ -21,7 +21,7 @@ only on steps of at most that many tokens (zero time and work above).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 import numpy as np
@@ -46,6 +46,7 @@ class Leaf:
     layer: int | None = None
     block: MlaModuleBlock | None = None  # a composite leaf: the block its measured module rows replace
     max_tokens: int | None = None  # launched only on steps of at most this many tokens (None: always)
+    kv_shards: int = 1  # attention over 1/kv_shards of each sequence's cached tokens (decode context parallel)
 
 
 @dataclass(frozen=True)
@@ -362,8 +363,12 @@ def leaf_rows(leaves: list[Leaf], steps: list[Step], dtypes: Dtypes,
     """Every leaf converted once to its (key, coordinates) rows for `steps` (collectives keyed by `coll`, see
     `costing.collectives`)."""
     arr = StepArrays.of(steps)
-    return [composite_rows(leaf.block, arr, dtypes) if leaf.block is not None else kernel_rows(leaf.attrs, arr, dtypes, coll)
-            for leaf in leaves]
+
+    def of(leaf: Leaf) -> StepArrays:  # a KV shard holds ceil(cached / shards) of each sequence's tokens
+        return arr if leaf.kv_shards == 1 else replace(arr, g_cached=np.ceil(arr.g_cached / leaf.kv_shards))
+
+    return [composite_rows(leaf.block, of(leaf), dtypes) if leaf.block is not None
+            else kernel_rows(leaf.attrs, of(leaf), dtypes, coll) for leaf in leaves]
 
 
 def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tuple[np.ndarray, np.ndarray]:

@@ -54,6 +54,8 @@ class ParallelConfig(Strict):
     data_parallel_size: int = Field(default=1, ge=1, le=1 << 20)
     enable_expert_parallel: bool = False  # vLLM's --enable-expert-parallel
     all2all_backend: str | None = None  # vLLM's --all2all-backend (None: its default, costing/all2all.py)
+    # vLLM's --decode-context-parallel-size: the KV sharded over ranks of the TP group (costing/context_parallel.py)
+    decode_context_parallel_size: int = Field(default=1, ge=1, le=4096)
     replicas: int = Field(default=1, ge=1, le=1 << 20)  # independent copies behind the router (graphsim's)
     pipeline_parallel_size: int = Field(default=1, ge=1, le=1024)  # vLLM's --pipeline-parallel-size (costing/pipeline.py)
     pp_layer_partition: str | None = None  # vLLM's VLLM_PP_LAYER_PARTITION, e.g. "4,6,6,4" (None: the environment's)

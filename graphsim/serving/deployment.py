@@ -157,6 +157,10 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
                            available_bytes=e.kv_cache_memory_bytes,
                            cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
+    if config.parallel.decode_context_parallel_size > 1:  # the KV sharded over DCP ranks (serving/context_parallel.py)
+        from graphsim.serving.context_parallel import sharded_capacity
+
+        cap = sharded_capacity(cap, config.parallel.decode_context_parallel_size, tp)
     dep = Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
     if config.parallel.pipeline_parallel_size > 1 or config.parallel.pp_layer_partition:  # per stage (pipeline_plan.py)
         from graphsim.serving.pipeline_plan import plan_stages
@@ -200,6 +204,10 @@ def build_cost(dep: Deployment, profile: str | None = None, target: str | None =
         assert spec is not None
         return speculative_cost(dep, spec, profile, target or "vllm", moe_routing)
     cm = dep.cost_model(profile, target, moe_routing)
+    if dep.config.parallel.decode_context_parallel_size > 1:  # sharded attention + its collectives
+        from graphsim.costing.context_parallel import with_decode_context_parallel
+
+        cm = with_decode_context_parallel(cm, dep.config.parallel.decode_context_parallel_size)
     if dep.config.parallel.pipeline_parallel_size > 1 or dep.config.parallel.pp_layer_partition:
         from graphsim.serving.pipeline_plan import pipeline_cost
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from graphsim.costing.context_parallel import ContextParallel, ContextParallelError, kv_bytes_per_token, ring_time_us
+from graphsim.costing.cost_tree import Leaf, price_leaves
 from graphsim.costing.kernel_map import Dtypes, StepArrays, kernel_rows
 from graphsim.costing.roofline import kernel_work
-from graphsim.ir.geometry import AttentionGeometry
+from graphsim.ir.geometry import AttentionGeometry, CollectiveGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.workload import SeqGroup, Step
 
@@ -105,3 +106,80 @@ def test_cli_bad_decode_context_parallel_is_one_line_exit_2(capsys, isolated_hom
     assert code == 2
     assert "--decode-context-parallel-size 3 must divide the tensor-parallel size 4" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+# --- decode context parallel as a tree transformation ---------------------------------------------------------
+def _mla_graph(tp: int = 2, mla: bool = True):
+    """One layer: an MLA attention kernel (per rank at tp: 128 / tp heads; latent 512 + rope 64) and an o_proj;
+    `mla` False: GQA with 8 KV heads split over tp (no copies)."""
+    from graphsim.ir import DType, Graph, LayerSchedule, Node, Op, T, TensorSpec
+    from graphsim.ir.geometry import GemmGeometry
+
+    x = TensorSpec((1, T, 64), DType.BFLOAT16)
+    geo = AttentionGeometry(num_heads=128 // tp, num_kv_heads=128 // tp, head_dim=192, v_head_dim=128, window=0,
+                            causal=True, kv_lora_rank=512, qk_rope_head_dim=64) if mla else \
+        AttentionGeometry(num_heads=128 // tp, num_kv_heads=8 // tp, head_dim=128, v_head_dim=128, window=0, causal=True)
+    g = Graph("toy-mla", inputs={"x": x})
+    g.nodes = [Node("L0.attn", Op.KERNEL, ("x",), (x,), KernelAttrs(KernelKind.ATTENTION, "mla_attention", geo, "bf16",
+                                                                     Rows.NONE), layer=0),
+               Node("L0.o_proj", Op.KERNEL, ("L0.attn",), (x,),
+                    KernelAttrs(KernelKind.GEMM, "o_proj", GemmGeometry(n=7168, k=128 // tp * 128), "bf16"), layer=0)]
+    g.outputs = ["L0.o_proj"]
+    g.schedule = LayerSchedule(("a",) * 4, {"a": 0})
+    g.meta.tp = tp
+    g.meta.fuse_target = "vllm"
+    g.verify()
+    return g
+
+
+def test_dcp_shards_the_kv_gathers_the_heads_and_adds_the_combine():
+    from graphsim.costing.context_parallel import with_decode_context_parallel
+    from graphsim.costing.cost_model import CostModel
+    from graphsim.costing.hardware import load_hardware
+
+    cm = CostModel.of_kernel_graph(_mla_graph(tp=2), load_hardware("h200"))
+    dcp = with_decode_context_parallel(cm, 2)
+    names = [lf.name for lf in dcp.tree.leaves]
+    assert names == ["L0.attn.dcp_q", "L0.attn", "L0.attn.dcp_lse", "L0.attn.dcp_out", "L0.o_proj"]
+    attn = dcp.tree.leaves[1]
+    assert attn.kv_shards == 2 and attn.attrs.geometry_as(AttentionGeometry).num_heads == 128  # 64 per rank × 2
+    # the q all-gather carries the D ranks' absorbed queries: 128 heads × (512 + 64) bf16 = 147,456 B per token
+    q = dcp.tree.leaves[0].attrs.geometry_as(CollectiveGeometry)
+    assert (q.num_gpus, q.bytes_per_row) == (2, 128 * 576 * 2)
+    # the sharded attention reads half of each context: priced as the gathered heads at ceil(4097 / 2) = 2049
+    step = Step((SeqGroup(1, 4097, 8),))
+    t_dcp, _ = price_leaves([attn], [step], cm.pricer, cm.dtypes)
+    t_ref, _ = price_leaves([Leaf("ref", attn.attrs)], [Step((SeqGroup(1, 2049, 8),))], cm.pricer, cm.dtypes)
+    assert t_dcp[0, 0] == pytest.approx(t_ref[0, 0], rel=1e-12)
+    # KV conserved over ranks: the two shards' attention reads ceil(4097 / 2) × 2 = 4098 ≥ 4097 tokens' latents
+    _, nbytes = dcp.evaluate([step]).leaf_work()
+    whole = cm.evaluate([Step((SeqGroup(1, 4097, 8),))]).leaf_work()[1][0, 0]  # 64 heads, the whole context
+    assert 2 * nbytes[1, 0] >= whole
+    assert np.isfinite(dcp.evaluate([step]).total_us()[0])
+
+
+def test_dcp_beyond_the_kv_copies_is_refused():
+    from graphsim.costing.context_parallel import with_decode_context_parallel
+    from graphsim.costing.cost_model import CostModel
+    from graphsim.costing.hardware import load_hardware
+
+    cm = CostModel.of_kernel_graph(_mla_graph(tp=2), load_hardware("h200"))
+    with pytest.raises(ContextParallelError, match="must divide the tensor-parallel size 2"):
+        with_decode_context_parallel(cm, 4)
+    # GQA with its 8 KV heads split over 2 ranks holds no copy to shard
+    gqa = CostModel.of_kernel_graph(_mla_graph(tp=2, mla=False), load_hardware("h200"))
+    with pytest.raises(ContextParallelError, match="can be at most 1"):
+        with_decode_context_parallel(gqa, 2)
+
+
+def test_sharded_capacity_holds_dcp_times_the_tokens_in_the_same_memory():
+    from graphsim.serving.capacity import KvCapacity
+    from graphsim.serving.context_parallel import sharded_capacity
+
+    cap = KvCapacity(available_bytes=1000 * 4096, bytes_per_block=4096, num_blocks=1000, max_model_len=4096,
+                     blocks_per_request=256, in_flight_tokens=8192, block_size=16)
+    s = sharded_capacity(cap, 4, tp=8)
+    # each rank stores a quarter of every block: 4 × 1000 blocks of 16 tokens at 1024 B per rank = the same 4 MB
+    assert (s.num_blocks, s.bytes_per_block, s.available_bytes) == (4000, 1024, cap.available_bytes)
+    assert s.max_concurrency == pytest.approx(4 * cap.max_concurrency)
+    assert sharded_capacity(cap, 1, tp=8) is cap
