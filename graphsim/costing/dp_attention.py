@@ -166,8 +166,12 @@ def check_graph(cm: CostModel, plan: DataParallelMoe) -> None:
                                "--enable-expert-parallel")
 
 
-def _compose(tree: CompiledTree, leaf_t: np.ndarray) -> np.ndarray:
-    """The tree's root time per column from leaf times (the composition of `CompiledTree.evaluate`)."""
+def _compose(tree: CompiledTree, leaf_t: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The tree's root time per column from leaf times, composed as `CompiledTree.evaluate` composes them: a leaf
+    launched only up to some tokens (the shared-expert input clone) is off above them, a token-limited `Parallel`
+    overlaps its streams up to its limit and sums them above. (The overlap's joint-roofline floor is left out: with
+    the routed experts taken out of a rank's own part, the floor would count work that is not there.)"""
+    leaf_t = np.where(tokens[None, :] > tree.leaf_limit()[:, None], 0.0, leaf_t)
     node_t = np.zeros((len(tree.kinds), leaf_t.shape[1]))
     for i, kind in enumerate(tree.kinds):
         if kind is NodeKind.LEAF:
@@ -176,8 +180,10 @@ def _compose(tree: CompiledTree, leaf_t: np.ndarray) -> np.ndarray:
         ct = node_t[tree.children[i]]
         if kind is NodeKind.SUM:
             node_t[i] = ct.sum(axis=0)
-        elif kind in (NodeKind.MAX, NodeKind.PARALLEL):
+        elif kind is NodeKind.MAX:
             node_t[i] = ct.max(axis=0)
+        elif kind is NodeKind.PARALLEL:
+            node_t[i] = np.where(tokens > tree.max_tokens[i], ct.sum(axis=0), ct.max(axis=0))
         elif kind is NodeKind.SCALE:
             node_t[i] = tree.scale[i] * ct[0]
         else:
@@ -213,7 +219,7 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
     work[moe] = 0.0
     own_s = leaf_s.copy()
     own_s[moe] = 0
-    rank_us = _compose(tree, leaf_t)
+    rank_us = _compose(tree, leaf_t, np.asarray([s.tokens for s in rank_steps], dtype=np.float64))
     rank_flops = (work * mult[:, None]).sum(axis=0)
     # the routed experts at the global batch, with the (moe tp, ep) geometry of FusedMoEParallelConfig.make
     moe_leaves = [spread_experts(tree.leaves[i], plan) for i in moe]
