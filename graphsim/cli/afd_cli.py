@@ -21,6 +21,10 @@ AfdMicroBatches = Annotated[int, typer.Option(
 AfdFfnParallel = Annotated[str, typer.Option(
     "--afd-ffn-parallel", help="With --afd: how the FFN pool splits the FFN, tp (every expert sharded) or ep "
                                "(whole experts spread over its GPUs, as vLLM's --enable-expert-parallel).")]
+AfdAttentionTp = Annotated[int, typer.Option(
+    "--afd-attention-tp", help="With --afd: TP of one attention instance; ATTN_GPUS / it instances, each with its own "
+                               "batch and KV cache, feed the FFN pool together (default: one instance of all "
+                               "ATTN_GPUS).")]
 AfdLinkGbps = Annotated[float | None, typer.Option(
     "--afd-link-gbps", help="With --afd: bandwidth GB/s per GPU of the link between the pools (default: the "
                             "spec's NVLink inside one node, its network between nodes).")]
@@ -29,12 +33,13 @@ AfdLinkLatencyUs = Annotated[float | None, typer.Option(
 
 
 def afd_config(afd: str | None, micro_batches: int, ffn_parallel: str, link_gbps: float | None = None,
-               link_latency_us: float | None = None) -> AfdConfig | None:
+               link_latency_us: float | None = None, attention_tp: int = 0) -> AfdConfig | None:
     """The AFD options checked (one-line AfdError naming the bad value); None without --afd."""
     if afd is None:
         given = [n for n, on in (("--afd-micro-batches", micro_batches != 2), ("--afd-ffn-parallel", ffn_parallel != "tp"),
                                  ("--afd-link-gbps", link_gbps is not None),
-                                 ("--afd-link-latency-us", link_latency_us is not None)) if on]
+                                 ("--afd-link-latency-us", link_latency_us is not None),
+                                 ("--afd-attention-tp", attention_tp != 0)) if on]
         if given:
             raise AfdError(f"{', '.join(given)} belong to attention–FFN disaggregation; add --afd ATTN_GPUS:FFN_GPUS")
         return None
@@ -44,14 +49,16 @@ def afd_config(afd: str | None, micro_batches: int, ffn_parallel: str, link_gbps
         raise AfdError(f"--afd-link-gbps {link_gbps:g}: give a bandwidth > 0")
     if link_latency_us is not None and not link_latency_us >= 0:
         raise AfdError(f"--afd-link-latency-us {link_latency_us:g}: give a latency >= 0")
-    return AfdConfig.parse(afd, micro_batches, ffn_parallel == "ep")
+    if attention_tp < 0:
+        raise AfdError(f"--afd-attention-tp {attention_tp}: give a positive divisor of ATTN_GPUS")
+    return AfdConfig.parse(afd, micro_batches, ffn_parallel == "ep", attention_tp)
 
 
 def check_parallel(config: AfdConfig, tp: int, ep: int = 1) -> None:
     """--tp / --ep beside --afd: the pools' own sizes come from --afd."""
-    if tp not in (1, config.attention_gpus):
-        raise AfdError(f"--tp {tp} with --afd {config.attention_gpus}:{config.ffn_gpus}: the attention pool is one "
-                       f"tp{config.attention_gpus} instance; drop --tp")
+    if tp not in (1, config.tp):
+        raise AfdError(f"--tp {tp} with --afd {config.attention_gpus}:{config.ffn_gpus}: an attention instance is "
+                       f"tp{config.tp}; drop --tp (--afd-attention-tp sets it)")
     if ep != 1:
         raise AfdError(f"--ep {ep} with --afd: the FFN pool's split is --afd-ffn-parallel tp|ep over its "
                        f"{config.ffn_gpus} GPUs; drop --ep")

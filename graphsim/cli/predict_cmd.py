@@ -48,6 +48,7 @@ def predict_cmd(
     afd_ffn_parallel: afd_cli.AfdFfnParallel = "tp",
     afd_link_gbps: afd_cli.AfdLinkGbps = None,
     afd_link_latency_us: afd_cli.AfdLinkLatencyUs = None,
+    afd_attention_tp: afd_cli.AfdAttentionTp = 0,
     speculative_config: spec_cli.SpeculativeConfigOpt = None,
     spec_acceptance: spec_cli.SpecAcceptanceOpt = None,
     tree: bool = typer.Option(True, "--tree/--no-tree", help="Show the cost tree."),
@@ -72,7 +73,8 @@ def predict_cmd(
     cp = cp_cli.context_parallel(prefill_context_parallel_size, decode_context_parallel_size)
     if cp is not None:
         cp.check(tp)  # before a trace
-    afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us)
+    afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us,
+                                    afd_attention_tp)
     if afd_config is not None:  # attention–FFN disaggregation: two pools (graphsim/serving/afd.py)
         afd_cli.check_parallel(afd_config, tp, ep)
         afd_cli.predict_afd(afd_config, lambda: load_source(model, dtype), hw, specs, dtype=dtype, kv_dtype=kv_dtype,

@@ -133,6 +133,7 @@ def simulate_cmd(
     afd_ffn_parallel: afd_cli.AfdFfnParallel = "tp",
     afd_link_gbps: afd_cli.AfdLinkGbps = None,
     afd_link_latency_us: afd_cli.AfdLinkLatencyUs = None,
+    afd_attention_tp: afd_cli.AfdAttentionTp = 0,
     speculative_config: spec_cli.SpeculativeConfigOpt = None,
     spec_acceptance: spec_cli.SpecAcceptanceOpt = None,
     iteration_log: str | None = typer.Option(None, "--iteration-log", help="Write one row per iteration (.jsonl or .csv)."),
@@ -169,10 +170,11 @@ def simulate_cmd(
             "block_size", "prefix_caching", "chunked_prefill", "kv_dtype", "dtype")
         (engine,) = from_log.get("engine")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
-    afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us)
+    afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us,
+                                    afd_attention_tp)
     if afd_config is not None:  # attention–FFN disaggregation: the engine is the attention pool (serving/afd.py)
         afd_cli.check_parallel(afd_config, tp)
-        tp = afd_config.attention_gpus
+        tp = afd_config.tp
     spec_opts = spec_cli.options(model, speculative_config, spec_acceptance)
     config = DeploymentConfig.parse({**spec_cli.deployment_field(spec_opts), **opt.deployment_data(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,

@@ -38,12 +38,16 @@ The split is by the graph's node kinds, not by names: in every layer the FFN hal
 FFN reads (the post-attention norm's output); every node of the layer whose activation inputs all come from that
 value or from FFN nodes is FFN, everything else (norms, attention, the residual adds) stays on the attention pool.
 
-Pools: the attention pool is one tensor-parallel instance of ATTN_GPUS ranks (its graph `tp{size=A}`); the FFN
-pool splits the FFN over FFN_GPUS ranks (`tp{size=F}`, and with --enable-expert-parallel `ep{size=F}`, as vLLM
-spreads experts over the TP group); each pool's own collectives come from its graph. Transfer bytes per token
-per layer: the FFN input width × its dtype bytes (its TensorSpec in the graph); every FFN rank needs every token
-(its graph is a TP graph of replicated activations) and every attention rank needs every output, so the busier
-GPU moves max(1, F/A) × those bytes in dispatch and max(1, A/F) × in combine. That is an upper bound for an
+Pools: the attention pool is d = ATTN_GPUS / a attention instances of a TP ranks each (`--afd-attention-tp a`,
+default a = ATTN_GPUS: one instance; its graph `tp{size=a}`), each with its own scheduler, batch and KV cache, as
+Step-3's attention instances and MegaScale-Infer's M attention nodes; the FFN pool takes micro-batch i of every
+instance at once (its kernels priced on d × the tokens; the instances are taken as balanced and in lockstep) and
+splits the FFN over FFN_GPUS ranks (`tp{size=F}`, and with `--afd-ffn-parallel ep` `ep{size=F}`, as vLLM spreads
+experts over the TP group); each pool's own collectives come from its graph. Transfer bytes per token per layer:
+the FFN input width × its dtype bytes (its TensorSpec in the graph); every FFN rank needs every token of every
+instance (its graph is a TP graph of replicated activations) and every attention rank needs its instance's
+outputs, so the busier GPU moves max(d, F/a) × those bytes per instance token in dispatch and max(1, A/F) × in
+combine. That is an upper bound for an
 M2N library that sends each token only to its top-k experts' GPUs (MegaScale-Infer's M2N; not modelled). The
 link is `disagg.KvLink.from_hardware` for A + F GPUs (the node's NVLink while both pools fit in one node, the
 network between nodes otherwise), priced latency + bytes / bandwidth: a roofline.
@@ -88,33 +92,50 @@ class AfdConfig:
     ffn_gpus: int
     micro_batches: int = 2
     expert_parallel: bool = False  # FFN pool: experts spread over its GPUs (ep), else split like TP
+    attention_tp: int = 0  # TP of one attention instance (0: all ATTN_GPUS, one instance); ATTN_GPUS / it instances
 
     def __post_init__(self) -> None:
         if self.attention_gpus < 1 or self.ffn_gpus < 1:
             raise AfdError(f"--afd {self.attention_gpus}:{self.ffn_gpus}: both pools need at least one GPU; give "
                            "--afd ATTN_GPUS:FFN_GPUS, e.g. --afd 2:4")
+        if self.attention_tp < 0 or (self.attention_tp and self.attention_gpus % self.attention_tp):
+            raise AfdError(f"--afd-attention-tp {self.attention_tp}: give a divisor of the {self.attention_gpus} "
+                           "attention GPUs (each attention instance is that many TP ranks)")
         if not 1 <= self.micro_batches <= MAX_MICRO_BATCHES:
             raise AfdError(f"--afd-micro-batches {self.micro_batches}: give 1 to {MAX_MICRO_BATCHES} (2 or 3 is "
                            "what Step-3 and MegaScale-Infer run)")
 
     @classmethod
-    def parse(cls, text: str, micro_batches: int = 2, expert_parallel: bool = False) -> AfdConfig:
+    def parse(cls, text: str, micro_batches: int = 2, expert_parallel: bool = False,
+              attention_tp: int = 0) -> AfdConfig:
         m = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", text or "")
         if m is None:
             raise AfdError(f"--afd {text!r}: give ATTN_GPUS:FFN_GPUS, two positive integers, e.g. --afd 2:4")
-        return cls(int(m.group(1)), int(m.group(2)), micro_batches, expert_parallel)
+        return cls(int(m.group(1)), int(m.group(2)), micro_batches, expert_parallel, attention_tp)
 
     @property
     def gpus(self) -> int:
         return self.attention_gpus + self.ffn_gpus
 
+    @property
+    def tp(self) -> int:
+        """TP of one attention instance."""
+        return self.attention_tp or self.attention_gpus
+
+    @property
+    def instances(self) -> int:
+        """Attention instances (data parallel, each its own scheduler, batch and KV cache) feeding the FFN pool."""
+        return self.attention_gpus // self.tp
+
     def to_json(self) -> dict[str, Any]:
-        return {"attention_gpus": self.attention_gpus, "ffn_gpus": self.ffn_gpus, "micro_batches": self.micro_batches,
+        return {"attention_gpus": self.attention_gpus, "attention_tp": self.tp, "attention_instances": self.instances,
+                "ffn_gpus": self.ffn_gpus, "micro_batches": self.micro_batches,
                 "ffn_parallel": "ep" if self.expert_parallel else "tp", "label": self.label(), "vllm_option": None}
 
     def label(self) -> str:
         ffn = f"ep{self.ffn_gpus}" if self.expert_parallel else f"tp{self.ffn_gpus}"
-        return f"AFD {self.attention_gpus}A(tp{self.attention_gpus}):{self.ffn_gpus}F({ffn}), m={self.micro_batches}"
+        att = f"tp{self.tp}" if self.instances == 1 else f"{self.instances}×tp{self.tp}"
+        return f"AFD {self.attention_gpus}A({att}):{self.ffn_gpus}F({ffn}), m={self.micro_batches}"
 
 
 # --- the split, from the graph's node kinds ----------------------------------------------------------------
@@ -358,10 +379,13 @@ class AfdModel:
         return self.config.micro_batches
 
     def transfer_bytes(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bytes through the busier GPU's link per layer for a micro-batch of `tokens`: (dispatch, combine)."""
-        a, f = self.config.attention_gpus, self.config.ffn_gpus
+        """Bytes through the busier GPU's link per layer for a micro-batch of `tokens` per attention instance:
+        (dispatch, combine). Dispatch: each FFN GPU takes every instance's tokens (d·t), each attention GPU sends
+        its instance's tokens to F/a of them; combine: each attention GPU takes its instance's outputs (t), each FFN
+        GPU sends d·t·a/F."""
+        c = self.config
         t = np.asarray(tokens, dtype=float) * self.row_bytes
-        return t * max(1.0, f / a), t * max(1.0, a / f)
+        return t * max(float(c.instances), c.ffn_gpus / c.tp), t * max(1.0, c.attention_gpus / c.ffn_gpus)
 
     def times(self, steps: list[Step]) -> AfdTimes:
         micro = [micro_step(s, self.m) for s in steps]
@@ -372,7 +396,10 @@ class AfdModel:
         f_leaves = [lf for g in groups for lf in g.ffn]
         a_t, a_s = price_leaves(a_leaves, micro, self.attention.pricer, self.attention.dtypes) if a_leaves else (
             np.zeros((0, n_b)), np.zeros((0, n_b), dtype=np.int8))
-        f_t, f_s = price_leaves(f_leaves, micro, self.ffn.pricer, self.ffn.dtypes) if f_leaves else (
+        d = self.config.instances  # the FFN pool takes micro-batch i of every attention instance at once
+        ffn_steps = micro if d == 1 else [Step(tuple(SeqGroup(g.new_tokens, g.cached_tokens, g.count * d)
+                                                     for g in s.groups)) for s in micro]
+        f_t, f_s = price_leaves(f_leaves, ffn_steps, self.ffn.pricer, self.ffn.dtypes) if f_leaves else (
             np.zeros((0, n_b)), np.zeros((0, n_b), dtype=np.int8))
         nb, na = len(sp.before), len(sp.after)
         before = a_t[:nb].sum(axis=0)
@@ -412,11 +439,12 @@ class AfdModel:
             lines += [f"├─ Scale{{{t.counts[i]}}} layers {tag}: {t.counts[i] * r:,.1f} µs",
                       f"│  └─ Max (one round of {m} micro-batches): {r:,.1f} µs",
                       f"│     ├─ Scale{{{m}}} Parallel (pools and link overlap; slowest stage): {m * st[i]:,.1f} µs",
-                      f"│     │  ├─ attention pool (tp{self.config.attention_gpus}, one micro-batch): {a:,.2f} µs "
+                      f"│     │  ├─ attention pool (tp{self.config.tp} per instance, one micro-batch): {a:,.2f} µs "
                       f"[{SOURCES[int(t.attention_source[b])].value}]",
                       f"│     │  ├─ dispatch A→F ({self.link.describe}): {d:,.2f} µs [roofline]",
                       f"│     │  ├─ FFN pool ({'ep' if self.config.expert_parallel else 'tp'}{self.config.ffn_gpus}, "
-                      f"one micro-batch): {e:,.2f} µs [{SOURCES[int(t.ffn_source[b])].value}]",
+                      f"micro-batch of {self.config.instances} instance(s)): {e:,.2f} µs "
+                      f"[{SOURCES[int(t.ffn_source[b])].value}]",
                       f"│     │  └─ combine F→A: {c:,.2f} µs [roofline]",
                       f"│     └─ Sum (one micro-batch's trip a + d + e + c): {s[i]:,.1f} µs"]
         if len(t.tags):
@@ -438,7 +466,8 @@ class AfdModel:
                             "combine_us": float(t.combine_us[i, b])} for i, tag in enumerate(t.tags)],
                 "attention_source": SOURCES[int(t.attention_source[b])].value,
                 "ffn_source": SOURCES[int(t.ffn_source[b])].value})
-        return {"afd": {"attention_gpus": self.config.attention_gpus, "ffn_gpus": self.config.ffn_gpus,
+        return {"afd": {"attention_gpus": self.config.attention_gpus, "attention_tp": self.config.tp,
+                        "attention_instances": self.config.instances, "ffn_gpus": self.config.ffn_gpus,
                         "micro_batches": self.m, "expert_parallel": self.config.expert_parallel,
                         "link": self.link.describe, "link_source": self.link.source,
                         "bytes_per_token_per_layer_each_way": self.row_bytes,
@@ -513,7 +542,7 @@ def build_afd_model(model: str | ResolvedModel | Graph | Callable[[], Graph], ha
         from graphsim.importers.hf import import_hf
 
         graph, _ = import_hf(model, dtype=dtype)
-    att = build_cost_model(graph, hw, tp=config.attention_gpus, dtype=dtype, kv_dtype=kv_dtype, profile=profile,
+    att = build_cost_model(graph, hw, tp=config.tp, dtype=dtype, kv_dtype=kv_dtype, profile=profile,
                            default_profile=default_profile, target=target, moe_routing=moe_routing, collectives=collectives)
     ffn = build_cost_model(graph, hw, tp=config.ffn_gpus, ep=config.ffn_gpus if config.expert_parallel else 1,
                            dtype=dtype, kv_dtype=kv_dtype, profile=profile, default_profile=default_profile, target=target,
@@ -566,11 +595,11 @@ def afd_deployment(dep: Any, config: AfdConfig) -> Any:
     from graphsim.serving.capacity import kv_capacity
     from graphsim.serving.memory import BudgetTerm, GiB, MemoryBudget
 
-    if dep.tp != config.attention_gpus:
-        raise AfdError(f"--tp {dep.tp} with --afd {config.attention_gpus}:{config.ffn_gpus}: the attention pool is "
-                       f"one tp{config.attention_gpus} instance; drop --tp or give --tp {config.attention_gpus}")
+    if dep.tp != config.tp:
+        raise AfdError(f"--tp {dep.tp} with --afd {config.attention_gpus}:{config.ffn_gpus}: an attention instance is "
+                       f"tp{config.tp}; drop --tp (--afd-attention-tp sets it)")
     acc, b = dep.acc, dep.budget
-    off = ffn_weight_bytes(acc.spec, acc.precision, config.attention_gpus)
+    off = ffn_weight_bytes(acc.spec, acc.precision, config.tp)
     on_ffn = ffn_weight_bytes(acc.spec, acc.precision, config.ffn_gpus)
     usable = int(dep.hardware.memory_bytes * dep.engine.gpu_memory_utilization)
     if on_ffn > usable:
@@ -592,24 +621,30 @@ def afd_deployment(dep: Any, config: AfdConfig) -> Any:
 
 @dataclass(frozen=True)
 class AfdSimulationSetup(SimulationSetup):
-    """A `SimulationSetup` whose engines are AFD units: the scheduler and KV cache are the attention pool's
-    (tensor_parallel_size = ATTN_GPUS), each unit also holds `ffn_gpus` FFN GPUs."""
+    """A `SimulationSetup` whose engines are the attention instances of AFD units (tensor_parallel_size = an
+    instance's TP, data_parallel_size = units × instances); each unit also holds `ffn_gpus` FFN GPUs. The
+    instances of a unit are simulated as independent engines whose iteration times assume the others carry the
+    same batch (the FFN pool's lockstep with balanced instances)."""
 
     ffn_gpus: int = 0
+    instances: int = 1  # attention instances per unit
 
     @property
     def gpus(self) -> int:
         p = self.parallel
-        return p.data_parallel_size * (p.tensor_parallel_size + self.ffn_gpus)
+        return p.data_parallel_size * p.tensor_parallel_size + p.data_parallel_size // self.instances * self.ffn_gpus
 
 
 def afd_setup(dep: Any, cost: Any, config: AfdConfig, replicas: int | None = None, router: str = "round-robin",
               host_time: bool = True) -> AfdSimulationSetup:
-    """The simulator's setup of `replicas` AFD units (`dep` from `afd_deployment`)."""
+    """The simulator's setup of `replicas` AFD units (default: the deployment's data_parallel_size), each of
+    `config.instances` attention engines (`dep` from `afd_deployment`)."""
     from dataclasses import fields
 
-    base = dep.simulation_setup(cost, replicas=replicas, router=router, host_time=host_time)
-    return AfdSimulationSetup(**{f.name: getattr(base, f.name) for f in fields(base)}, ffn_gpus=config.ffn_gpus)
+    units = dep.config.parallel.data_parallel_size if replicas is None else replicas
+    base = dep.simulation_setup(cost, replicas=units * config.instances, router=router, host_time=host_time)
+    return AfdSimulationSetup(**{f.name: getattr(base, f.name) for f in fields(base)}, ffn_gpus=config.ffn_gpus,
+                              instances=config.instances)
 
 
 __all__ = ["AfdConfig", "AfdCost", "AfdError", "AfdModel", "AfdSimulationSetup", "AfdTimes", "LayerSplit",

@@ -287,7 +287,7 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
         from graphsim.serving.afd_search import afd_simulated
 
         res, link_src = afd_simulated(ctx, c, loop)
-        unit_gpus, xfer = c.unit_gpus, 0.0
+        unit_gpus, xfer = c.unit_gpus / c.pools[0].instances, 0.0  # one of the unit's attention instances
     else:
         pp, pd = c.pools
         link = kv_link(ctx, c.unit_gpus)

@@ -119,7 +119,8 @@ class PoolConfig:
         if self.role == "decode":
             return f"{self.instances}D tp{self.tp}{ep} (seqs {self.max_num_seqs})"
         if self.role in ("attention", "ffn"):  # an AFD unit's pools (afd_search.py)
-            return f"{'A' if self.role == 'attention' else 'F'} tp{self.tp}{ep}"
+            dp = f"{self.instances}×" if self.instances > 1 else ""
+            return f"{'A' if self.role == 'attention' else 'F'} {dp}tp{self.tp}{ep}"
         return f"tp{self.tp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens}"
 
 

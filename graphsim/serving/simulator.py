@@ -26,6 +26,7 @@ import numpy as np
 from graphsim.errors import GraphsimError
 from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
+from graphsim.serving.frontend import FrontEnd, FrontEndQueue
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pipeline_engine import PipelineCost, PipelineEngine
@@ -147,12 +148,14 @@ class Arrivals:
     """Open loop (a sorted list, read in order: no per-request heap entry) or closed loop (a heap fed by
     completions)."""
 
-    def __init__(self, workload: list[RequestSpec] | ClosedLoop) -> None:
+    def __init__(self, workload: list[RequestSpec] | ClosedLoop, frontend: FrontEnd | None = None) -> None:
         self.closed = isinstance(workload, ClosedLoop)
         self._heap: list[tuple[float, int, RequestSpec]] = []
         self._seq = 0
         self._specs: list[RequestSpec] = []  # open loop, by arrival (ties in the given order, as the heap had them)
+        self._reach: list[float] = []  # open loop with a front end: when each of _specs reaches the engine
         self._next = 0
+        self.frontend = FrontEndQueue(frontend) if frontend is not None else None
         if isinstance(workload, ClosedLoop):
             self.loop = workload
             self.total = workload.num_requests
@@ -163,9 +166,16 @@ class Arrivals:
             self.loop = None
             self._specs = sorted(workload, key=lambda s: s.arrival_s)
             self.total = len(self._specs)
+            if self.frontend is not None:  # served in the order sent; several servers may reorder them
+                fe = self.frontend
+                reach = [fe.reach_s(s.arrival_s, s.input_tokens) for s in self._specs]
+                order = sorted(range(self.total), key=reach.__getitem__)
+                self._specs = [self._specs[i] for i in order]
+                self._reach = [reach[i] for i in order]
 
     def _push(self, spec: RequestSpec) -> None:
-        heapq.heappush(self._heap, (spec.arrival_s, self._seq, spec))
+        t = spec.arrival_s if self.frontend is None else self.frontend.reach_s(spec.arrival_s, spec.input_tokens)
+        heapq.heappush(self._heap, (t, self._seq, spec))
         self._seq += 1
 
     def _emit(self, t: float) -> None:
@@ -176,7 +186,9 @@ class Arrivals:
 
     def next_time(self) -> float:
         if self.loop is None:
-            return self._specs[self._next].arrival_s if self._next < self.total else math.inf
+            if self._next >= self.total:
+                return math.inf
+            return self._reach[self._next] if self._reach else self._specs[self._next].arrival_s
         return self._heap[0][0] if self._heap else math.inf
 
     def pop(self) -> RequestSpec:
@@ -218,12 +230,23 @@ class KvTransfers:
         return cls(*(np.full(n, np.nan) for _ in range(4)))
 
 
+def _frontend(setup: SimulationSetup | DisaggSetup) -> FrontEnd | None:
+    """The front end requests pass before the entry pool (one server per entry replica); None without host time."""
+    entry = setup if isinstance(setup, SimulationSetup) else getattr(setup, "prefill", setup)
+    host = getattr(entry, "host", None)
+    if host is None:
+        return None
+    m = host.model
+    fe = FrontEnd(m.frontend_us, m.frontend_per_token_us, m.frontend_latency_us, getattr(entry, "replicas", 1))
+    return fe if fe.active or fe.latency_us > 0 else None
+
+
 class EventLoop:
     """The engines of a deployment and the state between them; `run()` processes every event."""
 
     def __init__(self, setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
                  progress: Callable[[int, int], None] | None, log: IterationLog | None = None) -> None:
-        self.arrivals = Arrivals(workload)
+        self.arrivals = Arrivals(workload, _frontend(setup))
         self.progress = progress
         self.log, self.itl = log if log is not None else IterationLog(), Samples()
         self.table = RequestTable(self.arrivals.total)  # outcomes as the clients see them, by id (arrival order)

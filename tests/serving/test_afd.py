@@ -105,10 +105,11 @@ def traced(request):
 
 
 def _models(graph, a: int, f: int, m: int = 1, ep: bool = False, link_gbps: float | None = None,
-            latency_us: float | None = None):
+            latency_us: float | None = None, attention_tp: int = 0):
     from graphsim.serving.afd import build_afd_model
 
-    return build_afd_model(graph, "h200", AfdConfig(a, f, m, ep), link_gbps=link_gbps, link_latency_us=latency_us)
+    return build_afd_model(graph, "h200", AfdConfig(a, f, m, ep, attention_tp), link_gbps=link_gbps,
+                           link_latency_us=latency_us)
 
 
 def _kernel_leaves(cm) -> list:
@@ -197,6 +198,29 @@ def test_transfer_bytes_are_the_ffn_input_width_per_token(traced):
     assert (d[0], c[0]) == (2560.0, 1280.0)
 
 
+def test_attention_instances_feed_the_ffn_pool_together(traced):
+    """2 attention instances of tp 1 and 1 FFN GPU, m = 1: each instance's attention prices its own batch, the FFN
+    prices both instances' tokens at once (the single-instance model's FFN on the doubled step), and dispatch moves
+    max(d = 2, F/a = 1) = 2 × the per-token bytes through the busier (FFN) GPU."""
+    step = [parse_batch_spec("decode:24x512")]
+    double = [parse_batch_spec("decode:48x512")]
+    two = _models(traced, 2, 1, m=1, attention_tp=1).times(step)
+    one = _models(traced, 1, 1, m=1).times(step)
+    one_doubled = _models(traced, 1, 1, m=1).times(double)
+    assert two.attention_us == pytest.approx(one.attention_us)
+    assert two.ffn_us == pytest.approx(one_doubled.ffn_us)
+    assert not np.allclose(two.ffn_us, one.ffn_us)
+    afd = _models(traced, 2, 1, m=1, attention_tp=1)
+    d, c = afd.transfer_bytes(np.asarray([10.0]))
+    # 10 tokens × 128 B × max(2, 1/1) = 2560 B dispatch; combine 10 × 128 × max(1, 2/1) = 2560 B
+    assert (d[0], c[0]) == (2560.0, 2560.0)
+
+
+def test_bad_attention_tp_is_one_error():
+    with pytest.raises(AfdError, match="--afd-attention-tp 3"):
+        AfdConfig(4, 2, 2, False, 3)
+
+
 # --- KV on the attention pool only -----------------------------------------------------------------------------
 def test_kv_capacity_is_the_attention_pools_with_ffn_weights_moved_off():
     from graphsim.serving.afd import afd_deployment
@@ -234,7 +258,8 @@ def test_ffn_weights_that_do_not_fit_the_ffn_pool_are_refused():
 @pytest.mark.parametrize("args", [
     ["--afd", "2x4"], ["--afd", "0:4"], ["--afd", "2:4", "--afd-micro-batches", "0"],
     ["--afd", "2:4", "--afd-ffn-parallel", "dp"], ["--afd-micro-batches", "3"], ["--afd", "2:4", "--tp", "4"],
-    ["--afd", "2:4", "--afd-link-gbps", "0"],
+    ["--afd", "2:4", "--afd-link-gbps", "0"], ["--afd", "4:2", "--afd-attention-tp", "3"],
+    ["--afd-attention-tp", "2"],
 ])
 @pytest.mark.parametrize("command", ["predict", "simulate"])
 def test_cli_refuses_bad_afd_values_in_one_line(capsys, command, args):
@@ -266,11 +291,14 @@ def test_search_enumerates_afd_units_of_a_moe_model():
 
     spec = _search_spec("qwen3-30b-a3b")
     cands, _ = enumerate_candidates(spec, resolve_model("qwen3-30b-a3b"), load_hardware("h200"))
-    # A, F in {1, 2} with A + F <= 4: (1,1), (1,2), (2,1), (2,2), each with m = 2 and 3 → 8 units
-    splits = sorted((c.pools[0].tp, c.pools[1].tp, c.micro_batches) for c in cands)
-    assert splits == sorted((a, f, m) for a in (1, 2) for f in (1, 2) for m in MICRO_BATCHES)
+    # (instance tp a, instances d, FFN GPUs F) with a, F in {1, 2}, d in {1, 2, 4} and a·d + F <= 4:
+    # a=1: d=1 F=1,2; d=2 F=1,2 (d=4 leaves no FFN GPU); a=2: d=1 F=1,2 (d=2 leaves none) → 6, each m = 2, 3
+    splits = sorted((c.pools[0].tp, c.pools[0].instances, c.pools[1].tp, c.micro_batches) for c in cands)
+    want = [(1, 1, 1), (1, 1, 2), (1, 2, 1), (1, 2, 2), (2, 1, 1), (2, 1, 2)]
+    assert splits == sorted((a, d, f, m) for a, d, f in want for m in MICRO_BATCHES)
     for c in cands:
-        assert c.mode == "afd" and c.unit_gpus == c.pools[0].tp + c.pools[1].tp
+        assert c.mode == "afd" and c.unit_gpus == c.pools[0].tp * c.pools[0].instances + c.pools[1].tp
+        assert c.clients == 64 * c.pools[0].instances
         assert c.replicas == 4 // c.unit_gpus
         cfg = afd_config_of(c)
         assert cfg.expert_parallel == (cfg.ffn_gpus > 1)  # 128 experts split over 2 FFN GPUs
