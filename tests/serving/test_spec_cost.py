@@ -184,3 +184,21 @@ def test_cli_predict_kv_simulate(tiny_ds, capsys, tmp_path, monkeypatch):
     assert r["acceptance"] == [1.0, 1.0] and r["realised_acceptance"] == pytest.approx(1.0)
     assert r["realised_tokens_per_step"] == pytest.approx(3.0, abs=0.2)  # less only where max_tokens cuts a step
 
+
+
+def test_cli_search_mtp_off_and_on_and_launch_files(tiny_ds, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    out = tmp_path / "launch"
+    d = _json(capsys, "search", tiny_ds, "--gpus", "2", "--gpu", "h200", "--isl", "512", "--osl", "128", "--mode", "agg",
+              "--tp", "1", "--max-num-seqs", "8,32", "--max-num-batched-tokens", "2048", "--verify", "1", "--refine", "0",
+              "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}', "--spec-acceptance", "0.8",
+              "--save-dir", str(out))
+    assert set(d["per_setting"]) == {"off", "on"} and d["best"] in ("off", "on")
+    assert d["speculative"]["expected_tokens_per_step"] == pytest.approx(1 + 0.8 + 0.64)  # 2.44
+    off, on = (d["searches"][n]["rows"] for n in ("off", "on"))
+    # the same candidates either way; the better best under the SLOs (none given: all meet them) wins
+    assert sorted(r["candidate"]["label"] for r in off) == sorted(r["candidate"]["label"] for r in on)
+    figures = {n: d["per_setting"][n]["output_tokens_per_s_per_gpu"] for n in ("off", "on")}
+    assert figures[d["best"]] == max(figures.values())
+    launch = (out / "launch.sh").read_text()
+    assert ("--speculative-config" in launch) == (d["best"] == "on")

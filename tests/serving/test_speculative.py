@@ -156,3 +156,21 @@ def test_cli_refuses_mtp_without_mtp_layers(capsys):
     code = main(["predict", "llama-3.1-8b", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'])
     err = capsys.readouterr().err
     assert code == 2 and "LlamaForCausalLM has no multi-token-prediction layers" in err and "Traceback" not in err
+
+
+def test_steady_state_decode_steps_and_draft_tokens():
+    from graphsim.serving.spec_search import DraftTokens, steady_osl
+
+    # osl 201 at E = 1 + 0.5 + 0.25 = 1.75 tokens a step: 200 decode tokens in round(200 / 1.75) = 114 steps
+    assert steady_osl(201, Acceptance((0.5, 0.5))) == 115
+    assert steady_osl(1, Acceptance((0.5,))) == 1
+    calls = []
+
+    class Rec:
+        def step_us(self, *a):
+            calls.append(a)
+            return 1.0, 0
+
+    # a steady-state step of 10 decodes and a 100-token chunk: the verify step schedules 10 × 3 drafts more
+    DraftTokens(Rec(), 3).step_us(110, 11, 10, 500.0, [(100, 0)])
+    assert calls == [(140, 11, 10, 500.0, [(100, 0)])]
