@@ -65,6 +65,8 @@ def simulate_cmd(
     revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
+    pipeline_parallel_size: opt.PipelineParallel = 1,
+    pp_layer_partition: opt.PpLayerPartition = None,
     decode_context_parallel_size: cp_cli.DecodeContextParallel = 1,
     replicas: opt.Replicas = 1,
     data_parallel_size: opt.DataParallel = 1,
@@ -185,7 +187,11 @@ def simulate_cmd(
                                            network_latency_us), data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})
     config = cp_cli.with_dcp(config, decode_context_parallel_size)  # the KV sharded over DCP ranks
-    dep = plan_deployment(config)
+    from graphsim.cli.pp_cli import with_pp
+
+    if afd_config is not None and (pipeline_parallel_size > 1 or pp_layer_partition):
+        raise typer.BadParameter("--afd with pipeline parallelism is not modelled", param_hint="--pipeline-parallel-size")
+    dep = plan_deployment(with_pp(config, pipeline_parallel_size, pp_layer_partition))
     from graphsim.serving.dp_attention import coupled
 
     dp_coupled = coupled(config.parallel, dep.acc.spec)  # a MoE model's -dp: lockstep ranks (serving/dp_simulator.py)

@@ -110,6 +110,11 @@ def plan_stages(dep: Deployment) -> Deployment:
         return dep
     if dep.config.speculative_config:
         raise PipelineError("speculative decoding with --pipeline-parallel-size > 1 is not modelled; drop one of them")
+    from graphsim.serving.dp_attention import coupled
+
+    if coupled(par, dep.acc.spec):
+        raise PipelineError("data-parallel attention (-dp on a MoE model) with --pipeline-parallel-size > 1 is not "
+                            "modelled; drop one of them")
     spec, precision, tp = dep.acc.spec, dep.acc.precision, dep.tp
     split = PipelineSplit.of(len(spec.stack), pp, tp, dep.hardware.topology().gpus_per_node, partition)
     cfg = language_model_config(dep.model.config)

@@ -10,9 +10,16 @@ from graphsim.cli.app import main
 pytest.importorskip("torch")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def module_home(tmp_path_factory):
+    """One GRAPHSIM_HOME for the module: the model is traced once, its graph cached for the other tests."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRAPHSIM_HOME", str(tmp_path_factory.mktemp("home")))
+        yield
+
+
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+def no_partition_env(monkeypatch):
     monkeypatch.delenv("VLLM_PP_LAYER_PARTITION", raising=False)
 
 
@@ -80,3 +87,16 @@ def test_kv_pp_reports_each_stage_and_the_engine_minimum(capsys):
     assert main(["kv", "llama-3.1-8b", "--gpu", "h200", "-pp", "2", "--pp-layer-partition", "1,2,3"]) == 2
     err = capsys.readouterr().err.strip()
     assert "has 3 stages" in err and len(err.splitlines()) == 1
+
+
+def test_simulate_pp_runs_batches_in_flight(capsys):
+    s = run_json(capsys, "simulate", "llama-3.1-8b", "--gpu", "h200", "-tp", "2", "-pp", "2", "--num-requests", "30",
+                 "--rate", "10", "--input-len", "512", "--output-len", "32")
+    assert s["summary"]["completed"] == 30 and s["summary"]["gpus"] == 4  # tp 2 × pp 2
+    assert "up to 2 batches in flight" in s["data"]
+    assert s["deployment"]["pipeline"]["layers_per_stage"] == [16, 16]
+    code = main(["simulate", "llama-3.1-8b", "--gpu", "h200", "-pp", "2", "--speculative-config",
+                 '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}', "--num-requests", "5",
+                 "--rate", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "speculative decoding with --pipeline-parallel-size" in err and len(err.splitlines()) == 1
