@@ -42,6 +42,7 @@ def auto_search(spec, backend, as_json: bool, top: int) -> None:
         row = res.row(res.best) if res.best is not None else None
         per_engine[e] = {"best": row.candidate.id if row else None, "meets_slos": meets,
                          "output_tokens_per_s_per_gpu": figure, "data": res.data_note,
+                         "label": row.candidate.label() if row else None,
                          "deployment": row.candidate.to_json() if row else None}
     if as_json:
         out = {"engine": "auto", "best_engine": winner, "per_engine": per_engine,
@@ -52,8 +53,8 @@ def auto_search(spec, backend, as_json: bool, top: int) -> None:
     for e in ranked:
         p = per_engine[e]
         verdict = "meets the SLOs" if p["meets_slos"] else "misses the SLOs" if p["best"] is not None else "no candidate"
-        console.print(f"{e:7s} best: {p['output_tokens_per_s_per_gpu']:9.1f} output tok/s/GPU ({verdict}); "
-                      f"priced from: {p['data']}", highlight=False, soft_wrap=True)
+        console.print(f"{e:7s} best: {p['label'] or '-'}: {p['output_tokens_per_s_per_gpu']:.1f} output tok/s/GPU "
+                      f"({verdict}); priced from: {p['data']}", highlight=False, soft_wrap=True)
     if winner is None:
         console.print("no engine has a candidate under the SLOs", highlight=False)
         return
