@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 cat = _categories(own.rows, True)
                 cat["moe"] = cat.get("moe", 0.0) + p.experts_us / 1e3
                 cat["communication"] = cat.get("communication", 0.0) + (p.dispatch_us + p.combine_us) / 1e3
+                cat["overlap hidden"] = -p.hidden_us / 1e3  # shared experts beside the routed path (aux stream)
                 case.update(graphsim_ms=p.total_us / 1e3, graphsim=cat, graphsim_source=p.source,
                             graphsim_sources=p.sources, backend=backend,
                             graphsim_allgather_reducescatter_ms=default.total_us / 1e3,

@@ -103,10 +103,13 @@ class DpStepPrice:
     global_tokens: int
     sources: dict[str, str] = field(default_factory=dict)  # part → worst source
     notes: list[str] = field(default_factory=list)
+    shared_us: float = 0.0  # shared experts on the aux stream (slowest rank's, all layers), outside attention_us
+    hidden_us: float = 0.0  # what the shared-expert overlap hides of shared + routed path
 
     @property
     def total_us(self) -> float:
-        return self.attention_us + self.experts_us + self.dispatch_us + self.combine_us
+        return (self.attention_us + self.experts_us + self.dispatch_us + self.combine_us + self.shared_us
+                - self.hidden_us)
 
     @property
     def source(self) -> str:
@@ -119,7 +122,8 @@ class DpStepPrice:
         return {"batch": self.spec, "rank_tokens": self.rank_tokens, "rank_us": [num(x) for x in self.rank_us],
                 "slowest_rank": self.slowest_rank, "attention_max_us": num(self.attention_us),
                 "experts_us": num(self.experts_us), "dispatch_us": num(self.dispatch_us),
-                "combine_us": num(self.combine_us), "total_us": num(self.total_us), "moe_layers": self.moe_layers,
+                "combine_us": num(self.combine_us), "shared_experts_us": num(self.shared_us),
+                "overlap_hidden_us": num(self.hidden_us), "total_us": num(self.total_us), "moe_layers": self.moe_layers,
                 "global_tokens": self.global_tokens, "source": self.source, "sources": self.sources,
                 "notes": self.notes}
 
@@ -191,6 +195,29 @@ def _compose(tree: CompiledTree, leaf_t: np.ndarray, tokens: np.ndarray) -> np.n
     return node_t[tree.root]
 
 
+def _leaves_under(tree: CompiledTree, node: int) -> list[int]:
+    out, stack = [], [node]
+    while stack:
+        i = stack.pop()
+        if tree.leaf_of[i] >= 0:
+            out.append(tree.leaf_of[i])
+        stack.extend(tree.children[i])
+    return out
+
+
+def shared_overlaps(tree: CompiledTree, moe: Sequence[int]) -> list[tuple[int, list[int], list[int]]]:
+    """The token-limited `Parallel(routed, shared)` nodes the cost tree has for vLLM's shared-expert stream
+    (costing/streams.py): (node, the routed-experts leaves in it, the leaves of its other streams)."""
+    moe_set, out = set(moe), []
+    for p in tree.overlaps:
+        routed = [li for li in tree.under[p] if li in moe_set]
+        if not routed:
+            continue
+        shared = [li for ch in tree.children[p] if not set(ls := _leaves_under(tree, ch)) & moe_set for li in ls]
+        out.append((p, routed, shared))
+    return out
+
+
 def merged(steps: Sequence[Step]) -> Step:
     """All ranks' sequence groups as one step (the global batch the experts see)."""
     return Step(tuple(g for s in steps for g in s.groups))
@@ -215,7 +242,11 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
     # each rank's own part: the whole tree at its batch, routed experts taken out
     leaf_t, leaf_s = price_leaves(tree.leaves, rank_steps, cm.pricer, cm.dtypes)
     work = _leaf_flops(tree.leaves, rank_steps, cm)
+    overlaps = shared_overlaps(tree, moe)
+    shared = [li for _, _, sh in overlaps for li in sh]
+    shared_t = leaf_t.copy()  # shared-expert leaves, priced at each rank's batch, composed per overlap below
     leaf_t[moe] = 0.0
+    leaf_t[shared] = 0.0
     work[moe] = 0.0
     own_s = leaf_s.copy()
     own_s[moe] = 0
@@ -237,6 +268,7 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
         dispatch = combine = 0.0
         d_src: list[str] = []
         notes: list[str] = []
+        path_us: dict[int, float] = {}  # MoE leaf → one instance of its routed path (experts + dispatch + combine)
         for j, i in enumerate(moe):
             g = tree.leaves[i].attrs.geometry
             assert isinstance(g, MoeExpertsGeometry)
@@ -245,9 +277,26 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
             d, c = ex.price([max(1, t) for t in tokens], cm.pricer)
             dispatch += d.time_us * mult[i]
             combine += c.time_us * mult[i]
+            path_us[i] = float(moe_t[j, b]) + d.time_us + c.time_us
             d_src += [d.source, c.source]
             if j == 0:
                 notes += [f"dispatch: {d.note}", f"combine: {c.note}"]
+        shared_us = hidden = 0.0
+        for p, routed, sh in overlaps:
+            if not sh:
+                continue
+            per_rank = shared_t[sh][:, cols].sum(axis=0)  # one instance of the shared stream on each rank
+            routed_us, side = sum(path_us[i] for i in routed), float(per_rank.max())
+            m = tree.node_multiplicity[p]
+            shared_us += side * m
+            if max(tokens) <= tree.max_tokens[p]:  # every rank runs its shared experts on the aux stream
+                hidden += (routed_us + side - max(routed_us, side)) * m
+        if overlaps and any(sh for _, _, sh in overlaps):
+            limit = int(min(tree.max_tokens[p] for p, _, _ in overlaps))
+            notes.append(f"shared experts on vLLM's aux stream beside the routed path (dispatch, experts, combine) up "
+                         f"to {limit} tokens a rank (VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD): "
+                         + (f"{hidden:,.3g} µs hidden" if max(tokens) <= limit else
+                            f"a rank has {max(tokens)}, so the streams run one after the other"))
         worst_own = int(own_s[:, cols].max())
         sources = {"attention": SOURCES[worst_own].value,
                    "experts": SOURCES[int(moe_s[:, b].max())].value if len(moe) else "measured",
@@ -260,7 +309,7 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
             (specs[b] if specs else "") or " | ".join(s.label() if s is not None else "idle" for s in ranks),
             tokens, [float(x) for x in r_us], [float(x) for x in rank_flops[cols]], slowest, attention, experts,
             float(np.sum(moe_work[:, b] * mult[moe])), float(dispatch), float(combine), int(mult[moe].sum()),
-            globals_[b].tokens, sources, notes))
+            globals_[b].tokens, sources, notes, float(shared_us), float(hidden)))
     return out
 
 

@@ -24,7 +24,7 @@ def _src(s: str) -> str:
 def step_tree(p: DpStepPrice, plan: DataParallelMoe) -> Tree:
     root = Tree(f"[bold]{escape(p.spec)}[/]: {_t(p.total_us)} [{_src(p.source)}]  ({p.global_tokens} tokens over "
                 f"{plan.dp} DP ranks)")
-    ranks = root.add(f"max over {plan.dp} DP ranks (attention, dense layers, shared experts, router …): "
+    ranks = root.add(f"max over {plan.dp} DP ranks (attention, dense layers, router, norms …): "
                      f"{_t(p.attention_us)} [{_src(p.sources.get('attention', 'missing'))}] — slowest rank "
                      f"{p.slowest_rank}")
     for r, (tok, us) in enumerate(zip(p.rank_tokens, p.rank_us, strict=True)):
@@ -34,6 +34,9 @@ def step_tree(p: DpStepPrice, plan: DataParallelMoe) -> Tree:
             f"[{_src(p.sources.get('experts', 'missing'))}]")
     moe.add(f"dispatch: {_t(p.dispatch_us)} [{_src(p.sources.get('exchange', 'missing'))}]")
     moe.add(f"combine: {_t(p.combine_us)} [{_src(p.sources.get('exchange', 'missing'))}]")
+    if p.shared_us:
+        moe.add(f"shared experts on the aux stream (slowest rank): {_t(p.shared_us)}; hidden by the overlap: "
+                f"−{_t(p.hidden_us)}")
     notes = root.add("[dim]notes[/]")
     for n in p.notes:
         notes.add(f"[dim]{escape(n)}[/]")

@@ -12,7 +12,9 @@ from graphsim.catalog import ResolvedModel
 from graphsim.cost_model import build_cost_model
 from graphsim.costing.aiconfigurator_tables import convert_moe_a2a
 from graphsim.costing.all2all import All2AllError, MoeExchange, exchange_bytes, implementation
-from graphsim.costing.dp_attention import DataParallelMoe, merged, moe_leaf_indices, parse_rank_batches, price_dp_step
+from graphsim.costing.dp_attention import (
+    DataParallelMoe, merged, moe_leaf_indices, parse_rank_batches, price_dp_step, shared_overlaps,
+)
 from graphsim.costing.kernels import CollectiveKey, CollectiveOp, MessagePoint
 from graphsim.costing.moe_routing import parse_routing
 from graphsim.importers.hf import import_hf
@@ -111,6 +113,26 @@ def test_measured_exchange_rows_are_read_at_the_busiest_rank():
     assert key == CollectiveKey(CollectiveOp.ALL_TO_ALL, 8, key.dtype, "deepep_ll.dispatch.h7168.k8.e256")
     assert point == MessagePoint(16 * 8 * 7168 * 2) and m.time_us == pytest.approx(50.8)
     assert implementation("deepep_ht", "combine", 7168, 8, 256) == "deepep_ht.combine.h7168.k8.e256"
+
+
+def test_shared_experts_overlap_the_routed_path_up_to_the_stream_limit():
+    """vLLM runs the shared experts on an aux stream beside router, dispatch, experts and combine at ≤ 256 tokens a
+    rank: two streams side by side hide the shorter one (one MoE layer here, identical ranks); above 256 tokens a
+    rank they run one after the other and nothing is hidden."""
+    cfg = dict(num_hidden_layers=2, first_k_dense_replace=1, hidden_size=64, intermediate_size=128,
+               moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+               num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+               v_head_dim=16, vocab_size=96, max_position_embeddings=4096, bos_token_id=0, eos_token_id=1)
+    graph, _ = import_hf(_tiny("deepseek-v2-lite", **cfg), full_depth=True, cache=False)
+    cm = build_cost_model(graph, "h200", default_profile=False, moe_routing=parse_routing("balanced"))
+    assert len(shared_overlaps(cm.tree, moe_leaf_indices(cm.tree))) == 1
+    plan = DataParallelMoe(2, 1, True)
+    small = price_dp_step(cm, plan, [parse_batch_spec("decode:4x64")] * 2)
+    routed = small.experts_us + small.dispatch_us + small.combine_us
+    assert small.moe_layers == 1 and small.shared_us > 0
+    assert small.hidden_us == pytest.approx(min(small.shared_us, routed))
+    big = price_dp_step(cm, plan, [parse_batch_spec("prefill:1x300")] * 2)
+    assert big.hidden_us == 0.0 and big.shared_us > 0 and any("one after the other" in n for n in big.notes)
 
 
 def test_refusals(moe_cm):
