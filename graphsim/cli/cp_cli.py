@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from graphsim.costing.context_parallel import ContextParallel, context_parallel_steps
+from graphsim.costing.context_parallel import ContextParallel
 from graphsim.costing.cost_model import CostModel
 from graphsim.serving.config import DeploymentConfig
 from graphsim.workload import Step
@@ -34,37 +34,23 @@ def context_parallel(pcp: int, dcp: int) -> ContextParallel | None:
 
 
 def cp_json(cm: CostModel, cp: ContextParallel | None, steps: list[Step], specs: list[str]) -> dict[str, Any]:
-    """{"context_parallel": …} for --json ({} without context parallelism)."""
+    """{"context_parallel": …} for --json ({} without context parallelism); its kernels are in the batches'."""
     if cp is None:
         return {}
-    rows = context_parallel_steps(cm, steps, specs, cp)
     return {"context_parallel": {"prefill_context_parallel_size": cp.pcp, "decode_context_parallel_size": cp.dcp,
                                  "world_size": cm.tp * cp.pcp, "kv_capacity_factor": cp.kv_capacity_factor,
-                                 "batches": [r.to_json() for r in rows]}}
+                                 "priced": "the last rank of the ring" if cp.pcp > 1 else "one rank"}}
 
 
 def print_context_parallel(console: Any, cm: CostModel, cp: ContextParallel | None, steps: list[Step],
                            specs: list[str]) -> None:
-    if cp is None or cp.pcp == 1:
-        if cp is not None:
-            console.print(f"decode context parallel {cp.dcp}: the KV is sharded over {cp.dcp} ranks of the TP group "
-                          f"(each holds {cp.dcp}× the tokens); its kernels are in the tables above")
+    if cp is None:
         return
-    from rich.table import Table
-
-    from graphsim.render.cost_view import fmt_us
-
-    rows = context_parallel_steps(cm, steps, specs, cp)
-    t = Table(title=f"context parallel: pcp={cp.pcp} dcp={cp.dcp} (GPUs: tp {cm.tp} × pcp {cp.pcp} = "
-                    f"{cm.tp * cp.pcp}; KV per rank holds {cp.kv_capacity_factor}× the tokens)", title_justify="left")
-    for col in ("batch", "without PCP", "with PCP", "other kernels", "attention ring", "rounds (compute ‖ send)",
-                "sources"):
-        t.add_column(col, justify="left" if col in ("batch", "sources", "rounds (compute ‖ send)") else "right")
-    for r in rows:
-        ring = ", ".join(f"{fmt_us(x.compute_us)} ‖ {fmt_us(x.send_us)}" for x in r.rounds) or "–"
-        t.add_row(r.spec, fmt_us(r.baseline_us), fmt_us(r.total_us), fmt_us(r.other_us), fmt_us(r.attention_us),
-                  ring, r.sources)
+    what = []
+    if cp.pcp > 1:
+        what.append(f"prefill context parallel {cp.pcp}: {cm.tp * cp.pcp} GPUs, each prefill split over {cp.pcp} "
+                    "ranks, attention as a ring (rounds of attention ‖ KV send in the tree; the last rank priced)")
     if cp.dcp > 1:
-        t.caption = (f"dcp {cp.dcp} is in the kernel tables above (sharded attention, q all-gather, LSE combine); "
-                     "pcp applies to prefill batches without a cached prefix")
-    console.print(t)
+        what.append(f"decode context parallel {cp.dcp}: the KV sharded over {cp.dcp} ranks of the TP group "
+                    "(q all-gather, sharded attention, LSE combine in the tree)")
+    console.print(f"{'; '.join(what)}; KV per rank holds {cp.kv_capacity_factor}× the tokens", markup=False)

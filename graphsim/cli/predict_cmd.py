@@ -103,9 +103,9 @@ def predict_cmd(
                           collectives=CollectiveSettings(not disable_custom_all_reduce,
                                                          0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE))
     if cp is not None:  # decode context parallel reshapes the tree's attention (costing/context_parallel.py)
-        from graphsim.costing.context_parallel import with_decode_context_parallel
+        from graphsim.costing.context_parallel import with_context_parallel
 
-        cm = with_decode_context_parallel(cm, cp.dcp)
+        cm = with_context_parallel(cm, cp)
     from graphsim.cli.pp_cli import pipeline_json, pipelined, print_pipeline
 
     cm = pipelined(cm, pipeline_parallel_size, pp_layer_partition)

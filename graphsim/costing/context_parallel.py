@@ -3,17 +3,21 @@ and `--decode-context-parallel-size`, vllm/config/parallel.py ParallelConfig; RF
 
 A deployment parameter on the same per-rank cost model (`CostModel`), no per-model code:
 
-- **Prefill context parallel (PCP, P ranks, P× the GPUs: vLLM's world size is pp × tp × pcp).** Every sequence's
-  new tokens are split into P chunks, one per rank; the per-token kernels of a rank see 1/P of the step's tokens.
-  Attention runs as a ring (ring attention, Liu et al. 2023, arXiv:2310.01889): in round r a rank attends its
-  query chunk to the KV chunk it holds while it sends that chunk to the next rank and receives the next one,
-  so each round is Parallel(compute, send) and the rounds add. With the plain (not load-balanced) split the last
-  rank attends to all P chunks — its own causal diagonal, then P − 1 full blocks — and sets the time (Max over
-  ranks). A full c × c block is priced as the attention kernel's marginal time for c more cached tokens
-  (SeqGroup(c, r·c) − SeqGroup(c, (r−1)·c): exactly c² more (query, key) pairs), never below its own roofline.
-  The send moves a chunk's KV rows (c × the layer's KV bytes per token) over one link: latency + bytes / link
-  bandwidth of the hardware spec's topology (roofline: no measured send rows). P − 1 sends; the last round
-  sends nothing. The KV cache is sharded over the P ranks.
+- **Prefill context parallel (PCP, P ranks, P× the GPUs: vLLM's world size is pp × tp × pcp).** Every prefill
+  group's new tokens are split into P chunks, one per rank (`cost_tree.ChunkView`): a rank's per-token kernels
+  see 1/P of them (decode tokens are not split). Attention runs as a ring (ring attention, Liu et al. 2023,
+  arXiv:2310.01889): in round r a rank attends its query chunk to the KV chunk it holds while it sends that
+  chunk on to the next rank, so each round is `Parallel(attention, send)` and the rounds add (`Sum`). With the
+  plain (not load-balanced) split the last rank attends to all P chunks — its causal diagonal, then P − 1 full
+  blocks — and sets the time: the tree prices that rank (Max over ranks). A full c × c block is the attention
+  kernel's marginal time for c more cached tokens (SeqGroup(c, p + r·c) − SeqGroup(c, p + (r−1)·c): exactly c²
+  more (query, key) pairs; the round's Parallel keeps it above its own roofline). A send moves the chunk's KV
+  rows (c × the layer's KV bytes per token) between two GPUs (`send_recv`, priced like the pipeline's hops).
+  P − 1 sends; the last round sends nothing. Decode tokens under PCP attend the KV shard of their rank and
+  the partial outputs are combined across the P ranks (all-gather of outputs and LSEs). The KV cache is
+  sharded over the P ranks (P× the tokens per rank). Simplifications, stated: a cached prefix is attended in
+  round 0 and not passed around the ring (the last rank's total is right, its split over rounds is not), and
+  the shared-expert stream's token limit is read on the whole step's tokens.
 - **Decode context parallel (DCP, D ranks inside the TP group, no extra GPUs: tp % dcp == 0).** The KV cache is
   sharded along tokens over the D ranks that would otherwise hold copies of it (at most the ranks holding one KV
   head: all of TP for MLA); every attention leaf of the tree becomes (`dcp_attention`) an all-gather of the D
@@ -24,25 +28,23 @@ A deployment parameter on the same per-rank cost model (`CostModel`), no per-mod
   simulator's tables and search price it alike; KV capacity per rank grows D× (each rank holds 1/D of each
   sequence).
 
-The ring's composition (Σ_r max(compute_r, send_r)) is computed here on top of the tree's own leaf prices; it is not
-a node of the compiled tree (`cost_tree.Parallel` overlaps streams of one step, where every leaf is priced at that
-step; a ring round prices attention at the round's own chunk).
+Both are tree transformations (`with_prefill_context_parallel`, `with_decode_context_parallel`) of the cost
+model's tree, so predict, the simulator (exact tables for DCP; a tree with ring overlaps is priced step by step,
+`serving.pricing.MemoCost`) and search price them alike, and the tree shows where each transfer and overlap sits.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from graphsim.costing.cost_model import CostModel
-from graphsim.costing.cost_tree import Labeled, Leaf, Scale, Sum, Tree, price_leaves
-from graphsim.costing.roofline import roofline_us
+from graphsim.costing.cost_tree import ChunkView, Labeled, Leaf, Parallel, Scale, Sum, Tree
 from graphsim.errors import GraphsimError
 from graphsim.ir.geometry import AttentionGeometry, CollectiveGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
-from graphsim.workload import SeqGroup, Step
 
 
 class ContextParallelError(GraphsimError):
@@ -70,42 +72,9 @@ class ContextParallel:
         return self.pcp * self.dcp
 
 
-@dataclass
-class RingRound:
-    compute_us: float  # attention of the rank's query chunk on one KV chunk, all layers
-    send_us: float  # passing that KV chunk on to the next rank, all layers (0 in the last round)
-
-    @property
-    def time_us(self) -> float:  # Parallel(compute, send)
-        return max(self.compute_us, self.send_us)
-
-
-@dataclass
-class ContextParallelStep:
-    """One step under context parallelism, per rank (the slowest)."""
-
-    spec: str
-    baseline_us: float  # the same step without context parallelism (the cost model's tree)
-    other_us: float  # every kernel but attention, at the rank's share of the tokens
-    attention_us: float  # PCP: Σ rounds; DCP: attention on the KV shard
-    collectives_us: float  # DCP: q all-gather + LSE-corrected combine
-    rounds: list[RingRound] = field(default_factory=list)
-    sources: str = ""
-
-    @property
-    def total_us(self) -> float:
-        return self.other_us + self.attention_us + self.collectives_us
-
-    def to_json(self) -> dict:
-        return {"spec": self.spec, "baseline_us": self.baseline_us, "total_us": self.total_us,
-                "other_us": self.other_us, "attention_us": self.attention_us, "collectives_us": self.collectives_us,
-                "rounds": [{"compute_us": r.compute_us, "send_us": r.send_us, "time_us": r.time_us}
-                           for r in self.rounds], "sources": self.sources}
-
-
 def ring_time_us(compute_us: np.ndarray, send_us: np.ndarray) -> float:
     """Σ over rounds of Parallel(compute, send): each round lasts as long as the longer of its attention and its
-    KV transfer."""
+    KV transfer (what the ring's tree composes, by hand)."""
     return float(np.maximum(np.asarray(compute_us, dtype=np.float64), np.asarray(send_us, dtype=np.float64)).sum())
 
 
@@ -116,97 +85,55 @@ def kv_bytes_per_token(g: AttentionGeometry, kv_elem_bytes: float) -> float:
     return g.num_kv_heads * (g.head_dim + g.v_head_dim) * kv_elem_bytes
 
 
-def _link(cm: CostModel) -> tuple[float, float]:
-    hw = cm.hardware
-    if hw is None or hw.interconnect_bandwidth_bytes_per_s <= 0:
-        raise ContextParallelError("context parallel needs the GPU's interconnect to price the KV/query exchange; "
-                                   "pass --gpu with a spec that states its interconnect")
-    topo = hw.topology()
-    return topo.link_bandwidth_bytes_per_s, topo.link_latency_us
+_PCP_RULE = ("prefill context parallel (vllm/config/parallel.py prefill_context_parallel_size): ring attention, "
+             "each round's attention overlapping the send of its KV chunk to the next rank")
 
 
-def _attention_leaves(cm: CostModel) -> list[tuple[int, Leaf, float]]:
-    t = cm.tree
-    out = [(i, lf, float(t.multiplicity[i])) for i, lf in enumerate(t.leaves)
-           if lf.attrs.kind is KernelKind.ATTENTION and lf.block is None]
-    if not out:
-        raise ContextParallelError(f"{cm.graph.name} has no softmax-attention kernel; context parallel splits "
-                                   "attention (use a model with attention layers)")
-    return out
+def pcp_attention(leaf: Leaf, pcp: int, kv_elem_bytes: float) -> Tree:
+    """One attention leaf under prefill context parallelism, on the last rank of the ring (module docstring):
+    Sum(ring: Sum over rounds of Parallel(attention on one KV chunk, send of that chunk); decode groups: attention
+    on the rank's KV shard, all-gather of the partial outputs and LSEs)."""
+    g = leaf.attrs.geometry_as(AttentionGeometry)
+    kvb = int(math.ceil(kv_bytes_per_token(g, kv_elem_bytes)))
+    send = KernelAttrs(KernelKind.SEND_RECV, "send_recv", CollectiveGeometry(
+        num_gpus=2, group="pcp", width=kvb // 2, bytes_per_row=kvb, reason="ring KV chunk"), "bf16", Rows.TOKENS,
+        rule=_PCP_RULE)
+    rounds: list[Tree] = []
+    for r in range(pcp):
+        att = replace(leaf, name=f"{leaf.name}.ring{r}", view=ChunkView(pcp, r, marginal=r > 0, groups="prefill"))
+        if r == pcp - 1:  # nothing left to send; the Parallel keeps the block above its roofline
+            rounds.append(Parallel((att,), label=f"ring round {r}: attention"))
+            continue
+        hop = Leaf(f"{leaf.name}.ring{r}.send", send, leaf.layer, view=ChunkView(pcp, r, groups="prefill"))
+        rounds.append(Parallel((att, hop), label=f"ring round {r}: attention ‖ KV send"))
+    heads = g.num_heads
+    o_dim = g.kv_lora_rank if g.is_mla else g.v_head_dim
+    width = heads * (o_dim + 2)  # partial outputs (bf16) and their LSEs (fp32: two bf16 widths)
+    combine = Leaf(f"{leaf.name}.pcp_combine", KernelAttrs(KernelKind.ALL_GATHER, "all_gather", CollectiveGeometry(
+        num_gpus=pcp, group="pcp", width=width * pcp, bytes_per_row=width * pcp * 2, reason="decode partial outputs"),
+        "bf16", Rows.TOKENS, rule=_PCP_RULE), leaf.layer, view=ChunkView(pcp, groups="decode"))
+    decode = replace(leaf, name=f"{leaf.name}.decode", view=ChunkView(pcp, groups="decode"), kv_shards=pcp)
+    return Sum((Sum(tuple(rounds)), decode, combine))
 
 
-def _non_attention_us(cm: CostModel, step: Step) -> tuple[float, float]:
-    """(all kernels but attention, attention) µs of one step on the tree (attention summed over leaves)."""
-    ev = cm.evaluate([step])
-    t = ev.leaf_time_us[:, 0] * cm.tree.multiplicity
-    attn = np.asarray([lf.attrs.kind is KernelKind.ATTENTION for lf in cm.tree.leaves])
-    total = float(ev.total_us()[0])
-    return total - float(np.nansum(t[attn])), float(np.nansum(t[attn]))
+def with_prefill_context_parallel(cm: CostModel, pcp: int) -> CostModel:
+    """`cm` on the last rank of a `pcp`-rank ring: per-token kernels at 1/pcp of each prefill's tokens, attention as
+    `pcp_attention` (MLA blocks priced by their kernels). `pcp` 1: `cm` itself."""
+    ContextParallel(pcp=pcp).check(cm.tp)
+    if pcp == 1:
+        return cm
+    from graphsim.costing.cost_tree import build_tree, compile_tree
 
+    kv = cm.dtypes.kv.element_bytes
 
-def _split(step: Step, parts: int) -> Step:
-    return Step(tuple(SeqGroup(max(1, math.ceil(g.new_tokens / parts)), g.cached_tokens, g.count) for g in step.groups))
+    def each(lf: Leaf) -> Tree:
+        if lf.attrs.kind is KernelKind.ATTENTION:
+            return pcp_attention(lf, pcp, kv)
+        return replace(lf, view=ChunkView(pcp))
 
-
-def prefill_context_parallel(cm: CostModel, step: Step, spec: str, pcp: int) -> ContextParallelStep:
-    """A prefill step (no cached prefix) on `pcp` ranks by ring attention (module docstring)."""
-    if any(g.new_tokens == 1 or g.cached_tokens for g in step.groups):
-        raise ContextParallelError(f"{spec}: prefill context parallel here prices prefill chunks without a cached "
-                                   "prefix (e.g. prefill:1x32768); price decode steps with "
-                                   "--decode-context-parallel-size")
-    base = float(cm.evaluate([step]).total_us()[0])
-    other, _ = _non_attention_us(cm, _split(step, pcp))
-    bw, lat = _link(cm)
-    kv_bytes = cm.dtypes.kv.element_bytes
-    rounds = [RingRound(0.0, 0.0) for _ in range(pcp)]
-    attn, worst = 0.0, 0
-    for _, lf, mult in _attention_leaves(cm):
-        comp, send, src = _leaf_rounds(cm, lf, step, pcp, bw, lat, kv_bytes)
-        worst = max(worst, src)
-        attn += mult * ring_time_us(comp, send)  # each layer's rounds overlap that layer's own transfers
-        for r in range(pcp):
-            rounds[r].compute_us += mult * comp[r]
-            rounds[r].send_us += mult * send[r]
-    from graphsim.costing.interpolate import SOURCES
-
-    return ContextParallelStep(spec, base, other, attn, 0.0, rounds,
-                               f"attention {SOURCES[worst].value}; KV sends roofline (link {bw / 1e9:,.0f} GB/s, "
-                               f"{lat:g} µs)")
-
-
-def _leaf_rounds(cm: CostModel, lf: Leaf, step: Step, pcp: int, bw: float, lat: float,
-                 kv_bytes: float) -> tuple[np.ndarray, np.ndarray, int]:
-    """One layer of an attention leaf on the last rank: (compute µs per round, send µs per round, worst source).
-    Round 0 is the rank's own causal diagonal; round r ≥ 1 a full c × c block against an earlier chunk, priced
-    as the marginal time of c more cached tokens and never below that block's roofline."""
-    g = lf.attrs.geometry_as(AttentionGeometry)
-    comp, send, worst = np.zeros(pcp), np.zeros(pcp), 0
-    for grp in step.groups:
-        c = math.ceil(grp.new_tokens / pcp)
-        t, s = price_leaves([lf], [Step((SeqGroup(c, r * c, grp.count),)) for r in range(pcp)], cm.pricer, cm.dtypes)
-        worst = max(worst, int(s.max()))
-        comp[0] += float(t[0, 0])
-        for r in range(1, pcp):
-            comp[r] += max(float(t[0, r] - t[0, r - 1]), _block_floor(cm, lf, c, grp.count))
-        send[: pcp - 1] += lat + grp.count * c * kv_bytes_per_token(g, kv_bytes) / bw * 1e6
-    return comp, send, worst
-
-
-def _block_floor(cm: CostModel, lf: Leaf, c: int, count: int) -> float:
-    """Roofline of a full c × c attention block: c² (query, key) pairs, a floor for its marginal time."""
-    hw = cm.hardware
-    if hw is None:
-        return 0.0
-    from graphsim.costing.kernel_map import StepArrays, kernel_rows
-
-    total = 0.0
-    for probe, sign in ((Step((SeqGroup(c, c, count),)), 1.0), (Step((SeqGroup(c, 0, count),)), -1.0)):
-        kr = kernel_rows(lf.attrs, StepArrays.of([probe]), cm.dtypes)
-        for part in kr.parts:
-            r = roofline_us(hw, part.key, part.coords)
-            if r is not None:
-                total += sign * float(np.sum(r * part.weight))
-    return max(total, 0.0)
+    tree = _map_leaves(build_tree(cm.graph, cm.dtypes, None, _streams(cm)), each)
+    note = f"prefill context parallel {pcp}: ring attention over {pcp} ranks (the last rank priced)"
+    return replace(cm, tree=compile_tree(tree), data_note=f"{cm.data_note}; {note}" if cm.data_note else note)
 
 
 def dcp_attention(leaf: Leaf, dcp: int, tp: int, name: str = "") -> Tree:
@@ -273,23 +200,14 @@ def _streams(cm: CostModel):
     return cm.stream_settings or StreamSettings(cuda=bool(cm.streams))
 
 
-def per_kernel(cm: CostModel) -> CostModel:
-    """`cm` with every MLA block priced by its kernels (not by composite module rows): context parallelism
-    reshapes the attention kernel alone, so the baseline it is compared with is priced the same way."""
-    if not any(lf.block is not None for lf in cm.tree.leaves):
-        return cm
-    from graphsim.costing.cost_tree import build_tree, compile_tree
-
-    return replace(cm, tree=compile_tree(build_tree(cm.graph, cm.dtypes, None, _streams(cm))))
-
-
-def context_parallel_steps(cm: CostModel, steps: list[Step], specs: list[str], cp: ContextParallel
-                           ) -> list[ContextParallelStep]:
-    """The prefill steps (no cached prefix) under prefill context parallelism (none when pcp is 1); decode context
-    parallelism is in the cost model's tree itself (`with_decode_context_parallel`)."""
+def with_context_parallel(cm: CostModel, cp: ContextParallel) -> CostModel:
+    """`cm` under both: PCP's ring over the ranks, DCP's sharded decode attention inside each TP group (a prefill
+    rank's attention leaves become rings; DCP reshapes the attention leaves of decode groups and of the rings)."""
     cp.check(cm.tp)
     if cp.pcp == 1:
-        return []
-    cm = per_kernel(cm)
-    return [prefill_context_parallel(cm, step, spec, cp.pcp) for step, spec in zip(steps, specs, strict=True)
-            if not any(g.new_tokens == 1 for g in step.groups)]
+        return with_decode_context_parallel(cm, cp.dcp)
+    pcm = with_prefill_context_parallel(cm, cp.pcp)
+    if cp.dcp == 1:
+        return pcm
+    raise ContextParallelError("--prefill-context-parallel-size and --decode-context-parallel-size together are not "
+                               "modelled yet; give one of them")

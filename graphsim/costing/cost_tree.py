@@ -29,7 +29,7 @@ import numpy as np
 from graphsim.costing.collectives import CollectiveContext
 from graphsim.costing.composite import HasRows, MlaModuleBlock, composite_rows, mla_block
 from graphsim.costing.interpolate import MISSING, ROOFLINE, SOURCES, KernelPricer
-from graphsim.costing.kernel_map import Dtypes, KernelRows, StepArrays, kernel_rows
+from graphsim.costing.kernel_map import Dtypes, KernelRows, KeyRows, StepArrays, kernel_rows
 from graphsim.costing.kernels import KernelKey
 from graphsim.costing.roofline import kernel_work, roofline_parts_us
 from graphsim.costing.streams import StreamSettings, shared_expert_overlaps
@@ -40,6 +40,47 @@ from graphsim.workload import Step
 
 
 @dataclass(frozen=True)
+class ChunkView:
+    """How a leaf sees a step under prefill context parallelism (`costing.context_parallel`): every prefill group's
+    new tokens split in `parts` chunks of c = ceil(new / parts), the leaf pricing chunk `index` after the group's
+    cached tokens plus index·c (the KV the ring has handed it so far), or with `marginal` the difference from chunk
+    index − 1 (one full c × c block of attention). `groups`: which groups the leaf sees — "prefill" (new > 1),
+    "decode" (new = 1) or "all" (decode groups unsplit); a step with none of them does not launch the leaf."""
+
+    parts: int
+    index: int = 0
+    marginal: bool = False
+    groups: str = "all"
+
+    def arrays(self, arr: StepArrays) -> list[tuple[StepArrays, float]]:
+        """The step arrays this view prices, each with the weight its time counts for."""
+        keep = np.ones(len(arr.g_new), dtype=bool)
+        if self.groups == "prefill":
+            keep = arr.g_new > 1
+        elif self.groups == "decode":
+            keep = arr.g_new == 1
+        new, cached, count, step = arr.g_new[keep], arr.g_cached[keep], arr.g_count[keep], arr.g_step[keep]
+        pre = new > 1
+        c = np.where(pre, np.ceil(new / self.parts), new)
+
+        def at(i: int) -> StepArrays:
+            n = arr.n_steps
+            return StepArrays(np.bincount(step, weights=c * count, minlength=n).astype(np.float64),
+                              np.bincount(step, weights=count, minlength=n).astype(np.float64), step, c,
+                              cached + np.where(pre, i * c, 0.0), count)
+
+        out = [(at(self.index), 1.0)]
+        if self.marginal and self.index > 0:
+            out.append((at(self.index - 1), -1.0))
+        return out
+
+    def absent(self, arr: StepArrays) -> np.ndarray:
+        """Per step: True where none of the leaf's groups is in the step (the leaf is not launched)."""
+        (a, _), *_ = self.arrays(arr)
+        return a.seqs == 0
+
+
+@dataclass(frozen=True)
 class Leaf:
     name: str
     attrs: KernelAttrs
@@ -47,6 +88,7 @@ class Leaf:
     block: MlaModuleBlock | None = None  # a composite leaf: the block its measured module rows replace
     max_tokens: int | None = None  # launched only on steps of at most this many tokens (None: always)
     kv_shards: int = 1  # attention over 1/kv_shards of each sequence's cached tokens (decode context parallel)
+    view: ChunkView | None = None  # the step as a prefill-context-parallel rank sees it (None: the whole step)
 
 
 @dataclass(frozen=True)
@@ -183,7 +225,7 @@ class CompiledTree:
     multiplicity: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per leaf: product of Scale above
     node_multiplicity: list[int] = field(default_factory=list)  # per node: product of Scale above it
     max_tokens: list[float] = field(default_factory=list)  # per node: a Parallel's or a Leaf's limit (inf: none)
-    under: dict[int, list[int]] = field(default_factory=dict)  # Parallel node (> 1 child) → leaf indices below
+    under: dict[int, list[int]] = field(default_factory=dict)  # Parallel node → leaf indices below it
 
     @property
     def root(self) -> int:
@@ -192,7 +234,21 @@ class CompiledTree:
     @property
     def overlaps(self) -> list[int]:
         """Node ids of the Parallel nodes with more than one stream."""
-        return sorted(self.under)
+        return sorted(n for n in self.under if len(self.children[n]) > 1)
+
+    def not_launched(self, steps: list[Step]) -> np.ndarray:
+        """(leaves, steps): True where a leaf is not launched — over its token limit, or none of the groups its
+        view sees is in the step."""
+        tokens = np.asarray([s.tokens for s in steps], dtype=np.float64)
+        off = tokens[None, :] > self.leaf_limit()[:, None]
+        viewed = [i for i, lf in enumerate(self.leaves) if lf.view is not None]
+        if viewed:
+            arr = StepArrays.of(steps)
+            for i in viewed:
+                view = self.leaves[i].view
+                assert view is not None
+                off[i] |= view.absent(arr)
+        return off
 
     def leaf_limit(self) -> np.ndarray:
         """Per leaf: the most tokens a step may have for it to be launched (inf: always)."""
@@ -206,9 +262,9 @@ class CompiledTree:
         rows = leaf_rows(self.leaves, steps, dtypes, CollectiveContext.of(pricer))
         leaf_t, leaf_s = price_rows(rows, len(steps), pricer)
         n_b = len(steps)
-        tokens = np.asarray([s.tokens for s in steps], dtype=np.float64)
-        off = tokens[None, :] > self.leaf_limit()[:, None]  # a leaf not launched at this step
+        off = self.not_launched(steps)
         leaf_t[off] = 0.0
+        tokens = np.asarray([s.tokens for s in steps], dtype=np.float64)
         floors = self._overlap_floors(rows, off, n_b, pricer)
         node_t = np.zeros((len(self.kinds), n_b))
         node_s = np.zeros((len(self.kinds), n_b), dtype=np.int8)
@@ -231,7 +287,7 @@ class CompiledTree:
                     binds = floor > t
                     t = np.where(binds, floor, t)
                     node_s[i] = np.where(binds, np.maximum(node_s[i], ROOFLINE), node_s[i])
-                if np.isfinite(self.max_tokens[i]):  # above the limit the streams run one after the other
+                if np.isfinite(self.max_tokens[i]) and len(ch) > 1:  # above the limit: one after the other
                     t = np.where(tokens > self.max_tokens[i], ct.sum(axis=0), t)
                 node_t[i] = t
             elif kind is NodeKind.SCALE:
@@ -295,7 +351,7 @@ def compile_tree(tree: Tree) -> CompiledTree:
         c.leaf_of.append(leaf_idx)
         c.node_multiplicity.append(m)
         c.max_tokens.append(np.inf if limit is None else float(limit))
-        if kind is NodeKind.PARALLEL and len(kids) > 1:
+        if kind is NodeKind.PARALLEL:  # its floor: the joint roofline of the leaves below (one stream: their own)
             c.under[len(c.kinds) - 1] = list(range(first_leaf, len(c.leaves)))
         return len(c.kinds) - 1
 
@@ -349,8 +405,7 @@ class Evaluation:
                 b.append(np.zeros(len(part.coords)) if w is None else w.bytes)
             flops[i] = kr.sum_by_step(f, n_b)
             nbytes[i] = kr.sum_by_step(b, n_b)
-        tokens = np.asarray([s.tokens for s in self.steps], dtype=np.float64)
-        off = tokens[None, :] > self.tree.leaf_limit()[:, None]  # not launched at that step: no work
+        off = self.tree.not_launched(self.steps)  # not launched at that step: no work
         flops[off] = 0.0
         nbytes[off] = 0.0
         self._work = (flops, nbytes)
@@ -364,11 +419,25 @@ def leaf_rows(leaves: list[Leaf], steps: list[Step], dtypes: Dtypes,
     `costing.collectives`)."""
     arr = StepArrays.of(steps)
 
-    def of(leaf: Leaf) -> StepArrays:  # a KV shard holds ceil(cached / shards) of each sequence's tokens
-        return arr if leaf.kv_shards == 1 else replace(arr, g_cached=np.ceil(arr.g_cached / leaf.kv_shards))
+    def shard(leaf: Leaf, a: StepArrays) -> StepArrays:  # a KV shard holds ceil(cached / shards) of each sequence
+        return a if leaf.kv_shards == 1 else replace(a, g_cached=np.ceil(a.g_cached / leaf.kv_shards))
 
-    return [composite_rows(leaf.block, of(leaf), dtypes) if leaf.block is not None
-            else kernel_rows(leaf.attrs, of(leaf), dtypes, coll) for leaf in leaves]
+    def one(leaf: Leaf, a: StepArrays) -> KernelRows:
+        a = shard(leaf, a)
+        return composite_rows(leaf.block, a, dtypes) if leaf.block is not None else kernel_rows(leaf.attrs, a, dtypes, coll)
+
+    def rows(leaf: Leaf) -> KernelRows:
+        if leaf.view is None:
+            return one(leaf, arr)
+        parts: list[KeyRows] = []
+        missing = ""
+        for a, w in leaf.view.arrays(arr):  # a marginal view: the later chunk's rows less the earlier's
+            kr = one(leaf, a)
+            missing = missing or kr.missing
+            parts.extend(p if w == 1.0 else replace(p, weight=p.weight * w) for p in kr.parts)
+        return KernelRows(tuple(parts), missing)
+
+    return [rows(leaf) for leaf in leaves]
 
 
 def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tuple[np.ndarray, np.ndarray]:

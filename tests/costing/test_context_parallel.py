@@ -7,13 +7,53 @@ import math
 import numpy as np
 import pytest
 
-from graphsim.costing.context_parallel import ContextParallel, ContextParallelError, kv_bytes_per_token, ring_time_us
-from graphsim.costing.cost_tree import Leaf, price_leaves
+from graphsim.costing.context_parallel import (
+    ContextParallel, ContextParallelError, kv_bytes_per_token, pcp_attention, ring_time_us,
+)
+from graphsim.costing.cost_tree import Leaf, compile_tree, price_leaves
+from graphsim.costing.hardware import load_hardware
+from graphsim.costing.interpolate import MEASURED, KernelPricer
 from graphsim.costing.kernel_map import Dtypes, StepArrays, kernel_rows
+from graphsim.costing.kernels import AttentionPrefillKey, CollectiveKey
 from graphsim.costing.roofline import kernel_work
 from graphsim.ir.geometry import AttentionGeometry, CollectiveGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.workload import SeqGroup, Step
+
+
+class PairPricer(KernelPricer):
+    """Attention at 1e-4 µs per (query, key) pair, every collective (the ring's send) at 60 µs: hand arithmetic."""
+
+    def __init__(self) -> None:
+        super().__init__(None, load_hardware("h200"))
+
+    def times(self, key, coords):
+        c = np.asarray(coords, dtype=np.float64).reshape(len(coords), -1)
+        if isinstance(key, AttentionPrefillKey):  # (batch, q_len, kv_len): q·(kv − q) + q(q + 1)/2 pairs each
+            b, q, kv = c[:, 0], c[:, 1], c[:, 2]
+            t = b * (q * (kv - q) + q * (q + 1) / 2) * 1e-4
+        else:
+            assert isinstance(key, CollectiveKey)
+            t = np.full(len(c), 60.0)
+        return t, np.full(len(c), MEASURED, dtype=np.int8)
+
+
+def test_ring_tree_of_two_ranks_by_hand():
+    # a 2048-token prefill on 2 ranks, chunks of c = 1024; the last rank:
+    #   round 0: its causal diagonal, 1024·1025/2 = 524,800 pairs = 52.48 µs, overlapping the 60 µs KV send
+    #   round 1: one full block against chunk 0, 2048-key minus 1024-key prefill = 1024² = 1,048,576 pairs
+    #            = 104.8576 µs, nothing to send
+    # Parallel per round, Sum over rounds: max(52.48, 60) + 104.8576 = 164.8576 µs
+    leaf = Leaf("attn", KernelAttrs(KernelKind.ATTENTION, "attention", GQA, "bf16", Rows.NONE), 0)
+    tree = compile_tree(pcp_attention(leaf, 2, 2.0))
+    ev = tree.evaluate([Step((SeqGroup(2048, 0, 1),))], PairPricer(), Dtypes())
+    assert ev.total_us()[0] == pytest.approx(164.8576, rel=1e-12)
+    # the overlap hides the 52.48 µs of round 0's attention behind its send
+    assert ev.hidden_us()[0, 0] == pytest.approx(52.48, rel=1e-12)
+    # conservation: the last rank's ring does the work of a 1024-token chunk after 1024 cached tokens
+    flops, _ = ev.leaf_work()
+    ring = [i for i, lf in enumerate(tree.leaves) if ".ring" in lf.name and not lf.name.endswith("send")]
+    assert flops[ring, 0].sum() == pytest.approx(_flops(Step((SeqGroup(1024, 1024, 1),))), rel=1e-12)
 
 
 def test_ring_of_two_ranks_is_the_sum_of_each_rounds_longer_stream():
@@ -88,14 +128,19 @@ def test_cli_predict_prefill_context_parallel(capsys, isolated_home):
                  "-b", "decode:8x1024", "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    cp = json.loads(out.out)["context_parallel"]
+    doc = json.loads(out.out)
+    cp = doc["context_parallel"]
     assert (cp["prefill_context_parallel_size"], cp["world_size"], cp["kv_capacity_factor"]) == (2, 4, 2)
-    (b,) = cp["batches"]  # the decode batch is not a prefill: pcp leaves it alone
-    assert b["spec"] == "prefill:1x8192" and len(b["rounds"]) == 2
-    assert b["rounds"][1]["send_us"] == 0 and b["rounds"][0]["send_us"] > 0
-    # Parallel per round, Sum over rounds (one attention geometry: the per-layer rings add up to the rounds')
-    assert b["attention_us"] == pytest.approx(sum(r["time_us"] for r in b["rounds"]), rel=1e-9)
-    assert b["total_us"] < b["baseline_us"]
+    prefill, decode = doc["batches"]
+    nodes = {k["node"]: k for k in prefill["kernels"]}
+    # every attention layer type is a 2-round ring: round 0 overlaps its KV send, round 1 sends nothing
+    assert {"L0.flash_attn_varlen.ring0", "L0.flash_attn_varlen.ring0.send", "L0.flash_attn_varlen.ring1"} <= set(nodes)
+    assert nodes["L0.flash_attn_varlen.ring0.send"]["total_us"] > 0
+    assert any(o["overlap"].startswith("ring round 0") for o in prefill["overlaps"])
+    # a decode batch uses no ring: its attention reads the rank's KV shard and combines the partial outputs
+    dnodes = {k["node"]: k for k in decode["kernels"]}
+    assert dnodes["L0.flash_attn_varlen.ring0"]["total_us"] == 0
+    assert dnodes["L0.flash_attn_varlen.pcp_combine"]["total_us"] > 0
 
 
 def test_cli_bad_decode_context_parallel_is_one_line_exit_2(capsys, isolated_home):
