@@ -245,7 +245,10 @@ class Engine:
         hits, shared, evictable, run_hits = self._prefix_hits(r)
         computed = hits * self.block_size
         new = r.num_tokens - computed
-        if not self.config.enable_chunked_prefill and new > token_budget:
+        # TensorRT-LLM refuses a prompt longer than max_num_tokens without chunked prefill; graphsim chunks it
+        # instead of stalling the queue (docs/engines.md)
+        never_fits = self.admission == "no-evict" and new > self.config.max_num_batched_tokens
+        if not self.config.enable_chunked_prefill and new > token_budget and not never_fits:
             return None
         new = min(new, token_budget)
         if self._blocks_to_admit(r, hits, evictable, computed + new) > self.pool.free:

@@ -107,3 +107,11 @@ def test_engine_configs_keep_vllm_unchanged():
     e = setup("vllm").engine
     assert e.profile.admission == "vllm" and not e.profile.prefill_priority
     assert replace(e.profile, engine="sglang").admission == "sglang"
+
+
+def test_trtllm_prompt_longer_than_max_num_tokens_does_not_stall():
+    # chunked prefill off, max_num_tokens 2048, prompts of 3000: TensorRT-LLM would refuse them; graphsim chunks
+    # them rather than blocking the queue forever (docs/engines.md)
+    res = simulate(setup("trtllm", num_blocks=4000, mnbt=2048, chunked=False), work(n=20, ins="3000", outs="10"))
+    assert len(res.requests) == 20 and all(r.finish_t > 0 for r in res.requests)
+    assert max(res.iterations["tokens"]) <= 2048
