@@ -45,10 +45,9 @@ def with_pp(config: Any, pp: int, partition: str | None) -> Any:
     """A `DeploymentConfig` with vLLM's pipeline-parallel size and layer partition set (checked again)."""
     if pp == 1 and partition is None:
         return config
-    data = config.model_dump()
-    data["parallel"]["pipeline_parallel_size"] = pp
-    data["parallel"]["pp_layer_partition"] = partition
-    return type(config).parse(data)
+    from graphsim.serving.pipeline_plan import with_pipeline_size
+
+    return with_pipeline_size(config, pp, partition)
 
 
 def print_kv_stages(console: Any, dep: Any) -> None:

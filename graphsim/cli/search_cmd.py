@@ -43,6 +43,9 @@ def search_cmd(
                                                     "comma list of them, both (agg,disagg) or all."),
     tp: str | None = typer.Option(None, "--tp", "--tensor-parallel-size", "-tp",
                                   help="TP sizes to try, e.g. 1,2,4,8 (default: powers of two to a node)."),
+    pp: str | None = typer.Option(None, "--pipeline-parallel-size", "-pp", "--pp",
+                                  help="Pipeline-parallel sizes of aggregated candidates, e.g. 1,2,4 (default: 1, and "
+                                       "powers of two whose tp × pp spans nodes; 1 explores none)."),
     max_num_seqs: str | None = typer.Option(None, "--max-num-seqs", help="Values to try (default 1,2,4,…,1024)."),
     max_num_batched_tokens: str | None = typer.Option(None, "--max-num-batched-tokens", help="Aggregated values to try (default 2048,4096,8192,16384)."),
     prefill_batched_tokens: str | None = typer.Option(None, "--prefill-batched-tokens", help="Prefill-pool values to try (default 4096,8192,16384)."),
@@ -114,7 +117,7 @@ def search_cmd(
                                                                   network_bandwidth, network_latency_us))
     spec = SearchSpec.parse({
         "base": base, "gpus": gpus, "isl": parse_lengths(isl, "--isl"), "osl": parse_lengths(osl, "--osl"),
-        "slo": SLO(ttft, tpot), "tp": _ints(tp, "--tp"), "modes": modes,
+        "slo": SLO(ttft, tpot), "tp": _ints(tp, "--tp"), "pp": _ints(pp, "--pipeline-parallel-size"), "modes": modes,
         "max_num_seqs": _ints(max_num_seqs, "--max-num-seqs") or DEFAULT_SEQS,
         "max_num_batched_tokens": _ints(max_num_batched_tokens, "--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS,
         "prefill_batched_tokens": _ints(prefill_batched_tokens, "--prefill-batched-tokens") or DEFAULT_PREFILL_BATCHED_TOKENS,

@@ -78,6 +78,10 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
 
     config = spec.base.derive(tensor_parallel_size=pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
                               max_num_seqs=pool.max_num_seqs)
+    if pool.pp > 1:  # vLLM's --pipeline-parallel-size (serving/pipeline_plan.py)
+        from graphsim.serving.pipeline_plan import with_pipeline_size
+
+        config = with_pipeline_size(config, pool.pp)
     dep = plan_deployment(config)
     e = dep.engine
     if not e.profile.is_vllm:
@@ -90,7 +94,7 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
             "kv_cache_dtype": spec.base.kv_cache_dtype or "auto",
             "block_size": e.block_size if e.block_size is not None else dep.layout.block_size,
             "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill,
-            "enable_expert_parallel": pool.ep > 1,
+            "enable_expert_parallel": pool.ep > 1, **({"pipeline_parallel_size": pool.pp} if pool.pp > 1 else {}),
             **({"speculative_config": spec.base.speculative_config.model_dump(exclude_none=True)}
                if spec.base.speculative_config else {})}
 
@@ -112,6 +116,8 @@ def serve_argv(model: str, settings: dict[str, Any], port: int, disagg: bool, ro
     for key in ("enable_prefix_caching", "enable_chunked_prefill"):
         flag = key.replace("_", "-")
         argv.append(f"--{flag}" if settings[key] else f"--no-{flag}")
+    if settings.get("pipeline_parallel_size", 1) > 1:
+        argv += ["--pipeline-parallel-size", str(settings["pipeline_parallel_size"])]
     if settings["enable_expert_parallel"]:
         argv.append("--enable-expert-parallel")
     if settings.get("speculative_config"):  # vLLM's --speculative-config JSON (serving/speculative.py)
@@ -134,7 +140,8 @@ def plan_instances(spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node:
     for _ in range(replicas):
         for k, pool in enumerate(c.pools):
             for _i in range(pool.instances):
-                if used + pool.tp > gpus_per_node:
+                width = min(pool.tp * pool.pp, gpus_per_node)  # a pipeline wider than a node starts on a fresh one
+                if used + width > gpus_per_node:
                     node, used = node + 1, 0
                 n = count.get(pool.role, 0)
                 count[pool.role] = n + 1
@@ -149,9 +156,11 @@ def plan_instances(spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node:
                                         port, tuple(serve_argv(model, settings[k], port, disagg, pool.role)), (),
                                         PROGRAMS[settings[k]["engine"]]))
                 else:
-                    out.append(Instance(f"{pool.role}-{n}", pool.role, k, node, tuple(range(used, used + pool.tp)),
+                    out.append(Instance(f"{pool.role}-{n}", pool.role, k, node, tuple(range(used, used + width)),
                                         port, tuple(serve_argv(model, settings[k], port, disagg)), env))
-                used += pool.tp
+                used += width
+                if pool.tp * pool.pp > gpus_per_node:  # its other stages fill whole nodes after this one
+                    node, used = node + -(-pool.tp * pool.pp // gpus_per_node) - 1, gpus_per_node
     return out
 
 
@@ -238,8 +247,8 @@ def k8s_documents(spec: SearchSpec, c: Candidate, replicas: int, settings: list[
         container: dict[str, Any] = {"name": engine, "image": ENGINE_IMAGES.get(engine, IMAGE),
                                      "command": list(PROGRAMS[engine]), "args": argv,
                                      "ports": [{"containerPort": BASE_PORT}],
-                                     "resources": {"limits": {"nvidia.com/gpu": pool.tp},
-                                                   "requests": {"nvidia.com/gpu": pool.tp}}}
+                                     "resources": {"limits": {"nvidia.com/gpu": pool.tp * pool.pp},
+                                                   "requests": {"nvidia.com/gpu": pool.tp * pool.pp}}}
         if env:
             container["env"] = env
         docs.append({"apiVersion": "apps/v1", "kind": "Deployment",

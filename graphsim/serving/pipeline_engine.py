@@ -186,3 +186,44 @@ class PipelineEngine(Engine):
         for r in finished:
             self.on_finish(r)
         return finished
+
+
+class PipelineCycleCost:
+    """A pipelined engine as the steady-state model (steady.py, search) sees an iteration: the step that serves
+    every running request once. With pp batches in flight those requests are spread over pp micro-batches (decodes
+    evenly, prompt chunks in turn), and the cycle until each has its next token is the longer of a micro-batch's
+    latency (Σ_j s_j: a request waits for its own batch) and the busiest stage's work for all of them (Σ_k s_jk):
+
+        cycle = max(max_k Σ_j s_jk, max_j Σ_k s_jk)
+
+    An approximation of the batch queue (`PipelineEngine` simulates it): it assumes the micro-batches stay
+    balanced."""
+
+    def __init__(self, cost: PipelineCost) -> None:
+        self.cost = cost
+
+    def step_us(self, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+                chunks: list[tuple[int, int]]) -> tuple[float, int]:
+        pp = self.cost.pp
+        rows: list[list[float]] = []
+        worst = 0
+        for k in range(pp):
+            dec = dec_count // pp + (1 if k < dec_count % pp else 0)
+            mine = chunks[k::pp]
+            if not dec and not mine:
+                continue
+            toks = dec + sum(n for n, _ in mine)
+            times = []
+            for c in self.cost.stages:
+                t, s = c.step_us(toks, dec + len(mine), dec, dec_ctx_mean if dec else 0.0, mine)
+                times.append(t)
+                worst = max(worst, s)
+            rows.append(times)
+        if not rows:
+            return 0.0, worst
+        st = np.asarray(rows)
+        return float(max(st.sum(axis=1).max(), st.sum(axis=0).max())), worst
+
+    def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+        out = [self.step_us(batch, batch, batch, ctx_mean0 + i, []) for i in range(k)]
+        return np.asarray([t for t, _ in out]), np.asarray([s for _, s in out], dtype=np.int8)

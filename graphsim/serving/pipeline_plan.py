@@ -26,6 +26,7 @@ from graphsim.costing.pipeline import (
     PipelinedCostModel, PipelineError, PipelineSplit, partition_from_env, with_pipeline,
 )
 from graphsim.serving.capacity import KvCapacity, kv_capacity
+from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.deployment import Deployment
 from graphsim.serving.kv_layout import KvLayout, kv_layout
 from graphsim.serving.memory import BudgetTerm, MemoryBudget, memory_budget, weight_bytes_per_rank
@@ -161,3 +162,19 @@ def pipeline_cost(dep: Deployment, cm: CostModel) -> tuple[PipelineCost, str, in
     note = f"{pc.data_note}; MoE routing: {pc.moe_routing}" if pc.moe_routing else pc.data_note
     note += f"; pipeline: {pc.split.describe()}, up to {pc.split.pp} batches in flight"
     return PipelineCost(stages), note, pc.kernels
+
+
+def with_pipeline_size(config: DeploymentConfig, pp: int, partition: str | None = None) -> DeploymentConfig:
+    """`config` with vLLM's pipeline-parallel size and layer partition set (checked again)."""
+    data = config.model_dump()
+    data["parallel"]["pipeline_parallel_size"] = pp
+    data["parallel"]["pp_layer_partition"] = partition
+    return DeploymentConfig.parse(data)
+
+
+def stage_costs(cm: CostModel, pp: int, max_tokens: int, max_seqs: int, max_context: int,
+                partition: str | None = None) -> PipelineCost:
+    """`cm` split into `pp` stages, each stage's tree tabulated (pricing.iteration_cost) for the simulator."""
+    pc = with_pipeline(cm, pp, partition)
+    assert isinstance(pc, PipelinedCostModel)
+    return PipelineCost([iteration_cost(t, pc.pricer, pc.dtypes, max_tokens, max_seqs, max_context) for t in pc.stages])

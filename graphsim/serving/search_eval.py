@@ -106,13 +106,13 @@ def with_key(ctx: SearchContext) -> SearchContext:
 
 
 # --- per-process caches ---------------------------------------------------------------------------------
-_COSTS: dict[tuple[str, int, int], IterationCost] = {}
+_COSTS: dict[tuple[str | int, ...], IterationCost] = {}  # (context key, tp, ep[, pp])
 _DBS: dict[str | None, Any] = {}
 _DEPLOYMENTS: dict[tuple, Any] = {}
 
 
-def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
-    key = (ctx.key, tp, ep)
+def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1) -> IterationCost:
+    key = (ctx.key, tp, ep) if pp == 1 else (ctx.key, tp, ep, pp)
     cost = _COSTS.get(key)
     if cost is None and ctx.base.speculative_config:  # target verification + draft passes (spec_search.py)
         from graphsim.serving.spec_search import context_speculation, spec_partition_cost
@@ -130,7 +130,12 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
         # the fused graph gets only its partition passes; the profile is the one make_context chose (no default)
         cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.base.dtype, kv_dtype=ctx.base.kv_cache_dtype,
                               profile=_DBS[ctx.profile], default_profile=False, moe_routing=ctx.routing)
-        cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, ctx.max_tokens, ctx.max_seqs, ctx.max_context)
+        if pp > 1:  # one table per pipeline stage; the engine keeps pp batches in flight (pipeline_engine.py)
+            from graphsim.serving.pipeline_plan import stage_costs
+
+            cost = stage_costs(cm, pp, ctx.max_tokens, ctx.max_seqs, ctx.max_context)
+        else:
+            cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, ctx.max_tokens, ctx.max_seqs, ctx.max_context)
         _COSTS[key] = cost
     return cost
 
@@ -138,11 +143,15 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int) -> IterationCost:
 def deployment(ctx: SearchContext, pool: PoolConfig):
     from graphsim.serving.deployment import plan_deployment
 
-    key = (ctx.key, ctx.model.name, ctx.base, pool.tp, pool.max_num_batched_tokens, pool.max_num_seqs)
+    key = (ctx.key, ctx.model.name, ctx.base, pool.tp, pool.max_num_batched_tokens, pool.max_num_seqs, pool.pp)
     dep = _DEPLOYMENTS.get(key)
     if dep is None:
         config = ctx.base.derive(tensor_parallel_size=pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
                                  max_num_seqs=pool.max_num_seqs)
+        if pool.pp > 1:
+            from graphsim.serving.pipeline_plan import with_pipeline_size
+
+            config = with_pipeline_size(config, pool.pp)
         dep = _DEPLOYMENTS[key] = plan_deployment(config, model=ctx.model, hardware=ctx.hardware)
     return dep
 
@@ -202,8 +211,8 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
         return afd_steady(ctx, c)
     if c.mode == "agg":
         (p,) = c.pools
-        sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep), isl, osl, c.clients,
-                                           p.max_num_batched_tokens)
+        sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep) if p.pp == 1 else _cycle(ctx, p), isl, osl,
+                                           c.clients, p.max_num_batched_tokens)
         link_src = None
     else:
         pp, pd = c.pools
@@ -231,9 +240,18 @@ def _transfer_bytes(ctx: SearchContext, pp: PoolConfig, pd: PoolConfig, isl: int
     return _BYTES[key]
 
 
+def _cycle(ctx: SearchContext, pool: PoolConfig) -> IterationCost:
+    """A pipelined pool's steady-state step: one cycle of its pp micro-batches (pipeline_engine.PipelineCycleCost)."""
+    from graphsim.serving.pipeline_engine import PipelineCost, PipelineCycleCost
+
+    cost = partition_cost(ctx, pool.tp, pool.ep, pool.pp)
+    assert isinstance(cost, PipelineCost)
+    return PipelineCycleCost(cost)
+
+
 def _setup(ctx: SearchContext, pool: PoolConfig, router: str = "least-outstanding") -> SimulationSetup:
     dep = deployment(ctx, pool)
-    setup = dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep), pool.instances, router)
+    setup = dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep, pool.pp), pool.instances, router)
     if ctx.base.speculative_config:  # speculative steps, acceptance sampled (spec_search.py)
         from graphsim.serving.spec_search import with_speculation
 
@@ -265,7 +283,7 @@ def _warm(ctx: SearchContext, c: Candidate) -> None:
     """Price the table rows a simulation will use in bulk calls (the same numbers, in less time): decode attention
     for every batch size up to max_num_seqs; prefill attention after a cached prefix for a prefill pool."""
     for pool in () if c.mode == "afd" else c.pools:  # an AFD unit prices through its own cost (afd_search.py)
-        cost = partition_cost(ctx, pool.tp, pool.ep)
+        cost = partition_cost(ctx, pool.tp, pool.ep, pool.pp)
         if not isinstance(cost, TreeCost):
             continue
         if pool.role != "prefill":
@@ -281,8 +299,9 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
     loop = ClosedLoop(clients, SIM_GENERATIONS * clients, ctx.isl, ctx.osl, ctx.seed, ramp_s=ramp)
     if c.mode == "agg":
         (p,) = c.pools
-        res = simulate(_setup(ctx, PoolConfig(p.role, p.tp, p.ep, 1, p.max_num_seqs, p.max_num_batched_tokens)), loop)
-        unit_gpus, link_src, xfer = p.tp, None, 0.0
+        res = simulate(_setup(ctx, PoolConfig(p.role, p.tp, p.ep, 1, p.max_num_seqs, p.max_num_batched_tokens, p.pp)),
+                       loop)
+        unit_gpus, link_src, xfer = p.tp * p.pp, None, 0.0
     elif c.mode == "afd":
         from graphsim.serving.afd_search import afd_simulated
 

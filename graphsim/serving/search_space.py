@@ -58,6 +58,10 @@ class SearchSpec(Strict):
     osl: Lengths = Field(default_factory=lambda: Lengths(1000, 1000))
     slo: SLO = Field(default_factory=SLO)
     tp: _SIZES | None = None  # None: powers of two up to min(gpus, GPUs per node)
+    # pipeline-parallel sizes of aggregated candidates (vLLM's --pipeline-parallel-size, serving/pipeline_plan.py).
+    # None: 1, and the powers of two ≥ 2 whose tp × pp spans more than one node (vLLM's guidance: tensor parallel
+    # inside a node, pipeline parallel across nodes); give (1,) to explore none.
+    pp: _SIZES | None = None
     modes: Annotated[tuple[Literal["agg", "disagg", "afd"], ...], Field(min_length=1)] = ("agg", "disagg")  # afd: afd_search.py
     max_num_seqs: _SIZES = DEFAULT_SEQS
     max_num_batched_tokens: _SIZES = DEFAULT_BATCHED_TOKENS
@@ -107,10 +111,11 @@ class PoolConfig:
     instances: int
     max_num_seqs: int
     max_num_batched_tokens: int
+    pp: int = 1  # pipeline stages of an instance (tp GPUs each)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.instances
+        return self.tp * self.pp * self.instances
 
     def label(self) -> str:
         ep = f" ep{self.ep}" if self.ep > 1 else ""
@@ -121,7 +126,8 @@ class PoolConfig:
         if self.role in ("attention", "ffn"):  # an AFD unit's pools (afd_search.py)
             dp = f"{self.instances}×" if self.instances > 1 else ""
             return f"{'A' if self.role == 'attention' else 'F'} {dp}tp{self.tp}{ep}"
-        return f"tp{self.tp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens}"
+        pp = f" pp{self.pp}" if self.pp > 1 else ""
+        return f"tp{self.tp}{pp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens}"
 
 
 @dataclass(frozen=True)
@@ -212,16 +218,20 @@ class _Planner:
     def __init__(self, spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec) -> None:
         self.spec, self.model, self.hardware = spec, model, hw
         self.default_batched_tokens, self.default_seqs = batch_defaults(hw, spec.base.engine.profile)
-        self._plans: dict[tuple[int, int, int], Any] = {}
+        self._plans: dict[tuple[int, ...], Any] = {}
         self.request_tokens = spec.isl.hi + spec.osl.hi
 
-    def plan(self, tp: int, mnbt: int, seqs: int):
-        key = (tp, mnbt, seqs)
+    def plan(self, tp: int, mnbt: int, seqs: int, pp: int = 1):
+        key = (tp, mnbt, seqs) if pp == 1 else (tp, mnbt, seqs, pp)
         if key not in self._plans:
             from graphsim.serving.deployment import plan_deployment
 
             try:
                 config = self.spec.base.derive(tensor_parallel_size=tp, max_num_batched_tokens=mnbt, max_num_seqs=seqs)
+                if pp > 1:  # each stage sized as vLLM's workers size it (pipeline_plan.py)
+                    from graphsim.serving.pipeline_plan import with_pipeline_size
+
+                    config = with_pipeline_size(config, pp)
                 self._plans[key] = plan_deployment(config, model=self.model, hardware=self.hardware)
             except GraphsimError as e:
                 self._plans[key] = e
@@ -243,6 +253,13 @@ class _Planner:
         if mem.kv_requests < 1:
             return mem, f"KV cache holds no request of {self.request_tokens:,} tokens"
         return mem, ""
+
+
+def pp_options(spec: SearchSpec, hw: HardwareSpec, tp: int) -> tuple[int, ...]:
+    """Pipeline-parallel sizes of aggregated candidates at `tp` (SearchSpec.pp), within the GPU budget."""
+    if spec.pp is not None:
+        return tuple(p for p in sorted(set(spec.pp)) if tp * p <= spec.gpus)
+    return (1, *(p for p in _pow2_upto(spec.gpus // tp) if p > 1 and tp * p > max(hw.devices_per_node, 1)))
 
 
 def tp_options(spec: SearchSpec, hw: HardwareSpec) -> tuple[int, ...]:
@@ -269,14 +286,14 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
         unit = sum(p.gpus for p in pools)
         cands.append(Candidate(len(cands), mode, pools, spec.gpus // unit, clients, memory, micro_batches))
 
-    def seqs_options(tp: int, mnbt: int, role: str, label) -> list[tuple[int, PoolMemory]]:
+    def seqs_options(tp: int, mnbt: int, role: str, label, pp: int = 1) -> list[tuple[int, PoolMemory]]:
         """max_num_seqs values that fit, with the pool's memory; the KV limit itself is added."""
         out: list[tuple[int, PoolMemory]] = []
         values = sorted(set(spec.max_num_seqs))
         limit = None
         for seqs in values:
             eff_mnbt = max(mnbt, seqs) if role == "decode" else mnbt
-            dep = planner.plan(tp, eff_mnbt, seqs)
+            dep = planner.plan(tp, eff_mnbt, seqs, pp)
             if isinstance(dep, GraphsimError):
                 pruned.append(Pruned(label(seqs, eff_mnbt), str(dep), "engine"))
                 continue
@@ -297,7 +314,7 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
             out.append((seqs, mem))
         if limit is not None and limit not in values and limit >= 1:
             eff_mnbt = max(mnbt, limit) if role == "decode" else mnbt
-            dep = planner.plan(tp, eff_mnbt, limit)
+            dep = planner.plan(tp, eff_mnbt, limit, pp)
             if not isinstance(dep, GraphsimError):
                 mem, why = planner.memory(dep)
                 if not why and mem is not None and limit <= mem.kv_requests and eff_mnbt >= limit:
@@ -306,11 +323,12 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
 
     if "agg" in spec.modes:
         for tp, ep in parts:
-            for mnbt in sorted(set(spec.max_num_batched_tokens)):
-                def lab(seqs, m, tp=tp, ep=ep):
-                    return f"agg {PoolConfig('agg', tp, ep, 1, seqs, m).label()}"
-                for seqs, mem in seqs_options(tp, mnbt, "agg", lab):
-                    add("agg", (PoolConfig("agg", tp, ep, 1, seqs, mnbt),), seqs, (mem,))
+            for pp in pp_options(spec, hw, tp):
+                for mnbt in sorted(set(spec.max_num_batched_tokens)):
+                    def agg_lab(seqs, m, tp=tp, ep=ep, pp=pp):
+                        return f"agg {PoolConfig('agg', tp, ep, 1, seqs, m, pp).label()}"
+                    for seqs, mem in seqs_options(tp, mnbt, "agg", agg_lab, pp):
+                        add("agg", (PoolConfig("agg", tp, ep, 1, seqs, mnbt, pp),), seqs, (mem,))
 
     if "disagg" in spec.modes and spec.gpus >= 2:
         # prefill pools: one per (tp, ep, batch); their own max_num_seqs stays the engine default
