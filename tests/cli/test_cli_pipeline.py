@@ -100,3 +100,14 @@ def test_simulate_pp_runs_batches_in_flight(capsys):
                  "--rate", "1"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "speculative decoding with --pipeline-parallel-size" in err and len(err.splitlines()) == 1
+
+
+def test_search_pp_explores_pipelined_candidates(capsys):
+    s = run_json(capsys, "search", "llama-3.1-8b", "--gpu", "h200", "--gpus", "2", "--mode", "agg", "-pp", "1,2",
+                 "--tp", "1", "--max-num-seqs", "16", "--max-num-batched-tokens", "4096", "--isl", "512", "--osl", "32",
+                 "--verify", "1")
+    labels = [r["candidate"]["label"] for r in s["rows"]]
+    assert "agg tp1 pp2, seqs 16, batch 4096" in labels and "agg tp1, seqs 16, batch 4096 ×2" in labels
+    assert main(["search", "llama-3.1-8b", "--gpu", "h200", "--gpus", "2", "-pp", "0,x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--pipeline-parallel-size" in err and len(err.splitlines()) == 1
