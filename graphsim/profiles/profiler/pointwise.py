@@ -278,7 +278,8 @@ def _rotary(s: Shape) -> Fn:
 
 
 def _act_and_mul(name: str) -> tuple[Callable[[Shape], Fn], str]:
-    act_name = name.removesuffix("_and_mul")
+    # TensorRT-LLM names its SiLU-and-mul kernel swiglu (tensorrt_llm/_torch/modules/swiglu.py)
+    act_name = "silu" if name == "swiglu" else name.removesuffix("_and_mul")
     act = ACTIVATIONS.get(act_name)
     if act is None:
         raise Unmeasurable(f"no torch activation for '{act_name}' (known: {', '.join(sorted(ACTIVATIONS))})")
