@@ -70,8 +70,9 @@ def dp_simulation_setup(dep: Deployment, profile: str | None = None, moe_routing
                                     "are not simulated yet; simulate one (-dp N) and scale its throughput")
     cm = dep.cost_model(profile, moe_routing=moe_routing)
     e = dep.engine
-    own = own_part_cost(cm, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len)
     plan = plan_of(parallel)
+    moe = MoeStepCost(cm, plan)
+    own = own_part_cost(cm, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len, moe)
     ranks = dep.simulation_setup(own, replicas=plan.dp, host_time=host_time)
     note = f"{cm.data_note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else cm.data_note
-    return DpSimulationSetup(ranks, MoeStepCost(cm, plan)), f"{note}; {plan.describe()} in lockstep"
+    return DpSimulationSetup(ranks, moe), f"{note}; {plan.describe()} in lockstep"

@@ -29,7 +29,7 @@ from graphsim.costing.all2all import MoeExchange
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.cost_tree import price_leaves
 from graphsim.costing.dp_attention import (
-    DataParallelMoe, activation_dtype, check_graph, moe_leaf_indices, spread_experts,
+    DataParallelMoe, activation_dtype, check_graph, moe_leaf_indices, shared_overlaps, spread_experts,
 )
 from graphsim.costing.interpolate import SOURCES
 from graphsim.ir import Op
@@ -48,44 +48,75 @@ _ORDER = [s.value for s in SOURCES]
 
 class MoeStepCost:
     """The MoE layers of one lockstep step from the DP ranks' token counts: the routed experts at the global tokens
-    with vLLM's (moe tp, ep) spread, plus every layer's dispatch and combine (memoised by (global, busiest))."""
+    with vLLM's (moe tp, ep) spread, every layer's dispatch and combine, and the shared experts, which run beside
+    that routed path on vLLM's aux stream up to the cost tree's token limit (costing/streams.py) and after it above
+    (`costing.dp_attention.shared_overlaps`; they are taken out of the ranks' own part, `own_part_cost`). Shared
+    experts are per-token kernels, so a rank's share depends on its token count only. Memoised by the tokens."""
 
     def __init__(self, cm: CostModel, plan: DataParallelMoe) -> None:
         check_graph(cm, plan)
         self.cm, self.plan = cm, plan
-        idx = moe_leaf_indices(cm.tree)
-        self.leaves = [spread_experts(cm.tree.leaves[i], plan) for i in idx]
-        self.mult = cm.tree.multiplicity[idx]
+        tree = cm.tree
+        idx = moe_leaf_indices(tree)
+        self.leaves = [spread_experts(tree.leaves[i], plan) for i in idx]
+        self.mult = tree.multiplicity[idx]
         self.exchanges = []
-        for leaf, m in zip(self.leaves, self.mult, strict=True):
+        for leaf in self.leaves:
             g = leaf.attrs.geometry
             assert isinstance(g, MoeExpertsGeometry)
-            self.exchanges.append((MoeExchange(plan.all2all_backend, plan.dp, plan.world_size, g.hidden_size,
-                                               g.top_k, g.num_experts, activation_dtype(cm)), float(m)))
-        self._memo: dict[tuple[int, int], tuple[float, int]] = {}
+            self.exchanges.append(MoeExchange(plan.all2all_backend, plan.dp, plan.world_size, g.hidden_size,
+                                              g.top_k, g.num_experts, activation_dtype(cm)))
+        pos = {li: j for j, li in enumerate(idx)}
+        # per overlap: (positions of its routed experts in self.leaves, its shared leaves, instances, token limit)
+        self.overlaps = [([pos[li] for li in routed], [tree.leaves[li] for li in shared], tree.node_multiplicity[p],
+                          tree.max_tokens[p]) for p, routed, shared in shared_overlaps(tree, idx) if shared]
+        self.shared_names = {leaf.name for _, sh, _, _ in self.overlaps for leaf in sh}
+        # leaves launched only up to a token limit (the shared experts' input clone, made for the overlap): they go
+        # with the shared experts, out of the ranks' own part
+        limits = tree.leaf_limit()
+        self.clones = [(tree.leaves[li], float(tree.multiplicity[li]), float(limits[li]))
+                       for li in np.flatnonzero(np.isfinite(limits))] if self.overlaps else []
+        self._memo: dict[tuple[int, ...], tuple[float, int]] = {}
 
     def step_us(self, rank_tokens: Sequence[int]) -> tuple[float, int]:
         """(µs, worst source code) of the MoE layers when DP rank r computes rank_tokens[r] tokens (an idle
         rank's dummy batch counts 1)."""
         tokens = [max(1, int(t)) for t in rank_tokens]
-        key = (sum(tokens), max(tokens))
+        key = tuple(sorted(tokens)) if self.overlaps else (sum(tokens), max(tokens))
         hit = self._memo.get(key)
         if hit is None:
-            t, s = price_leaves(self.leaves, [Step((SeqGroup(key[0], 0, 1),))], self.cm.pricer, self.cm.dtypes)
-            us = float(np.sum(t[:, 0] * self.mult))
+            t, s = price_leaves(self.leaves, [Step((SeqGroup(sum(tokens), 0, 1),))], self.cm.pricer, self.cm.dtypes)
             src = int(s[:, 0].max()) if len(s) else 0
-            for ex, m in self.exchanges:
+            path = t[:, 0].copy()  # one instance of each MoE layer's routed path
+            for j, ex in enumerate(self.exchanges):
                 d, c = ex.price(tokens, self.cm.pricer)
-                us += (d.time_us + c.time_us) * m
+                path[j] += d.time_us + c.time_us
                 src = max(src, _ORDER.index(d.source), _ORDER.index(c.source))
+            us = float(np.sum(path * self.mult))
+            for routed, shared, m, limit in self.overlaps:
+                st, ss = price_leaves(shared, [Step((SeqGroup(x, 0, 1),)) for x in sorted(set(tokens))],
+                                      self.cm.pricer, self.cm.dtypes)
+                side = float(st.sum(axis=0).max())  # the slowest rank's shared experts
+                src = max(src, int(ss.max()))
+                hide = min(side, float(path[routed].sum())) if max(tokens) <= limit else 0.0
+                us += (side - hide) * m
+            for leaf, m, limit in self.clones:
+                if max(tokens) <= limit:
+                    ct, cs = price_leaves([leaf], [Step((SeqGroup(max(tokens), 0, 1),))], self.cm.pricer, self.cm.dtypes)
+                    us += float(ct[0, 0]) * m
+                    src = max(src, int(cs[0, 0]))
             hit = self._memo[key] = (us, src)
         return hit
 
 
-def own_part_cost(cm: CostModel, max_tokens: int, max_seqs: int, max_context: int) -> IterationCost:
-    """A rank's own iteration cost: the cost model's graph without its routed experts, compiled and wrapped for the
-    simulator like any deployment's (`pricing.iteration_cost`)."""
-    nodes = [n for n in cm.graph.nodes if not (n.op is Op.KERNEL and n.kernel.kind is KernelKind.MOE_EXPERTS)]
+def own_part_cost(cm: CostModel, max_tokens: int, max_seqs: int, max_context: int,
+                  moe: MoeStepCost | None = None) -> IterationCost:
+    """A rank's own iteration cost: the cost model's graph without its routed experts (and without the shared
+    experts `moe` prices beside them), compiled and wrapped for the simulator like any deployment's
+    (`pricing.iteration_cost`)."""
+    drop = moe.shared_names if moe is not None else set()
+    nodes = [n for n in cm.graph.nodes
+             if not (n.op is Op.KERNEL and n.kernel.kind is KernelKind.MOE_EXPERTS) and n.name not in drop]
     own = CostModel.of_kernel_graph(cm.graph.copy(nodes), cm.hardware, cm.db, kv_dtype=cm.kv_dtype, dtype=cm.dtype,
                                     routing=cm.dtypes.routing, collectives=cm.pricer.collectives)
     return iteration_cost(own.tree, own.pricer, own.dtypes, max_tokens, max_seqs, max_context)

@@ -114,3 +114,38 @@ def test_real_costs_run_and_every_request_completes():
     its = res.iterations
     for t in np.unique(its["start_s"])[:20]:
         assert np.ptp(its["dur_s"][its["start_s"] == t]) == 0.0
+
+
+@pytest.mark.slow
+def test_the_simulators_moe_part_is_predicts():
+    """MoeStepCost (the simulator's MoE layers, shared experts beside them) prices what costing.dp_attention prices
+    for one step: exactly above the 256-token stream limit; below it the simulator also carries the shared experts'
+    input clone (a few µs a layer), which predict keeps in the ranks' own part."""
+    pytest.importorskip("torch")
+    import copy
+
+    from graphsim.catalog import ResolvedModel, resolve_model
+    from graphsim.cost_model import build_cost_model
+    from graphsim.costing.dp_attention import DataParallelMoe, price_dp_step
+    from graphsim.costing.moe_routing import parse_routing
+    from graphsim.importers.hf import import_hf
+    from graphsim.workload import parse_batch_spec
+
+    cfg = copy.deepcopy(resolve_model("deepseek-v2-lite").config)
+    cfg.update(num_hidden_layers=2, first_k_dense_replace=1, hidden_size=64, intermediate_size=128,
+               moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+               num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8,
+               v_head_dim=16, vocab_size=96, max_position_embeddings=4096, bos_token_id=0, eos_token_id=1)
+    graph, _ = import_hf(ResolvedModel("tiny-dsv2", cfg, "path", "test"), full_depth=True, cache=False)
+    cm = build_cost_model(graph, "h200", default_profile=False, moe_routing=parse_routing("balanced"))
+    plan = DataParallelMoe(2, 1, True, "deepep_low_latency")
+    moe = MoeStepCost(cm, plan)
+    assert moe.overlaps and moe.shared_names
+    big = price_dp_step(cm, plan, [parse_batch_spec("prefill:1x300"), parse_batch_spec("prefill:1x280")])
+    def moe_part(p):  # predict's step less the ranks' own part (the tiny MLA has no rows or roofline: NaN)
+        return p.experts_us + p.dispatch_us + p.combine_us + p.shared_us - p.hidden_us
+
+    assert moe.step_us([300, 280])[0] == pytest.approx(moe_part(big), rel=1e-9)
+    small = price_dp_step(cm, plan, [parse_batch_spec("decode:4x64")] * 2)
+    extra = moe.step_us([4, 4])[0] - moe_part(small)
+    assert 0 < extra < 0.05 * moe.step_us([4, 4])[0]
