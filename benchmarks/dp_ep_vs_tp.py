@@ -168,7 +168,7 @@ def print_report(out: dict[str, Any]) -> None:
         cats = sorted(set(c["graphsim"]) | set(c["aiconfigurator"]),
                       key=lambda k: -abs(c["graphsim"].get(k, 0.0) - c["aiconfigurator"].get(k, 0.0)))
         parts = ", ".join(f"{k} {c['graphsim'].get(k, 0.0):.2f}/{c['aiconfigurator'].get(k, 0.0):.2f}"
-                          for k in cats if max(c["graphsim"].get(k, 0.0), c["aiconfigurator"].get(k, 0.0)) >= 0.05)
+                          for k in cats if max(abs(c["graphsim"].get(k, 0.0)), c["aiconfigurator"].get(k, 0.0)) >= 0.05)
         print(f"  {c['mode']:<8} {c['step']:<16} {parts}")
 
 
