@@ -164,6 +164,46 @@ LM_HEAD = Rule(
 )
 
 
+def _logits_tail(ctx: FuseContext, head: Node) -> list[Node]:
+    """The per-token ops between the LM head and the graph output (softcap, float cast), in order."""
+    out, todo, seen = [], [head], set()
+    while todo:
+        n = todo.pop()
+        for v in ctx.outputs_of([n]):
+            for u in ctx.users.get(v, []):
+                if u.name not in seen and ctx.is_free(u) and (u.op.group is OpGroup.ELEMENTWISE or u.op in P.ABSORBED_OPS):
+                    seen.add(u.name)
+                    out.append(u)
+                    todo.append(u)
+    return sorted(out, key=lambda n: ctx.pos[n.name])
+
+
+def _match_logits_tail(ctx: FuseContext):
+    out = []
+    for head in [n for n in P.linear_nodes(ctx) if n.layer is None and P.feeds_graph_output(ctx, n)]:
+        tail = [n for n in _logits_tail(ctx, head) if n.op not in P.ABSORBED_OPS]
+        casts = [n for n in tail if n.op is Op.CAST]
+        cap = [n for n in tail if n.op is not Op.CAST]
+        if cap:
+            out.append(Candidate(cap, {"name": "logits_softcap" if any(n.op is Op.TANH for n in cap) else "logits_scale"}))
+        if casts:
+            out.append(Candidate(casts, {"name": "logits_to_float32"}))
+    return out
+
+
+def _build_logits_tail(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    last = c.nodes[-1].outputs[0]
+    return KernelAttrs(KernelKind.ELEMENTWISE, c.info["name"], ElementwiseGeometry(width=int(last.shape[-1])),
+                       last.dtype.value, Rows.SEQUENCES, tuple(n.name for n in c.nodes), "logits_tail")
+
+
+LOGITS_TAIL = Rule(
+    "logits_tail", "model_executor/layers/logits_processor.py:LogitsProcessor.forward (soft_cap: logits / cap, tanh, "
+    "× cap, on the logits of the sampled rows only, after _gather_logits of hidden_states[logits_indices]); "
+    "v1/sample/sampler.py:Sampler.forward (logits.to(torch.float32))", _match_logits_tail, _build_logits_tail,
+)
+
+
 def _match_linear(ctx: FuseContext):
     return [Candidate([n]) for n in P.linear_nodes(ctx)]
 
@@ -302,6 +342,50 @@ MOE_EXPERTS = Rule("moe_experts", "model_executor/layers/fused_moe/experts/trito
                    "(moe_align_block_size, fused_moe_kernel ×2, silu_and_mul, moe_sum)", _match_experts, _build_experts)
 
 
+def _match_router_cast(ctx: FuseContext):
+    """A cast whose only users are router GEMMs: the router's input made float32."""
+    routers = _router_linears(ctx)
+    return [Candidate([n]) for n in ctx.graph.nodes if n.op is Op.CAST and ctx.is_free(n)
+            and (us := ctx.users.get(n.name, [])) and all(u.name in routers for u in us)]
+
+
+ROUTER_CAST = Rule(
+    "router_input_cast", "models/nemotron_h.py:NemotronHMoE.forward (self.gate(hidden_states.to(dtype=torch.float32))"
+    "; likewise ernie45_moe.py, afmoe.py): one cast kernel before the fp32 router GEMM",
+    _match_router_cast,
+    lambda ctx, c: KernelAttrs(KernelKind.ELEMENTWISE, "cast", ElementwiseGeometry(width=int(c.nodes[0].outputs[0].shape[-1])),
+                               c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, (c.nodes[0].name,), "router_input_cast"),
+)
+
+
+def _match_moe_shared_sum(ctx: FuseContext):
+    """The add of a MoE block's routed experts output and its shared expert's output."""
+    out = []
+    for e in [n for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS]:
+        mine, todo = {e.name}, [e.name]  # the experts output and its views
+        while todo:
+            for u in ctx.users.get(todo.pop(), []):
+                if u.op in P.ABSORBED_OPS and u.name not in mine:
+                    mine.add(u.name)
+                    todo.append(u.name)
+        adds = {u.name: u for v in mine for u in ctx.users.get(v, []) if u.op is Op.ADD and ctx.is_free(u)}
+        for u in adds.values():
+            others = [ctx.producer(v) for v in u.inputs if v not in mine]
+            if len(u.inputs) == 2 and len(others) == 1 and others[0] is not None and others[0].op in (Op.LINEAR, Op.MUL) \
+                    and others[0].scope.startswith(P.parent(e.scope) + "."):
+                out.append(Candidate([u]))
+    return out
+
+
+MOE_SHARED_SUM = Rule(
+    "moe_shared_sum", "models/nemotron_h.py:NemotronHMoE.forward (out = out + shared_output before the one "
+    "all-reduce); models/deepseek_v2.py DeepseekV2MoE.forward (final_hidden_states += shared_output)",
+    _match_moe_shared_sum,
+    lambda ctx, c: KernelAttrs(KernelKind.ELEMENTWISE, "add", ElementwiseGeometry(width=int(c.nodes[0].outputs[0].shape[-1])),
+                               c.nodes[0].outputs[0].dtype.value, Rows.TOKENS, (c.nodes[0].name,), "moe_shared_sum"),
+)
+
+
 def _match_gdn_gating(ctx: FuseContext):
     out = []
     for la in _linear_attention(ctx, "gated_delta_rule"):
@@ -428,7 +512,7 @@ EMBEDDING = _kernel_rule(
 
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION,
-    ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
+    ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
 ]
 
 
