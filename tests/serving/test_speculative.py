@@ -174,3 +174,16 @@ def test_steady_state_decode_steps_and_draft_tokens():
     # a steady-state step of 10 decodes and a 100-token chunk: the verify step schedules 10 × 3 drafts more
     DraftTokens(Rec(), 3).step_us(110, 11, 10, 500.0, [(100, 0)])
     assert calls == [(140, 11, 10, 500.0, [(100, 0)])]
+
+
+@pytest.mark.parametrize("cmd", [["predict", "llama-3.1-8b"], ["kv", "llama-3.1-8b"],
+                                 ["simulate", "llama-3.1-8b", "--rate", "1", "-n", "5"],
+                                 ["search", "llama-3.1-8b", "--gpus", "1"]])
+@pytest.mark.parametrize("bad", ["{", '{"method": "ngram", "num_speculative_tokens": -1}',
+                                 '{"method": "eagle", "num_speculative_tokens": 2}'])
+def test_bad_speculative_config_is_one_line_on_every_command(cmd, bad, capsys):
+    from graphsim.cli.app import main
+
+    code = main([*cmd, "--speculative-config", bad])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
