@@ -55,7 +55,10 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
     entries: list[tuple[int, Node, KernelAttrs | None, KernelRows, float]] = []
     for i, leaf in enumerate(tree.leaves):
         if leaf.block is None:
-            entries.append((i, nodes[leaf.name], None, ev.rows[i], 1.0))
+            # A leaf the cost tree adds (`costing.cost_tree._overlapped`: the copy of the shared expert's
+            # input before the aux stream, `<first shared kernel>.input_clone`) sits where that kernel's node is.
+            node = nodes.get(leaf.name) or nodes[leaf.name.removesuffix(".input_clone")]
+            entries.append((i, node, None, ev.rows[i], 1.0))
             continue
         part_rows, shares = _composite_shares(leaf.block, ev.steps, dtypes, hardware, batch)
         for name, part, kr, share in zip(leaf.block.part_names, leaf.block.parts, part_rows, shares, strict=True):

@@ -294,8 +294,8 @@ def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, .
     out = []
     for layer in spec.stack.layers:
         attn = layer.attn
-        if isinstance(attn, NoAttention):
-            continue
+        if isinstance(attn, NoAttention) or (isinstance(attn, GqaAttention) and attn.kv_shared):
+            continue  # no mixer, or K/V read from an earlier layer's cache (vLLM kv_sharing_target_layer_name)
         if isinstance(attn, Mamba2Mixer):
             out.append(_mamba2_layer(attn, tp, precision.state))
         elif isinstance(attn, GqaAttention):

@@ -32,8 +32,8 @@ def _weight_work(placed: PlacedWeight, step: Step, precision: Precision, vocab: 
     tokens = step.tokens
     flops = 0
     if w.kind is WeightKind.EMBEDDING:
-        rows_read = min(tokens, vocab)
-        read = worst = copy_bytes * rows_read / vocab
+        rows = w.shape[0]  # the table's own vocabulary (Gemma-4's per-layer-input table has its own)
+        read = worst = copy_bytes * min(tokens, rows) / rows
     elif w.routed:
         assert w.top_k is not None
         read = copy_bytes * expected_experts_touched(w.copies, w.top_k, tokens)
@@ -118,8 +118,8 @@ def count_params(model: ModelSpec, precision: Precision) -> ParamReport:
         row = totals.setdefault(placed.segment, [0, 0, 0.0])
         row[0] += w.elements * placed.layers
         activated = w.active_elements * placed.layers
-        if w.kind is WeightKind.EMBEDDING and not model.tie_embeddings:
-            activated = 0
+        if w.kind is WeightKind.EMBEDDING and (not model.tie_embeddings or placed.path != "model.embed_tokens"):
+            activated = 0  # a lookup; only a tied table is activated (the head multiplies by all of it)
         row[1] += activated
         row[2] += stored_bytes_per_copy(placed, precision) * w.copies * placed.layers
     segments = tuple(

@@ -30,7 +30,8 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   skip and the gate are elementwise). The depthwise conv is a weight (`WeightKind.CONV`). The
   temporal state (H·d_head·d_state, in the spec's `ssm_dtype`) and the conv state
   (conv_dim·(kernel − 1), in the state dtype) are read once when p > 0 and written once per sequence.
-- A layer without a mixer (`NoAttention`) has no core work.
+- A layer without a mixer (`NoAttention`) has no core work. A layer reusing an earlier layer's K/V
+  (Gemma-4 `kv_shared`) reads them like its own and writes none.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
             pairs = causal_pairs(n, p, attn.window)
             read, kept = cached_tokens_read(n, p, attn.window), new_tokens_kept(n, p, attn.window)
         flops = 2 * pairs * attn.heads * (attn.head_dim + attn.v_head_dim)  # scores (d_qk) + values (d_v)
+        if attn.kv_shared:
+            kept = 0  # the producer layer wrote these positions' K/V; this layer only reads them
         return CoreWork(flops * c, read * per_token * c, kept * per_token * c)
     if isinstance(attn, MlaAttention):
         ix = attn.indexer

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
-from graphsim.work.builders import gqa, hybrid, llama4, mimo, mla, nemotron_h
+from graphsim.work.builders import gemma4, gqa, hybrid, llama4, mimo, mla, nemotron_h
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
 from graphsim.work.specs import ModelSpec
@@ -76,6 +76,7 @@ BUILDERS: dict[str, Builder] = {
     "FlexOlmoForCausalLM": partial(gqa.build_gqa_decoder, gqa.FLEX_OLMO),
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
     "NemotronHForCausalLM": nemotron_h.build_nemotron_h,
+    "Gemma4ForCausalLM": gemma4.build_gemma4_text,
 }
 
 

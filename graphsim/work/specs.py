@@ -95,6 +95,12 @@ class GqaAttention:
     # Chunked local attention (Llama-4): a query at position q attends to [C·⌊q/C⌋, q] only.
     chunk: int | None = None
     value_dim: int | None = None  # V head width when it differs from head_dim (MiMo-V2-Flash: 192 q/k, 128 v)
+    # Gemma-4 attention_k_eq_v (full layers): no v_proj, V is the (unscaled-norm) K projection; K and V are
+    # still both cached (K is normed with a scale and rotated, V only normed).
+    k_eq_v: bool = False
+    # Gemma-4 num_kv_shared_layers: the layer reuses an earlier layer's K/V (no k/v projections or norms,
+    # nothing written to a cache of its own; it reads the producer's)
+    kv_shared: bool = False
 
     @property
     def v_head_dim(self) -> int:
@@ -305,6 +311,11 @@ class MoeFfn:
     # (transformers nemotron_h NemotronHMoE); 0 = none, the experts read the hidden state.
     latent: int = 0
     latent_bias: bool = False  # biases on the latent projections (Nemotron-H: mlp_bias)
+    # Gemma-4 enable_moe_block: a dense gated MLP (module `mlp`) of this width runs beside the routed
+    # experts on every token (its own norms), and the router carries a per-channel input scale and a
+    # per-expert output scale (Gemma4TextRouter.scale, .per_expert_scale)
+    dense_intermediate: int = 0
+    router_scales: bool = False
     block_norms: int = 1
     module: str = "mlp"
     router_module: str = "gate"
@@ -397,3 +408,8 @@ class ModelSpec:
     # LayerNorm with a bias (StarCoder2, StableLM, Phi-MoE): every hidden-size block norm and the final
     # norm also hold a bias vector
     norm_bias: bool = False
+    # Weights outside the two blocks: `embed_extras` sit with the embedding (Gemma-4's per-layer-input
+    # table, its projection and norm: segment `embed`), `layer_extras` in every decoder layer (Gemma-4's
+    # layer_scalar, per-layer-input gate/projection/norm: the layer's `ffn` block)
+    embed_extras: tuple[Weight, ...] = ()
+    layer_extras: tuple[Weight, ...] = ()

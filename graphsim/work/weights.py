@@ -22,6 +22,9 @@ ATTN_NORMS = ("input_layernorm", "post_attention_layernorm")
 # 0: a parallel block (Cohere) whose attention and MLP read the same input norm
 FFN_NORMS = {
     0: (), 1: ("post_attention_layernorm",), 2: ("pre_feedforward_layernorm", "post_feedforward_layernorm"),
+    # Gemma-4's MoE layer: the dense MLP's two, the dense branch's post-norm, the routed branch's pre/post-norm
+    5: ("pre_feedforward_layernorm", "post_feedforward_layernorm", "post_feedforward_layernorm_1",
+        "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"),
 }
 BLOCK_NORMS = frozenset(ATTN_NORMS) | {name for names in FFN_NORMS.values() for name in names}
 
@@ -58,11 +61,15 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         sa, hd = "self_attn", attn.head_dim
         q_out = attn.heads * hd * (2 if attn.output_gate else 1)
         ws += _linear("qkv", f"{sa}.q_proj", q_out, attn.hidden, attn.q_bias)
-        ws += _linear("qkv", f"{sa}.k_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
-        ws += _linear("qkv", f"{sa}.v_proj", attn.kv_heads * attn.v_head_dim, attn.hidden, attn.kv_bias)
+        if not attn.kv_shared:
+            ws += _linear("qkv", f"{sa}.k_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
+            if not attn.k_eq_v:
+                ws += _linear("qkv", f"{sa}.v_proj", attn.kv_heads * attn.v_head_dim, attn.hidden, attn.kv_bias)
         if attn.qk_norm:
             q_w, k_w = (attn.heads * hd, attn.kv_heads * hd) if attn.qk_norm_full else (hd, hd)
-            ws += [Weight("norm", f"{sa}.q_norm", NORM, (q_w,)), Weight("norm", f"{sa}.k_norm", NORM, (k_w,))]
+            ws.append(Weight("norm", f"{sa}.q_norm", NORM, (q_w,)))
+            if not attn.kv_shared:
+                ws.append(Weight("norm", f"{sa}.k_norm", NORM, (k_w,)))
         if attn.sinks:
             ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,)))
         ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.o_bias)
@@ -128,21 +135,27 @@ def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
     if isinstance(ffn, DenseFfn):
         ws += _gated_mlp("mlp", ffn.module, ffn.hidden, ffn.intermediate, ffn.bias, ffn.gated)
     elif isinstance(ffn, MoeFfn):
-        router = f"{ffn.module}.{ffn.router_module}"
+        at = f"{ffn.module}." if ffn.module else ""  # Gemma-4 keeps router and experts on the layer itself
+        if ffn.dense_intermediate:
+            ws += _gated_mlp("mlp", "mlp", ffn.hidden, ffn.dense_intermediate, False)
+        router = f"{at}{ffn.router_module}"
         ws += _linear("router", router, ffn.experts, ffn.hidden, ffn.router_bias, quantizable=False)
         if ffn.router_score_bias:
             ws.append(Weight("router", f"{router}.e_score_correction_bias", VEC, (ffn.experts,)))
+        if ffn.router_scales:
+            ws += [Weight("router", f"{router}.scale", VEC, (ffn.hidden,)),
+                   Weight("router", f"{router}.per_expert_scale", VEC, (ffn.experts,))]
         width = ffn.latent or ffn.hidden  # the routed experts' input/output width
         if ffn.latent:
-            ws += _linear("latent", f"{ffn.module}.fc1_latent_proj", ffn.latent, ffn.hidden, ffn.latent_bias)
+            ws += _linear("latent", f"{at}fc1_latent_proj", ffn.latent, ffn.hidden, ffn.latent_bias)
         ws += _gated_mlp(
-            "routed", f"{ffn.module}.experts", width, ffn.expert_intermediate, ffn.expert_bias, ffn.gated,
+            "routed", f"{at}experts", width, ffn.expert_intermediate, ffn.expert_bias, ffn.gated,
             copies=ffn.experts, top_k=ffn.top_k,
         )
         if ffn.latent:
-            ws += _linear("latent", f"{ffn.module}.fc2_latent_proj", ffn.hidden, ffn.latent, ffn.latent_bias)
+            ws += _linear("latent", f"{at}fc2_latent_proj", ffn.hidden, ffn.latent, ffn.latent_bias)
         if ffn.shared_intermediate:
-            shared = f"{ffn.module}.{ffn.shared_module}"
+            shared = f"{at}{ffn.shared_module}"
             ws += _gated_mlp("shared", shared, ffn.hidden, ffn.shared_intermediate, ffn.shared_bias, ffn.gated)
             if ffn.shared_gate:
                 ws += _linear("shared", f"{shared}_gate", 1, ffn.hidden, False, quantizable=False)
@@ -169,9 +182,11 @@ def head_weight(model: ModelSpec) -> PlacedWeight | None:
 def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
     """Every parameter tensor of the model, in order: embedding, layers, final norm, head."""
     placed = [embedding_weight(model)]
+    placed += [PlacedWeight("embed", f"model.{w.module}", w) for w in model.embed_extras]
     for group in model.stack.groups():
         prefix = f"model.layers.{group.first_index}"
-        for block, weights in (("attn", attention_weights(group.spec.attn)), ("ffn", ffn_weights(group.spec.ffn))):
+        ffn = ffn_weights(group.spec.ffn) + model.layer_extras
+        for block, weights in (("attn", attention_weights(group.spec.attn)), ("ffn", ffn)):
             for w in weights:
                 placed.append(PlacedWeight(group.segment(block, w.part), f"{prefix}.{w.module}", w, group.count))
                 if model.norm_bias and w.kind is NORM and w.module in BLOCK_NORMS:

@@ -141,6 +141,17 @@ def test_qwen3_without_head_dim_uses_the_class_default():
     assert accounting(cfg).params().total == 32_762_123_264
 
 
+def _layer_attr(hf: Any, i: int, name: str) -> Any:
+    """The config's attribute, or layer i's where a heterogeneous config (Gemma-4's per_layer_config)
+    refuses a global read of a per-layer attribute."""
+    try:
+        return getattr(hf, name, None)
+    except Exception as e:  # transformers' AmbiguousGlobalPerLayerAttributeError
+        if type(e).__name__ != "AmbiguousGlobalPerLayerAttributeError":
+            raise
+        return getattr(hf.per_layer_config[i], name)
+
+
 @pytest.mark.parametrize(("arch", "cfg"), _cases())
 def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
     spec = build_model(dict(cfg, architectures=[arch]))
@@ -153,10 +164,10 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
     for i, layer in enumerate(spec.stack.layers):
         attn = layer.attn
         if isinstance(attn, GqaAttention):
-            kv = getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads  # GPT-NeoX has no such field
+            kv = _layer_attr(hf, i, "num_key_value_heads") or hf.num_attention_heads  # GPT-NeoX has no such field
             if arch == "MiMoV2FlashForCausalLM" and layer_types and layer_types[i] == "sliding_attention":
                 kv *= 2  # MiMoV2FlashAttention: sliding layers double num_key_value_heads
-            head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+            head_dim = _layer_attr(hf, i, "head_dim") or hf.hidden_size // hf.num_attention_heads
             assert (attn.heads, attn.kv_heads, attn.head_dim) == (hf.num_attention_heads, kv, head_dim), f"layer {i}"
             if layer_types is not None:
                 assert (attn.window is not None) == (layer_types[i] == "sliding_attention"), f"layer {i}"
@@ -172,7 +183,8 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             assert got == want, f"layer {i}"
         if isinstance(layer.ffn, MoeFfn):
             experts = next(getattr(hf, k) for k in ("num_experts", "num_local_experts", "n_routed_experts") if getattr(hf, k, None))
-            assert (layer.ffn.experts, layer.ffn.top_k) == (experts, hf.num_experts_per_tok), f"layer {i}"
+            top_k = getattr(hf, "num_experts_per_tok", None) or hf.top_k_experts  # Gemma-4: top_k_experts
+            assert (layer.ffn.experts, layer.ffn.top_k) == (experts, top_k), f"layer {i}"
 
 
 @pytest.mark.parametrize(("arch", "cfg"), _cases())

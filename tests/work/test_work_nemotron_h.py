@@ -165,3 +165,26 @@ def test_tiny_parameters_by_hand():
     assert p.total == 348 + 200 + 118 + 350 + 80 + 8 + 80
     # activated: 2 of 4 experts (−60) and no input table (−80)
     assert p.activated == p.total - 2 * 30 - 80
+
+
+@pytest.mark.slow
+def test_analyze_reports_r6_r7_for_nano_at_tp1_tp8_and_ep8(tmp_path, monkeypatch):
+    """`graphsim analyze` finds the shipped mamba2-hybrid-moe maps for Nemotron-3 Nano and its rows
+    reconcile with the accountant (TP1 and TP8 with the shared expert on the aux stream, EP8 without)."""
+    pytest.importorskip("torch")
+    import json
+
+    from graphsim.analysis import analyze_prepared, prepare_model
+    from graphsim.importers.hf import import_hf
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))  # roofline pricing, no profile.db
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(NANO, model_type="nemotron_h")))
+    graph, _ = import_hf(str(path))
+    for tp, ep, map_id in ((1, 1, "mamba2-hybrid-moe v1"), (8, 1, "mamba2-hybrid-moe v1"),
+                           (8, 8, "mamba2-hybrid-moe-ep v1")):
+        a = analyze_prepared(prepare_model(str(path), gpu="h200", tp=tp, ep=ep, batch="mixed:1x512@1024+16x4096",
+                                           graph=graph))
+        assert a.necessary_work_available, (tp, ep, a.reason)
+        assert a.map_id == map_id
+        assert a.reconciliation is not None and a.reconciliation.ok, a.reconciliation

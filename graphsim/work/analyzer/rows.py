@@ -117,7 +117,7 @@ def necessary_rows(acc: Accounting, step: Step, layer_tags: tuple[str, ...] | li
         count = len(indices)
         rows: dict[str, Row] = {}
         prefix = f"model.layers.{group.first_index}"
-        for block, weights in (("attn", attention_weights(layer.attn)), ("ffn", ffn_weights(layer.ffn))):
+        for block, weights in (("attn", attention_weights(layer.attn)), ("ffn", ffn_weights(layer.ffn) + spec.layer_extras)):
             for w in weights:
                 segment = group.segment(block, w.part)
                 placed = PlacedWeight(segment, f"{prefix}.{w.module}", w, count)
