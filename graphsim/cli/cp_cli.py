@@ -22,11 +22,11 @@ DecodeContextParallel = Annotated[int, typer.Option(
          "group (must divide --tp); decode gathers queries and combines partial outputs with their LSE.")]
 
 
-def with_dcp(config: DeploymentConfig, dcp: int) -> DeploymentConfig:
-    """A deployment document with --decode-context-parallel-size (simulate, search)."""
-    from graphsim.serving.context_parallel import with_decode_context_parallel
+def with_cp(config: DeploymentConfig, pcp: int, dcp: int) -> DeploymentConfig:
+    """A deployment document with --prefill-/--decode-context-parallel-size (simulate)."""
+    from graphsim.serving.context_parallel import with_context_parallel
 
-    return with_decode_context_parallel(config, dcp)
+    return with_context_parallel(config, pcp, dcp)
 
 
 def context_parallel(pcp: int, dcp: int) -> ContextParallel | None:

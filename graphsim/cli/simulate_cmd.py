@@ -68,6 +68,7 @@ def simulate_cmd(
     pipeline_parallel_size: opt.PipelineParallel = 1,
     pp_layer_partition: opt.PpLayerPartition = None,
     decode_context_parallel_size: cp_cli.DecodeContextParallel = 1,
+    prefill_context_parallel_size: cp_cli.PrefillContextParallel = 1,
     replicas: opt.Replicas = 1,
     data_parallel_size: opt.DataParallel = 1,
     enable_expert_parallel: opt.EnableExpertParallel = False,
@@ -186,7 +187,7 @@ def simulate_cmd(
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                            network_latency_us), data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})
-    config = cp_cli.with_dcp(config, decode_context_parallel_size)  # the KV sharded over DCP ranks
+    config = cp_cli.with_cp(config, prefill_context_parallel_size, decode_context_parallel_size)
     from graphsim.cli.pp_cli import with_pp
 
     if afd_config is not None and (pipeline_parallel_size > 1 or pp_layer_partition):

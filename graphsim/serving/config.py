@@ -56,6 +56,8 @@ class ParallelConfig(Strict):
     all2all_backend: str | None = None  # vLLM's --all2all-backend (None: its default, costing/all2all.py)
     # vLLM's --decode-context-parallel-size: the KV sharded over ranks of the TP group (costing/context_parallel.py)
     decode_context_parallel_size: int = Field(default=1, ge=1, le=4096)
+    # vLLM's --prefill-context-parallel-size: prefills split over more ranks, attention as a ring (×pcp the GPUs)
+    prefill_context_parallel_size: int = Field(default=1, ge=1, le=4096)
     replicas: int = Field(default=1, ge=1, le=1 << 20)  # independent copies behind the router (graphsim's)
     pipeline_parallel_size: int = Field(default=1, ge=1, le=1024)  # vLLM's --pipeline-parallel-size (costing/pipeline.py)
     pp_layer_partition: str | None = None  # vLLM's VLLM_PP_LAYER_PARTITION, e.g. "4,6,6,4" (None: the environment's)
@@ -74,7 +76,8 @@ class ParallelConfig(Strict):
 
     @property
     def world_size(self) -> int:
-        return self.tensor_parallel_size * self.data_parallel_size * self.replicas * self.pipeline_parallel_size
+        return (self.tensor_parallel_size * self.data_parallel_size * self.replicas * self.pipeline_parallel_size
+                * self.prefill_context_parallel_size)
 
 
 class MemoryOverrides(Strict):

@@ -1,5 +1,6 @@
-"""Decode context parallel in a deployment (vLLM's `decode_context_parallel_size`, `ParallelConfig`): the KV cache
-sharded along tokens over ranks of the TP group — capacity here, kernels in `costing.context_parallel`."""
+"""Context parallel in a deployment (vLLM's `prefill_context_parallel_size` and `decode_context_parallel_size`,
+`ParallelConfig`): the KV cache sharded along tokens over the context-parallel ranks — capacity here, kernels in
+`costing.context_parallel`."""
 
 from __future__ import annotations
 
@@ -7,24 +8,28 @@ from dataclasses import replace
 
 from graphsim.costing.context_parallel import ContextParallel
 from graphsim.serving.capacity import KvCapacity
-from graphsim.serving.config import DeploymentConfig
+from graphsim.serving.config import DeploymentConfig, ParallelConfig
 
 
-def sharded_capacity(cap: KvCapacity, dcp: int, tp: int) -> KvCapacity:
-    """The KV capacity with each rank holding 1/dcp of every sequence's tokens: vLLM's scheduler counts blocks of
-    block_size × dcp tokens of which each rank stores block_size (vllm/v1/core/single_type_kv_cache_manager.py,
-    `block_size *= dcp_world_size`); in graphsim's blocks of block_size tokens that is dcp× the blocks at 1/dcp of
-    the bytes per rank — dcp× the tokens and the concurrency, the same memory."""
-    ContextParallel(dcp=dcp).check(tp)
-    if dcp == 1:
+def sharded_capacity(cap: KvCapacity, parallel: ParallelConfig, tp: int) -> KvCapacity:
+    """The KV capacity with each rank holding 1/(pcp·dcp) of every sequence's tokens: vLLM's scheduler counts
+    blocks of block_size × the CP world of tokens of which each rank stores block_size
+    (vllm/v1/core/single_type_kv_cache_manager.py, `block_size *= dcp_world_size * pcp_world_size`); in graphsim's
+    blocks of block_size tokens that is that many times the blocks at that fraction of the bytes per rank — more
+    tokens and concurrency in the same memory."""
+    cp = ContextParallel(parallel.prefill_context_parallel_size, parallel.decode_context_parallel_size)
+    cp.check(tp)
+    n = cp.kv_capacity_factor
+    if n == 1:
         return cap
-    return replace(cap, bytes_per_block=-(-cap.bytes_per_block // dcp), num_blocks=cap.num_blocks * dcp)
+    return replace(cap, bytes_per_block=-(-cap.bytes_per_block // n), num_blocks=cap.num_blocks * n)
 
 
-def with_decode_context_parallel(config: DeploymentConfig, dcp: int) -> DeploymentConfig:
-    """`config` with vLLM's --decode-context-parallel-size (checked against its TP size)."""
-    ContextParallel(dcp=dcp).check(config.parallel.tensor_parallel_size)
-    if dcp == config.parallel.decode_context_parallel_size:
+def with_context_parallel(config: DeploymentConfig, pcp: int, dcp: int) -> DeploymentConfig:
+    """`config` with vLLM's --prefill-context-parallel-size and --decode-context-parallel-size (checked)."""
+    ContextParallel(pcp, dcp).check(config.parallel.tensor_parallel_size)
+    p = config.parallel
+    if (pcp, dcp) == (p.prefill_context_parallel_size, p.decode_context_parallel_size):
         return config
-    return config.model_copy(update={"parallel": config.parallel.model_copy(
-        update={"decode_context_parallel_size": dcp})})
+    return config.model_copy(update={"parallel": p.model_copy(
+        update={"prefill_context_parallel_size": pcp, "decode_context_parallel_size": dcp})})

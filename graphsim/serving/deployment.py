@@ -68,7 +68,8 @@ class Deployment:
                 "capacity)")
         p = self.config.parallel
         parallel = ParallelConfig(tensor_parallel_size=self.tp, pipeline_parallel_size=p.pipeline_parallel_size,
-                                  data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas)
+                                  data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas,
+                                  prefill_context_parallel_size=p.prefill_context_parallel_size)
         host = EngineHost(self.engine.host, self.acc.spec.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
             if host_time else None
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
@@ -157,10 +158,10 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
                            available_bytes=e.kv_cache_memory_bytes,
                            cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
-    if config.parallel.decode_context_parallel_size > 1:  # the KV sharded over DCP ranks (serving/context_parallel.py)
-        from graphsim.serving.context_parallel import sharded_capacity
+    if config.parallel.decode_context_parallel_size * config.parallel.prefill_context_parallel_size > 1:
+        from graphsim.serving.context_parallel import sharded_capacity  # the KV sharded over CP ranks
 
-        cap = sharded_capacity(cap, config.parallel.decode_context_parallel_size, tp)
+        cap = sharded_capacity(cap, config.parallel, tp)
     dep = Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
     if config.parallel.pipeline_parallel_size > 1 or config.parallel.pp_layer_partition:  # per stage (pipeline_plan.py)
         from graphsim.serving.pipeline_plan import plan_stages
@@ -204,10 +205,11 @@ def build_cost(dep: Deployment, profile: str | None = None, target: str | None =
         assert spec is not None
         return speculative_cost(dep, spec, profile, target or "vllm", moe_routing)
     cm = dep.cost_model(profile, target, moe_routing)
-    if dep.config.parallel.decode_context_parallel_size > 1:  # sharded attention + its collectives
-        from graphsim.costing.context_parallel import with_decode_context_parallel
+    cp = dep.config.parallel
+    if cp.decode_context_parallel_size * cp.prefill_context_parallel_size > 1:  # ring / sharded attention
+        from graphsim.costing.context_parallel import ContextParallel, with_context_parallel
 
-        cm = with_decode_context_parallel(cm, dep.config.parallel.decode_context_parallel_size)
+        cm = with_context_parallel(cm, ContextParallel(cp.prefill_context_parallel_size, cp.decode_context_parallel_size))
     if dep.config.parallel.pipeline_parallel_size > 1 or dep.config.parallel.pp_layer_partition:
         from graphsim.serving.pipeline_plan import pipeline_cost
 

@@ -219,12 +219,37 @@ def test_dcp_beyond_the_kv_copies_is_refused():
 
 def test_sharded_capacity_holds_dcp_times_the_tokens_in_the_same_memory():
     from graphsim.serving.capacity import KvCapacity
+    from graphsim.serving.config import ParallelConfig
     from graphsim.serving.context_parallel import sharded_capacity
 
     cap = KvCapacity(available_bytes=1000 * 4096, bytes_per_block=4096, num_blocks=1000, max_model_len=4096,
                      blocks_per_request=256, in_flight_tokens=8192, block_size=16)
-    s = sharded_capacity(cap, 4, tp=8)
+    s = sharded_capacity(cap, ParallelConfig(tensor_parallel_size=8, decode_context_parallel_size=4), tp=8)
     # each rank stores a quarter of every block: 4 × 1000 blocks of 16 tokens at 1024 B per rank = the same 4 MB
     assert (s.num_blocks, s.bytes_per_block, s.available_bytes) == (4000, 1024, cap.available_bytes)
     assert s.max_concurrency == pytest.approx(4 * cap.max_concurrency)
-    assert sharded_capacity(cap, 1, tp=8) is cap
+    # vLLM's logical block spans dcp × pcp ranks' pages (single_type_kv_cache_manager.py): 2 × 2 = 4 as well
+    both = ParallelConfig(tensor_parallel_size=8, decode_context_parallel_size=2, prefill_context_parallel_size=2)
+    assert sharded_capacity(cap, both, tp=8).num_blocks == 4000
+    assert both.world_size == 16  # pcp adds ranks, dcp does not
+    assert sharded_capacity(cap, ParallelConfig(tensor_parallel_size=8), tp=8) is cap
+
+
+@pytest.mark.slow
+def test_cli_simulate_prefill_context_parallel_halves_a_long_prefill(capsys, isolated_home):
+    from graphsim.cli.app import main
+
+    def ttft(pcp: int) -> tuple[float, int]:
+        code = main(["simulate", "llama-3.1-8b", "--gpu", "h200", "-pcp", str(pcp), "--concurrency", "1",
+                     "--input-len", "16384", "--output-len", "4", "--num-prompts", "2", "--json"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        doc = json.loads(out.out)
+        assert doc["summary"]["gpus"] == pcp  # pcp adds ranks
+        return doc["summary"]["ttft_ms"]["mean"], doc["deployment"]["capacity"]["num_blocks"]
+
+    (t1, b1), (t2, b2) = ttft(1), ttft(2)
+    assert b2 == 2 * b1  # the KV sharded over 2 ranks: twice the blocks of 16 tokens per rank
+    # per-token kernels at half the tokens and a 2-round ring: well under the single-rank prefill, above half of it
+    # (round 1's full block costs more than the diagonal, and the sends add)
+    assert t1 / 2 < t2 < 0.75 * t1
