@@ -38,12 +38,14 @@ GPU: both are recomputed from whatever profile is given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from graphsim.costing.hardware import HardwareSpec
-from graphsim.costing.kernels import CollectiveKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey, TableKind
+from graphsim.costing.kernels import (
+    CollectiveKey, GemmKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey, TableKind,
+)
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.roofline import KernelWork, kernel_work
 
@@ -55,6 +57,7 @@ BANDWIDTH_PERCENTILE = 90.0  # achieved bandwidth: a high percentile over bandwi
 BOUND_FACTOR = 4.0  # memory roofline >= 4 x compute roofline: still memory-bound at 25% of peak FLOP/s
 LARGE_FACTOR = 4.0  # memory roofline >= 4 launch floors: a launch cost is <= 1/5 of the row's time
 MIN_BOUND_ROWS = 16  # below this a 90th percentile is one or two rows: no rate
+COMPUTE_PERCENTILE = 90.0  # achieved share of peak FLOP/s: a high percentile over compute-bound GEMM rows
 
 
 @dataclass(frozen=True)
@@ -66,10 +69,13 @@ class ProfileRates:
     rows: int  # rows the floor was read from
     bound_rows: int  # bandwidth-bound rows the bandwidth was read from
     source: str  # the profile file's name, for labels
+    # achieved share of the spec's peak FLOP/s per compute dtype, over clearly compute-bound GEMM rows (none: {})
+    compute_share: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:
+        shares = "".join(f", flops / {v:.0%} of the {k} peak" for k, v in sorted(self.compute_share.items()))
         return (f"max({self.floor_us:.3g} µs launch floor, bytes / {self.bandwidth_bytes_per_s / 1e9:,.0f} GB/s "
-                f"achieved), from {self.bound_rows:,} bandwidth-bound of {self.rows:,} rows of {self.source}")
+                f"achieved{shares}), from {self.bound_rows:,} bandwidth-bound of {self.rows:,} rows of {self.source}")
 
 
 def _compute_s(key: KernelKey, work: KernelWork, spec: HardwareSpec) -> np.ndarray | None:
@@ -111,7 +117,33 @@ def compute_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
         return None
     achieved = nbytes[bound] / (times[bound] * 1e-6)
     rate = min(float(np.percentile(achieved, BANDWIDTH_PERCENTILE, method="lower")), bw)
-    return ProfileRates(floor, rate, len(times), int(bound.sum()), db.path.name)
+    return ProfileRates(floor, rate, len(times), int(bound.sum()), db.path.name, _compute_shares(db, spec, floor))
+
+
+def _compute_shares(db: ProfileDB, spec: HardwareSpec, floor_us: float) -> dict[str, float]:
+    """Per GEMM dtype: the COMPUTE_PERCENTILE of flops / (time × peak) over GEMM rows clearly bound by compute
+    (compute roofline ≥ BOUND_FACTOR × memory roofline and ≥ LARGE_FACTOR launch floors), capped at 1; a dtype
+    with fewer than MIN_BOUND_ROWS such rows gets none."""
+    shares: dict[str, list[np.ndarray]] = {}
+    bw = spec.memory_bandwidth_bytes_per_s
+    for key in db.keys(TableKind.GEMM):
+        rows = db.rows(key)
+        peak = spec.peak_flops(key.dtype)
+        if not len(rows) or peak is None or peak <= 0:
+            continue
+        work = kernel_work(key, rows.coords)
+        if work is None:
+            continue
+        comp = work.flops / peak
+        bound = (comp >= BOUND_FACTOR * work.bytes / bw) & (comp * 1e6 >= LARGE_FACTOR * floor_us)
+        if bound.any():
+            shares.setdefault(str(key.dtype), []).append(comp[bound] / (rows.times_us[bound] * 1e-6))
+    out = {}
+    for dtype, parts in shares.items():
+        x = np.concatenate(parts)
+        if len(x) >= MIN_BOUND_ROWS:
+            out[dtype] = min(float(np.percentile(x, COMPUTE_PERCENTILE, method="lower")), 1.0)
+    return out
 
 
 def profile_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
@@ -139,8 +171,9 @@ def rowless_note(db: ProfileDB, spec: HardwareSpec) -> str:
 
 def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: np.ndarray,
                roofline: np.ndarray) -> np.ndarray | None:
-    """Derived times of `key` at `coords` (N, d), NaN at compute-bound points (which keep `roofline`, the
-    kernel's roofline at the same points); None when no point can be derived."""
+    """Derived times of `key` at `coords` (N, d): memory-bound points at the achieved bandwidth, compute-bound
+    GEMM points at the achieved share of the dtype's peak FLOP/s when the profile has one (NaN otherwise: they
+    keep `roofline`, the kernel's roofline at the same points); None when no point can be derived."""
     if isinstance(key, CollectiveKey):  # the interconnect, not DRAM
         return None
     work = kernel_work(key, coords)
@@ -151,4 +184,7 @@ def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: 
         return None
     mem = work.bytes / spec.memory_bandwidth_bytes_per_s
     out = np.maximum(np.maximum(rates.floor_us, work.bytes / rates.bandwidth_bytes_per_s * 1e6), roofline)
+    share = rates.compute_share.get(str(key.dtype)) if isinstance(key, GemmKey) else None
+    if share:  # a compute-bound GEMM no rows cover (e.g. an LM head wider than every measured n)
+        return np.maximum(out, comp / share * 1e6)
     return np.where(mem >= comp, out, np.nan)

@@ -35,6 +35,7 @@ from graphsim.costing.kernels import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from graphsim.costing.hardware import HardwareSpec
     from graphsim.costing.interpolate import Evaluator
     from graphsim.costing.timing import Timing
 
@@ -82,6 +83,11 @@ class GeometryCurve:
         from graphsim.costing.interpolate import timing_at
 
         return timing_at(self, point)
+
+    def best_fraction(self, hardware: HardwareSpec) -> float | None:
+        """The best share of the roofline the neighbouring geometries' rows achieve (the largest of theirs)."""
+        got = [f for _, c in self.corners if (f := c.best_fraction(hardware)) is not None]
+        return max(got) if got else None
 
 
 def _weights(values: list[int], x: int) -> list[tuple[int, float]] | None:

@@ -7,7 +7,8 @@ another (bilinear where there are two, on ragged grids too: each slice interpola
 points). Inside the measured
 range the result lies between the neighbouring rows and is monotone where they are; outside it
 the edge segment's log-log slope, clamped to [0, 1] (a time never falls as work grows, and never
-grows faster than the coordinate), extends it and the result is marked `extrapolated`. A coordinate measured at one value only is matched exactly
+grows faster than the coordinate), extends it and the result is marked `extrapolated`; an extrapolated time
+is also held at the best share of its roofline that the key's measured rows achieve (`KernelPricer._ceiling`). A coordinate measured at one value only is matched exactly
 or not at all.
 
 `KernelPricer` runs the chain for one profile.db and hardware spec, scalar (`time`) or vectorised
@@ -137,6 +138,8 @@ class Evaluator(Protocol):
 
     def at(self, point: Point) -> Timing: ...
 
+    def best_fraction(self, hardware: HardwareSpec) -> float | None: ...
+
 
 def timing_at(curve: Evaluator, point: Point) -> Timing:
     """One point of a curve as a Timing (its source, or missing with the rows it has)."""
@@ -158,6 +161,8 @@ class Curve:
         self.num_rows = len(rows)
         self.dims = rows.coords.shape[1]
         self._grid = _Level(grid_coordinates(rows.key, rows.coords), rows.times_us.astype(np.float64))
+        self._coords, self._times = rows.coords.astype(np.float64), rows.times_us.astype(np.float64)
+        self._best: dict[str, float | None] = {}
 
     def evaluate(self, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """coords (N, d) in point order → (times_us with NaN where unavailable, source codes int8:
@@ -169,6 +174,19 @@ class Curve:
 
     def at(self, point: Point) -> Timing:
         return timing_at(self, point)
+
+    def best_fraction(self, hardware: HardwareSpec) -> float | None:
+        """The largest share of its roofline any measured row of this key achieved (roofline time / row time);
+        None without a roofline for the key."""
+        if hardware.id not in self._best:
+            rt = roofline_us(hardware, self.key, self._coords)
+            best = None
+            if rt is not None:
+                ok = np.isfinite(rt) & (self._times > 0)
+                if ok.any():
+                    best = float(np.max(rt[ok] / self._times[ok]))
+            self._best[hardware.id] = best
+        return self._best[hardware.id]
 
 
 @dataclass
@@ -204,6 +222,12 @@ class KernelPricer:
         curve = self.curve(key)
         if curve is not None:
             timing = curve.at(point)
+            if timing.source is TimeSource.EXTRAPOLATED and timing.time_us is not None:
+                q1 = np.asarray([point_coords(point)], dtype=np.float64)
+                t1, _ = self._ceiling(key, curve, q1, np.asarray([timing.time_us]), np.asarray([EXTRAPOLATED]))
+                if t1[0] > timing.time_us:
+                    timing = Timing(float(t1[0]), TimeSource.EXTRAPOLATED,
+                                    f"{timing.detail}; held at the best share of the roofline its rows achieve".lstrip("; "))
             if not timing.is_missing:
                 floor = self._floor_us(key, np.asarray([point_coords(point)], dtype=np.float64))
                 if floor is not None and timing.time_us is not None and timing.time_us < floor[0]:
@@ -227,6 +251,7 @@ class KernelPricer:
         curve = self.curve(key)
         if curve is not None:
             t, s = curve.evaluate(q)
+            t, s = self._ceiling(key, curve, q, t, s)
         else:
             t, s = np.full(len(q), np.nan), np.full(len(q), MISSING, dtype=np.int8)
         floor = self._floor_us(key, q)
@@ -264,6 +289,26 @@ class KernelPricer:
             if d is not None:
                 ok = np.isfinite(d)
                 t[ok], s[ok] = d[ok], DERIVED
+        return t, s
+
+    def _ceiling(self, key: KernelKey, curve: Evaluator, q: np.ndarray, t: np.ndarray,
+                 s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Extrapolated times held at the best efficiency the rows show: outside the measured range a kernel
+        runs no closer to its roofline than the best measured row of its key (or of the neighbouring keys a
+        geometry interpolation reads) did — the edge slope alone can run on toward the datasheet peak, which no
+        measured row reaches (e.g. A100 decode attention, measured up to ~1.5 TB/s, extrapolated to 1.8). Not
+        for collectives (their roofline is no bound: `_floor_us`)."""
+        ext = s == EXTRAPOLATED
+        if self.hardware is None or isinstance(key, CollectiveKey) or not ext.any():
+            return t, s
+        best = curve.best_fraction(self.hardware)
+        if best is None or best <= 0:
+            return t, s
+        rt = roofline_us(self.hardware, key, q[ext])
+        if rt is None:
+            return t, s
+        t = t.copy()
+        t[ext] = np.maximum(t[ext], rt / best)
         return t, s
 
     def _floor_us(self, key: KernelKey, q: np.ndarray) -> np.ndarray | None:
