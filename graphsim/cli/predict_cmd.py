@@ -138,4 +138,4 @@ def predict_cmd(
     print_pipeline(console, cm, steps, specs)
     cp_cli.print_context_parallel(console, cm, cp, steps, specs)
     if spec is not None:
-        spec_cli.print_speculative(console, spec)
+        spec_cli.print_speculative(console, spec, tree, limit)

@@ -59,12 +59,16 @@ class SpecPrediction:
     draft_note: str
     reports: list[Any]  # SpecStepReport per decode batch
     skipped: list[str]
+    verify: Any = None  # costing.predict.Prediction of the verify steps (kernels, regions)
+    draft: Any = None  # of the draft passes (None for ngram)
 
     def to_json(self) -> dict[str, Any]:
         return {"speculative": {"config": self.spec.to_vllm(), "acceptance": list(self.acceptance.rates),
                                 "expected_tokens_per_step": self.acceptance.expected_tokens(), "note": self.note,
                                 "draft": self.draft_note, "steps": [r.to_json() for r in self.reports],
-                                "not_speculative": self.skipped}}
+                                "not_speculative": self.skipped,
+                                "verify_kernels": self.verify.to_json() if self.verify is not None else None,
+                                "draft_kernels": self.draft.to_json() if self.draft is not None else None}}
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,23 @@ def predict_speculative(cm, opts: SpecOptions | None, specs: list[str], steps: l
         seqs = step.sequences
         ctx = round(sum(g.cached_tokens * g.count for g in step.groups) / seqs)
         reports.append(spec_report(pricer, label, seqs, ctx, opts.acceptance.expected_tokens()))
-    return SpecPrediction(opts.spec, opts.acceptance, opts.note, pricer.draft_note, reports, skipped)
+    verify = draft = None
+    if reports:  # the kernels of each part, as predict prices a batch (the cost tree, regions, sources)
+        from graphsim.costing.predict import predict
+        from graphsim.serving.spec_cost import verify_step
+
+        k = opts.spec.k
+        verify = predict(cm, [verify_step(r.sequences, r.context, k) for r in reports],
+                         [f"verify {r.spec} (k={k}: {r.sequences * (k + 1)} decode rows)" for r in reports])
+        draft_cm = pricer.draft_cost_model()
+        if draft_cm is not None:
+            steps, labels = [], []
+            for r in reports:
+                first, later = pricer.draft_steps(r.sequences, r.context)
+                steps += [first] + ([later] if k > 1 else [])
+                labels += [f"draft pass 1 of {r.spec} (its LM head here at every token; the step samples one a sequence)"] + ([f"one of the draft passes 2..{k} of {r.spec}"] if k > 1 else [])
+            draft = predict(draft_cm, steps, labels)
+    return SpecPrediction(opts.spec, opts.acceptance, opts.note, pricer.draft_note, reports, skipped, verify, draft)
 
 
 def _vocab_from_graph(cm) -> int:
@@ -110,8 +130,15 @@ def _vocab_from_graph(cm) -> int:
     return heads[-1].attrs.geometry_as(GemmGeometry).n * cm.tp if heads else 0
 
 
-def print_speculative(console, sp: SpecPrediction) -> None:
+def print_speculative(console, sp: SpecPrediction, tree: bool = True, limit: int = 25) -> None:
     from rich.table import Table
+
+    from graphsim.render.cost_view import render_prediction
+
+    if sp.verify is not None:  # each part's kernels, as predict shows a batch
+        console.print(render_prediction(sp.verify, tree, limit))
+    if sp.draft is not None:
+        console.print(render_prediction(sp.draft, tree, limit))
 
     console.print(f"speculative decoding: {sp.spec.describe()}; {sp.note}", highlight=False, markup=False)
     console.print(f"draft: {sp.draft_note}", highlight=False, markup=False)

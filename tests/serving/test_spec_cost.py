@@ -173,6 +173,10 @@ def test_cli_predict_kv_simulate(tiny_ds, capsys, tmp_path, monkeypatch):
     step = s["steps"][0]
     assert step["total_us"] == pytest.approx(sum(x["time_us"] for x in step["parts"]))
     assert step["us_per_token"] == pytest.approx(step["total_us"] / (8 * 2.2))
+    # the parts' kernels as predict shows a batch: the verify step is 8 × 3 decode rows; two draft passes priced
+    v, dr = s["verify_kernels"]["batches"], s["draft_kernels"]["batches"]
+    assert [(b["tokens"], b["sequences"]) for b in v] == [(24, 24)] and len(dr) == 2
+    assert v[0]["total_us"] == pytest.approx(step["parts"][0]["time_us"])
     plain = _json(capsys, "kv", tiny_ds, "--gpu", "h200")
     kv = _json(capsys, "kv", tiny_ds, "--gpu", "h200", "--speculative-config", sc)
     # one MTP layer of MLA latent: (32 + 16) × 2 B = 96 B a token more
