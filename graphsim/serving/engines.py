@@ -142,7 +142,8 @@ def engine_memory_budget(engine: str, spec, cfg: dict, precision, tp: int, total
                          activation_gib=activation_gib, overhead_gib=overhead_gib, cudagraph_gib=cudagraph_gib,
                          available_bytes=available_bytes)
     if engine == "sglang":
-        d = sglang_memory_defaults(total_bytes, tp)
+        # the fraction SGLang derives for this chunked_prefill_size (the launch line states it explicitly)
+        d = sglang_memory_defaults(total_bytes, tp, chunked_prefill_size=max_num_batched_tokens)
         f = d.mem_fraction_static
         terms = [t for t in full.terms if t.name in ("weights", "rotary cos/sin cache")]
         over = full.term("runtime overhead (non-torch)")

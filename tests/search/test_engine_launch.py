@@ -41,9 +41,11 @@ def test_sglang_launch_matches_the_prediction(tmp_path):
         assert _flag(argv, "--chunked-prefill-size") == "4096"
         assert _flag(argv, "--context-length") == "8192"
         assert _flag(argv, "--page-size") == "1" == str(dep.layout.block_size)
-        # the fraction the KV budget assumed: H200 at tp 2 (server_args.py heuristic, test_engine_scheduling)
-        assert float(_flag(argv, "--mem-fraction-static")) == dep.budget.utilization \
-            == sglang_memory_defaults(dep.hardware.memory_bytes, 2).mem_fraction_static
+        # the fraction the KV budget assumed, SGLang's for chunk 4096 at tp 2 on an H200 (144384 MiB):
+        # reserved = max(512 + 4096 × 1.5 + 256 × 2 + 2 / 8 × 1024, 10240) = max(7424, 10240) = 10240 MiB
+        # → round((144384 − 10240) / 144384, 3) = round(0.92908, 3) = 0.929
+        assert float(_flag(argv, "--mem-fraction-static")) == dep.budget.utilization == 0.929
+        assert sglang_memory_defaults(dep.hardware.memory_bytes, 2, chunked_prefill_size=4096).reserved_mib == 10240
         assert "--disable-radix-cache" not in argv  # the radix cache the prediction simulated
 
 
