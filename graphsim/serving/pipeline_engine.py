@@ -1,8 +1,9 @@
 """A pipeline-parallel vLLM V1 engine in the simulator: up to `pp` batches in flight, each through every stage.
 
 vLLM V1 with pipeline parallelism runs `EngineCore.step_with_batch_queue` (vllm/v1/engine/core.py), with a batch
-queue of `max_concurrent_batches` = the pipeline-parallel size (the multiprocessing / Ray executors'
-`max_concurrent_batches`): while the queue has room and the scheduler has requests it can schedule, it schedules
+queue of `max_concurrent_batches` = the pipeline-parallel size (vllm/config/vllm.py
+`VllmConfig.max_concurrent_batches`: "PP requires PP-size concurrent batches to fill the pipeline"; older releases
+state it on the multiprocessing / Ray executors): while the queue has room and the scheduler has requests it can schedule, it schedules
 a batch and hands it to the executor without waiting; when the queue is full, or nothing more can be scheduled, it
 blocks until the oldest batch's output comes back and updates the scheduler from it. The scheduler advances a
 request's `num_computed_tokens` when it schedules it (`Scheduler._update_after_schedule`), so a request whose
@@ -22,8 +23,8 @@ engine's scheduling and input preparation, host.py) delays the batch's first sta
 launch order, when a batch completes; that is when vLLM's engine core can schedule again.
 
 Not modelled: speculative decoding with pp > 1 (refused), decode segments priced in one call (every batch is
-priced on its own), and the pipeline with async scheduling's extra batch (vLLM 0.11+ adds one with
---async-scheduling; the queue here is pp deep).
+priced on its own), and async scheduling's extra batch (with the V2 model runner vLLM keeps pp + 1 in flight; the
+queue here is pp deep).
 """
 
 from __future__ import annotations
