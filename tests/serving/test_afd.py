@@ -96,7 +96,8 @@ def _tiny(name: str):
     return ResolvedModel(f"tiny-{name}", cfg, "path", "test")
 
 
-@pytest.fixture(scope="module", params=["qwen3-30b-a3b", "deepseek-v3"])
+# DeepSeek-V3's tiny trace (dense layer 0, MoE layer 1 with a shared expert, MLA) takes ~6 s: slow
+@pytest.fixture(scope="module", params=["qwen3-30b-a3b", pytest.param("deepseek-v3", marks=pytest.mark.slow)])
 def traced(request):
     pytest.importorskip("torch")
     from graphsim.importers.hf import import_hf
