@@ -20,7 +20,8 @@ from graphsim.serving.vllm_log import GIB, VllmLog, VllmLogError, read_vllm_log
 PARAMS = {"tensor_parallel_size": "tp", "max_model_len": "max_model_len", "kv_cache_dtype": "kv_dtype",
           "dtype": "dtype", "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
           "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
-          "enable_prefix_caching": "prefix_caching", "enable_chunked_prefill": "chunked_prefill"}
+          "enable_prefix_caching": "prefix_caching", "enable_chunked_prefill": "chunked_prefill",
+          "speculative_config": "speculative_config"}
 # Parameters whose change invalidates the KV memory the log measured (it is what was left after weights and
 # activations at those settings).
 _KV_MEMORY_DEPENDS_ON = ("tp", "dtype", "gpu_memory_utilization", "max_num_batched_tokens")

@@ -26,6 +26,7 @@ Terminal-wrapped lines (a record broken at the console width) are joined back; A
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -211,6 +212,8 @@ def parse_vllm_log(text: str, path: str = "<log>") -> VllmLog:
             for key, value in _non_default_args(m.group(1)).items():
                 if key in _ARG_FIELDS and isinstance(value, (int, float, str, bool)):
                     log._set(key, value, "non-default args")
+                elif key == "speculative_config" and isinstance(value, dict):  # --speculative-config, as its JSON
+                    log._set(key, json.dumps(value, separators=(",", ":")), "non-default args")
         if m := _MAX_LEN.search(rec):
             log._set("max_model_len", int(m.group(1)), "Using max model len", override=True)
         if m := _BATCHED.search(rec):

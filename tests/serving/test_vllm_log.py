@@ -80,6 +80,8 @@ def test_recent_v1_non_default_args():
     assert (log.args["kv_cache_dtype"], log.args["dtype"], log.args["max_num_seqs"]) == ("fp8_e5m2", "float16", 2)
     assert log.args["max_model_len"] == 262_144 and log.args["max_num_batched_tokens"] == 8192
     assert log.kv_cache_tokens == 619_479 and log.max_concurrency == (262_144, 2.36)
+    # "'speculative_config': {'method': 'mtp', 'num_speculative_tokens': 3}": kept as the JSON --speculative-config takes
+    assert log.args["speculative_config"] == '{"method":"mtp","num_speculative_tokens":3}'
 
 
 def test_non_literal_args_are_read_entry_by_entry():
