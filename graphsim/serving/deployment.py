@@ -146,6 +146,10 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     acc = accounting(resolved.config, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
                      ignore_quant=config.ignore_quant)
     eng = e.resolve(hw, cfg)
+    if not eng.profile.is_vllm and (config.parallel.pipeline_parallel_size > 1 or config.parallel.pp_layer_partition):
+        from graphsim.costing.pipeline import PipelineError
+
+        raise PipelineError(f"--pipeline-parallel-size is modelled for vLLM's engine only, not {eng.profile.name}")
     if not eng.profile.is_vllm:  # SGLang / TensorRT-LLM: their own page size and KV budget (serving/engines.py)
         return _plan_other_engine(config, resolved, hw, acc, eng, cfg)
     layout = kv_layout(acc.spec, acc.precision, tp, e.block_size)

@@ -37,7 +37,7 @@ import numpy as np
 
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout
-from graphsim.serving.pricing import IterationCost
+from graphsim.serving.pricing import NUM_SOURCES, IterationCost, SourceMeter, new_meter
 from graphsim.serving.records import IterationLog, Request, Samples
 from graphsim.serving.scheduler import Engine, StepPlan
 
@@ -67,6 +67,30 @@ class PipelineCost:
     def decode_run_us(self, batch: int, ctx_mean0: float, k: int) -> tuple[np.ndarray, np.ndarray]:
         parts = [c.decode_run_us(batch, ctx_mean0, k) for c in self.stages]
         return sum((p[0] for p in parts), np.zeros(k)), np.maximum.reduce([p[1] for p in parts])
+
+    def meter(self) -> SourceMeter:
+        """Kernel-level source shares: every stage's own meter (`pricing.new_meter`), summed."""
+        return PipelineMeter([new_meter(c) for c in self.stages])
+
+
+class PipelineMeter:
+    """The stages' meters side by side: each sees every batch (a batch runs on every stage)."""
+
+    def __init__(self, meters: list[SourceMeter]) -> None:
+        self.meters = meters
+        self.basis = "kernel" if all(m.basis == "kernel" for m in meters) else "iteration worst source"
+
+    def step(self, us: float, source: int, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
+             chunks: list[tuple[int, int]]) -> None:
+        for m in self.meters:  # a kernel-level meter reads the batch, not `us`; a worst-source one is given the sum
+            m.step(us / len(self.meters), source, tokens, seqs, dec_count, dec_ctx_mean, chunks)
+
+    def run(self, times_us: np.ndarray, sources: np.ndarray, batch: int, ctx_mean0: float) -> None:
+        for m in self.meters:
+            m.run(times_us / len(self.meters), sources, batch, ctx_mean0)
+
+    def source_us(self) -> np.ndarray:
+        return sum((m.source_us() for m in self.meters), np.zeros(NUM_SOURCES))
 
 
 @dataclass

@@ -106,7 +106,10 @@ class WorstSourceMeter:
 
 def new_meter(cost: IterationCost) -> SourceMeter:
     """The cost's own kernel-level meter when it has one (`TreeCost`), else `WorstSourceMeter`."""
-    return cost.meter() if isinstance(cost, TreeCost) else WorstSourceMeter()
+    if isinstance(cost, TreeCost):
+        return cost.meter()
+    own = getattr(cost, "meter", None)  # a cost made of TreeCosts (e.g. pipeline stages) meters through theirs
+    return own() if callable(own) else WorstSourceMeter()
 
 
 def context_grid(max_context: int) -> np.ndarray:

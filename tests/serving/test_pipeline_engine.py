@@ -58,6 +58,8 @@ def test_two_stages_two_micro_batches_by_hand():
     np.testing.assert_allclose(req.column("first_token_t"), [0.008, 0.013], rtol=0, atol=1e-12)
     np.testing.assert_allclose(req.column("finish_t"), [0.018, 0.023], rtol=0, atol=1e-12)
     np.testing.assert_allclose(res.itl_values, [0.010, 0.010], rtol=0, atol=1e-12)
+    # the source shares count each batch's stage times once: 4 batches × (3 + 5) ms, all roofline (the stand-in's)
+    assert res.source_us == {ROOFLINE: pytest.approx(4 * 8000.0)}
 
 
 def test_one_batch_at_a_time_without_a_second_request():
