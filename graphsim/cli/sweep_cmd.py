@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from graphsim.cli import options as opt
+from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
 
 
@@ -72,6 +73,8 @@ def sweep_cmd(
     slo_e2e_ms: opt.SloE2eMs = None,
     plot: str | None = typer.Option(None, "--plot", help="Write the throughput-latency curves to this PNG "
                                                         "(needs matplotlib)."),
+    speculative_config: spec_cli.SpeculativeConfigOpt = None,
+    spec_acceptance: spec_cli.SpecAcceptanceOpt = None,
     as_json: opt.Json = False,
 ) -> None:
     """Sweep request rates (open loop) or concurrencies (closed loop) on one traced model: throughput against
@@ -92,13 +95,14 @@ def sweep_cmd(
 
         check_plot_path(plot)
     ins, outs = parse_lengths(input_len, "--input-len"), parse_lengths(output_len, "--output-len")
-    config = DeploymentConfig.parse(opt.deployment_data(
+    spec_opts = spec_cli.options(model, speculative_config, spec_acceptance)
+    config = DeploymentConfig.parse({**spec_cli.deployment_field(spec_opts), **opt.deployment_data(
         model, gpu, tp, replicas, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
         enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
-                                           network_latency_us)))
+                                           network_latency_us))})
     routing = parse_routing(moe_routing)
     dep = plan_deployment(config)
     workloads: list[tuple[str, float, Any]] = []  # (label, value, workload)
@@ -120,7 +124,7 @@ def sweep_cmd(
         what += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
         cost, note, _ = build_cost(dep, profile, moe_routing=routing)  # once for the whole sweep
-    setup = dep.simulation_setup(cost, router=router, host_time=host_time)
+    setup = spec_cli.with_acceptance(dep.simulation_setup(cost, router=router, host_time=host_time), spec_opts, seed)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     points: list[dict[str, Any]] = []
     for i, (label, value, workload) in enumerate(workloads):
