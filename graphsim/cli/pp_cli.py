@@ -58,3 +58,17 @@ def print_kv_stages(console: Any, dep: Any) -> None:
         from graphsim.render.pipeline_view import kv_stage_table
 
         console.print(kv_stage_table(dep))
+
+
+def check_alone(pp: int, partition: str | None, **others: Any) -> None:
+    """Refuse, by name, the modes not modelled together with pipeline parallelism (before any trace): each of
+    `others` is the value of one such option (off: None, False, 0 or 1)."""
+    if pp == 1 and partition is None:
+        return
+    names = {"data_parallel_size": "--data-parallel-size", "afd": "--afd", "speculative_config": "--speculative-config",
+             "context_parallel": "context parallelism"}
+    for key, value in others.items():
+        if value not in (None, False, 0, 1, ""):
+            from graphsim.costing.pipeline import PipelineError
+
+            raise PipelineError(f"{names.get(key, key)} with --pipeline-parallel-size is not modelled; drop one of them")

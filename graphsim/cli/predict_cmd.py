@@ -63,6 +63,11 @@ def predict_cmd(
     from graphsim.workload import parse_batch_spec
 
     specs = batch or ["prefill:1x2048", "decode:64x2048"]
+    from graphsim.cli.pp_cli import check_alone
+
+    check_alone(pipeline_parallel_size, pp_layer_partition, data_parallel_size=data_parallel_size, afd=afd,
+                speculative_config=speculative_config, context_parallel=max(prefill_context_parallel_size,
+                                                                           decode_context_parallel_size))
     spec_opts = spec_cli.options(model, speculative_config, spec_acceptance, revision)  # checked before a trace
     from graphsim.cli.dp_predict import expert_parallel_size
 

@@ -66,6 +66,8 @@ def test_partition_from_vllm_environment_variable(capsys, monkeypatch):
     (["-pp", "40"], "exceeds the model's 32 layers"),
     (["-pp", "2", "--pp-layer-partition", "4,4"], "sums to 8 layers"),
     (["-pp", "2", "--pp-layer-partition", "x"], "invalid layer partition"),
+    (["-pp", "2", "-dp", "2"], "--data-parallel-size with --pipeline-parallel-size is not modelled"),
+    (["-pp", "2", "--afd", "2:2"], "--afd with --pipeline-parallel-size is not modelled"),
 ])
 def test_bad_pipeline_values_are_one_line(capsys, args, says):
     code = main(["predict", "llama-3.1-8b", "--gpu", "h200", "--batch", "decode:8x128", *args])
