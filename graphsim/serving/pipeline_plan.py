@@ -113,6 +113,9 @@ def plan_stages(dep: Deployment) -> Deployment:
         raise PipelineError("speculative decoding with --pipeline-parallel-size > 1 is not modelled; drop one of them")
     from graphsim.serving.dp_attention import coupled
 
+    if getattr(par, "decode_context_parallel_size", 1) > 1:
+        raise PipelineError("decode context parallelism with --pipeline-parallel-size > 1 is not modelled; drop one of "
+                            "them")
     if coupled(par, dep.acc.spec):
         raise PipelineError("data-parallel attention (-dp on a MoE model) with --pipeline-parallel-size > 1 is not "
                             "modelled; drop one of them")
