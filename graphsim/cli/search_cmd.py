@@ -39,8 +39,9 @@ def search_cmd(
                                       help="SLO on mean time to first token, ms."),
     tpot: float | None = typer.Option(None, "--tpot", callback=opt.positive_ms,
                                       help="SLO on mean time per output token, ms."),
-    mode: str = typer.Option("both", "--mode", help="agg, disagg, afd (attention–FFN disaggregation, MoE models), a "
-                                                    "comma list of them, both (agg,disagg) or all."),
+    mode: str = typer.Option("both", "--mode", help="agg, disagg, afd (attention–FFN disaggregation, MoE models), dp "
+                                                    "(vLLM's -dp N --enable-expert-parallel, MoE models), a comma list "
+                                                    "of them, both (agg,disagg) or all."),
     tp: str | None = typer.Option(None, "--tp", "--tensor-parallel-size", "-tp",
                                   help="TP sizes to try, e.g. 1,2,4,8 (default: powers of two to a node)."),
     pp: str | None = typer.Option(None, "--pipeline-parallel-size", "-pp", "--pp",
@@ -94,10 +95,10 @@ def search_cmd(
         DEFAULT_BATCHED_TOKENS, DEFAULT_PREFILL_BATCHED_TOKENS, DEFAULT_SEQS, SearchSpec, SearchSpecError,
     )
 
-    modes = {"both": ("agg", "disagg"), "all": ("agg", "disagg", "afd")}.get(mode) or tuple(
+    modes = {"both": ("agg", "disagg"), "all": ("agg", "disagg", "afd", "dp")}.get(mode) or tuple(
         dict.fromkeys(m.strip() for m in mode.split(",")))
-    if not all(m in ("agg", "disagg", "afd") for m in modes):
-        raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg, afd, a comma list of them, both or all")
+    if not all(m in ("agg", "disagg", "afd", "dp") for m in modes):
+        raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg, afd, dp, a comma list of them, both or all")
     if engine == "auto" and (target_request_rate is not None or target_concurrency is not None
                              or from_vllm_log or profile or plot or save_dir):
         raise SearchSpecError("--engine auto runs the throughput search of each engine on its own tables; drop "

@@ -82,6 +82,10 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
         from graphsim.serving.pipeline_plan import with_pipeline_size
 
         config = with_pipeline_size(config, pool.pp)
+    if pool.dp > 1:  # vLLM's --data-parallel-size with --enable-expert-parallel (serving/dp_search.py)
+        from graphsim.serving.dp_search import dp_config
+
+        config = dp_config(spec.base, pool)
     dep = plan_deployment(config)
     e = dep.engine
     if not e.profile.is_vllm:
@@ -95,6 +99,7 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
             "block_size": e.block_size if e.block_size is not None else dep.layout.block_size,
             "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill,
             "enable_expert_parallel": pool.ep > 1, **({"pipeline_parallel_size": pool.pp} if pool.pp > 1 else {}),
+            **({"data_parallel_size": pool.dp} if pool.dp > 1 else {}),
             **({"speculative_config": spec.base.speculative_config.model_dump(exclude_none=True)}
                if spec.base.speculative_config else {})}
 
@@ -118,6 +123,8 @@ def serve_argv(model: str, settings: dict[str, Any], port: int, disagg: bool, ro
         argv.append(f"--{flag}" if settings[key] else f"--no-{flag}")
     if settings.get("pipeline_parallel_size", 1) > 1:
         argv += ["--pipeline-parallel-size", str(settings["pipeline_parallel_size"])]
+    if settings.get("data_parallel_size", 1) > 1:  # one engine of dp lockstep ranks (serving/dp_search.py)
+        argv += ["--data-parallel-size", str(settings["data_parallel_size"])]
     if settings["enable_expert_parallel"]:
         argv.append("--enable-expert-parallel")
     if settings.get("speculative_config"):  # vLLM's --speculative-config JSON (serving/speculative.py)
@@ -140,7 +147,7 @@ def plan_instances(spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node:
     for _ in range(replicas):
         for k, pool in enumerate(c.pools):
             for _i in range(pool.instances):
-                width = min(pool.tp * pool.pp, gpus_per_node)  # a pipeline wider than a node starts on a fresh one
+                width = min(pool.tp * pool.pp * pool.dp, gpus_per_node)  # a pipeline wider than a node starts on a fresh one
                 if used + width > gpus_per_node:
                     node, used = node + 1, 0
                 n = count.get(pool.role, 0)

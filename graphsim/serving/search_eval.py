@@ -209,6 +209,10 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
         from graphsim.serving.afd_search import afd_steady
 
         return afd_steady(ctx, c)
+    if c.mode == "dp":  # data-parallel attention + expert parallel (dp_search.py)
+        from graphsim.serving.dp_search import dp_steady
+
+        return dp_steady(ctx, c)
     if c.mode == "agg":
         (p,) = c.pools
         sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep) if p.pp == 1 else _cycle(ctx, p), isl, osl,
@@ -293,6 +297,10 @@ def _warm(ctx: SearchContext, c: Candidate) -> None:
 
 
 def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
+    if c.mode == "dp":  # lockstep DP ranks (dp_search.py)
+        from graphsim.serving.dp_search import dp_simulated
+
+        return dp_simulated(ctx, c)
     clients = c.clients if c.mode == "disagg" else c.pools[0].max_num_seqs  # agg: one instance stands for all
     _warm(ctx, c)
     ramp = clients / _steady(ctx, c).requests_per_s  # clients start over one predicted cycle, not all at once

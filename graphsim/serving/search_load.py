@@ -68,7 +68,7 @@ AXES = ("max_num_seqs", "max_num_batched_tokens", "prefill_batched_tokens")
 def _pool_index(c: Candidate, axis: str) -> int | None:
     """Which pool of `c` an axis changes (None: the axis does not apply): max_num_seqs of the aggregated or
     decode pool; max_num_batched_tokens of the aggregated pool; the prefill pool's max_num_batched_tokens."""
-    if c.mode == "afd":  # AFD units are not refined
+    if c.mode in ("afd", "dp"):  # AFD units and DP×EP instances are not refined
         return None
     if axis == "max_num_seqs":
         return len(c.pools) - 1

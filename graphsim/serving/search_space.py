@@ -62,7 +62,8 @@ class SearchSpec(Strict):
     # None: 1, and the powers of two ≥ 2 whose tp × pp spans more than one node (vLLM's guidance: tensor parallel
     # inside a node, pipeline parallel across nodes); give (1,) to explore none.
     pp: _SIZES | None = None
-    modes: Annotated[tuple[Literal["agg", "disagg", "afd"], ...], Field(min_length=1)] = ("agg", "disagg")  # afd: afd_search.py
+    # afd: afd_search.py; dp: data-parallel attention + expert parallel, MoE models (dp_search.py)
+    modes: Annotated[tuple[Literal["agg", "disagg", "afd", "dp"], ...], Field(min_length=1)] = ("agg", "disagg")
     max_num_seqs: _SIZES = DEFAULT_SEQS
     max_num_batched_tokens: _SIZES = DEFAULT_BATCHED_TOKENS
     prefill_batched_tokens: _SIZES = DEFAULT_PREFILL_BATCHED_TOKENS
@@ -112,13 +113,16 @@ class PoolConfig:
     max_num_seqs: int
     max_num_batched_tokens: int
     pp: int = 1  # pipeline stages of an instance (tp GPUs each)
+    dp: int = 1  # vLLM's --data-parallel-size of an instance: lockstep DP ranks of tp GPUs each (dp_search.py)
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.instances
+        return self.tp * self.pp * self.instances * self.dp
 
     def label(self) -> str:
         ep = f" ep{self.ep}" if self.ep > 1 else ""
+        if self.dp > 1:
+            return f"dp{self.dp} tp{self.tp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens} a rank"
         if self.role == "prefill":
             return f"{self.instances}P tp{self.tp}{ep} (batch {self.max_num_batched_tokens})"
         if self.role == "decode":
@@ -172,6 +176,8 @@ class Candidate:
         rep = f" ×{self.replicas}" if self.replicas > 1 else ""
         if self.mode == "agg":
             return f"agg {self.pools[0].label()}{rep}"
+        if self.mode == "dp":  # the pool's label starts with its dp size
+            return f"{self.pools[0].label()}{rep}"
         if self.mode == "afd":
             a, f = self.pools
             return (f"afd {a.label()} + {f.label()}, m={self.micro_batches}, seqs {a.max_num_seqs}, "
@@ -367,6 +373,10 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
                         pools = (PoolConfig("prefill", tp_p, ep_p, x, planner.default_seqs, mnbt_p),
                                  PoolConfig("decode", tp_d, ep_d, y, seqs, mnbt_d))
                         add("disagg", pools, y * seqs, (mem_p, mem_d))
+    if "dp" in spec.modes and experts and spec.gpus >= 2:  # data-parallel attention + expert parallel instances
+        from graphsim.serving.dp_search import enumerate_dp
+
+        enumerate_dp(spec, planner, tps, experts, add, pruned)
     if "afd" in spec.modes and spec.gpus >= 2:  # attention–FFN disaggregated units
         from graphsim.serving.afd_search import enumerate_afd
 
