@@ -329,3 +329,26 @@ def test_search_mode_accepts_afd(capsys, mode, ok):
         err = capsys.readouterr().err.strip()
         assert "unknown --mode" in err and len(err.splitlines()) == 1
     assert code == 2
+
+
+def test_simulate_runs_afd_units_on_the_attention_pools_kv(traced, tmp_path, request):
+    """A closed loop through 2 attention instances (tp 1) and 2 FFN GPUs: every request completes, the GPUs are
+    2 + 2, the engines are the 2 instances, and each has the attention pool's KV blocks."""
+    import json
+
+    from graphsim.serving.afd import AfdCost, afd_deployment, afd_setup, build_afd_model
+    from graphsim.serving.config import DeploymentConfig
+    from graphsim.serving.deployment import plan_deployment
+    from graphsim.serving.requests import ClosedLoop, Lengths
+    from graphsim.serving.simulator import simulate
+
+    (tmp_path / "config.json").write_text(json.dumps(_tiny(request.node.callspec.params["traced"]).config))
+    cfg = AfdConfig(2, 2, 2, False, 1)
+    dep = plan_deployment(DeploymentConfig.parse({"model": str(tmp_path / "config.json"), "hardware": "h200",
+                                                  "engine": {"max_num_seqs": 8, "max_model_len": 1024}}))
+    dep = afd_deployment(dep, cfg)
+    setup = afd_setup(dep, AfdCost(build_afd_model(traced, "h200", cfg)), cfg, host_time=False)
+    res = simulate(setup, ClosedLoop(8, 24, Lengths(100, 100), Lengths(20, 20)))
+    assert setup.gpus == 4 and setup.replicas == 2 and setup.num_blocks == dep.capacity.num_blocks
+    assert res.requests.completed_mask.sum() == 24
+    assert len(res.per_replica) == 2
