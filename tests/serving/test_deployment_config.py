@@ -178,7 +178,7 @@ def test_search_spec_takes_a_base_config_and_checks_its_ranges():
     assert "\n" not in msg and msg.startswith("search spec: ")
     for fragment in ("base.engine.gpu_memory_utilization: input should be less than or equal to 1 (got 2)",
                      "gpus: input should be greater than or equal to 1 (got 0)",
-                     "modes.0: input should be 'agg' or 'disagg' (got 'both')",
+                     "modes.0: input should be 'agg', 'disagg', 'afd' or 'dp' (got 'both')",
                      "max_num_seqs: tuple should have at least 1 item",
                      "tp.1: input should be greater than or equal to 1 (got 0)",
                      "kv_link_gbps: input should be greater than 0 (got -1)",
