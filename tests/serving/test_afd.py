@@ -65,6 +65,26 @@ def test_composition_matches_an_event_simulation_of_the_ring(a, d, e, c, m):
     assert got == pytest.approx(want)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_layers_of_two_kinds_stay_close_to_the_event_simulation(m):
+    """Layer kinds with different stage times (the per-kind sum with the first kind's fill is an approximation):
+    DeepSeek-V3's 3 dense + 58 MoE layers with the stage times `predict --afd 8:8 --afd-attention-tp 1
+    --afd-ffn-parallel ep -b decode:64x4096` printed (µs: a 235.4, d 83.4, c 19.2; e 202.9 dense, 863.0 MoE)."""
+    dense, moe = (235.4, 83.4, 202.9, 19.2), (235.4, 83.4, 863.0, 19.2)
+    free = [0.0] * 4
+    ready = [0.0] * m
+    for st in [dense] * 3 + [moe] * 58:
+        for j in range(m):
+            t = ready[j]
+            for k, dur in enumerate(st):
+                t = max(t, free[k]) + dur
+                free[k] = t
+            ready[j] = t
+    arr = [np.asarray([[dense[k]], [moe[k]]]) for k in range(4)]
+    got = compose_us(*arr, [3, 58], m, np.zeros(1), np.zeros(1))[0]
+    assert got == pytest.approx(max(ready), rel=2e-3)
+
+
 def test_micro_batches_split_decodes_and_chunks():
     # 64 decodes at 2048 in 2 micro-batches: 32 each; a 1024-token prefill chunk after 100 cached: pieces of
     # 512, the busiest (last) one after 100 + 512 = 612 cached; 5 decodes in 2: ⌈5/2⌉ = 3
