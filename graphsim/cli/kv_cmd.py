@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from graphsim.cli import cp_cli
 from graphsim.cli import options as opt
 from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
@@ -19,6 +20,8 @@ def kv_cmd(
     revision: opt.Revision = None,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
+    prefill_context_parallel_size: cp_cli.PrefillContextParallel = 1,
+    decode_context_parallel_size: cp_cli.DecodeContextParallel = 1,
     pipeline_parallel_size: opt.PipelineParallel = 1,
     pp_layer_partition: opt.PpLayerPartition = None,
     data_parallel_size: opt.DataParallel = 1,
@@ -60,6 +63,7 @@ def kv_cmd(
         memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib})})
     from graphsim.cli.pp_cli import print_kv_stages, with_pp
 
+    config = cp_cli.with_cp(config, prefill_context_parallel_size, decode_context_parallel_size)  # the KV sharded
     dep = plan_deployment(with_pp(config, pipeline_parallel_size, pp_layer_partition))
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None
     if as_json:
