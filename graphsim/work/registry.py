@@ -77,6 +77,10 @@ BUILDERS: dict[str, Builder] = {
     "Glm4MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.GLM4_MOE),
     "NemotronHForCausalLM": nemotron_h.build_nemotron_h,
     "Gemma4ForCausalLM": gemma4.build_gemma4_text,
+    "Glm4MoeLiteForCausalLM": partial(mla.build_mla_decoder, mla.GLM4_MOE_LITE),
+    "MiniCPM3ForCausalLM": partial(mla.build_mla_decoder, mla.MINICPM3),
+    "GraniteSWAForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_SWA),
+    "GraniteMoeSWAForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_MOE_SWA),
 }
 
 

@@ -212,6 +212,18 @@ GPT_NEOX = GqaProfile(
 EMU3 = LLAMA
 # FlexOlmo: OLMo-2's post-norms and full-width q/k norms with OLMoE's experts.
 FLEX_OLMO = OLMOE
+# Granite-SWA / GraniteMoE-SWA: Granite's (GraniteMoE's) layers plus one learned sink logit per head
+# (GraniteSWAAttention.sinks); without layer_types every 4th layer from 0 is full, the rest slide over
+# sliding_window (default 128) (models/granite_swa, granitemoe_swa configuration __post_init__).
+GRANITE_SWA = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, sinks=True, sliding_default=128, window_rule=WindowRule.PERIODIC,
+    period_default=4,
+)
+GRANITE_MOE_SWA = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, sinks=True, sliding_default=128, window_rule=WindowRule.PERIODIC,
+    period_default=4,
+    moe=MoeFields("num_local_experts", "intermediate_size", module="block_sparse_moe", router_module="router"),
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(

@@ -23,10 +23,19 @@ class MlaProfile:
     topk_method_default: str  # V2 "greedy", V3 "noaux_tc"
     sparse_attention: bool = False  # DeepSeek sparse attention: a lightning indexer per layer
     mlp_bias: Flag = MLP_BIAS  # DeepseekV2MLP / V3MLP: bias=config.mlp_bias (shared experts too)
+    # MiniCPM3Config.__post_init__: v_head_dim None means hidden_size / num_attention_heads
+    v_head_dim_from_hidden: bool = False
 
 
 DEEPSEEK_V2 = MlaProfile(first_k_dense_default=0, topk_method_default="greedy")
 DEEPSEEK_V3 = MlaProfile(first_k_dense_default=3, topk_method_default="noaux_tc")
+# GLM-4.7-Flash (Glm4MoeLite): V3's MLA and DeepSeekMoE with the score-correction router; its MLPs take
+# no bias (Glm4MoeLiteMLP bias=False) and Glm4MoeLiteConfig.__post_init__ makes only layer 0 dense when
+# mlp_layer_types is absent (transformers models/glm4_moe_lite).
+GLM4_MOE_LITE = MlaProfile(first_k_dense_default=1, topk_method_default="noaux_tc", mlp_bias=NEVER)
+# MiniCPM3: MLA with a dense MLP (bias mlp_bias) in every layer, no MoE; v_head_dim defaults to
+# hidden/heads (transformers models/minicpm3 MiniCPM3Config, MiniCPM3Attention).
+MINICPM3 = MlaProfile(first_k_dense_default=0, topk_method_default="greedy", v_head_dim_from_hidden=True)
 # DeepSeek-V3.2 and GLM-5 (GlmMoeDsa): V3's MLA + DeepSeekMoE (sigmoid router with score correction,
 # Glm4MoeLite's router) plus DSA's indexer (transformers models/deepseek_v32, glm_moe_dsa).
 # Youtu: MLA with a dense MLP in every layer and no MoE (transformers models/youtu; YoutuMLP bias=False).
@@ -109,7 +118,8 @@ def build_mla_decoder(profile: MlaProfile, view: ConfigView) -> ModelSpec:
         kv_lora_rank=view.req_int("kv_lora_rank"),
         qk_nope_head_dim=view.req_int("qk_nope_head_dim"),
         qk_rope_head_dim=view.req_int("qk_rope_head_dim"),
-        v_head_dim=view.req_int("v_head_dim"),
+        v_head_dim=(view.opt_int("v_head_dim", None) or frame.hidden // frame.heads) if profile.v_head_dim_from_hidden
+        else view.req_int("v_head_dim"),
         bias=view.opt_bool("attention_bias", False),
     )
     indexers = _indexers(view, frame.hidden, q_lora, frame.layers) if profile.sparse_attention else None
