@@ -54,7 +54,7 @@ def kv_cmd(
                                      "max_num_batched_tokens", "max_num_seqs", "kv_memory")
         (engine, speculative_config) = from_log.get("engine", "speculative_config")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
-    spec_opts = spec_cli.options(model, speculative_config, None)
+    spec_opts = spec_cli.options(model, speculative_config, None, need_acceptance=False)  # capacity only
     config = DeploymentConfig.parse({**spec_cli.deployment_field(spec_opts), **opt.deployment_data(
         model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,

@@ -35,8 +35,10 @@ def vocab_size(config: dict[str, Any]) -> int:
     return int(language_model_config(config).get("vocab_size") or config.get("vocab_size") or 0) if config else 0
 
 
-def speculative(text: str | None, acceptance: str | None, config: dict[str, Any]) -> tuple[SpeculativeConfig, Acceptance, str] | None:
-    """The parsed options (None without --speculative-config), and a note on the acceptance used."""
+def speculative(text: str | None, acceptance: str | None, config: dict[str, Any],
+                need_acceptance: bool = True) -> tuple[SpeculativeConfig, Acceptance, str] | None:
+    """The parsed options (None without --speculative-config), and a note on the acceptance used.
+    `need_acceptance` False: a command that does not use it (kv) takes the default for every method."""
     from graphsim.serving.speculative import (
         DEFAULT_ACCEPTANCE_NOTE, SpeculativeError, parse_acceptance, parse_speculative_config,
     )
@@ -46,7 +48,7 @@ def speculative(text: str | None, acceptance: str | None, config: dict[str, Any]
             raise SpeculativeError("--spec-acceptance needs --speculative-config (the method and k it applies to)")
         return None
     spec = parse_speculative_config(text, config or None)
-    acc = parse_acceptance(acceptance, spec.k)
+    acc = parse_acceptance(acceptance, spec.k, spec.method if need_acceptance else "mtp")
     note = acc.describe() if acceptance is not None else f"{acc.describe()}; {DEFAULT_ACCEPTANCE_NOTE}"
     return spec, acc, note
 
@@ -79,10 +81,11 @@ class SpecOptions:
     vocab: int  # the target's vocabulary (0: read from the graph's LM head)
 
 
-def options(model: str, text: str | None, acceptance: str | None, revision: str | None = None) -> SpecOptions | None:
+def options(model: str, text: str | None, acceptance: str | None, revision: str | None = None,
+            need_acceptance: bool = True) -> SpecOptions | None:
     """The checked options (before any trace: a model without MTP layers asked for mtp is refused here)."""
     config = model_config(model, revision)
-    parsed = speculative(text, acceptance, config)
+    parsed = speculative(text, acceptance, config, need_acceptance)
     if parsed is None:
         return None
     return SpecOptions(*parsed, vocab_size(config))

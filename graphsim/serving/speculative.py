@@ -234,10 +234,15 @@ DEFAULT_ACCEPTANCE_NOTE = (f"no --spec-acceptance: {DEFAULT_RATE} per draft posi
                            "or workload")
 
 
-def parse_acceptance(text: str | None, k: int) -> Acceptance:
+def parse_acceptance(text: str | None, k: int, method: str = "mtp") -> Acceptance:
     """`--spec-acceptance`: a rate `0.8` (every position), or a per-position list `0.9,0.7,0.5` / `[0.9,0.7,0.5]`
-    of length k. None: DEFAULT_RATE at every position (stated by DEFAULT_ACCEPTANCE_NOTE)."""
+    of length k. None: DEFAULT_RATE at every position for `mtp` (stated by DEFAULT_ACCEPTANCE_NOTE); the other
+    methods have no published figure graphsim could apply (an EAGLE head's or an n-gram match's acceptance is its
+    own and the workload's), so they need it given."""
     if text is None:
+        if method != "mtp":
+            raise SpeculativeError(f"method {method} needs --spec-acceptance (a rate, or one per draft position): the "
+                                   f"{DEFAULT_RATE} default is DeepSeek-V3's MTP figure and says nothing about {method}")
         return Acceptance(tuple([DEFAULT_RATE] * k), "")
     body = text.strip().strip("[]")
     try:

@@ -187,3 +187,15 @@ def test_bad_speculative_config_is_one_line_on_every_command(cmd, bad, capsys):
     code = main([*cmd, "--speculative-config", bad])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_acceptance_default_is_mtp_only(capsys):
+    # 0.85 is DeepSeek-V3's MTP figure: the other methods need theirs given (kv, which does not use it, does not ask)
+    assert parse_acceptance(None, 2).rates == (0.85, 0.85)
+    with pytest.raises(SpeculativeError, match="method ngram needs --spec-acceptance"):
+        parse_acceptance(None, 2, "ngram")
+    from graphsim.cli.app import main
+
+    sc = '{"method": "ngram", "num_speculative_tokens": 2}'
+    assert main(["simulate", "llama-3.1-8b", "--rate", "1", "-n", "5", "--speculative-config", sc]) == 2
+    assert "method ngram needs --spec-acceptance" in capsys.readouterr().err
