@@ -15,7 +15,7 @@ SpeculativeConfigOpt = Annotated[str | None, typer.Option(
     '"draft_model"|"ngram", "num_speculative_tokens": k, "model": DRAFT, "prompt_lookup_max": N}.')]
 SpecAcceptanceOpt = Annotated[str | None, typer.Option(
     "--spec-acceptance", help="Draft acceptance: a rate per position (0.8) or one conditional rate per position "
-    "(0.9,0.7,0.5). Default: 0.85 per position, a stated assumption.")]
+    "(0.9,0.7,0.5). Default for mtp only: 0.85 a position, a stated assumption; other methods must give it.")]
 
 
 def model_config(model: str, revision: str | None = None) -> dict[str, Any]:
