@@ -2,10 +2,11 @@
 
 A step of B decoding sequences at context C with k drafts each (vLLM V1; speculative.py has the sources):
 
-    verify   = target tree over the step's groups, each decoding sequence a (k+1)-token query after C cached
-               tokens, with the one-row-per-sequence kernels (LM head, the final norm before it) at B·(k+1) rows
-               plus one per prefill chunk: vLLM computes logits at every draft position (`SpecDecodeMetadata.
-               logits_indices`, vllm/v1/worker/gpu_model_runner.py `_calc_spec_decode_metadata`);
+    verify   = target tree over the step's groups, each decoding sequence's k + 1 queries as k + 1 decode rows
+               at context C + k/2 (`verify_step`): GEMMs at B·(k+1) tokens, the one-row-per-sequence kernels (LM
+               head) at B·(k+1) rows — vLLM computes logits at every draft position (`SpecDecodeMetadata.
+               logits_indices`, vllm/v1/worker/gpu_model_runner.py `_calc_spec_decode_metadata`) — and decode
+               attention at B·(k+1) rows, aiconfigurator's convention;
     draft    = pass 1 over the same tokens (`EagleProposer.propose` runs the draft over every scheduled token
                and samples at each request's last one: `last_token_indices`), then k − 1 passes of one token
                per sequence (its loop over `num_speculative_tokens`), vllm/v1/spec_decode/eagle.py at 008603a3;
@@ -35,7 +36,7 @@ Not modelled: EAGLE-3's first layer reading the 2·hidden concatenation (the tra
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -170,7 +171,6 @@ class SpecStepReport:
     expected_tokens_per_sequence: float
     plain_decode_us: float  # the same batch decoding one token each, no speculation
     plain_source: str
-    regions: list[dict[str, Any]] = field(default_factory=list)  # the verify step's regions
 
     @property
     def total_us(self) -> float:
@@ -194,7 +194,7 @@ class SpecStepReport:
                 "parts": [vars(p) for p in self.parts], "total_us": self.total_us, "source": self.source,
                 "expected_tokens_per_sequence": self.expected_tokens_per_sequence,
                 "us_per_token": self.us_per_token, "plain_decode_us": self.plain_decode_us,
-                "plain_source": self.plain_source, "speedup": self.speedup, "verify_regions": self.regions}
+                "plain_source": self.plain_source, "speedup": self.speedup}
 
 
 def _code(source: str) -> int:
