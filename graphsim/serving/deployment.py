@@ -163,9 +163,9 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
                            cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     if config.parallel.decode_context_parallel_size * config.parallel.prefill_context_parallel_size > 1:
-        from graphsim.serving.context_parallel import sharded_capacity  # the KV sharded over CP ranks
+        from graphsim.serving.context_parallel import kv_copies, sharded_capacity  # the KV over CP ranks
 
-        cap = sharded_capacity(cap, config.parallel, tp)
+        cap = sharded_capacity(cap, config.parallel, tp, kv_copies(acc.spec, acc.precision, tp))
     dep = Deployment(config, resolved, hw, acc, eng, layout, budget, cap)
     if config.parallel.pipeline_parallel_size > 1 or config.parallel.pp_layer_partition:  # per stage (pipeline_plan.py)
         from graphsim.serving.pipeline_plan import plan_stages

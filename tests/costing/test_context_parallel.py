@@ -253,3 +253,29 @@ def test_cli_simulate_prefill_context_parallel_halves_a_long_prefill(capsys, iso
     # per-token kernels at half the tokens and a 2-round ring: well under the single-rank prefill, above half of it
     # (round 1's full block costs more than the diagonal, and the sends add)
     assert t1 / 2 < t2 < 0.75 * t1
+
+
+def _kv_tokens(capsys, *args: str) -> tuple[int, str]:
+    from graphsim.cli.app import main
+
+    code = main(["kv", *args, "--gpu", "h200", "--json"])
+    out = capsys.readouterr()
+    if code:
+        return code, out.err
+    doc = json.loads(out.out)
+    return 0, str((doc.get("capacity") or doc["deployment"]["capacity"])["tokens"])
+
+
+def test_cli_kv_dcp_shards_the_kv_and_refuses_what_vllm_refuses(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    # MLA: every TP rank holds the whole latent, so dcp 8 at tp 8 holds 8× the tokens in the same memory
+    _, one = _kv_tokens(capsys, "deepseek-v3", "--tp", "8")
+    _, eight = _kv_tokens(capsys, "deepseek-v3", "--tp", "8", "-dcp", "8")
+    assert int(eight) == 8 * int(one)
+    # GQA with 8 KV heads: at tp 2 no rank holds a copy (refused); at tp 16 two ranks hold each head (allowed)
+    code, err = _kv_tokens(capsys, "llama-3.1-8b", "--tp", "2", "-dcp", "2")
+    assert code == 2 and "can be at most 1" in err and len(err.strip().splitlines()) == 1
+    assert _kv_tokens(capsys, "llama-3.1-8b", "--tp", "16", "-dcp", "2")[0] == 0
+    # a hybrid model's per-request state is not sharded: refused by name
+    code, err = _kv_tokens(capsys, "qwen3-next-80b-a3b", "--tp", "4", "-dcp", "2")
+    assert code == 2 and "state layers is not modelled" in err
