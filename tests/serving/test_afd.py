@@ -80,8 +80,8 @@ def test_layers_of_two_kinds_stay_close_to_the_event_simulation(m):
                 t = max(t, free[k]) + dur
                 free[k] = t
             ready[j] = t
-    arr = [np.asarray([[dense[k]], [moe[k]]]) for k in range(4)]
-    got = compose_us(*arr, [3, 58], m, np.zeros(1), np.zeros(1))[0]
+    a, d, e, c = (np.asarray([[dense[k]], [moe[k]]]) for k in range(4))
+    got = compose_us(a, d, e, c, [3, 58], m, np.zeros(1), np.zeros(1))[0]
     assert got == pytest.approx(max(ready), rel=2e-3)
 
 
