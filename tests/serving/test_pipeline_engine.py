@@ -83,3 +83,25 @@ def test_the_engine_is_used_for_a_pipeline_cost_and_throughput_beats_one_stage_a
     assert np.nanmax(piped.requests.column("finish_t")) < np.nanmax(whole.requests.column("finish_t"))
     loop = run_events(small_setup(cost=PipelineCost([half, half]), caching=False), specs[:2])
     assert [type(e) for e in loop.engines] == [PipelineEngine]
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_preemption_and_prefix_caching_keep_every_request_whole(pp):
+    # a KV cache too small for the load: requests in flight get preempted and readmitted; every request still gets
+    # exactly its output tokens, in order in time, and every block comes back
+    rng = np.random.default_rng(0)
+    specs = [RequestSpec(0.002 * i, int(rng.integers(100, 2000)), int(rng.integers(5, 200)),
+                         prefix_id="p" if i % 3 == 0 else None, prefix_tokens=64 if i % 3 == 0 else 0)
+             for i in range(200)]
+    half = AffineCost(base_us=2500.0, per_token_us=0.025, per_seq_us=1.0, per_ctx_us=0.00025)
+    setup = small_setup(num_blocks=700, mnbt=1024, max_num_seqs=64, cost=PipelineCost([half] * pp), caching=True)
+    loop = run_events(setup, specs)
+    (engine,) = loop.engines
+    assert isinstance(engine, PipelineEngine)
+    assert engine.preemptions > 0  # the case this test is about
+    t = loop.table
+    assert t.completed_mask.all()
+    np.testing.assert_array_equal(t.column("num_output_tokens"), [s.output_tokens for s in specs])
+    assert np.all(t.column("first_token_t") >= t.column("arrival"))
+    assert np.all(t.column("finish_t") >= t.column("first_token_t"))
+    assert engine.pool.used == 0 and not engine.inflight and engine.running.size == 0
