@@ -321,6 +321,7 @@ def speculative_pricer(cm: CostModel, spec: SpeculativeConfig, vocab: int, draft
     model argument or a loader; default: `spec.model`); it is traced at the target's TP on the same hardware and
     profile."""
     bw = cm.hardware.memory_bandwidth_bytes_per_s if cm.hardware is not None else 0.0
+    spec.check_tp(cm.tp)
     if spec.method == "ngram":
         return SpecPricer(cm, spec, None, None, None, "n-gram: no GPU draft; the host's n-gram match is not priced (no "
                           "published per-sequence time for vLLM's numba proposer): missing, charged 0", vocab, bw)

@@ -73,6 +73,7 @@ def draft_footprint(dep: Deployment, spec: SpeculativeConfig) -> DraftFootprint:
 
 def with_speculation(dep: Deployment, spec: SpeculativeConfig) -> Deployment:
     """`dep` with the draft's KV layers in its layout, its weights in the budget, and the capacity recomputed."""
+    spec.check_tp(dep.tp)
     fp = draft_footprint(dep, spec)
     layout = dep.layout
     notes = list(layout.notes)

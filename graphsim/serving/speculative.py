@@ -85,6 +85,7 @@ class SpeculativeConfig:
     prompt_lookup_max: int | None = None
     prompt_lookup_min: int | None = None
     given_method: str = ""  # as the user spelled it (e.g. deepseek_mtp)
+    draft_tensor_parallel_size: int | None = None  # vLLM's; None: the target's TP (the only size graphsim models)
 
     @property
     def k(self) -> int:
@@ -109,7 +110,16 @@ class SpeculativeConfig:
             out["prompt_lookup_max"] = self.prompt_lookup_max
         if self.prompt_lookup_min is not None:
             out["prompt_lookup_min"] = self.prompt_lookup_min
+        if self.draft_tensor_parallel_size is not None:
+            out["draft_tensor_parallel_size"] = self.draft_tensor_parallel_size
         return out
+
+    def check_tp(self, tp: int) -> None:
+        """graphsim prices the draft at the target's TP (vLLM's default); another draft TP is refused by name."""
+        if self.draft_tensor_parallel_size not in (None, tp):
+            raise SpeculativeError(f"draft_tensor_parallel_size {self.draft_tensor_parallel_size} differs from the "
+                                   f"target's tensor_parallel_size {tp}: graphsim prices the draft at the target's TP "
+                                   "only; drop it or set it to the target's")
 
     def to_args(self) -> SpeculativeArgs:
         return SpeculativeArgs(**self.to_vllm())
@@ -167,7 +177,8 @@ def parse_speculative_config(text: str | dict[str, Any] | SpeculativeArgs, model
         k = k or layers  # vLLM: defaults to the draft config's n_predict (the MTP layer count)
     if k is None:
         raise SpeculativeError(f"--speculative-config needs num_speculative_tokens for method {method}")
-    return SpeculativeConfig(method, k, raw.model, raw.prompt_lookup_max, raw.prompt_lookup_min, raw.method)  # type: ignore[arg-type]
+    return SpeculativeConfig(method, k, raw.model, raw.prompt_lookup_max, raw.prompt_lookup_min, raw.method,  # type: ignore[arg-type]
+                             raw.draft_tensor_parallel_size)
 
 
 def mtp_layers(model_config: dict[str, Any]) -> int:

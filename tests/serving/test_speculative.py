@@ -199,3 +199,13 @@ def test_acceptance_default_is_mtp_only(capsys):
     sc = '{"method": "ngram", "num_speculative_tokens": 2}'
     assert main(["simulate", "llama-3.1-8b", "--rate", "1", "-n", "5", "--speculative-config", sc]) == 2
     assert "method ngram needs --spec-acceptance" in capsys.readouterr().err
+
+
+def test_another_draft_tp_is_refused_by_name():
+    s = parse_speculative_config({"method": "draft_model", "model": "x", "num_speculative_tokens": 2,
+                                  "draft_tensor_parallel_size": 1})
+    s.check_tp(1)  # the target's TP: priced
+    with pytest.raises(SpeculativeError, match="draft_tensor_parallel_size 1 differs from the target's "
+                                               "tensor_parallel_size 2"):
+        s.check_tp(2)
+    assert s.to_vllm()["draft_tensor_parallel_size"] == 1
