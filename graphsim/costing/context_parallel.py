@@ -43,6 +43,7 @@ import numpy as np
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.cost_tree import ChunkView, Labeled, Leaf, Parallel, Scale, Sum, Tree
 from graphsim.errors import GraphsimError
+from graphsim.ir import Op
 from graphsim.ir.geometry import AttentionGeometry, CollectiveGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 
@@ -122,6 +123,9 @@ def with_prefill_context_parallel(cm: CostModel, pcp: int) -> CostModel:
     ContextParallel(pcp=pcp).check(cm.tp)
     if pcp == 1:
         return cm
+    if any(n.kernel.kind is KernelKind.LINEAR_ATTENTION for n in cm.graph.nodes if n.op is Op.KERNEL):
+        raise ContextParallelError(f"{cm.graph.name} has linear-attention or Mamba layers, whose state would pass "
+                                   "from rank to rank; prefill context parallel is not modelled for them")
     from graphsim.costing.cost_tree import build_tree, compile_tree
 
     kv = cm.dtypes.kv.element_bytes
