@@ -60,7 +60,8 @@ class SearchSpec(Strict):
     tp: _SIZES | None = None  # None: powers of two up to min(gpus, GPUs per node)
     # pipeline-parallel sizes of aggregated candidates (vLLM's --pipeline-parallel-size, serving/pipeline_plan.py).
     # None: 1, and the powers of two ≥ 2 whose tp × pp spans more than one node (vLLM's guidance: tensor parallel
-    # inside a node, pipeline parallel across nodes); give (1,) to explore none.
+    # inside a node, pipeline parallel across nodes, https://docs.vllm.ai/en/v0.8.3/serving/distributed_serving.html
+    # "How to decide the distributed inference strategy?"); give (1,) to explore none.
     pp: _SIZES | None = None
     # afd: afd_search.py; dp: data-parallel attention + expert parallel, MoE models (dp_search.py)
     modes: Annotated[tuple[Literal["agg", "disagg", "afd", "dp"], ...], Field(min_length=1)] = ("agg", "disagg")
