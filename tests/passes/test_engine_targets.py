@@ -4,8 +4,12 @@ trtllm.py cite the sources)."""
 import pytest
 from passes_helpers import kernels_of_layer
 
+from graphsim.catalog import catalog
 from graphsim.ir.geometry import GemmGeometry
+from graphsim.ir.kernel import KernelAttrs
 from graphsim.passes import run_pipeline
+
+ALL = [e.name for e in catalog()]
 
 
 @pytest.fixture
@@ -52,3 +56,15 @@ def test_moe_kernels_are_named_per_engine(imported):
              for t in ("vllm", "sglang", "trtllm")}
     assert "fused_moe" in names["vllm"] and "fused_moe" in names["sglang"]
     assert "cutlass_fused_moe" in names["trtllm"]
+
+
+@pytest.mark.slow  # traces every catalog model (about 2 min alone)
+@pytest.mark.parametrize("name", ALL)
+def test_engine_targets_fuse_and_partition_every_catalog_model(name, imported):
+    g = imported(name)
+    for target in ("sglang", "trtllm"):
+        for pipe in (f"fold,fuse{{target={target}}}", f"fold,fuse{{target={target}}},tp{{size=2}}"):
+            out = run_pipeline(g, pipe).graph
+            out.verify("test")
+            assert all(isinstance(n.attrs, KernelAttrs) for n in out.nodes)
+            assert out.meta.fuse_target == target
