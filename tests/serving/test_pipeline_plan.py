@@ -61,3 +61,19 @@ def test_partition_and_refusals():
         _plan("llama-3.1-8b", 1, 2, pp_layer_partition="10,20")
     with pytest.raises(PipelineError, match="exceeds the model's 32 layers"):
         _plan("llama-3.1-8b", 1, 33)
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "gemma-2-9b", "deepseek-v2-lite"])
+@pytest.mark.parametrize("pp", [2, 3])
+def test_kv_bytes_per_token_are_conserved_over_stages(model, pp):
+    # each stage keeps the KV of its own layers: summed over the stages, a token's KV bytes are one GPU's
+    # (full, sliding-window and MLA layers alike; padding layers vLLM adds to equalise groups are not KV of a token)
+    one = _plan(model, 1, 1)
+    split = _plan(model, 1, pp)
+    assert isinstance(split, PipelinedDeployment)
+    assert sum(s.layout.bytes_per_token for s in split.stages) == one.layout.bytes_per_token
+    layers = {}
+    for s in split.stages:
+        for part in s.layout.parts():
+            layers[part.layer.label] = layers.get(part.layer.label, 0) + part.layers
+    assert layers == {part.layer.label: part.layers for part in one.layout.parts()}
