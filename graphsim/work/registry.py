@@ -81,6 +81,11 @@ BUILDERS: dict[str, Builder] = {
     "MiniCPM3ForCausalLM": partial(mla.build_mla_decoder, mla.MINICPM3),
     "GraniteSWAForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_SWA),
     "GraniteMoeSWAForCausalLM": partial(gqa.build_gqa_decoder, gqa.GRANITE_MOE_SWA),
+    "ApertusForCausalLM": partial(gqa.build_gqa_decoder, gqa.APERTUS),
+    "Apertus1p5TextForCausalLM": partial(gqa.build_gqa_decoder, gqa.APERTUS),
+    "PersimmonForCausalLM": partial(gqa.build_gqa_decoder, gqa.PERSIMMON),
+    "PhiForCausalLM": partial(gqa.build_gqa_decoder, gqa.PHI),
+    "OlmoForCausalLM": partial(gqa.build_gqa_decoder, gqa.OLMO),
 }
 
 

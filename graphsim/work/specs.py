@@ -89,6 +89,7 @@ class GqaAttention:
     o_bias: bool = False
     qk_norm: bool = False
     qk_norm_full: bool = False  # q/k norms over all heads' width (OLMo-2, Cohere) instead of one head_dim
+    qk_norm_bias: bool = False  # q/k norms are LayerNorms with a bias (Persimmon, Phi)
     output_gate: bool = False
     sinks: bool = False
     block_norms: int = 1  # hidden-size norms this block owns (pre-norm; Gemma-2 adds a post-norm)
@@ -413,3 +414,5 @@ class ModelSpec:
     # layer_scalar, per-layer-input gate/projection/norm: the layer's `ffn` block)
     embed_extras: tuple[Weight, ...] = ()
     layer_extras: tuple[Weight, ...] = ()
+    head_bias: bool = False  # the untied LM head has a bias (Phi)
+    final_norm: bool = True  # False: the final norm has no weights (OLMo's non-parametric LayerNorm)

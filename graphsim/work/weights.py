@@ -68,8 +68,12 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         if attn.qk_norm:
             q_w, k_w = (attn.heads * hd, attn.kv_heads * hd) if attn.qk_norm_full else (hd, hd)
             ws.append(Weight("norm", f"{sa}.q_norm", NORM, (q_w,)))
+            if attn.qk_norm_bias:
+                ws.append(Weight("norm", f"{sa}.q_norm", BIAS, (q_w,)))
             if not attn.kv_shared:
                 ws.append(Weight("norm", f"{sa}.k_norm", NORM, (k_w,)))
+                if attn.qk_norm_bias:
+                    ws.append(Weight("norm", f"{sa}.k_norm", BIAS, (k_w,)))
         if attn.sinks:
             ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,)))
         ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.o_bias)
@@ -192,12 +196,16 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
                 if model.norm_bias and w.kind is NORM and w.module in BLOCK_NORMS:
                     bias = Weight(w.part, w.module, BIAS, w.shape)
                     placed.append(PlacedWeight(group.segment(block, w.part), f"{prefix}.{w.module}", bias, group.count))
-    placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", NORM, (model.hidden,))))
-    if model.norm_bias:
-        placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", BIAS, (model.hidden,))))
+    if model.final_norm:
+        placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", NORM, (model.hidden,))))
+        if model.norm_bias:
+            placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", BIAS,
+                                                                          (model.hidden,))))
     head = head_weight(model)
     if head is not None:
         placed.append(head)
+    if model.head_bias:  # its own vector even when the matrix is tied (Phi)
+        placed.append(PlacedWeight("head", "lm_head", Weight("head", "lm_head", BIAS, (model.vocab,))))
     return tuple(placed)
 
 

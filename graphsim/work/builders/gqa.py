@@ -8,13 +8,13 @@ config itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from graphsim.errors import ConfigError
 from graphsim.work.builders.common import ALWAYS, MLP_BIAS, NEVER, Flag, MoeFields, ffn_schedule, finish, read_frame
 from graphsim.work.config import ConfigView
-from graphsim.work.specs import GqaAttention, LayerSpec, ModelSpec
+from graphsim.work.specs import GqaAttention, LayerSpec, ModelSpec, Weight, WeightKind
 
 
 class WindowRule(Enum):
@@ -49,6 +49,11 @@ class GqaProfile:
     period_shift: int = 0
     sinks: bool = False
     moe: MoeFields | None = None
+    qk_norm_bias: bool = False  # q/k LayerNorms with a bias (Persimmon, Phi)
+    head_bias: bool = False  # lm_head with a bias (Phi)
+    norm_weights: bool = True  # False: non-parametric LayerNorms, no norm weights anywhere (OLMo)
+    # per-layer parameters and persistent buffers outside the blocks, (module, shape) (Apertus' xIELU)
+    layer_vectors: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 ATTN_BIAS = Flag("attention_bias", False)
@@ -224,6 +229,30 @@ GRANITE_MOE_SWA = GqaProfile(
     period_default=4,
     moe=MoeFields("num_local_experts", "intermediate_size", module="block_sparse_moe", router_module="router"),
 )
+# Apertus (and Apertus-1.5 text): Llama's attention biases, per-head q/k norms, an ungated up → xIELU →
+# down MLP without biases (ApertusMLP bias=False) whose activation holds two learned scalars (alpha_p,
+# alpha_n) and two persistent scalar buffers (beta, eps) per layer (models/apertus modeling_apertus.py).
+APERTUS = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, mlp_gated=False, mlp_bias=NEVER,
+    layer_vectors=(("mlp.act_fn.alpha_p", (1,)), ("mlp.act_fn.alpha_n", (1,)), ("mlp.act_fn.beta", ()),
+                   ("mlp.act_fn.eps", ())),
+)
+# Persimmon: fused query_key_value and dense with biases (MHA), optional per-head q/k LayerNorms with
+# biases (qk_layernorm), an ungated biased MLP, LayerNorms with biases (models/persimmon).
+PERSIMMON = GqaProfile(
+    qkv_bias=ALWAYS, o_bias=ALWAYS, qk_norm=Flag("qk_layernorm", True), qk_norm_bias=True, mlp_bias=ALWAYS,
+    mlp_gated=False, norm_bias=True,
+)
+# Phi (1/1.5/2): q/k/v and dense with biases, optional per-head q/k LayerNorms with biases, a parallel
+# block on one input LayerNorm (with bias), an ungated biased fc1 → gelu → fc2 MLP, a biased lm_head
+# (models/phi modeling_phi.py).
+PHI = GqaProfile(
+    qkv_bias=ALWAYS, o_bias=ALWAYS, qk_norm=Flag("qk_layernorm", False), qk_norm_bias=True, ffn_norms=0,
+    norm_bias=True, mlp_gated=False, mlp_bias=ALWAYS, head_bias=True,
+)
+# OLMo (1): q/k/v/o biases from attention_bias, a SwiGLU MLP without biases (OlmoMLP bias=False), and
+# non-parametric LayerNorms (OlmoLayerNorm has no weight): no norm weights anywhere (models/olmo).
+OLMO = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, mlp_bias=NEVER, norm_weights=False)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
@@ -285,6 +314,8 @@ def build_gqa_decoder(profile: GqaProfile, view: ConfigView) -> ModelSpec:
         attn_norms, ffn_norms = 2, 2
     if profile.parallel.read(view):
         ffn_norms = 0
+    if not profile.norm_weights:
+        attn_norms = ffn_norms = 0
     ffns = ffn_schedule(view, frame.hidden, frame.layers, profile.moe, ffn_norms, profile.mlp_bias, profile.mlp_gated)
     layers = []
     for i, window in enumerate(layer_windows(view, frame.layers, profile)):
@@ -299,8 +330,12 @@ def build_gqa_decoder(profile: GqaProfile, view: ConfigView) -> ModelSpec:
             o_bias=o_bias,
             qk_norm=profile.qk_norm.read(view),
             qk_norm_full=profile.qk_norm_full,
+            qk_norm_bias=profile.qk_norm_bias,
             sinks=profile.sinks,
             block_norms=attn_norms,
         )
         layers.append(LayerSpec(attn, ffns[i]))
-    return finish(view, frame, layers, profile.tie_default, norm_bias=profile.norm_bias)
+    spec = finish(view, frame, layers, profile.tie_default, norm_bias=profile.norm_bias)
+    extras = tuple(Weight("extra", module, WeightKind.VECTOR, shape) for module, shape in profile.layer_vectors)
+    return replace(spec, head_bias=profile.head_bias, final_norm=profile.norm_weights,
+                   layer_extras=extras)
