@@ -294,7 +294,10 @@ class EventLoop:
 
     def _engine(self, kind: type[EngineT], index: int, setup: SimulationSetup, itl: Samples,
                 on_finish: Callable[[Request], None]) -> EngineT:
-        if kind is Engine and isinstance(setup.cost, PipelineCost):  # pp > 1: vLLM's batch queue (pipeline_engine.py)
+        if isinstance(setup.cost, PipelineCost):  # pp > 1: vLLM's batch queue (pipeline_engine.py)
+            if kind is not Engine:
+                raise SimulationError("pipeline parallelism is simulated for aggregated engines only, not for a "
+                                      "disaggregated pool")
             kind = cast("type[EngineT]", PipelineEngine)
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
