@@ -60,3 +60,56 @@ def auto_search(spec, backend, as_json: bool, top: int) -> None:
         return
     console.print(f"[bold]best engine: {winner}[/]")
     console.print(render_search(results[winner], top))
+
+
+def _load_key(res, target) -> tuple:
+    """Rank of a load search's answer: confirmed first, fewest GPUs, most headroom (none: last)."""
+    a = res.answer
+    if a is None:
+        return (1, 0, 0.0)
+    return (0, a.gpus, -a.headroom(target), 0 if res.confirmed else 1)
+
+
+def auto_load_search(spec, target, backend, as_json: bool, top: int) -> None:
+    """--engine auto with --target-request-rate / --target-concurrency: the fewest GPUs per engine, and the engine
+    that needs the fewest (ties: the most headroom over the load)."""
+    from graphsim.render.search_load_view import render_load
+    from graphsim.serving.search_load import run_load_search
+    from graphsim.versions import versions
+
+    results: dict[str, Any] = {}
+    for engine in ENGINES:
+        s = spec.model_copy(update={"base": spec.base.model_copy(
+            update={"engine": spec.base.engine.model_copy(update={"engine": engine})})})
+        if as_json:
+            results[engine] = run_load_search(s, target, backend)
+        else:
+            with err_console.status(f"searching {engine}…") as status:
+                results[engine] = run_load_search(s, target, backend,
+                                                  progress=lambda msg, e=engine: status.update(f"{e}: {msg}"))
+    ranked = sorted(ENGINES, key=lambda e: _load_key(results[e][0], target))
+    winner = ranked[0] if results[ranked[0]][0].answer is not None else None
+    per_engine = {}
+    for e in ENGINES:
+        res, units = results[e]
+        a = res.answer
+        per_engine[e] = {"gpus": a.gpus if a else None, "label": a.candidate.label() if a else None,
+                         "replicas": a.replicas if a else None, "headroom": a.headroom(target) if a else None,
+                         "confirmed_by_simulation": res.confirmed, "data": units.data_note}
+    if as_json:
+        print(json.dumps({"engine": "auto", "best_engine": winner, "target": target.to_json(),
+                          "per_engine": per_engine, "engines": {e: results[e][0].to_json(top) for e in ENGINES},
+                          "versions": versions(spec.profile, spec.base.hardware, winner or "vllm")},
+                         indent=1, default=float))
+        return
+    for e in ranked:
+        p = per_engine[e]
+        what = (f"{p['gpus']} GPUs: {p['label']} × {p['replicas']}, {p['headroom']:.2f}× the load"
+                + ("" if p["confirmed_by_simulation"] else ", not confirmed by simulation")) if p["gpus"] else \
+            "no deployment within --max-gpus"
+        console.print(f"{e:7s} {what}; priced from: {p['data']}", highlight=False, soft_wrap=True)
+    if winner is None:
+        console.print("no engine serves the load within the SLOs and --max-gpus", highlight=False)
+        return
+    console.print(f"[bold]best engine: {winner}[/]")
+    console.print(render_load(results[winner][0], results[winner][1], top))

@@ -99,11 +99,9 @@ def search_cmd(
         dict.fromkeys(m.strip() for m in mode.split(",")))
     if not all(m in ("agg", "disagg", "afd", "dp") for m in modes):
         raise SearchSpecError(f"unknown --mode '{mode}'; use agg, disagg, afd, dp, a comma list of them, both or all")
-    if engine == "auto" and (target_request_rate is not None or target_concurrency is not None
-                             or from_vllm_log or profile or plot or save_dir):
-        raise SearchSpecError("--engine auto runs the throughput search of each engine on its own tables; drop "
-                              "--target-request-rate/--target-concurrency, --from-vllm-log, --profile, --plot and "
-                              "--save-dir, or name one engine")
+    if engine == "auto" and (from_vllm_log or profile or plot or save_dir):
+        raise SearchSpecError("--engine auto runs each engine's search on its own tables; drop --from-vllm-log, "
+                              "--profile, --plot and --save-dir, or name one engine")
     from_log = apply_vllm_log(ctx, from_vllm_log, locals(),
                               not_searched=("tensor_parallel_size", "max_num_seqs", "max_num_batched_tokens"))
     if from_log is not None:
@@ -152,10 +150,13 @@ def search_cmd(
             be.close()
         return
     if engine == "auto":
-        from graphsim.cli.search_auto import auto_search
+        from graphsim.cli.search_auto import auto_load_search, auto_search
 
         try:
-            auto_search(spec, be, as_json, top)
+            if target is not None:
+                auto_load_search(spec, target, be, as_json, top)
+            else:
+                auto_search(spec, be, as_json, top)
         finally:
             be.close()
         return

@@ -58,7 +58,7 @@ def test_kv_trtllm_budget_is_nine_tenths_of_what_is_left(capsys):
     ["predict", "llama-3.1-8b", "--engine", "trtllm==next"],
     ["simulate", "llama-3.1-8b", "--engine", "auto"],
     ["search", "llama-3.1-8b", "--engine", "vllm==x"],
-    ["search", "llama-3.1-8b", "--engine", "auto", "--target-request-rate", "5"],
+    ["search", "llama-3.1-8b", "--engine", "auto", "--save-dir", "/tmp/x"],
 ])
 def test_bad_engine_is_one_line_exit_2(capsys, args):
     assert main(args) == 2
@@ -81,3 +81,16 @@ def test_search_engine_auto_reports_each_engine(capsys):
     # steps alone, so their bests differ from vLLM's (all on the roofline here: no tables in the isolated home)
     figures = {e: p["output_tokens_per_s_per_gpu"] for e, p in d["per_engine"].items()}
     assert len(set(figures.values())) == 3, figures
+
+
+@pytest.mark.slow
+def test_search_engine_auto_for_a_load(capsys):
+    args = ["search", "llama-3.1-8b", "--gpu", "h100", "--gpus", "2", "--isl", "1024", "--osl", "128", "--ttft",
+            "1000", "--tpot", "40", "--max-num-seqs", "16,64", "--max-num-batched-tokens", "4096", "--mode", "agg",
+            "--verify", "1", "--engine", "auto", "--target-request-rate", "10", "--max-gpus", "8", "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    per = d["per_engine"]
+    assert set(per) == {"vllm", "sglang", "trtllm"}
+    answered = [p for p in per.values() if p["gpus"] is not None]
+    assert answered and per[d["best_engine"]]["gpus"] == min(p["gpus"] for p in answered)
