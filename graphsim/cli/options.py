@@ -109,15 +109,6 @@ PpLayerPartition = Annotated[str | None, typer.Option(
     "--pp-layer-partition", metavar="N,N,…",
     help="Layers per pipeline stage, as vLLM's VLLM_PP_LAYER_PARTITION (e.g. 4,6,6,4); default: that variable "
          "when set, else vLLM's even split.")]
-# vLLM's pipeline parallel (costing/pipeline.py, docs/deployment-modes.md)
-PipelineParallel = Annotated[int, typer.Option(
-    "--pipeline-parallel-size", "-pp", min=1, max=1024,
-    help="vLLM's --pipeline-parallel-size: the layers split into this many stages of tp GPUs each (vLLM's "
-         "get_pp_indices), hidden states sent between them; GPUs: tp × pp.")]
-PpLayerPartition = Annotated[str | None, typer.Option(
-    "--pp-layer-partition", metavar="N,N,…",
-    help="Layers per pipeline stage, as vLLM's VLLM_PP_LAYER_PARTITION (e.g. 4,6,6,4); default: that variable "
-         "when set, else vLLM's even split.")]
 
 
 def _all2all_backend(value: str | None) -> str | None:
