@@ -245,6 +245,18 @@ class SpecPricer:
         rows = verifying * self.k + (seqs * self.k if self.draft is not None else 0)
         return rows * self.vocab * SAMPLE_BYTES_PER_LOGIT / self.bandwidth * 1e6
 
+    def attention_read_once_us(self, verifying: int, context: int) -> tuple[float, float]:
+        """The verify step's attention as priced (B·(k+1) decode rows: each query re-reads its sequence's KV, an
+        upper bound) and as B decode rows at the same context (each sequence's KV read once, its extra queries'
+        compute free: a lower bound), µs. FlashAttention's varlen kernel and FlashMLA take a sequence's k+1
+        queries in one pass; where the truth lies between the two depends on the kernel's compute share."""
+        cm, k = self.cm, self.k
+        attn = np.asarray([lf.attrs.kind is KernelKind.ATTENTION for lf in cm.tree.leaves])
+        ev = cm.evaluate([verify_step(verifying, context, k), Step((SeqGroup(1, context + k // 2, verifying),))])
+        lt = ev.leaf_time_us * cm.tree.multiplicity[:, None]
+        both = np.nansum(lt[attn], axis=0) if attn.any() else np.zeros(2)
+        return float(both[0]), float(both[1])
+
     def draft_steps(self, sequences: int, context: int, chunks: Sequence[tuple[int, int]] = ()) -> list[Step]:
         """Pass 1 (the verify step's tokens) and one later pass (a token a sequence, one position on)."""
         seqs = sequences + len(chunks)
@@ -256,8 +268,13 @@ class SpecPricer:
         k, cm = self.k, self.cm
         seqs = verifying + len(chunks)
         t, s = self._eval(cm.tree, [verify_step(verifying, context, k, chunks)], cm.pricer, cm.dtypes)
+        note = "as decode rows B·(k+1) at context C + k/2"
+        if verifying:
+            once = self.attention_read_once_us(verifying, context)
+            note += (f"; attention {once[0]:,.0f} µs of it, {once[1]:,.0f} µs if each sequence's KV were read once "
+                     "for its k+1 queries (B decode rows)")
         out = [SpecPart(f"verify: target, {k + 1} query tokens a decoding sequence", float(t[0]),
-                        SOURCES[int(s[0])].value, "as decode rows B·(k+1) at context C + k/2")]
+                        SOURCES[int(s[0])].value, note)]
         if self.draft is None:
             out.append(SpecPart("draft: n-gram match on the host", 0.0, "missing",
                                 "no published per-sequence time for vLLM's numba n-gram proposer; charged 0"))
@@ -330,9 +347,9 @@ def speculative_pricer(cm: CostModel, spec: SpeculativeConfig, vocab: int, draft
         return SpecPricer(cm, spec, tree, cm.pricer, cm.dtypes, note, vocab, bw)
     from graphsim.cost_model import build_cost_model
 
-    source = draft_source if draft_source is not None else spec.model
-    if source is None:
-        raise SpeculativeError(f"method {spec.method} needs a draft model (\"model\" in --speculative-config)")
+    from graphsim.serving.speculative import draft_model
+
+    source = draft_source if draft_source is not None else draft_model(spec)
     draft = build_cost_model(source, cm.hardware, tp=cm.tp, kv_dtype=cm.kv_dtype,
                              profile=cm.pricer.db, default_profile=False)
     tree, note = model_draft_tree(draft, spec.method)
