@@ -183,15 +183,21 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
 def _plan_other_engine(config: DeploymentConfig, resolved: ResolvedModel, hw: HardwareSpec, acc: Accounting,
                        eng: EngineConfig, cfg: dict) -> Deployment:
     """SGLang's / TensorRT-LLM's page size, KV budget and (SGLang) max_running_requests from the KV tokens."""
+    from graphsim.serving.dp_attention import expert_ranks
+    from graphsim.serving.engine_config import EngineConfigError
     from graphsim.serving.engines import engine_block_size, engine_memory_budget, sglang_max_running_requests
 
-    tp, mem, e = config.parallel.tensor_parallel_size, config.memory, config.engine
+    tp, mem, e, par = config.parallel.tensor_parallel_size, config.memory, config.engine, config.parallel
     engine = eng.profile.engine
+    if config.speculative_config or par.decode_context_parallel_size * par.prefill_context_parallel_size > 1:
+        raise EngineConfigError(f"speculative decoding and context parallelism are modelled for vLLM's engine only, "
+                                f"not {eng.profile.name}; drop --speculative-config / -dcp / -pcp or use --engine vllm")
     layout = kv_layout(acc.spec, acc.precision, tp, e.block_size or engine_block_size(engine))
     budget = engine_memory_budget(engine, acc.spec, cfg, acc.precision, tp, hw.memory_bytes,
                                   eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=mem.activation_gib,
                                   overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
-                                  available_bytes=e.kv_cache_memory_bytes)
+                                  available_bytes=e.kv_cache_memory_bytes,
+                                  expert_ranks=expert_ranks(par, acc.spec))
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     if engine == "sglang" and e.max_num_seqs is None:
         eng = eng.with_(max_num_seqs=sglang_max_running_requests(cap.tokens, eng.max_model_len))

@@ -129,7 +129,7 @@ def engine_block_size(engine: str) -> int | None:
 def engine_memory_budget(engine: str, spec, cfg: dict, precision, tp: int, total_bytes: int,
                          max_num_batched_tokens: int, max_num_seqs: int, *, activation_gib: float | None = None,
                          overhead_gib: float | None = None, cudagraph_gib: float | None = None,
-                         available_bytes: int | None = None):
+                         available_bytes: int | None = None, expert_ranks: int | None = None):
     """The KV budget per rank of SGLang or TensorRT-LLM, term by term (a `MemoryBudget` whose utilization is the
     engine's fraction and whose terms are scaled as its formula scales them; see the module docstring).
 
@@ -140,7 +140,7 @@ def engine_memory_budget(engine: str, spec, cfg: dict, precision, tp: int, total
 
     full = memory_budget(spec, cfg, precision, tp, total_bytes, 1.0, max_num_batched_tokens, max_num_seqs,
                          activation_gib=activation_gib, overhead_gib=overhead_gib, cudagraph_gib=cudagraph_gib,
-                         available_bytes=available_bytes)
+                         available_bytes=available_bytes, expert_ranks=expert_ranks)
     if engine == "sglang":
         # the fraction SGLang derives for this chunked_prefill_size (the launch line states it explicitly)
         d = sglang_memory_defaults(total_bytes, tp, chunked_prefill_size=max_num_batched_tokens)

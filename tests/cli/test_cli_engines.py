@@ -59,6 +59,8 @@ def test_kv_trtllm_budget_is_nine_tenths_of_what_is_left(capsys):
     ["simulate", "llama-3.1-8b", "--engine", "auto"],
     ["search", "llama-3.1-8b", "--engine", "vllm==x"],
     ["search", "llama-3.1-8b", "--engine", "auto", "--save-dir", "/tmp/x"],
+    ["kv", "llama-3.1-8b", "--engine", "sglang", "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}'],
+    ["kv", "llama-3.1-8b", "--engine", "trtllm", "--tp", "2", "-dcp", "2"],
 ])
 def test_bad_engine_is_one_line_exit_2(capsys, args):
     assert main(args) == 2
