@@ -21,10 +21,12 @@ PARAMS = {"tensor_parallel_size": "tp", "max_model_len": "max_model_len", "kv_ca
           "dtype": "dtype", "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
           "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
           "enable_prefix_caching": "prefix_caching", "enable_chunked_prefill": "chunked_prefill",
-          "speculative_config": "speculative_config"}
+          "speculative_config": "speculative_config", "data_parallel_size": "data_parallel_size",
+          "enable_expert_parallel": "enable_expert_parallel"}
 # Parameters whose change invalidates the KV memory the log measured (it is what was left after weights and
 # activations at those settings).
-_KV_MEMORY_DEPENDS_ON = ("tp", "dtype", "gpu_memory_utilization", "max_num_batched_tokens")
+# data_parallel_size: a MoE model's DP ranks each hold 1/(dp × tp) of the experts (serving/dp_attention.py)
+_KV_MEMORY_DEPENDS_ON = ("tp", "dtype", "gpu_memory_utilization", "max_num_batched_tokens", "data_parallel_size")
 
 
 @dataclass
@@ -173,5 +175,5 @@ def _why_unused(name: str, value: Any) -> str:
     if name == "kv_cache_memory_bytes":
         return "the log's 'Available KV cache memory' line states the memory vLLM used"
     if name == "data_parallel_size":
-        return "pass --replicas (simulate) for data-parallel replicas"
+        return "kv and simulate take it (-dp); here pass -dp yourself where the command has it"
     return "this command has no such option"

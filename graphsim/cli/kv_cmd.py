@@ -52,7 +52,8 @@ def kv_cmd(
         tp, gpu_memory_utilization, max_model_len, kv_dtype, dtype, block_size, max_num_batched_tokens, max_num_seqs, \
             kv_memory = from_log.get("tp", "gpu_memory_utilization", "max_model_len", "kv_dtype", "dtype", "block_size",
                                      "max_num_batched_tokens", "max_num_seqs", "kv_memory")
-        (engine, speculative_config) = from_log.get("engine", "speculative_config")
+        (engine, speculative_config, data_parallel_size, enable_expert_parallel) = from_log.get(
+            "engine", "speculative_config", "data_parallel_size", "enable_expert_parallel")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     spec_opts = spec_cli.options(model, speculative_config, None, need_acceptance=False)  # capacity only
     config = DeploymentConfig.parse({**spec_cli.deployment_field(spec_opts), **opt.deployment_data(

@@ -171,7 +171,8 @@ def simulate_cmd(
          prefix_caching, chunked_prefill, kv_dtype, dtype) = from_log.get(
             "tp", "gpu_memory_utilization", "kv_memory", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
             "block_size", "prefix_caching", "chunked_prefill", "kv_dtype", "dtype")
-        (engine, speculative_config) = from_log.get("engine", "speculative_config")
+        (engine, speculative_config, data_parallel_size, enable_expert_parallel) = from_log.get(
+            "engine", "speculative_config", "data_parallel_size", "enable_expert_parallel")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us,
                                     afd_attention_tp)

@@ -70,3 +70,15 @@ def test_bad_values_are_one_line_exit_2(capsys, args, says):
     code = main(args)
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and says in err and "Traceback" not in err, err
+
+
+def test_a_vllm_logs_data_parallel_size_is_taken(capsys, tmp_path):
+    # vLLM logs its non-default args; -dp 8 with --enable-expert-parallel there makes kv size one DP rank of 8
+    # (its weights hold 1/8 of the routed experts: 7/8 × 57,982,058,496 B less than dp 1, as above)
+    log = tmp_path / "serve.log"
+    log.write_text("(APIServer pid=1) INFO 05-06 22:27:57 [utils.py:233] non-default args: {'model': "
+                   "'Qwen/Qwen3-30B-A3B', 'data_parallel_size': 8, 'enable_expert_parallel': True}\n")
+    one = run_json(capsys, "kv", "qwen3-30b-a3b", "--gpu", "h200", "--enable-expert-parallel")
+    doc = run_json(capsys, "kv", "qwen3-30b-a3b", "--gpu", "h200", "--from-vllm-log", str(log))
+    assert doc["from_vllm_log"]["taken"] == {"data_parallel_size": 8, "enable_expert_parallel": True}
+    assert weights(one) - weights(doc) == 50_734_301_184
