@@ -346,7 +346,6 @@ def speculative_pricer(cm: CostModel, spec: SpeculativeConfig, vocab: int, draft
         tree, note = mtp_draft_tree(cm)
         return SpecPricer(cm, spec, tree, cm.pricer, cm.dtypes, note, vocab, bw)
     from graphsim.cost_model import build_cost_model
-
     from graphsim.serving.speculative import draft_model
 
     source = draft_source if draft_source is not None else draft_model(spec)
