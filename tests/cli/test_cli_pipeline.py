@@ -99,7 +99,7 @@ def test_simulate_pp_runs_batches_in_flight(capsys):
     assert s["deployment"]["pipeline"]["layers_per_stage"] == [16, 16]
     code = main(["simulate", "llama-3.1-8b", "--gpu", "h200", "-pp", "2", "--speculative-config",
                  '{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}', "--num-requests", "5",
-                 "--rate", "1"])
+                 "--rate", "1", "--spec-acceptance", "0.5"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "speculative decoding with --pipeline-parallel-size" in err and len(err.splitlines()) == 1
 
