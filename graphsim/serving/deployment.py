@@ -197,7 +197,8 @@ def _plan_other_engine(config: DeploymentConfig, resolved: ResolvedModel, hw: Ha
                                   eng.max_num_batched_tokens, eng.max_num_seqs, activation_gib=mem.activation_gib,
                                   overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
                                   available_bytes=e.kv_cache_memory_bytes,
-                                  expert_ranks=expert_ranks(par, acc.spec))
+                                  expert_ranks=expert_ranks(par, acc.spec),
+                                  fraction=e.mem_fraction_static if engine == "sglang" else e.free_gpu_memory_fraction)
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     if engine == "sglang" and e.max_num_seqs is None:
         eng = eng.with_(max_num_seqs=sglang_max_running_requests(cap.tokens, eng.max_model_len))

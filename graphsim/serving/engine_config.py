@@ -50,6 +50,10 @@ class EngineArgs(Strict):
     max_concurrent_batches: int | None = Field(default=None, ge=1, le=64)  # None: 2 with async scheduling (0.30+)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     kv_cache_memory_bytes: int | None = Field(default=None, gt=0, le=1 << 50)
+    # SGLang's --mem-fraction-static and TensorRT-LLM's kv_cache_config.free_gpu_memory_fraction (None: the engine's
+    # default, serving/engines.py); each only with its engine
+    mem_fraction_static: float | None = Field(default=None, gt=0, le=1)
+    free_gpu_memory_fraction: float | None = Field(default=None, gt=0, le=1)
     engine: str = "vllm"  # vLLM version: vllm (the newest graphsim knows), vllm==0.10.1, vllm==0.6, …
 
     @field_validator("engine")
@@ -69,6 +73,10 @@ class EngineArgs(Strict):
         """The settings with vLLM serve's defaults for this GPU and model filled in (EngineConfigError when
         the model has no context length and none was given, or the settings contradict each other)."""
         p = self.profile
+        for name, engine in (("mem_fraction_static", "sglang"), ("free_gpu_memory_fraction", "trtllm")):
+            if getattr(self, name) is not None and p.engine != engine:
+                raise EngineConfigError(f"{name} is {engine}'s setting, not {p.name}'s; drop it or give "
+                                        f"--engine {engine}")
         mml = self.max_model_len or default_max_model_len(cfg)
         if mml is None:
             raise EngineConfigError("the config has no max_position_embeddings; give --max-model-len")

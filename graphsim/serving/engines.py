@@ -129,13 +129,15 @@ def engine_block_size(engine: str) -> int | None:
 def engine_memory_budget(engine: str, spec, cfg: dict, precision, tp: int, total_bytes: int,
                          max_num_batched_tokens: int, max_num_seqs: int, *, activation_gib: float | None = None,
                          overhead_gib: float | None = None, cudagraph_gib: float | None = None,
-                         available_bytes: int | None = None, expert_ranks: int | None = None):
+                         available_bytes: int | None = None, expert_ranks: int | None = None,
+                         fraction: float | None = None):
     """The KV budget per rank of SGLang or TensorRT-LLM, term by term (a `MemoryBudget` whose utilization is the
     engine's fraction and whose terms are scaled as its formula scales them; see the module docstring).
 
     SGLang: `total × mem_fraction_static − weights − overhead × mem_fraction_static` (the memory in use before the
     weights load, CUDA context and NCCL buffers, is outside the free memory the fraction applies to).
-    TensorRT-LLM: `0.9 × (total − weights − activation peak − overhead − CUDA graphs)`."""
+    TensorRT-LLM: `0.9 × (total − weights − activation peak − overhead − CUDA graphs)`. `fraction`: the user's
+    mem_fraction_static / free_gpu_memory_fraction instead of the engine's default."""
     from graphsim.serving.memory import BudgetTerm, MemoryBudget, memory_budget
 
     full = memory_budget(spec, cfg, precision, tp, total_bytes, 1.0, max_num_batched_tokens, max_num_seqs,
@@ -144,14 +146,14 @@ def engine_memory_budget(engine: str, spec, cfg: dict, precision, tp: int, total
     if engine == "sglang":
         # the fraction SGLang derives for this chunked_prefill_size (the launch line states it explicitly)
         d = sglang_memory_defaults(total_bytes, tp, chunked_prefill_size=max_num_batched_tokens)
-        f = d.mem_fraction_static
+        f = fraction if fraction is not None else d.mem_fraction_static
         terms = [t for t in full.terms if t.name in ("weights", "rotary cos/sin cache")]
         over = full.term("runtime overhead (non-torch)")
         terms.append(BudgetTerm(over.name, int(over.bytes * f), over.origin,
                                 f"{over.how}, × mem_fraction_static {f} (in use before the free memory SGLang "
                                 "takes its fraction of)"))
         return MemoryBudget(total_bytes, f, tuple(terms), available_bytes)
-    f = TRTLLM_FREE_GPU_MEMORY_FRACTION
+    f = fraction if fraction is not None else TRTLLM_FREE_GPU_MEMORY_FRACTION
     terms = [BudgetTerm(t.name, int(t.bytes * f), t.origin, f"{t.how}, × free_gpu_memory_fraction {f}")
              for t in full.terms]
     return MemoryBudget(total_bytes, f, tuple(terms), available_bytes)

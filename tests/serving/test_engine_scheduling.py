@@ -115,3 +115,23 @@ def test_trtllm_prompt_longer_than_max_num_tokens_does_not_stall():
     res = simulate(setup("trtllm", num_blocks=4000, mnbt=2048, chunked=False), work(n=20, ins="3000", outs="10"))
     assert len(res.requests) == 20 and all(r.finish_t > 0 for r in res.requests)
     assert max(res.iterations["tokens"]) <= 2048
+
+
+def test_engine_memory_fractions_are_each_engines_own():
+    from graphsim.serving.config import DeploymentConfig
+    from graphsim.serving.deployment import plan_deployment
+    from graphsim.serving.engine_config import EngineConfigError
+
+    def plan(engine: dict):
+        return plan_deployment(DeploymentConfig.parse({"model": "llama-3.1-8b", "hardware": "h200", "engine": engine}))
+
+    sg = plan({"engine": "sglang", "mem_fraction_static": 0.8})
+    weights = sg.budget.term("weights").bytes + sg.budget.term("rotary cos/sin cache").bytes
+    over = sg.budget.term("runtime overhead (non-torch)").bytes
+    # total × 0.8 − weights − overhead × 0.8 (the overhead term is scaled by the given fraction too)
+    assert sg.budget.utilization == 0.8 and over == int(0.5 * 2**30 * 0.8)
+    assert sg.budget.available_bytes == -(-151_397_597_184 * 8 // 10) - weights - over
+    assert plan({"engine": "trtllm", "free_gpu_memory_fraction": 0.5}).budget.utilization == 0.5
+    for bad in ({"engine": "vllm", "mem_fraction_static": 0.8}, {"engine": "sglang", "free_gpu_memory_fraction": 0.5}):
+        with pytest.raises(EngineConfigError, match="setting, not"):
+            plan(bad)
