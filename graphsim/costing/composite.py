@@ -84,8 +84,8 @@ def mla_block(layer_nodes: Sequence[Node], dt: Dtypes, has_rows: HasRows | None)
     its geometry cannot be read), with whether the profile has module rows for it."""
     attn = next((n for n in layer_nodes if n.kernel.kind is KernelKind.ATTENTION
                  and isinstance(n.kernel.geometry, AttentionGeometry) and n.kernel.geometry.is_mla), None)
-    if attn is None or not attn.scope:
-        return None
+    if attn is None or not attn.scope or attn.kernel.geometry_as(AttentionGeometry).index_topk:
+        return None  # (the module rows time dense MLA; DSA's sparse attention and its indexer are priced per kernel)
     members = [n for n in layer_nodes if _in_scope(n, attn.scope) and not n.kernel.kind.is_collective]
     o_proj = next((n for n in members if n.kernel.kind is KernelKind.GEMM and attn.name in n.inputs), None)
     gemms = [n for n in members if n.kernel.kind is KernelKind.GEMM]

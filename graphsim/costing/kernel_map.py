@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import ssm
+from graphsim.costing import dsa, ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -25,9 +25,10 @@ from graphsim.costing.kernels import (
     ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey, MlaPrefillKey, MoeKey,
 )
 from graphsim.costing.moe_routing import BALANCED, RoutingModel
+from graphsim.costing.roofline import attended_pairs
 from graphsim.ir.geometry import (
     AttentionGeometry, CollectiveGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry,
-    LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
+    IndexerGeometry, LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.meta import GraphMeta
@@ -140,6 +141,8 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype, dt.routing.table)
     if isinstance(g, CollectiveGeometry):
         return CollectiveKey(_COLLECTIVES[a.kind], g.num_gpus, dtype)
+    if isinstance(g, IndexerGeometry):  # the prefill logits' key (kernel_rows prices decode and per-token rows too)
+        return ElementwiseKey(dsa.op_name(dsa.PREFILL, indexer_shape(a)), g.num_heads * g.head_dim, dtype)
     if is_ssm_scan(a):  # the prefill kernel's key (kernel_rows prices decode and state rows besides)
         return ElementwiseKey(ssm.op_name(ssm.PREFILL, ssm_shape(a)), ssm_shape(a).io_elements, dtype)
     return ElementwiseKey(elementwise_op(a), per_token_width(a), dtype)
@@ -249,6 +252,10 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
     key names the implementation vLLM runs for each step's message (`costing.collectives.plan_collective` with
     `coll`; without it, NCCL rows of the kernel's dtype)."""
     try:
+        if a.kind is KernelKind.ATTENTION and a.geometry_as(AttentionGeometry).index_topk:
+            return _sparse_attention_rows(a, key_for(a, dt, prefill=False), arr, dt)
+        if a.kind is KernelKind.SPARSE_INDEXER:
+            return _indexer_rows(a, arr, dt)
         if a.kind is KernelKind.ATTENTION:
             return _attention_rows(key_for(a, dt, prefill=False), key_for(a, dt, prefill=True), arr)
         if is_ssm_scan(a):
@@ -305,6 +312,59 @@ def _ssm_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
             width = shape.state_elements if kernel == ssm.PREFILL_STATE else shape.io_elements
             key = ElementwiseKey(ssm.op_name(kernel, shape), width, dtype)
             parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+    return KernelRows(tuple(parts))
+
+
+def indexer_shape(a: KernelAttrs) -> dsa.IndexerShape:
+    g = a.geometry_as(IndexerGeometry)
+    return dsa.IndexerShape(g.num_heads, g.head_dim, g.topk)
+
+
+def _indexer_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """DSA's indexer (costing/dsa.py): its logits over every earlier key, per (query, key) pair of prefill and of
+    decode queries, and its per-token work."""
+    shape, dtype, n_b = indexer_shape(a), dt.of(a.dtype), arr.n_steps
+    dec = arr.g_new == 1
+    pairs = dsa.causal_pairs(arr.g_new, arr.g_cached) * arr.g_count
+    per_step = {
+        dsa.PREFILL: np.bincount(arr.g_step[~dec], weights=pairs[~dec], minlength=n_b),
+        dsa.DECODE: np.bincount(arr.g_step[dec], weights=pairs[dec], minlength=n_b),
+        dsa.TOKENS: arr.tokens,
+    }
+    parts = []
+    for kernel, rows in per_step.items():
+        steps = np.flatnonzero(rows > 0)
+        if len(steps):
+            key = ElementwiseKey(dsa.op_name(kernel, shape), shape.heads * shape.head_dim, dtype)
+            parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+    return KernelRows(tuple(parts))
+
+
+def _sparse_attention_rows(a: KernelAttrs, decode_key: KernelKey, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """Sparse (DSA) MLA, absorbed for every query over min(context, top-k) keys (costing/dsa.py): decode groups
+    on the MLA decode key at that key count; prefill queries as pairs, tokens and each sequence's keys read once."""
+    g = a.geometry_as(AttentionGeometry)
+    topk, parts = g.index_topk, []
+    dec = arr.g_new == 1
+    if dec.any():
+        coords = np.stack([arr.g_count[dec], np.minimum(arr.g_cached[dec] + 1, topk)], axis=1)
+        parts.append(KeyRows(decode_key, coords, arr.g_step[dec], np.flatnonzero(dec)))
+    pre = ~dec
+    if pre.any():
+        step = arr.g_step[pre]
+        pairs = attended_pairs(arr.g_new[pre], arr.g_cached[pre] + arr.g_new[pre], topk) * arr.g_count[pre]
+        per_step = {
+            dsa.ATTN_PAIRS: np.bincount(step, weights=pairs, minlength=arr.n_steps),
+            dsa.ATTN_TOKENS: np.bincount(step, weights=(arr.g_new * arr.g_count)[pre], minlength=arr.n_steps),
+            dsa.ATTN_KEYS: np.bincount(step, weights=((arr.g_cached + arr.g_new) * arr.g_count)[pre],
+                                       minlength=arr.n_steps),
+        }
+        for kernel, rows in per_step.items():
+            steps = np.flatnonzero(rows > 0)
+            if len(steps):
+                op = dsa.attention_op_name(kernel, g.num_heads, g.kv_lora_rank, g.qk_rope_head_dim, topk)
+                key = ElementwiseKey(op, g.num_heads * g.kv_lora_rank, dt.kv if kernel == dsa.ATTN_KEYS else dt.of(a.dtype))
+                parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
     return KernelRows(tuple(parts))
 
 

@@ -56,7 +56,7 @@ ATEN_OPS: dict[str, Op] = {
     "embedding": Op.EMBEDDING, "conv1d": Op.CONV1D, "convolution": Op.CONV1D,
     # graphsim semantic ops
     "attention": Op.ATTENTION, "moe_experts": Op.MOE_EXPERTS, "gated_delta_rule": Op.LINEAR_ATTENTION,
-    "ssm_scan": Op.LINEAR_ATTENTION,
+    "ssm_scan": Op.LINEAR_ATTENTION, "dsa_indexer": Op.SPARSE_INDEXER,
 }
 
 DROPPED = {

@@ -1,8 +1,8 @@
 """graphsim's tensor-graph IR: ops, tensor specs, typed attributes, nodes, graphs."""
 
 from graphsim.ir.attrs import (
-    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, EmbeddingAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs,
-    NoAttrs, NormAttrs, OpaqueAttrs, ReduceAttrs,
+    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, EmbeddingAttrs, IndexerAttrs, LinearAttentionAttrs,
+    LinearAttrs, MoEAttrs, NoAttrs, NormAttrs, OpaqueAttrs, ReduceAttrs,
 )
 from graphsim.ir.graph import Graph, LayerSchedule, Node, split_value, unique_name, value_name
 from graphsim.ir.meta import GraphMeta
@@ -21,6 +21,7 @@ __all__ = [
     "EmbeddingAttrs",
     "Graph",
     "GraphMeta",
+    "IndexerAttrs",
     "LayerSchedule",
     "LinearAttentionAttrs",
     "LinearAttrs",

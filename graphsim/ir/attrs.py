@@ -43,6 +43,7 @@ class AttentionAttrs:
     scale: float | None = None
     kv_lora_rank: int | None = None  # MLA: compressed latent width (None for MHA/GQA)
     qk_rope_head_dim: int | None = None  # MLA: decoupled RoPE part of the key
+    index_topk: int | None = None  # sparse (DSA) attention: each query attends to at most this many keys
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,16 @@ class LinearAttentionAttrs:
     chunked: bool = True
     chunk_size: int = 0  # the engine kernel's chunk (Mamba2 configs' chunk_size); 0 when not stated
     state_dtype: str = ""  # DType value of the per-sequence state the engine keeps ("" = the op's dtype)
+
+
+@dataclass(frozen=True)
+class IndexerAttrs:
+    """DSA's lightning indexer (DeepSeek-V3.2, GLM-5): per query, Σ_h w_h·relu(q_h·k) over every earlier key of
+    the sequence (one key head), then the `topk` best keys, whose indices the sparse attention reads."""
+
+    num_heads: int
+    head_dim: int
+    topk: int
 
 
 @dataclass(frozen=True)
@@ -115,13 +126,13 @@ class OpaqueAttrs:
 
 
 Attrs = (
-    NoAttrs | LinearAttrs | AttentionAttrs | LinearAttentionAttrs | MoEAttrs | EmbeddingAttrs
+    NoAttrs | LinearAttrs | AttentionAttrs | LinearAttentionAttrs | IndexerAttrs | MoEAttrs | EmbeddingAttrs
     | NormAttrs | ReduceAttrs | CastAttrs | ConvAttrs | CollectiveAttrs | OpaqueAttrs | KernelAttrs
 )
 
 ATTR_CLASSES: dict[str, type] = {
     c.__name__: c
-    for c in (NoAttrs, LinearAttrs, AttentionAttrs, LinearAttentionAttrs, MoEAttrs, EmbeddingAttrs,
+    for c in (NoAttrs, LinearAttrs, AttentionAttrs, LinearAttentionAttrs, IndexerAttrs, MoEAttrs, EmbeddingAttrs,
               NormAttrs, ReduceAttrs, CastAttrs, ConvAttrs, CollectiveAttrs, OpaqueAttrs, KernelAttrs)
 }
 
@@ -130,6 +141,7 @@ ATTRS_FOR_OP: dict[Op, tuple[type, ...]] = {
     Op.LINEAR: (LinearAttrs,),
     Op.ATTENTION: (AttentionAttrs,),
     Op.LINEAR_ATTENTION: (LinearAttentionAttrs,),
+    Op.SPARSE_INDEXER: (IndexerAttrs,),
     Op.MOE_EXPERTS: (MoEAttrs,),
     Op.EMBEDDING: (EmbeddingAttrs,),
     Op.RMS_NORM: (NormAttrs,),

@@ -81,6 +81,7 @@ class AttentionGeometry(Geometry):
     kv_lora_rank: int = _opt(0)
     qk_rope_head_dim: int = _opt(0)
     kv_replicas: int = _opt(1)
+    index_topk: int = _opt(0)  # sparse (DSA) attention: keys attended per query at most; 0 = dense
 
     @property
     def is_mla(self) -> bool:
@@ -100,6 +101,16 @@ class LinearAttentionGeometry(Geometry):
     kind: str = _opt("gated_delta_rule")
     chunk_size: int = _opt(0)
     state_dtype: str = _opt("")
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndexerGeometry(Geometry):
+    """DSA's lightning indexer: `num_heads` query heads of `head_dim` scored against one key head, the best
+    `topk` keys kept per query."""
+
+    num_heads: int
+    head_dim: int
+    topk: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -181,6 +192,6 @@ class CollectiveGeometry(Geometry):
 
 
 GEOMETRY_CLASSES: tuple[type[Geometry], ...] = (
-    GemmGeometry, AttentionGeometry, LinearAttentionGeometry, RotaryGeometry, NormGeometry, ElementwiseGeometry,
+    GemmGeometry, AttentionGeometry, LinearAttentionGeometry, IndexerGeometry, RotaryGeometry, NormGeometry, ElementwiseGeometry,
     EmbeddingGeometry, Conv1dGeometry, MoeRouterGeometry, MoeExpertsGeometry, CollectiveGeometry,
 )

@@ -14,8 +14,8 @@ from typing import TypeVar
 
 from graphsim.ir.geometry import (
     AttentionGeometry, CollectiveGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry,
-    Geometry, GeometryValue, LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry,
-    RotaryGeometry,
+    Geometry, GeometryValue, IndexerGeometry, LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry,
+    NormGeometry, RotaryGeometry,
 )
 
 __all__ = ["GEOMETRY_FOR_KIND", "GeometryValue", "KernelAttrs", "KernelKind", "Rows"]
@@ -27,6 +27,7 @@ class KernelKind(str, Enum):
     GEMM = "gemm"
     ATTENTION = "attention"  # prefill (varlen) or decode, chosen per batch when priced
     LINEAR_ATTENTION = "linear_attention"
+    SPARSE_INDEXER = "sparse_indexer"  # DSA: index logits over every earlier key, then top-k per query
     RMS_NORM = "rms_norm"
     FUSED_ADD_RMS_NORM = "fused_add_rms_norm"
     LAYER_NORM = "layer_norm"
@@ -65,6 +66,7 @@ GEOMETRY_FOR_KIND: dict[KernelKind, type[Geometry]] = {
     KernelKind.GEMM: GemmGeometry,
     KernelKind.ATTENTION: AttentionGeometry,
     KernelKind.LINEAR_ATTENTION: LinearAttentionGeometry,
+    KernelKind.SPARSE_INDEXER: IndexerGeometry,
     KernelKind.RMS_NORM: NormGeometry,
     KernelKind.FUSED_ADD_RMS_NORM: NormGeometry,
     KernelKind.LAYER_NORM: NormGeometry,

@@ -34,6 +34,7 @@ class Op(str, Enum):
     # attention (semantic nodes)
     ATTENTION = "attention"
     LINEAR_ATTENTION = "linear_attention"
+    SPARSE_INDEXER = "sparse_indexer"  # DSA lightning indexer: top-k keys per query (attrs: IndexerAttrs)
     # norms
     RMS_NORM = "rms_norm"
     LAYER_NORM = "layer_norm"
@@ -113,7 +114,7 @@ class Op(str, Enum):
 
 _GROUP_MEMBERS: dict[OpGroup, tuple[Op, ...]] = {
     OpGroup.MATMUL: (Op.LINEAR, Op.MATMUL, Op.BMM, Op.GROUPED_MM),
-    OpGroup.ATTENTION: (Op.ATTENTION, Op.LINEAR_ATTENTION),
+    OpGroup.ATTENTION: (Op.ATTENTION, Op.LINEAR_ATTENTION, Op.SPARSE_INDEXER),
     OpGroup.NORM: (Op.RMS_NORM, Op.LAYER_NORM),
     OpGroup.ELEMENTWISE: (
         Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.POW, Op.SQRT, Op.RSQRT, Op.EXP, Op.LOG,

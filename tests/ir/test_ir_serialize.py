@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from graphsim.errors import GraphError, GraphsimError
 from graphsim.ir import (
-    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, GraphMeta, LayerSchedule,
-    LinearAttentionAttrs, LinearAttrs, MoEAttrs, NoAttrs, Node, NormAttrs, Op, OpaqueAttrs, ReduceAttrs, T, TensorSpec,
-    dim_symbol, graph_from_json, graph_to_json, graph_to_text, load_graph, save_graph, value_name,
+    AttentionAttrs, CastAttrs, CollectiveAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, GraphMeta, IndexerAttrs,
+    LayerSchedule, LinearAttentionAttrs, LinearAttrs, MoEAttrs, NoAttrs, Node, NormAttrs, Op, OpaqueAttrs, ReduceAttrs,
+    T, TensorSpec, dim_symbol, graph_from_json, graph_to_json, graph_to_text, load_graph, save_graph, value_name,
 )
 from graphsim.ir.attrs import allowed_attrs
 from graphsim.ir.geometry import GEOMETRY_CLASSES, AttentionGeometry, GemmGeometry, Geometry
@@ -42,6 +42,7 @@ ATTRS = {
     AttentionAttrs: st.builds(AttentionAttrs, small, small, small, small, st.booleans(), maybe_int, st.booleans(),
                               st.none() | floats, st.none() | floats, maybe_int, maybe_int),
     LinearAttentionAttrs: st.builds(LinearAttentionAttrs, name_text, small, small, small, small, st.booleans()),
+    IndexerAttrs: st.builds(IndexerAttrs, small, small, small),
     MoEAttrs: st.builds(MoEAttrs, small, small, small, small, st.booleans(), st.booleans(), name_text),
     EmbeddingAttrs: st.builds(EmbeddingAttrs, small, small),
     NormAttrs: st.builds(NormAttrs, st.none() | floats, maybe_int),

@@ -20,8 +20,8 @@ import torch.fx
 from graphsim.errors import GraphError
 from graphsim.importers.aten_map import ALIASES, ATEN_OPS, DROPPED, packet_name, qualified_name
 from graphsim.ir import (
-    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, LinearAttentionAttrs, LinearAttrs, MoEAttrs,
-    NoAttrs, Node, NormAttrs, OpaqueAttrs, ReduceAttrs, TensorSpec, value_name,
+    AttentionAttrs, CastAttrs, ConvAttrs, DType, EmbeddingAttrs, Graph, IndexerAttrs, LinearAttentionAttrs, LinearAttrs,
+    MoEAttrs, NoAttrs, Node, NormAttrs, OpaqueAttrs, ReduceAttrs, TensorSpec, value_name,
 )
 from graphsim.ir.attrs import Attrs
 from graphsim.ir.ops import Op
@@ -153,12 +153,17 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
     if op is Op.ATTENTION:
         q, k, v = _tensor(in_specs, 0, n), _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)
         sinks, scale, causal, window, softcap, lora, rope = (tuple(n.args) + (None,) * 10)[3:10]
+        indices = in_specs[10] if len(in_specs) > 10 else None  # DSA: [B, S, topk] keys per query
         return AttentionAttrs(
             num_heads=int(q.shape[1]), num_kv_heads=int(k.shape[1]), head_dim=int(q.shape[-1]),
             v_head_dim=int(v.shape[-1]), causal=bool(causal), sliding_window=_int(window) or None,
             has_sinks=sinks is not None, softcap=_float(softcap) or None, scale=_float(scale),
             kv_lora_rank=_int(lora) or None, qk_rope_head_dim=_int(rope) or None,
+            index_topk=int(indices.shape[-1]) if indices is not None else None,
         )
+    if op is Op.SPARSE_INDEXER:
+        q = _tensor(in_specs, 0, n)  # q [B, S, H, D]
+        return IndexerAttrs(num_heads=int(q.shape[2]), head_dim=int(q.shape[3]), topk=_int(n.args[3]))
     if op is Op.MOE_EXPERTS:
         hidden, idx, w_down = _tensor(in_specs, 0, n), _tensor(in_specs, 1, n), _tensor(in_specs, 4, n)
         num_experts, gated, transposed, _, activation = n.args[7:12]
@@ -260,7 +265,7 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
             in_specs = [specs.get(i) for i in inputs]
             # keep positional tensor args addressable for attrs (None args stay None)
             pos_specs = [specs.get(ref(a)[0]) if ref(a) else None for a in n.args]
-            attrs = _attrs(op, n, pos_specs if op in (Op.ATTENTION, Op.MOE_EXPERTS, Op.LINEAR_ATTENTION,
+            attrs = _attrs(op, n, pos_specs if op in (Op.ATTENTION, Op.MOE_EXPERTS, Op.LINEAR_ATTENTION, Op.SPARSE_INDEXER,
                                                        Op.LINEAR, Op.EMBEDDING, Op.CONV1D) else in_specs, outs[0])
             scope, cls, layer = _scope_of(n, ctx)
             g.nodes.append(Node(

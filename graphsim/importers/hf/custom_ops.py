@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Iterator
 
 import torch
@@ -37,8 +38,10 @@ def attention_op(
     softcap: float,
     kv_lora_rank: int,
     qk_rope_head_dim: int,
+    indices: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """q [B,H,S,D], k [B,KVH,S,D], v [B,KVH,S,Dv] → [B,S,H,Dv]. 0 means 'not set' for ints/floats."""
+    """q [B,H,S,D], k [B,KVH,S,D], v [B,KVH,S,Dv] → [B,S,H,Dv]. 0 means 'not set' for ints/floats. `indices`
+    [B,S,topk] (DSA's sparse attention): each query attends only to those keys (-1 = none)."""
     b, h, s, _ = q.shape
     kvh = k.shape[1]
     k = k.repeat_interleave(h // kvh, dim=1)
@@ -53,7 +56,13 @@ def attention_op(
         allowed &= j <= i
     if sliding_window:
         allowed &= (i - j) < sliding_window
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    mask = ~allowed
+    if indices is not None:
+        picked = torch.zeros(b, s + 1, k.shape[2] + 1, dtype=torch.bool, device=q.device)
+        idx = torch.where(indices < 0, k.shape[2], indices).long()
+        picked[:, :s].scatter_(-1, idx, True)
+        mask = mask | ~picked[:, None, :s, : k.shape[2]]
+    scores = scores.masked_fill(mask, float("-inf"))
     if sinks is not None:
         sink = sinks.float().reshape(1, h, 1, 1).expand(b, h, s, 1)
         probs = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
@@ -64,7 +73,8 @@ def attention_op(
 
 
 @attention_op.register_fake
-def _attention_fake(q, k, v, sinks, scale, causal, sliding_window, softcap, kv_lora_rank, qk_rope_head_dim):
+def _attention_fake(q, k, v, sinks, scale, causal, sliding_window, softcap, kv_lora_rank, qk_rope_head_dim,
+                    indices=None):
     b, h, s, _ = q.shape
     return q.new_empty((b, s, h, v.shape[-1]))
 
@@ -77,6 +87,7 @@ def graphsim_attention_forward(module, query, key, value, attention_mask, scalin
     out = torch.ops.graphsim.attention(
         query, key, value, s_aux, scale, causal, int(sliding_window or 0), float(softcap or 0.0),
         int(getattr(module, "kv_lora_rank", 0) or 0), int(getattr(module, "qk_rope_head_dim", 0) or 0),
+        kwargs.get("indices"),
     )
     return out, None
 
@@ -272,6 +283,95 @@ def _mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size, D=None, dt_bias=N
     return (out, state) if return_final_states else out
 
 
+# --- DSA lightning indexer (DeepSeek-V3.2, GLM-5) ---------------------------------------------
+@torch.library.custom_op("graphsim::dsa_indexer", mutates_args=())
+def dsa_indexer_op(q: torch.Tensor, k: torch.Tensor, weights: torch.Tensor, topk: int, scale: float) -> torch.Tensor:
+    """q [B,S,H,D] and k [B,S,D] (RoPE applied), weights [B,S,H] → the int32 indices [B,S,topk] of the keys with
+    the highest Σ_h weights_h·H^-½·relu(scale·q_h·k) among the query's causal prefix; -1 pads when the
+    sequence has fewer than `topk` keys (the fixed width keeps the token count symbolic)."""
+    b, s, h, _ = q.shape
+    scores = torch.relu(torch.einsum("bshd,btd->bsht", q.float(), k.float()) * scale)
+    index = torch.einsum("bsh,bsht->bst", weights.float() * h ** -0.5, scores)
+    causal = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    index = index.masked_fill(~causal, float("-inf"))
+    kept = min(topk, s)
+    out = torch.full((b, s, topk), -1, dtype=torch.int32, device=q.device)
+    out[..., :kept] = index.topk(kept, dim=-1).indices.to(torch.int32)
+    return out
+
+
+@dsa_indexer_op.register_fake
+def _dsa_indexer_fake(q, k, weights, topk, scale):
+    return q.new_empty((q.shape[0], q.shape[1], topk), dtype=torch.int32)
+
+
+def _rotary_of(indexer: torch.nn.Module):
+    """The RoPE function the indexer's own forward calls (half-split for DeepSeek-V3.2, interleaved for GLM-5),
+    looked up in its modelling module."""
+    import inspect
+
+    mod = sys.modules[type(indexer).__module__]
+    src = inspect.getsource(type(indexer).forward)
+    name = "apply_rotary_pos_emb_interleave" if "apply_rotary_pos_emb_interleave" in src else "apply_rotary_pos_emb"
+    return getattr(mod, name)
+
+
+def _dsa_indexer_forward(self, hidden_states, q_resid, position_embeddings, attention_mask=None, position_ids=None,
+                         cache=None, **kwargs):
+    """The indexer's projections as transformers writes them (wq_b on the query latent, wk + k_norm on the hidden
+    states, RoPE on the first qk_rope_head_dim dims, weights_proj), then one `graphsim::dsa_indexer` node in place
+    of its [T, T] score matrix and its top-k of min(index_topk, T) (a guard on the token count)."""
+    b, s, _ = hidden_states.shape
+    cos, sin = position_embeddings
+    rope = self.qk_rope_head_dim
+    q = self.wq_b(q_resid).view(b, s, self.n_heads, self.head_dim)
+    k = self.k_norm(self.wk(hidden_states)).unsqueeze(2)
+    q_rot, q_pass = torch.split(q, [rope, self.head_dim - rope], dim=-1)
+    k_rot, k_pass = torch.split(k, [rope, self.head_dim - rope], dim=-1)
+    q_rot, k_rot = _rotary_of(self)(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+    q = torch.cat([q_rot, q_pass], dim=-1)
+    k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+    weights = self.weights_proj(hidden_states.to(self.weights_proj.weight.dtype))
+    return torch.ops.graphsim.dsa_indexer(q, k, weights, int(self.index_topk), float(self.softmax_scale))
+
+
+def _is_dsa_indexer(m: torch.nn.Module) -> bool:
+    return all(hasattr(m, a) for a in ("index_topk", "wq_b", "wk", "k_norm", "weights_proj", "softmax_scale"))
+
+
+def _mask_stub(module, args, kwargs):
+    """DSA attention slices `attention_mask[:, 0]` for its indexer before any attention call, but graphsim's
+    attention materialises no mask (None): hand it a [B,1,1,1] placeholder, which the semantic indexer and
+    attention ignore (both apply causality themselves)."""
+    hidden = kwargs.get("hidden_states", args[0] if args else None)
+    if kwargs.get("attention_mask", args[2] if len(args) > 2 else 0) is None and hidden is not None:
+        stub = torch.zeros((hidden.shape[0], 1, 1, 1), dtype=torch.bool, device=hidden.device)
+        if "attention_mask" in kwargs or len(args) <= 2:
+            kwargs["attention_mask"] = stub
+        else:
+            args = (*args[:2], stub, *args[3:])
+    return args, kwargs
+
+
+@contextlib.contextmanager
+def _dsa_patches(model: torch.nn.Module) -> Iterator[list[str]]:
+    """Swap each DSA indexer's forward for the semantic one and give its attention a mask placeholder."""
+    hooks, swapped = [], []
+    for name, m in model.named_modules():
+        if _is_dsa_indexer(m):
+            m.forward = types.MethodType(_dsa_indexer_forward, m)
+            swapped.append((m, name))
+        elif any(_is_dsa_indexer(c) for c in m.children()):
+            hooks.append(m.register_forward_pre_hook(_mask_stub, with_kwargs=True))
+    try:
+        yield [f"{type(m).__module__}.{type(m).__name__}.forward" for m, _ in swapped[:1]]
+    finally:
+        for h in hooks:
+            h.remove()
+        for m, _ in swapped:
+            del m.forward
+
+
 # Python-loop kernels that transformers' modelling files call by module-global name, and the
 # semantic op that replaces each while tracing (keyed by the kernel's role, not by model).
 LOOP_KERNELS = {
@@ -295,7 +395,8 @@ def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
                 patched.append((mod, fn_name, getattr(mod, fn_name)))
                 setattr(mod, fn_name, repl)
     try:
-        yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched]
+        with _dsa_patches(model) as dsa:
+            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa
     finally:
         for mod, name, orig in patched:
             setattr(mod, name, orig)

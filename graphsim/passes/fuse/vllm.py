@@ -16,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from graphsim.ir import AttentionAttrs, ConvAttrs, EmbeddingAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node, Op
+from graphsim.ir import (
+    AttentionAttrs, ConvAttrs, EmbeddingAttrs, IndexerAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node, Op,
+)
 from graphsim.ir.geometry import (
-    Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, Geometry, LinearAttentionGeometry,
-    MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
+    Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, Geometry, IndexerGeometry,
+    LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
@@ -242,6 +244,8 @@ def _build_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     a = c.info["attention"]
     aa = a.attrs_as(AttentionAttrs)
     name = "mla_attention" if aa.kv_lora_rank else "flash_attn_varlen"
+    if aa.index_topk:  # DSA: FlashMLA's sparse kernels over the indexer's top-k keys
+        name = "flashmla_sparse"
     return KernelAttrs(KernelKind.ATTENTION, name, P.attention_geometry(aa), a.outputs[0].dtype.value,
                        Rows.NONE, tuple(n.name for n in c.nodes), "attention")
 
@@ -250,6 +254,59 @@ ATTENTION = Rule(
     "attention", "v1/attention/backends/flash_attn.py:FlashAttentionImpl.forward (reshape_and_cache_flash + "
     "flash_attn_varlen_func); MLA: model_executor/layers/attention/mla_attention.py:MLAAttention.forward_impl",
     _match_attention, _build_attention,
+)
+
+
+def _indexer_unit(ctx: FuseContext, n: Node) -> Candidate:
+    """The indexer node with the per-token ops its module runs on q and k before scoring (RoPE, concatenation):
+    vLLM's Indexer applies its rotary_emb and fp8-quantises q and k inside the same op (priced per token)."""
+    prep = [a for a in P.ancestors_within(ctx, n, {n.scope})
+            if a.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT) and a.op is not Op.LINEAR]
+    return Candidate(sorted([*prep, n], key=lambda m: ctx.pos[m.name]), {"indexer": n})
+
+
+def _match_mla_key_assembly(ctx: FuseContext):
+    """MLA modules that assemble per-head keys by writing into a new tensor (transformers' expand_kv: copy_ of
+    k_nope and the roped, expanded k_rot): the writes, and the k_rot RoPE that only feeds them, reach no consumer
+    in the traced graph (the attention reads the buffer), so they are dead ends of the attention's scope."""
+    out = []
+    for a in [n for n in P.attention_nodes(ctx) if n.attrs_as(AttentionAttrs).kv_lora_rank]:
+        dead = {n.name: n for n in ctx.nodes_in_scope(a.scope, exact=True)
+                if ctx.is_free(n) and ctx.pos[n.name] < ctx.pos[a.name]
+                and n.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT)}
+        changed = True
+        while changed:  # keep only nodes whose every user is itself such a node
+            changed = False
+            for name, n in list(dead.items()):
+                if any(u.name not in dead for v in ctx.outputs_of([n]) for u in ctx.users.get(v, [])):
+                    del dead[name]
+                    changed = True
+        if any(n.op is Op.COPY for n in dead.values()):
+            out.append(Candidate(sorted(dead.values(), key=lambda n: ctx.pos[n.name])))
+    return out
+
+
+MLA_KEY_ASSEMBLY = Rule(
+    "mla_key_assembly", "model_executor/layers/attention/mla_attention.py:MLAAttention.forward (k_pe is rotated "
+    "in the same rotary_emb call as q_pe; the latent and k_pe are written by concat_and_cache_mla; per-head keys "
+    "are never assembled: decode absorbs W_UK into q, prefill's kernel reads kv_b_proj's output)",
+    _match_mla_key_assembly, _absorb,
+)
+
+
+def _build_indexer(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    n = c.info["indexer"]
+    a = n.attrs_as(IndexerAttrs)
+    return KernelAttrs(KernelKind.SPARSE_INDEXER, "sparse_attn_indexer",
+                       IndexerGeometry(num_heads=a.num_heads, head_dim=a.head_dim, topk=a.topk), "f8e4m3", Rows.NONE,
+                       tuple(m.name for m in c.nodes), "sparse_indexer")
+
+
+SPARSE_INDEXER = Rule(
+    "sparse_indexer", "model_executor/models/deepseek_v2.py:Indexer.forward (wq_b / wk / weights_proj are "
+    "ReplicatedLinear: 'no tensor parallel, just replicated'; the fp8 index keys cached; SparseAttnIndexer: "
+    "fp8_mqa_logits for prefill / fp8_paged_mqa_logits for decode into fp32 logits, then the per-row top-k)",
+    lambda ctx: [_indexer_unit(ctx, n) for n in ctx.graph.nodes if n.op is Op.SPARSE_INDEXER], _build_indexer,
 )
 
 
@@ -511,7 +568,8 @@ EMBEDDING = _kernel_rule(
     lambda a: EmbeddingGeometry(vocab=a.num_embeddings, width=a.embedding_dim), Rows.TOKENS)
 
 RULES: list[Rule] = [
-    ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION,
+    ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION, SPARSE_INDEXER,
+    MLA_KEY_ASSEMBLY,
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
 ]
 

@@ -301,7 +301,7 @@ def _values(n: Node) -> list[str]:
 def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
     """Router logits, per-token scalar gates and whole-vector-normalised latents are not split."""
     g = n.kernel.geometry_as(GemmGeometry)
-    if g.n == 1:
+    if g.n == 1 or _feeds_indexer(n, users):
         return True
     for v in _values(n):
         for u in users.get(v, []):
@@ -314,6 +314,23 @@ def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
                 ng = ua.geometry_as(NormGeometry)
                 if ng.dim == ng.width and _whole_norm_consumer(u, users, g.k) == "latent":
                     return True
+    return False
+
+
+def _feeds_indexer(n: Node, users: dict[str, list[Node]]) -> bool:
+    """A projection of DSA's indexer (q, k through its norm, or the head weights): vLLM builds them as
+    ReplicatedLinear (models/deepseek_v2.py Indexer: "no tensor parallel, just replicated")."""
+    todo, seen = [n], {n.name}
+    while todo:
+        for v in _values(todo.pop()):
+            for u in users.get(v, []):
+                if u.name in seen or not isinstance(u.attrs, KernelAttrs):
+                    continue
+                seen.add(u.name)
+                if u.attrs.kind is KernelKind.SPARSE_INDEXER:
+                    return True
+                if u.attrs.kind in (KernelKind.LAYER_NORM, KernelKind.RMS_NORM, KernelKind.ELEMENTWISE) and len(seen) < 16:
+                    todo.append(u)
     return False
 
 

@@ -1,0 +1,112 @@
+"""Work of DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5) as vLLM runs it, and the rows its
+sparse attention is priced at.
+
+vLLM's `Indexer` (model_executor/models/deepseek_v2.py; its `SparseAttnIndexer` op) projects q (H heads of D) and
+one key head per token, applies RoPE and quantises both to fp8, writes the key to its fp8 index cache, scores
+every query against every earlier key of its sequence (`fp8_mqa_logits` for prefill, `fp8_paged_mqa_logits` for
+decode: Σ_h w_h·relu(q_h·k), written as fp32 logits) and keeps the top-k keys per query (`top_k_per_row`). The
+indexer kernel is priced in three parts (`kernel_map._indexer_rows`), each an elementwise key whose op names the
+geometry (`…/h<heads>.d<head_dim>.k<topk>`):
+
+- `sparse_attn_indexer.prefill`, one row per (prefill query, earlier key) pair: 2·H·D FLOPs (the head products;
+  the weighted head sum adds 2·H) and 8 bytes, the fp32 logit written and read back by the top-k; prefill
+  reads each key once per block of queries, left out.
+- `sparse_attn_indexer.decode`, one row per (decode query, earlier key) pair: the same FLOPs, the 8 logit bytes
+  and the key read from the paged fp8 cache (D bytes + a 4-byte scale), once per query.
+- `sparse_attn_indexer.tokens`, one row per token: q read in bf16 and written in fp8 (3·H·D), k likewise (3·D)
+  and cached (D + 4), the head weights (4·H) and the top-k indices written (4·k).
+
+The sparse attention itself (FlashMLA's sparse kernels, vllm/attention/ops/flashmla.py flash_mla_sparse_prefill /
+flash_mla_with_kvcache with indices, v1/attention/backends/mla/flashmla_sparse.py) runs absorbed — q in the
+512 + 64 latent, one key head — for prefill and decode alike, each query over min(its context, top-k) keys.
+Decode queries are priced on the MLA decode key (measured rows where the profile has them) at that key count;
+prefill queries by `attention_work`, their pairs Σ min(p + 1, top-k) (`roofline.attended_pairs` with top-k as
+the window) (their picked keys are gathered from a cache
+that stays in L2, so a decode row, which streams each query's keys from DRAM, would overcount bytes).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+PREFILL = "sparse_attn_indexer.prefill"
+DECODE = "sparse_attn_indexer.decode"
+TOKENS = "sparse_attn_indexer.tokens"
+KINDS = (PREFILL, DECODE, TOKENS)
+# sparse MLA prefill (flash_mla_sparse_prefill): per (query, picked key) pair, per query token, per key read
+ATTN_PAIRS = "flashmla_sparse.prefill"
+ATTN_TOKENS = "flashmla_sparse.prefill_tokens"
+ATTN_KEYS = "flashmla_sparse.prefill_keys"
+ATTN_KINDS = (ATTN_PAIRS, ATTN_TOKENS, ATTN_KEYS)
+
+_TAG = re.compile(r"^(?P<kernel>[a-z_.]+)/h(?P<h>\d+)\.d(?P<d>\d+)\.k(?P<k>\d+)$")
+_ATTN_TAG = re.compile(r"^(?P<kernel>[a-z_.]+)/h(?P<h>\d+)\.l(?P<l>\d+)\.r(?P<r>\d+)\.k(?P<k>\d+)$")
+
+
+@dataclass(frozen=True)
+class IndexerShape:
+    heads: int
+    head_dim: int
+    topk: int
+
+    def tag(self) -> str:
+        return f"h{self.heads}.d{self.head_dim}.k{self.topk}"
+
+    @property
+    def token_bytes(self) -> float:
+        h, d = self.heads, self.head_dim
+        return 3.0 * h * d + 3.0 * d + (d + 4.0) + 4.0 * h + 4.0 * self.topk
+
+
+def op_name(kernel: str, shape: IndexerShape) -> str:
+    return f"{kernel}/{shape.tag()}"
+
+
+def parse(op: str) -> tuple[str, IndexerShape] | None:
+    m = _TAG.match(op)
+    if m is None or m.group("kernel") not in KINDS:
+        return None
+    return m.group("kernel"), IndexerShape(int(m.group("h")), int(m.group("d")), int(m.group("k")))
+
+
+def attention_op_name(kernel: str, heads: int, latent: int, rope: int, topk: int) -> str:
+    return f"{kernel}/h{heads}.l{latent}.r{rope}.k{topk}"
+
+
+def attention_work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """Sparse MLA prefill, absorbed (q of latent + rope dims per head, one key head, values the latent):
+    per pair 2·H·(2·latent + rope) FLOPs; per query token q read and output written (H·(2·latent + rope) elements)
+    and its top-k indices (4·k bytes); per key of each prefill sequence one read of its cache row (latent + rope):
+    the keys a sequence's queries pick overlap, and its whole cache (MBs) stays in L2, so keys are not read once
+    per pair."""
+    m = _ATTN_TAG.match(op)
+    if m is None or m.group("kernel") not in ATTN_KINDS:
+        return None
+    h, lat, rope, k = (int(m.group(x)) for x in ("h", "l", "r", "k"))
+    kernel = m.group("kernel")
+    if kernel == ATTN_PAIRS:
+        return rows * 2.0 * h * (2 * lat + rope), np.zeros_like(rows)
+    if kernel == ATTN_TOKENS:
+        return np.zeros_like(rows), rows * (h * (2 * lat + rope) * act_bytes + 4.0 * k)
+    return np.zeros_like(rows), rows * (lat + rope) * act_bytes
+
+
+def work(op: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(FLOPs, bytes) at `rows` for an indexer op name; None when `op` is not one."""
+    parsed = parse(op)
+    if parsed is None:
+        return None
+    kernel, s = parsed
+    if kernel == TOKENS:
+        return np.zeros_like(rows), rows * s.token_bytes
+    flops = 2.0 * s.heads * s.head_dim + 2.0 * s.heads
+    nbytes = 8.0 + (s.head_dim + 4.0 if kernel == DECODE else 0.0)
+    return rows * flops, rows * nbytes
+
+
+def causal_pairs(new: np.ndarray, cached: np.ndarray) -> np.ndarray:
+    """(query, key) pairs of `new` queries after `cached` keys, each query seeing itself and every earlier key."""
+    return new * cached + new * (new + 1) / 2
