@@ -60,11 +60,10 @@ def draft_footprint(dep: Deployment, spec: SpeculativeConfig) -> DraftFootprint:
         return DraftFootprint(kv, int(layer_bytes + extra),
                               f"{n} MTP layer(s) of the last layer's kind + eh_proj {2 * s.hidden}×{s.hidden} "
                               "(replicated) + enorm/hnorm; embedding and LM head shared with the target")
-    from graphsim.catalog import resolve_model
+    from graphsim.serving.speculative import draft_model
     from graphsim.work import accounting
 
-    assert spec.model is not None
-    draft = resolve_model(spec.model)
+    draft = draft_model(spec)
     dacc = accounting(draft.config, dtype=dep.dtype, kv_dtype=dep.kv_dtype)
     kv = layer_kv(dacc.spec, tp, dacc.precision)
     return DraftFootprint(kv, weight_bytes_per_rank(dacc.spec, dacc.precision, tp),

@@ -181,6 +181,35 @@ def parse_speculative_config(text: str | dict[str, Any] | SpeculativeArgs, model
                              raw.draft_tensor_parallel_size)
 
 
+def draft_model(spec: SpeculativeConfig) -> Any:
+    """The draft checkpoint of eagle/eagle3/draft_model, resolved (`graphsim.catalog.resolve_model`). EAGLE heads name
+    architectures only vLLM knows (vllm/model_executor/models/registry.py `_SPECULATIVE_DECODING_MODELS`:
+    `EagleLlamaForCausalLM`, `Eagle3LlamaForCausalLM`, `LlamaForCausalLMEagle3`, …) whose layers are their family's
+    decoder layers, so such a draft is read as that family's causal LM: the architecture without its `Eagle`/`Eagle3`
+    affix (`LlamaForCausalLMEagle3` → `LlamaForCausalLM`), stated in `ResolvedModel.name`."""
+    import re
+    from dataclasses import replace
+
+    from graphsim.catalog import resolve_model
+
+    if spec.model is None:
+        raise SpeculativeError(f"method {spec.method} needs a draft model (\"model\" in --speculative-config)")
+    resolved = resolve_model(spec.model)
+    arch = resolved.architecture
+    base = re.sub(r"Eagle3?", "", arch)
+    if base != arch and base.endswith("ForCausalLM"):
+        config = {**resolved.config, "architectures": [base]}
+        note = f"{arch} read as {base}"
+        draft_vocab = config.get("draft_vocab_size")
+        if isinstance(draft_vocab, int) and 0 < draft_vocab < int(config.get("vocab_size") or 0):
+            # EAGLE-3's head predicts over its own smaller vocabulary (vllm/model_executor/models/llama_eagle3.py
+            # `draft_vocab_size`); its embedding is the target's, shared (counted there)
+            config["vocab_size"] = draft_vocab
+            note += f", LM head over draft_vocab_size {draft_vocab}"
+        return replace(resolved, config=config, name=f"{resolved.name} ({note})")
+    return resolved
+
+
 def mtp_layers(model_config: dict[str, Any]) -> int:
     """The MTP layers a checkpoint's config states (0 when none), read from the config or its text_config."""
     for cfg in (model_config, model_config.get("text_config") or {}):

@@ -209,3 +209,26 @@ def test_another_draft_tp_is_refused_by_name():
                                                "tensor_parallel_size 2"):
         s.check_tp(2)
     assert s.to_vllm()["draft_tensor_parallel_size"] == 1
+
+
+def test_eagle_checkpoint_is_read_as_its_family(tmp_path):
+    # an EAGLE-3 head's config names vLLM's architecture; its one layer is a Llama layer (hidden 4096, 8 kv heads)
+    import json
+
+    from graphsim.serving.config import DeploymentConfig
+    from graphsim.serving.deployment import plan_deployment
+    from graphsim.serving.speculative import draft_model
+
+    base = dict(resolve_model("llama-3.1-8b").config)
+    (tmp_path / "config.json").write_text(json.dumps({**base, "architectures": ["LlamaForCausalLMEagle3"],
+                                                      "num_hidden_layers": 1, "draft_vocab_size": 32000}))
+    spec = parse_speculative_config({"method": "eagle3", "model": str(tmp_path), "num_speculative_tokens": 3})
+    d = draft_model(spec)
+    assert d.architecture == "LlamaForCausalLM" and d.config["vocab_size"] == 32000
+    assert "LlamaForCausalLMEagle3 read as LlamaForCausalLM" in d.name
+    dep = plan_deployment(DeploymentConfig.parse({"model": "llama-3.1-8b", "hardware": "h200",
+                                                  "speculative_config": spec.to_vllm()}))
+    plain = plan_deployment(DeploymentConfig.parse({"model": "llama-3.1-8b", "hardware": "h200"}))
+    # one more Llama layer of KV: 2 × 8 kv heads × 128 × 2 B = 4096 B a token more (32 → 33 layers)
+    assert dep.layout.bytes_per_token - plain.layout.bytes_per_token == 4096
+    assert dep.budget.term("draft weights").bytes > 0 and dep.capacity.num_blocks < plain.capacity.num_blocks
