@@ -38,6 +38,9 @@ def sweep_cmd(
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     replicas: opt.Replicas = 1,
+    data_parallel_size: opt.DataParallel = 1,
+    enable_expert_parallel: opt.EnableExpertParallel = False,
+    all2all_backend: opt.All2AllBackendOpt = None,
     router: opt.Router = "round-robin",
     arrival: opt.Arrival = "poisson",
     cv: opt.Cv = 1.0,
@@ -102,9 +105,16 @@ def sweep_cmd(
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
         enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
-                                           network_latency_us))})
+                                           network_latency_us), data_parallel_size=data_parallel_size,
+        enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})
     routing = parse_routing(moe_routing)
     dep = plan_deployment(config)
+    from graphsim.serving.dp_attention import coupled
+
+    dp_coupled = coupled(config.parallel, dep.acc.spec)  # a MoE model's -dp: lockstep ranks (serving/dp_simulator.py)
+    if dp_coupled and spec_opts is not None:
+        raise typer.BadParameter("data-parallel attention is not simulated with --speculative-config yet",
+                                 param_hint="--data-parallel-size")
     workloads: list[tuple[str, float, Any]] = []  # (label, value, workload)
     if rate_list is not None:
         for r in rate_list:
@@ -123,16 +133,29 @@ def sweep_cmd(
     if shared_prefix:
         what += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
-        cost, note, _ = build_cost(dep, profile, moe_routing=routing)  # once for the whole sweep
-    setup = spec_cli.with_acceptance(dep.simulation_setup(cost, router=router, host_time=host_time), spec_opts, seed)
+        if dp_coupled:
+            from graphsim.serving.dp_attention import dp_simulation_setup
+            from graphsim.serving.dp_simulator import simulate_dp
+
+            dp_setup, note = dp_simulation_setup(dep, profile, routing, host_time)
+
+            def run(workload):  # every point on the lockstep DP ranks
+                return simulate_dp(dp_setup, workload)
+        else:
+            cost, note, _ = build_cost(dep, profile, moe_routing=routing)  # once for the whole sweep
+            setup = spec_cli.with_acceptance(dep.simulation_setup(cost, router=router, host_time=host_time),
+                                             spec_opts, seed)
+
+            def run(workload):
+                return simulate(setup, workload)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     points: list[dict[str, Any]] = []
     for i, (label, value, workload) in enumerate(workloads):
         if as_json:
-            res = simulate(setup, workload)
+            res = run(workload)
         else:
             with err_console.status(f"simulating {axis} {label} ({i + 1} of {len(workloads)})…"):
-                res = simulate(setup, workload)
+                res = run(workload)
         points.append({axis: value, "label": label, **summarize(res, slo).to_json()})
     title = (f"{dep.model.name} on {dep.hardware.id} tp={dep.tp} × {replicas}: {what}")
     if plot:

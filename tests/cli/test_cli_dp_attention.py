@@ -82,3 +82,12 @@ def test_a_vllm_logs_data_parallel_size_is_taken(capsys, tmp_path):
     doc = run_json(capsys, "kv", "qwen3-30b-a3b", "--gpu", "h200", "--from-vllm-log", str(log))
     assert doc["from_vllm_log"]["taken"] == {"data_parallel_size": 8, "enable_expert_parallel": True}
     assert weights(one) - weights(doc) == 50_734_301_184
+
+
+@pytest.mark.slow
+def test_sweep_runs_a_moe_models_dp_ranks_in_lockstep(capsys):
+    pytest.importorskip("torch")
+    doc = run_json(capsys, "sweep", "qwen3-30b-a3b", "--gpu", "h200", "-dp", "2", "--enable-expert-parallel",
+                   "--rates", "5,20", "-n", "40", "--input-len", "256", "--output-len", "16")
+    assert [p["gpus"] for p in doc["points"]] == [2, 2] and all(p["completed"] == 40 for p in doc["points"])
+    assert doc["points"][0]["tpot_ms"]["mean"] <= doc["points"][1]["tpot_ms"]["mean"]  # more load, longer steps
