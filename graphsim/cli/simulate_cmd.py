@@ -277,6 +277,8 @@ def simulate_cmd(
         _save_result(save_result, res, dep, note, model, num_requests, rate, concurrency, arrival, cv, bench,
                      burstiness, pct_metrics, pcts, save_detailed, slo, due, summary)
     if as_json:
+        if dp_coupled:  # the engines are the DP ranks behind vLLM's balancer (serving/dp_simulator.py)
+            router = "dp-lockstep (vLLM's DP balancer: waiting × 4 + running)"
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica,
                "versions": versions(profile, gpu, engine)}
@@ -290,6 +292,8 @@ def simulate_cmd(
         return
     from graphsim.render.serving_view import render_summary
 
+    if dp_coupled:  # the engines are the DP ranks behind vLLM's balancer (serving/dp_simulator.py)
+        replicas, router = config.parallel.data_parallel_size, "DP ranks in lockstep, vLLM's DP balancer"
     console.print(render_summary(dep, summary, note, replicas, router, label, slo, host_time))
     if (spec_sim := getattr(setup, "speculative", None)) is not None:
         console.print(spec_sim.describe(), highlight=False, markup=False)
