@@ -86,6 +86,8 @@ BUILDERS: dict[str, Builder] = {
     "PersimmonForCausalLM": partial(gqa.build_gqa_decoder, gqa.PERSIMMON),
     "PhiForCausalLM": partial(gqa.build_gqa_decoder, gqa.PHI),
     "OlmoForCausalLM": partial(gqa.build_gqa_decoder, gqa.OLMO),
+    "NemotronForCausalLM": partial(gqa.build_gqa_decoder, gqa.NEMOTRON),
+    "Ernie4_5_MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.ERNIE4_5_MOE),
 }
 
 

@@ -92,6 +92,9 @@ _UNBUILDABLE_DEFAULTS = {
     "DeepseekV2ForCausalLM": {"num_experts_per_tok": 6},
     "HunYuanDenseV1ForCausalLM": {"head_dim": 128},
     "MinistralForCausalLM": {"head_dim": 128},
+    # NemotronConfig() leaves num_key_value_heads None, which NemotronAttention divides by; MHA (48) as the
+    # accountant reads an absent field.
+    "NemotronForCausalLM": {"num_key_value_heads": 48},
 }
 
 

@@ -102,6 +102,10 @@ class MoeFields:
     first_dense_key: str | None = None  # layers below this index use the dense MLP (first_k_dense_replace)
     score_bias: bool = False  # sigmoid router with a per-expert score-correction vector (noaux_tc)
     layer_types: bool = False  # the config class lists "dense" / "sparse" per layer in mlp_layer_types
+    # ERNIE-4.5-MoE: layer i is MoE when (i + 1) % moe_layer_interval == 0 and moe_layer_start_index <= i
+    # <= moe_layer_end_index (−1: the last layer) (Ernie4_5_MoeDecoderLayer, Ernie4_5_MoeConfig.__post_init__)
+    interval_schedule: bool = False
+    shared_bias: Flag | None = None  # the shared expert's biases (ERNIE-4.5-MoE: use_bias)
 
 
 def dense_ffn(
@@ -130,6 +134,7 @@ def moe_ffn(view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1) ->
         router_score_bias=fields.score_bias,
         shared_intermediate=shared or 0,
         shared_gate=fields.shared_gate and bool(shared),
+        shared_bias=fields.shared_bias.read(view) if fields.shared_bias else False,
         block_norms=norms,
         module=fields.module,
         router_module=fields.router_module,
@@ -158,6 +163,13 @@ def ffn_schedule(
             )
         dense = dense_ffn(view, hidden, norms=norms, bias=bias)
         return [moe if k == "sparse" else dense for k in kinds]
+    if fields.interval_schedule:
+        interval = view.opt_int("moe_layer_interval", 1) or 1
+        start = view.opt_int("moe_layer_start_index", 0, minimum=0) or 0
+        end = view.opt_int("moe_layer_end_index", -1, minimum=-1)
+        last = layers - 1 if end is None or end == -1 else end
+        dense = dense_ffn(view, hidden, norms=norms, bias=bias)
+        return [moe if (i + 1) % interval == 0 and start <= i <= last else dense for i in range(layers)]
     if fields.first_dense_key:
         first = view.opt_int(fields.first_dense_key, 0, minimum=0) or 0
         dense = dense_ffn(view, hidden, norms=norms, bias=bias)

@@ -50,7 +50,7 @@ class GqaProfile:
     sinks: bool = False
     moe: MoeFields | None = None
     qk_norm_bias: bool = False  # q/k LayerNorms with a bias (Persimmon, Phi)
-    head_bias: bool = False  # lm_head with a bias (Phi)
+    head_bias: Flag = NEVER  # lm_head with a bias (Phi; ERNIE-4.5-MoE from use_bias)
     norm_weights: bool = True  # False: non-parametric LayerNorms, no norm weights anywhere (OLMo)
     # per-layer parameters and persistent buffers outside the blocks, (module, shape) (Apertus' xIELU)
     layer_vectors: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -248,11 +248,25 @@ PERSIMMON = GqaProfile(
 # (models/phi modeling_phi.py).
 PHI = GqaProfile(
     qkv_bias=ALWAYS, o_bias=ALWAYS, qk_norm=Flag("qk_layernorm", False), qk_norm_bias=True, ffn_norms=0,
-    norm_bias=True, mlp_gated=False, mlp_bias=ALWAYS, head_bias=True,
+    norm_bias=True, mlp_gated=False, mlp_bias=ALWAYS, head_bias=ALWAYS,
 )
 # OLMo (1): q/k/v/o biases from attention_bias, a SwiGLU MLP without biases (OlmoMLP bias=False), and
 # non-parametric LayerNorms (OlmoLayerNorm has no weight): no norm weights anywhere (models/olmo).
 OLMO = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, mlp_bias=NEVER, norm_weights=False)
+# Nemotron (3/4, NemotronForCausalLM): Llama's attention biases, an ungated up → relu² → down MLP with
+# mlp_bias, LayerNorm1P norms with biases (models/nemotron modeling_nemotron.py).
+NEMOTRON = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, mlp_gated=False, norm_bias=True)
+# ERNIE-4.5-MoE: ERNIE-4.5's use_bias on every projection, MoE layers by moe_layer_interval between
+# moe_layer_start_index and moe_layer_end_index, moe_num_shared_experts × moe_intermediate_size of shared
+# expert (biased like the dense MLP), a router with a per-expert score-correction vector
+# (Ernie4_5_MoeStatics), unbiased experts and an lm_head biased by use_bias (models/ernie4_5_moe).
+ERNIE4_5_MOE = GqaProfile(
+    qkv_bias=Flag("use_bias", False), o_bias=Flag("use_bias", False), mlp_bias=Flag("use_bias", False),
+    moe=MoeFields("moe_num_experts", "moe_intermediate_size", top_k_key="moe_k", shared_count_key="moe_num_shared_experts",
+                  shared_module="shared_experts", score_bias=True, interval_schedule=True,
+                  shared_bias=Flag("use_bias", False)),
+    head_bias=Flag("use_bias", False),  # Ernie4_5_MoeForCausalLM.lm_head bias=config.use_bias
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
@@ -337,5 +351,5 @@ def build_gqa_decoder(profile: GqaProfile, view: ConfigView) -> ModelSpec:
         layers.append(LayerSpec(attn, ffns[i]))
     spec = finish(view, frame, layers, profile.tie_default, norm_bias=profile.norm_bias)
     extras = tuple(Weight("extra", module, WeightKind.VECTOR, shape) for module, shape in profile.layer_vectors)
-    return replace(spec, head_bias=profile.head_bias, final_norm=profile.norm_weights,
+    return replace(spec, head_bias=profile.head_bias.read(view), final_norm=profile.norm_weights,
                    layer_extras=extras)
