@@ -35,6 +35,8 @@ def main() -> None:
     ap.add_argument("--backend", default="local")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--profile", default=None, help="profile.db (default: the GPU's default path when present)")
+    ap.add_argument("--engine", default="vllm", help="vllm, sglang or trtllm (docs/engines.md); `graphsim search "
+                                                    "--engine auto` runs all three")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -44,7 +46,8 @@ def main() -> None:
     from graphsim.serving.search import run_search
     from graphsim.serving.search_space import SearchSpec
 
-    spec = SearchSpec(base=DeploymentConfig(model=args.model, hardware=args.gpu), gpus=args.gpus,
+    base = DeploymentConfig.parse({"model": args.model, "hardware": args.gpu, "engine": {"engine": args.engine}})
+    spec = SearchSpec(base=base, gpus=args.gpus,
                       isl=parse_lengths(args.isl, "isl"), osl=parse_lengths(args.osl, "osl"), slo=SLO(args.ttft, args.tpot),
                       profile=args.profile, verify=args.verify)
     backend = make_backend(args.backend, args.workers)
@@ -57,7 +60,7 @@ def main() -> None:
     t = res.timings
     best = res.row(res.best) if res.best is not None else None
     out = {
-        "model": res.model, "gpu": res.hardware, "gpus": args.gpus, "isl": args.isl, "osl": args.osl,
+        "model": res.model, "gpu": res.hardware, "engine": args.engine, "gpus": args.gpus, "isl": args.isl, "osl": args.osl,
         "slo": {"ttft_ms": args.ttft, "tpot_ms": args.tpot}, "backend": res.backend, "workers": res.workers,
         "candidates": len(res.rows), "pruned_pool_configurations": len(res.pruned),
         "agg": sum(r.candidate.mode == "agg" for r in res.rows),
@@ -74,7 +77,7 @@ def main() -> None:
     if args.json:
         print(json.dumps(out, indent=1, default=float))
         return
-    print(f"{res.model} on {args.gpus} × {res.hardware}, ISL {args.isl}, OSL {args.osl}, SLOs TTFT ≤ {args.ttft:g} ms, "
+    print(f"{res.model} on {args.gpus} × {res.hardware} ({args.engine}), ISL {args.isl}, OSL {args.osl}, SLOs TTFT ≤ {args.ttft:g} ms, "
           f"TPOT ≤ {args.tpot:g} ms; {res.backend} backend, {res.workers} worker(s); {out['machine']}")
     print(f"  candidates evaluated:     {len(res.rows):,} ({out['agg']:,} aggregated, {out['disagg']:,} disaggregated); "
           f"{len(res.pruned):,} pool configurations pruned")
