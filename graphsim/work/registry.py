@@ -88,6 +88,7 @@ BUILDERS: dict[str, Builder] = {
     "OlmoForCausalLM": partial(gqa.build_gqa_decoder, gqa.OLMO),
     "NemotronForCausalLM": partial(gqa.build_gqa_decoder, gqa.NEMOTRON),
     "Ernie4_5_MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.ERNIE4_5_MOE),
+    "ExaoneMoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.EXAONE_MOE),
 }
 
 

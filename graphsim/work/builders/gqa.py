@@ -267,6 +267,17 @@ ERNIE4_5_MOE = GqaProfile(
                   shared_bias=Flag("use_bias", False)),
     head_bias=Flag("use_bias", False),  # Ernie4_5_MoeForCausalLM.lm_head bias=config.use_bias
 )
+# EXAONE-MoE: EXAONE-4's attention (per-head q/k norms, no biases, full every sliding_window_pattern-th
+# layer), unbiased MLPs, DeepSeekMoE after the first first_k_dense_replace dense layers (or per
+# mlp_layer_types): a sigmoid router with a score-correction buffer and num_shared_experts ×
+# moe_intermediate_size of shared expert (models/exaone_moe).
+EXAONE_MOE = GqaProfile(
+    qk_norm=QK_NORM, mlp_bias=NEVER, window_rule=WindowRule.PERIODIC, period_key="sliding_window_pattern",
+    period_default=4, period_shift=1,
+    moe=MoeFields("num_experts", "moe_intermediate_size", shared_count_key="num_shared_experts",
+                  first_dense_key="first_k_dense_replace", layer_types=True, score_bias=True,
+                  shared_module="shared_experts"),
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
