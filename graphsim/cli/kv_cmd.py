@@ -35,6 +35,12 @@ def kv_cmd(
     max_num_seqs: opt.MaxNumSeqs = None,
     kv_memory: opt.KvMemory = None,
     engine: opt.Engine = opt.DEFAULT_ENGINE,
+    mem_fraction_static: float | None = typer.Option(
+        None, "--mem-fraction-static", min=0.01, max=1.0,
+        help="--engine sglang: SGLang's --mem-fraction-static (default: the one SGLang derives; docs/engines.md)."),
+    free_gpu_memory_fraction: float | None = typer.Option(
+        None, "--kv-cache-free-gpu-memory-fraction", "--free-gpu-memory-fraction", min=0.01, max=1.0,
+        help="--engine trtllm: trtllm-serve's --kv_cache_free_gpu_memory_fraction (default 0.9)."),
     from_vllm_log: opt.FromVllmLog = None,
     activation_gib: float | None = typer.Option(None, "--activation-gib", help="Activation peak instead of the estimate."),
     overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory instead of the assumed 0.5 GiB."),
@@ -60,6 +66,7 @@ def kv_cmd(
         model, gpu, tp, dtype=dtype, kv_dtype=kv_dtype, gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, engine=engine, data_parallel_size=data_parallel_size,
+        mem_fraction_static=mem_fraction_static, free_gpu_memory_fraction=free_gpu_memory_fraction,
         enable_expert_parallel=enable_expert_parallel,
         memory={"activation_gib": activation_gib, "overhead_gib": overhead_gib, "cudagraph_gib": cudagraph_gib})})
     from graphsim.cli.pp_cli import print_kv_stages, with_pp

@@ -61,6 +61,8 @@ def test_kv_trtllm_budget_is_nine_tenths_of_what_is_left(capsys):
     ["search", "llama-3.1-8b", "--engine", "auto", "--save-dir", "/tmp/x"],
     ["kv", "llama-3.1-8b", "--engine", "sglang", "--speculative-config", '{"method":"ngram","num_speculative_tokens":3}'],
     ["kv", "llama-3.1-8b", "--engine", "trtllm", "--tp", "2", "-dcp", "2"],
+    ["kv", "llama-3.1-8b", "--mem-fraction-static", "0.8"],  # SGLang's setting with vLLM
+    ["kv", "llama-3.1-8b", "--engine", "sglang", "--kv-cache-free-gpu-memory-fraction", "0.5"],
 ])
 def test_bad_engine_is_one_line_exit_2(capsys, args):
     assert main(args) == 2
@@ -96,3 +98,10 @@ def test_search_engine_auto_for_a_load(capsys):
     assert set(per) == {"vllm", "sglang", "trtllm"}
     answered = [p for p in per.values() if p["gpus"] is not None]
     assert answered and per[d["best_engine"]]["gpus"] == min(p["gpus"] for p in answered)
+
+
+def test_kv_engine_fractions(capsys):
+    assert _kv(capsys, "--gpu", "h200", "--engine", "sglang", "--mem-fraction-static", "0.8")["memory"][
+        "gpu_memory_utilization"] == 0.8
+    assert _kv(capsys, "--gpu", "h200", "--engine", "trtllm", "--kv-cache-free-gpu-memory-fraction", "0.5")["memory"][
+        "gpu_memory_utilization"] == 0.5
