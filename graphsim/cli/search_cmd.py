@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from graphsim.cli import cp_cli
 from graphsim.cli import options as opt
 from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
@@ -42,6 +43,7 @@ def search_cmd(
     mode: str = typer.Option("both", "--mode", help="agg, disagg, afd (attention–FFN disaggregation, MoE models), dp "
                                                     "(vLLM's -dp N --enable-expert-parallel, MoE models), a comma list "
                                                     "of them, both (agg,disagg) or all."),
+    decode_context_parallel_size: cp_cli.DecodeContextParallel = 1,
     tp: str | None = typer.Option(None, "--tp", "--tensor-parallel-size", "-tp",
                                   help="TP sizes to try, e.g. 1,2,4,8 (default: powers of two to a node)."),
     pp: str | None = typer.Option(None, "--pipeline-parallel-size", "-pp", "--pp",
@@ -114,6 +116,8 @@ def search_cmd(
                                engine=opt.DEFAULT_ENGINE if engine == "auto" else engine,
                                interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node,
                                                                   network_bandwidth, network_latency_us))
+    base["parallel"]["decode_context_parallel_size"] = decode_context_parallel_size  # every candidate's (a TP size
+    # it does not fit is pruned with the reason: costing/context_parallel.py)
     spec = SearchSpec.parse({
         "base": base, "gpus": gpus, "isl": parse_lengths(isl, "--isl"), "osl": parse_lengths(osl, "--osl"),
         "slo": SLO(ttft, tpot), "tp": _ints(tp, "--tp"), "pp": _ints(pp, "--pipeline-parallel-size"), "modes": modes,

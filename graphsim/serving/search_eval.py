@@ -130,6 +130,10 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1) -> Iterati
         # the fused graph gets only its partition passes; the profile is the one make_context chose (no default)
         cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.base.dtype, kv_dtype=ctx.base.kv_cache_dtype,
                               profile=_DBS[ctx.profile], default_profile=False, moe_routing=ctx.routing)
+        if ctx.base.parallel.decode_context_parallel_size > 1:  # the KV sharded over DCP ranks of the TP group
+            from graphsim.costing.context_parallel import with_decode_context_parallel
+
+            cm = with_decode_context_parallel(cm, ctx.base.parallel.decode_context_parallel_size)
         if pp > 1:  # one table per pipeline stage; the engine keeps pp batches in flight (pipeline_engine.py)
             from graphsim.serving.pipeline_plan import stage_costs
 
