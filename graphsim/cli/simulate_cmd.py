@@ -252,7 +252,7 @@ def simulate_cmd(
         if dp_coupled:
             from graphsim.serving.dp_attention import dp_simulation_setup
 
-            setup, note = dp_simulation_setup(dep, profile, parse_routing(moe_routing), host_time)
+            setup, note = dp_simulation_setup(dep, profile, parse_routing(moe_routing), host_time, router)
         else:
             cost, note, _ = build_cost(dep, profile, moe_routing=parse_routing(moe_routing)) if afd_config is None \
                 else afd_cli.afd_cost(dep, afd_config, profile, parse_routing(moe_routing), afd_link_gbps,
@@ -278,7 +278,7 @@ def simulate_cmd(
                      burstiness, pct_metrics, pcts, save_detailed, slo, due, summary)
     if as_json:
         if dp_coupled:  # the engines are the DP ranks behind vLLM's balancer (serving/dp_simulator.py)
-            router = "dp-lockstep (vLLM's DP balancer: waiting × 4 + running)"
+            router = f"dp-lockstep: {replicas} group(s) behind {router}, ranks by vLLM's DP balancer (waiting × 4 + running)"
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica,
                "versions": versions(profile, gpu, engine)}
@@ -293,7 +293,8 @@ def simulate_cmd(
     from graphsim.render.serving_view import render_summary
 
     if dp_coupled:  # the engines are the DP ranks behind vLLM's balancer (serving/dp_simulator.py)
-        replicas, router = config.parallel.data_parallel_size, "DP ranks in lockstep, vLLM's DP balancer"
+        router = f"{replicas} group(s) of {config.parallel.data_parallel_size} DP ranks in lockstep behind {router}"
+        replicas = config.parallel.data_parallel_size * replicas
     console.print(render_summary(dep, summary, note, replicas, router, label, slo, host_time))
     if (spec_sim := getattr(setup, "speculative", None)) is not None:
         console.print(spec_sim.describe(), highlight=False, markup=False)

@@ -137,7 +137,7 @@ def sweep_cmd(
             from graphsim.serving.dp_attention import dp_simulation_setup
             from graphsim.serving.dp_simulator import simulate_dp
 
-            dp_setup, note = dp_simulation_setup(dep, profile, routing, host_time)
+            dp_setup, note = dp_simulation_setup(dep, profile, routing, host_time, router)
 
             def run(workload):  # every point on the lockstep DP ranks
                 return simulate_dp(dp_setup, workload)

@@ -11,6 +11,7 @@ model has MoE layers, `ParallelConfig.is_moe_model` / `reconfigure_for_independe
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from graphsim.costing.all2all import DEFAULT_ALL2ALL_BACKEND
@@ -57,22 +58,22 @@ def plan_of(parallel: ParallelConfig) -> DataParallelMoe:
 
 
 def dp_simulation_setup(dep: Deployment, profile: str | None = None, moe_routing: RoutingModel | None = None,
-                        host_time: bool = True) -> tuple[DpSimulationSetup, str]:
+                        host_time: bool = True, router: str = "round-robin") -> tuple[DpSimulationSetup, str]:
     """The lockstep simulator's setup of a coupled deployment (serving/dp_simulator.py) and what its numbers rest on:
-    the model traced for tp only, each rank's own-part cost, and the MoE layers' cost with vLLM's spread."""
+    the model traced for tp only, each rank's own-part cost, and the MoE layers' cost with vLLM's spread; its
+    `replicas` DP groups behind `router`."""
     from graphsim.serving.dp_simulator import DpSimulationSetup, MoeStepCost, own_part_cost
 
     parallel = dep.config.parallel
     if not coupled(parallel, dep.acc.spec):
         raise DeploymentConfigError("the lockstep simulator is for a MoE model with data_parallel_size >= 2")
-    if parallel.replicas > 1:
-        raise DeploymentConfigError(f"--replicas {parallel.replicas} copies of a data-parallel-attention deployment "
-                                    "are not simulated yet; simulate one (-dp N) and scale its throughput")
     cm = dep.cost_model(profile, moe_routing=moe_routing)
     e = dep.engine
     plan = plan_of(parallel)
     moe = MoeStepCost(cm, plan)
     own = own_part_cost(cm, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len, moe)
-    ranks = dep.simulation_setup(own, replicas=plan.dp, host_time=host_time)
+    ranks = dep.simulation_setup(own, replicas=plan.dp, router=router, host_time=host_time)
+    ranks = replace(ranks, parallel=ParallelConfig(tensor_parallel_size=parallel.tensor_parallel_size,
+                                                   data_parallel_size=plan.dp, replicas=parallel.replicas))
     note = f"{cm.data_note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else cm.data_note
     return DpSimulationSetup(ranks, moe), f"{note}; {plan.describe()} in lockstep"

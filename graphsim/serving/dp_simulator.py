@@ -35,9 +35,11 @@ from graphsim.costing.interpolate import SOURCES
 from graphsim.ir import Op
 from graphsim.ir.geometry import MoeExpertsGeometry
 from graphsim.ir.kernel import KernelKind
+from graphsim.serving.config import ParallelConfig
 from graphsim.serving.pricing import IterationCost, iteration_cost
 from graphsim.serving.records import IterationLog, Request, RequestTable, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec
+from graphsim.serving.router import Router
 from graphsim.serving.scheduler import Engine, StepPlan
 from graphsim.serving.simulator import Arrivals, SimulationError, SimulationResult, SimulationSetup
 from graphsim.workload import SeqGroup, Step
@@ -124,8 +126,9 @@ def own_part_cost(cm: CostModel, max_tokens: int, max_seqs: int, max_context: in
 
 @dataclass(frozen=True)
 class DpSimulationSetup:
-    """`ranks`: one DP rank's setup (its own-part cost, per-rank KV blocks, parallel = the deployment's); `moe`: the
-    MoE layers' cost."""
+    """`ranks`: one DP rank's setup (its own-part cost, per-rank KV blocks; `parallel`: the deployment's dp, tp and
+    replicas); `moe`: the MoE layers' cost. `parallel.replicas` independent DP groups (graphsim's --replicas, each a
+    `vllm serve -dp N`) sit behind `ranks.router`."""
 
     ranks: SimulationSetup
     moe: MoeStepCost
@@ -135,8 +138,12 @@ class DpSimulationSetup:
         return self.ranks.parallel.data_parallel_size
 
     @property
-    def replicas(self) -> int:  # engines the traces and per-replica tables list: the DP ranks
-        return self.dp
+    def groups(self) -> int:
+        return self.ranks.parallel.replicas
+
+    @property
+    def replicas(self) -> int:  # engines the traces and per-replica tables list: every group's DP ranks
+        return self.dp * self.groups
 
     @property
     def gpus(self) -> int:
@@ -157,8 +164,20 @@ class _LastRow:
         raise SimulationError("a DP rank planned a decode segment; lockstep ranks step one iteration at a time")
 
 
+class _Group:
+    """One DP group (a `vllm serve -dp N`) as graphsim's router sees it: its requests waiting or running."""
+
+    def __init__(self, ranks: list[Engine]) -> None:
+        self.ranks = ranks
+        self.end: float | None = None  # when its step in flight ends (None: asleep)
+
+    @property
+    def outstanding(self) -> int:
+        return sum(e.outstanding for e in self.ranks)
+
+
 class DpLoop:
-    """The DP ranks of one deployment and the lockstep between them."""
+    """The DP groups of one deployment, each a set of DP ranks in lockstep."""
 
     def __init__(self, setup: DpSimulationSetup, workload: list[RequestSpec] | ClosedLoop,
                  progress: Callable[[int, int], None] | None, log: IterationLog | None) -> None:
@@ -168,13 +187,15 @@ class DpLoop:
         self.log, self.itl = log if log is not None else IterationLog(), Samples()
         self.table = RequestTable(self.arrivals.total)
         self.finished = self.rejected = self.arrived = 0
-        self.rows = [_LastRow() for _ in range(setup.dp)]
+        self.rows = [_LastRow() for _ in range(setup.replicas)]
         self.ranks: list[Engine] = []
-        for i in range(setup.dp):
+        for i in range(setup.replicas):
             e = Engine(i, s.engine, s.layout, s.num_blocks, s.cost, self.rows[i], self.itl, self._on_done)  # type: ignore[arg-type]
             e.fast_forward = False  # one iteration at a time: every step's length depends on all ranks
             e.host = s.host
             self.ranks.append(e)
+        self.groups = [_Group(self.ranks[g * setup.dp:(g + 1) * setup.dp]) for g in range(setup.groups)]
+        self.router = Router(s.router)
         self.dummy_us = s.cost.step_us(1, 1, 0, 0.0, [(1, 0)])[0]
         self.source_us = np.zeros(len(SOURCES))
         self.steps = 0
@@ -198,13 +219,15 @@ class DpLoop:
             self.rejected += 1
             self.arrivals.on_finish(spec.arrival_s)
             return
-        scores = [WAITING_WEIGHT * len(e.waiting) + e.running.size for e in self.ranks]
-        self.ranks[int(np.argmin(scores))].add(r)
+        ranks = self.groups[self.router.pick(self.groups) if len(self.groups) > 1 else 0].ranks
+        scores = [WAITING_WEIGHT * len(e.waiting) + e.running.size for e in ranks]
+        ranks[int(np.argmin(scores))].add(r)
 
-    def _step(self, t: float) -> float | None:
-        """Start a lockstep step at t; its end, or None when no rank has anything to run (the wave ends)."""
+    def _step(self, group: _Group, t: float) -> float | None:
+        """Start a lockstep step of `group` at t; its end, or None when none of its ranks has anything to run (the
+        wave ends)."""
         own, tokens, started = [], [], []
-        for e in self.ranks:
+        for e in group.ranks:
             end = e.start(t, math.inf) if e.has_work() else None
             if end is None:
                 own.append(self.dummy_us)
@@ -215,7 +238,7 @@ class DpLoop:
                 tokens.append(int(np.sum(e.plan.num_scheduled_tokens)))
                 started.append(e)
         if not started:
-            if any(e.has_work() for e in self.ranks):
+            if any(e.has_work() for e in group.ranks):
                 raise SimulationError("a DP rank cannot admit its next request with an empty batch (KV cache too "
                                       "small); raise --gpu-memory-utilization or lower --max-model-len")
             return None
@@ -238,20 +261,23 @@ class DpLoop:
         return end
 
     def run(self) -> None:
-        end: float | None = None
         while True:
             t_arr = self.arrivals.next_time()
-            if end is not None and end <= t_arr:
-                for e in self.ranks:
+            busy = [g for g in self.groups if g.end is not None]
+            first = min(busy, key=lambda g: g.end or math.inf) if busy else None
+            if first is not None and first.end is not None and first.end <= t_arr:
+                for e in first.ranks:
                     if e.busy_until is not None:
                         e.finish()
-                end = self._step(end)
+                first.end = self._step(first, first.end)
                 continue
             if t_arr == math.inf:
                 break
             self._arrive()
-            if end is None and self.arrivals.next_time() > t_arr:  # every arrival of this instant is routed
-                end = self._step(t_arr)
+            if self.arrivals.next_time() > t_arr:  # every arrival of this instant is routed: asleep groups wake
+                for g in self.groups:
+                    if g.end is None:
+                        g.end = self._step(g, t_arr)
 
 
 def simulate_dp(setup: DpSimulationSetup, workload: list[RequestSpec] | ClosedLoop,
@@ -265,8 +291,11 @@ def simulate_dp(setup: DpSimulationSetup, workload: list[RequestSpec] | ClosedLo
     for e in loop.ranks:
         for k, v in e.source_counts.items():
             counts[k] = counts.get(k, 0) + v
+    r = setup.ranks  # as the result's setup: every rank an engine (tables, traces), the deployment's GPUs
+    engines = replace(r, parallel=ParallelConfig(tensor_parallel_size=r.parallel.tensor_parallel_size,
+                                                 data_parallel_size=setup.replicas))
     return SimulationResult(
-        setup=setup.ranks, requests=loop.table, iterations=loop.log.arrays(), itl_runs=loop.itl.runs(),
+        setup=engines, requests=loop.table, iterations=loop.log.arrays(), itl_runs=loop.itl.runs(),
         iteration_totals=loop.log.totals(), source_counts=counts, preemptions=sum(e.preemptions for e in loop.ranks),
         wall_s=time.perf_counter() - wall0,
         per_replica=[{"replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions,

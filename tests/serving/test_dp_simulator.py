@@ -149,3 +149,18 @@ def test_the_simulators_moe_part_is_predicts():
     small = price_dp_step(cm, plan, [parse_batch_spec("decode:4x64")] * 2)
     extra = moe.step_us([4, 4])[0] - moe_part(small)
     assert 0 < extra < 0.05 * moe.step_us([4, 4])[0]
+
+
+def test_replicas_are_independent_dp_groups(dep):
+    # --replicas 2 of -dp 2: round robin over the groups, vLLM's balancer inside each: four 10-token prompts at
+    # t = 0 land on ranks 0, 2, 1, 3; each group steps on its own, as in test_two_ranks_by_hand (150 µs, 273 µs)
+    from dataclasses import replace
+
+    from graphsim.serving.config import ParallelConfig
+
+    s = setup_of(dep, MoeCost())
+    s = DpSimulationSetup(replace(s.ranks, parallel=ParallelConfig(data_parallel_size=2, replicas=2)), s.moe)
+    res = simulate_dp(s, [RequestSpec(0.0, 10, 2)] * 4)
+    assert [r.replica for r in sorted(res.completed, key=lambda r: r.id)] == [0, 2, 1, 3]
+    assert all(r.first_token_t == pytest.approx(150e-6) and r.finish_t == pytest.approx(273e-6) for r in res.completed)
+    assert res.gpus == 4 and len(res.per_replica) == 4
