@@ -5,7 +5,9 @@ vLLM's semantics, followed here:
 
 - Each of the N DP ranks is an engine core with its own scheduler, batch and KV cache; attention (and every
   dense layer, the shared experts, the router, norms, embeddings, the LM head) runs on the rank's own tokens,
-  tensor-parallel over its `tensor_parallel_size` GPUs.
+  tensor-parallel over its `tensor_parallel_size` GPUs. The shared experts run on vLLM's aux CUDA stream beside
+  the routed path (router, dispatch, experts, combine) up to `VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD` tokens
+  a rank and after it above (the cost tree's token-limited `Parallel(routed, shared)`, costing/streams.py).
 - The routed experts are spread over all N × TP GPUs (vllm/model_executor/layers/fused_moe/config.py
   `FusedMoEParallelConfig.make`): with `enable_expert_parallel` each GPU holds num_experts / (N × TP) whole
   experts (`use_ep`, ep_size = dp × tp, moe tp 1); without it every expert is tensor-sharded over the N × TP
@@ -19,8 +21,9 @@ vLLM's semantics, followed here:
   (vllm/v1/engine/core.py `DPEngineCoreProc`, `execute_dummy_batch`; the waves are kept in step by
   vllm/v1/engine/coordinator.py `DPCoordinator`). A dummy batch is priced as one 1-token prefill.
 
-So one step costs `Max` over ranks of the rank's own part (the cost tree with the routed experts taken out,
-at the rank's batch) + Σ over MoE layers (experts at the global tokens + dispatch + combine). Interleaving
+So one step costs `Max` over ranks of the rank's own part (the cost tree with the routed and shared experts
+taken out, at the rank's batch) + Σ over MoE layers (routed path = experts at the global tokens + dispatch +
+combine, beside or after the slowest rank's shared experts). Interleaving
 per layer (attention of layer l, then its MoE) gives the same sum when every rank's layers are alike, since the
 slowest rank is then the slowest at every layer; a real step can only be slower (a rank slowest at one layer
 and not at another), so this is a floor of the lockstep time, said in the note. Load imbalance across EP ranks
