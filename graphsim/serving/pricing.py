@@ -146,7 +146,7 @@ def is_additive(tree: CompiledTree) -> bool:
     if not all(_token_leaf(tree, li) for leaves in tree.under.values() for li in leaves):
         return False
     limit = tree.leaf_limit()
-    return all(_token_leaf(tree, i) for i in np.flatnonzero(np.isfinite(limit)))
+    return all(_token_leaf(tree, int(i)) for i in np.flatnonzero(np.isfinite(limit)))
 
 
 def _missing_names(tree: CompiledTree, leaf_src: np.ndarray) -> str:
