@@ -89,6 +89,7 @@ BUILDERS: dict[str, Builder] = {
     "NemotronForCausalLM": partial(gqa.build_gqa_decoder, gqa.NEMOTRON),
     "Ernie4_5_MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.ERNIE4_5_MOE),
     "ExaoneMoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.EXAONE_MOE),
+    "HunYuanMoEV1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.HUNYUAN_MOE),
 }
 
 

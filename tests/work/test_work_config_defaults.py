@@ -91,6 +91,7 @@ _UNBUILDABLE_DEFAULTS = {
     "Glm4MoeForCausalLM": {"head_dim": 128},
     "DeepseekV2ForCausalLM": {"num_experts_per_tok": 6},
     "HunYuanDenseV1ForCausalLM": {"head_dim": 128},
+    "HunYuanMoEV1ForCausalLM": {"head_dim": 128},  # the same head_dim=None as HunYuan dense
     "MinistralForCausalLM": {"head_dim": 128},
     # NemotronConfig() leaves num_key_value_heads None, which NemotronAttention divides by; MHA (48) as the
     # accountant reads an absent field.

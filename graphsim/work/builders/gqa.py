@@ -278,6 +278,15 @@ EXAONE_MOE = GqaProfile(
                   first_dense_key="first_k_dense_replace", layer_types=True, score_bias=True,
                   shared_module="shared_experts"),
 )
+# HunYuan-MoE-V1: HunYuan dense attention (per-head q/k norms, biases from attention_bias); every layer
+# a MoE of num_experts gated experts of intermediate_size, top moe_topk, a router `gate.wg` without
+# bias, and an unbiased shared MLP of intermediate_size (HunYuanMoEV1Moe.shared_mlp). Per-layer lists
+# for num_experts / moe_topk are refused (one line: not an integer) (models/hunyuan_v1_moe).
+HUNYUAN_MOE = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM,
+    moe=MoeFields("num_experts", "intermediate_size", top_k_key="moe_topk", shared_key="intermediate_size",
+                  shared_module="shared_mlp", router_module="gate.wg"),
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
