@@ -125,7 +125,9 @@ class MoeExchange:
             key = CollectiveKey(CollectiveOp.ALL_TO_ALL, self.ep, KernelDtype.BF16, impl)
             t, s = pricer.times(key, np.asarray([[exchange_bytes(per, self.hidden_size, self.topk, b)]]))
             src = SOURCES[int(s[0])].value
-            how = f"{self.backend}: {'rows ' + impl if src in ('measured', 'interpolated') else 'no rows ' + impl + ', topology roofline'}"
+            how = (f"{self.backend}: rows {impl}" if src in ("measured", "interpolated", "extrapolated") else
+                   f"{self.backend}: no rows {impl} (a profile imported from aiconfigurator-core's moe_a2a_perf "
+                   "tables has them where measured, e.g. H200 EP8), topology roofline")
             if chunks > 1:
                 how += f"; {chunks} chunks of {MOE_DP_CHUNK_SIZE} tokens (VLLM_MOE_DP_CHUNK_SIZE)"
             out.append(ExchangeTime(phase, float(t[0]) * chunks, src, how))
