@@ -42,7 +42,7 @@ under its worst source.
 from __future__ import annotations
 
 from array import array
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -109,7 +109,7 @@ def new_meter(cost: IterationCost) -> SourceMeter:
     if isinstance(cost, TreeCost):
         return cost.meter()
     own = getattr(cost, "meter", None)  # a cost made of TreeCosts (e.g. pipeline stages) meters through theirs
-    return own() if callable(own) else WorstSourceMeter()
+    return cast(SourceMeter, own()) if callable(own) else WorstSourceMeter()
 
 
 def context_grid(max_context: int) -> np.ndarray:
