@@ -53,6 +53,16 @@ class LinkKind(str, Enum):
         return self in (LinkKind.NVSWITCH, LinkKind.NVLINK)
 
 
+# NCCL between GPUs without peer-to-peer access (LinkKind.PCIE) uses its SHM transport: every byte is staged
+# through host memory by a proxy thread, at a fraction of the PCIe link and with a larger latency than a direct
+# path. Public nccl-tests runs put it at a quarter of the link or below (NVIDIA/nccl issue 384: all-reduce bus
+# bandwidth 3.9 GB/s on 2 GPUs over PCIe Gen3 x16, 15.75 GB/s per direction, NCCL_P2P_DISABLE=1). The two figures
+# below are FITTED by benchmarks/fit_links.py on the vLLM TP2-without-P2P runs of its training set, the rest
+# held out (docs/serving.md); a spec or --link-bandwidth that states the link's bandwidth is used as given.
+PCIE_SHM_BANDWIDTH_SHARE = 0.15  # of the spec's PCIe bandwidth per direction
+PCIE_SHM_LATENCY_US = 60.0  # per collective, replaces the spec's link latency
+
+
 @dataclass(frozen=True)
 class Topology:
     """Where a deployment's GPUs sit and what joins them: one link kind inside a node, a network between
@@ -97,12 +107,17 @@ class HardwareSpec:
     network_bandwidth_bytes_per_s: float = 0.0  # between nodes, per GPU, one direction (0: none stated)
     network_latency_us: float = 0.0
     compute_capability: str = ""  # CUDA compute capability ("9.0"); vLLM keys its all-reduce limits on it
+    link_measured: bool = False  # the interconnect figures are what NCCL achieves there (given), not the datasheet's
 
     def topology(self) -> Topology:
         """The spec's interconnect as a `Topology` (no link kind stated: PCIe without peer access, the
-        assumption that lets vLLM run nothing but NCCL)."""
-        return Topology(self.link or LinkKind.PCIE, self.interconnect_bandwidth_bytes_per_s,
-                        self.interconnect_latency_us, self.devices_per_node, self.network_bandwidth_bytes_per_s,
+        assumption that lets vLLM run nothing but NCCL). Without peer access NCCL stages through host memory:
+        the datasheet PCIe figures become PCIE_SHM_* (unless the link's figures were given as measured)."""
+        link = self.link or LinkKind.PCIE
+        bw, latency = self.interconnect_bandwidth_bytes_per_s, self.interconnect_latency_us
+        if not link.p2p and not self.link_measured:
+            bw, latency = bw * PCIE_SHM_BANDWIDTH_SHARE, PCIE_SHM_LATENCY_US
+        return Topology(link, bw, latency, self.devices_per_node, self.network_bandwidth_bytes_per_s,
                         self.network_latency_us)
 
     def with_topology(self, link: LinkKind | None = None, *, link_bandwidth_gb_s: float | None = None,
@@ -121,6 +136,9 @@ class HardwareSpec:
                                                 "(GB/s per GPU, one direction)")
                     bw = self.pcie_bandwidth_bytes_per_s
                     what = f"PCIe ({bw / 1e9:,.0f} GB/s per direction, {link.value})"
+                    if not link.p2p:
+                        what = (f"PCIe without peer access ({bw / 1e9:,.0f} GB/s per direction; NCCL through host "
+                                f"memory at {PCIE_SHM_BANDWIDTH_SHARE:g} of it, {PCIE_SHM_LATENCY_US:g} µs, fitted)")
                 elif self.link is None or not self.link.fully_connected:
                     raise HardwareSpecError(f"the {self.id} spec has no NVLink; give --link-bandwidth (GB/s per GPU, "
                                             f"one direction) with --interconnect {link.value}")
@@ -130,6 +148,7 @@ class HardwareSpec:
             what = f"{(link or self.link or LinkKind.PCIE).value} {link_bandwidth_gb_s:g} GB/s (given)"
         return dataclasses.replace(
             self, link=link or self.link, interconnect=what, interconnect_bandwidth_bytes_per_s=bw,
+            link_measured=self.link_measured if link_bandwidth_gb_s is None else True,
             devices_per_node=gpus_per_node or self.devices_per_node,
             network_bandwidth_bytes_per_s=(network_bandwidth_gb_s * 1e9 if network_bandwidth_gb_s is not None
                                            else self.network_bandwidth_bytes_per_s),
@@ -167,6 +186,7 @@ class HardwareSpec:
             "network_bandwidth_bytes_per_s": self.network_bandwidth_bytes_per_s,
             "network_latency_us": self.network_latency_us,
             "compute_capability": self.compute_capability,
+            "link_measured": self.link_measured,
             "source": self.source,
             "notes": self.notes,
             "aliases": list(self.aliases),
@@ -189,7 +209,8 @@ class HardwareSpec:
                    source=f.source, notes=f.notes, aliases=f.aliases, link=f.link,
                    pcie_bandwidth_bytes_per_s=f.pcie_bandwidth_bytes_per_s,
                    network_bandwidth_bytes_per_s=f.network_bandwidth_bytes_per_s,
-                   network_latency_us=f.network_latency_us, compute_capability=f.compute_capability)
+                   network_latency_us=f.network_latency_us, compute_capability=f.compute_capability,
+                   link_measured=f.link_measured)
 
 
 # Upper bounds are sanity limits, each far above any device shipped today (an H200 has 141 GB at
@@ -216,6 +237,7 @@ class HardwareSpecFile(Strict):
     network_bandwidth_bytes_per_s: float = Field(0.0, ge=0, le=1e15)  # per GPU, between nodes
     network_latency_us: float = Field(0.0, ge=0, le=1e6)
     compute_capability: str = Field("", pattern=r"^(\d+\.\d+)?$")
+    link_measured: bool = False  # interconnect_* are NCCL's achieved figures on this link, not the datasheet's
     source: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = ()

@@ -6,6 +6,7 @@ all_reduce_utils.py; see graphsim/costing/collectives.py) or from the bundled sp
 import numpy as np
 import pytest
 
+import graphsim.costing.hardware as hw_mod
 from graphsim.costing.collectives import (
     AllReduceImpl, CollectiveContext, choose_all_reduce, plan_collective, plan_steps,
 )
@@ -129,9 +130,11 @@ def test_rows_from_another_link_are_not_used(a100_db):
     hw = InterconnectOverrides(link=LinkKind.PCIE).apply(load_hardware("a100"))
     pricer = KernelPricer(a100_db, hw)
     key, part, t, src = _price(_attrs(8192), "prefill:1x1024", pricer)
-    # PCIe without peer access: NCCL, on a100's PCIe Gen4 32 GB/s per direction, latency 9 µs:
-    # 9 + 2·3/4 · 16 MiB / 32e9 s = 9 + 1.5 · 16777216 / 32e9 · 1e6 = 9 + 786.432 = 795.432 µs
-    assert src is TimeSource.ROOFLINE and t == pytest.approx(795.432)
+    # PCIe without peer access: NCCL through host memory, at PCIE_SHM_BANDWIDTH_SHARE (0.15) of a100's PCIe Gen4
+    # 32 GB/s per direction = 4.8 GB/s, PCIE_SHM_LATENCY_US (60) µs:
+    # 60 + 2·3/4 · 16 MiB / 4.8e9 s = 60 + 1.5 · 16777216 / 4.8e9 · 1e6 = 60 + 5242.88 = 5302.88 µs
+    assert (hw_mod.PCIE_SHM_BANDWIDTH_SHARE, hw_mod.PCIE_SHM_LATENCY_US) == (0.15, 60.0)  # fitted: fit_links.py
+    assert src is TimeSource.ROOFLINE and t == pytest.approx(5302.88)
     assert key.implementation == "nccl@pcie"  # a name no imported rows carry
     assert "no rows" in part.note and "nvswitch" in part.note
 
@@ -154,9 +157,21 @@ def test_pcie_without_p2p_tp2():
     assert l40s.topology().link is LinkKind.PCIE
     plan = plan_collective(CollectiveOp.ALL_REDUCE, 2, D.BF16, 16 * MiB, 1024, CollectiveContext(l40s.topology(), "8.9"))
     assert plan.key.implementation == "nccl" and "peer-to-peer" in plan.note
-    # 5.2 + 2·1/2 · 16 MiB / 32e9 s = 5.2 + 16777216 / 32e9 · 1e6 = 5.2 + 524.288 = 529.488 µs
+    # its datasheet PCIe 32 GB/s through host memory: 0.15 · 32e9 = 4.8e9 B/s, 60 µs (hardware.PCIE_SHM_*):
+    # 60 + 2·1/2 · 16 MiB / 4.8e9 s = 60 + 16777216 / 4.8e9 · 1e6 = 60 + 3495.2533 = 3555.2533 µs
     t = _roofline_us(l40s, plan.key, 16 * MiB)
-    assert t == pytest.approx(529.488)
+    assert t == pytest.approx(3555.25333)
+
+
+def test_a_measured_pcie_link_is_taken_as_given():
+    # --link-bandwidth states what NCCL achieves: no host-memory share on top of it (latency: the spec's 5.2 µs)
+    l40s = InterconnectOverrides(link=LinkKind.PCIE, link_bandwidth_gb_s=12.5).apply(load_hardware("l40s"))
+    assert l40s.link_measured and l40s.topology().link_bandwidth_bytes_per_s == 12.5e9
+    key = CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.BF16, "nccl")
+    # 5.2 + 16777216 / 12.5e9 · 1e6 = 5.2 + 1342.17728 = 1347.37728 µs
+    assert _roofline_us(l40s, key, 16 * MiB) == pytest.approx(1347.37728)
+    back = type(l40s).from_json(l40s.to_json())
+    assert back.link_measured and back.topology() == l40s.topology()
 
 
 def test_kv_link_follows_the_topology():
