@@ -19,7 +19,8 @@ ATEN_OPS: dict[str, Op] = {
     # elementwise
     "add": Op.ADD, "add_": Op.ADD, "sub": Op.SUB, "rsub": Op.SUB, "mul": Op.MUL, "mul_": Op.MUL,
     "div": Op.DIV, "div_": Op.DIV, "neg": Op.NEG, "pow": Op.POW, "square": Op.POW, "sqrt": Op.SQRT, "rsqrt": Op.RSQRT,
-    "exp": Op.EXP, "log": Op.LOG, "abs": Op.ABS, "silu": Op.SILU, "gelu": Op.GELU, "relu": Op.RELU,
+    "exp": Op.EXP, "log": Op.LOG, "log1p": Op.LOG, "floor": Op.FLOOR, "ceil": Op.FLOOR, "round": Op.FLOOR,
+    "trunc": Op.FLOOR, "abs": Op.ABS, "silu": Op.SILU, "gelu": Op.GELU, "relu": Op.RELU,
     "sigmoid": Op.SIGMOID, "tanh": Op.TANH, "softplus": Op.SOFTPLUS, "sin": Op.SIN, "cos": Op.COS,
     "where": Op.WHERE, "clamp": Op.CLAMP, "clamp_min": Op.CLAMP, "clamp_max": Op.CLAMP,
     "clamp_": Op.CLAMP, "masked_fill": Op.WHERE, "masked_fill_": Op.WHERE,

@@ -49,6 +49,7 @@ class Op(str, Enum):
     RSQRT = "rsqrt"
     EXP = "exp"
     LOG = "log"
+    FLOOR = "floor"  # floor / ceil / round / trunc
     ABS = "abs"
     SILU = "silu"
     GELU = "gelu"
@@ -117,7 +118,7 @@ _GROUP_MEMBERS: dict[OpGroup, tuple[Op, ...]] = {
     OpGroup.ATTENTION: (Op.ATTENTION, Op.LINEAR_ATTENTION, Op.SPARSE_INDEXER),
     OpGroup.NORM: (Op.RMS_NORM, Op.LAYER_NORM),
     OpGroup.ELEMENTWISE: (
-        Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.POW, Op.SQRT, Op.RSQRT, Op.EXP, Op.LOG,
+        Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.POW, Op.SQRT, Op.RSQRT, Op.EXP, Op.LOG, Op.FLOOR,
         Op.ABS, Op.SILU, Op.GELU, Op.RELU, Op.SIGMOID, Op.TANH, Op.SOFTPLUS, Op.SIN, Op.COS,
         Op.WHERE, Op.CLAMP, Op.COMPARE, Op.LOGICAL, Op.CAST, Op.POLAR,
     ),

@@ -83,7 +83,7 @@ def _trace_failure(architecture: str, error: Exception) -> str:
 
 
 def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> tuple[Graph, ImportReport]:
-    from graphsim.importers.hf.build import build_on_meta
+    from graphsim.importers.hf.build import build_on_meta, text_model
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
     from graphsim.importers.hf.custom_ops import semantic_kernels
     from graphsim.importers.hf.layers import keep_representatives, plan_layers
@@ -96,14 +96,15 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
 
     m = built.model
     param_count = sum(p.numel() for p in m.parameters())
-    plan = plan_layers(m)
+    root = text_model(m)  # a multimodal wrapper serves text through its language model: trace that
+    plan = plan_layers(root)
     representative = dict(plan.representative)
-    kept = list(range(len(plan.tags))) if full_depth else keep_representatives(m, plan, built.config)
+    kept = list(range(len(plan.tags))) if full_depth else keep_representatives(root, plan, built.config)
 
     t1 = time.perf_counter()
     with semantic_kernels(m) as swapped:
         try:
-            traced = trace(m)
+            traced = trace(root)
         except (KeyboardInterrupt, GraphsimError):
             raise
         except Exception as e:  # the model's own forward failed under the trace: say where, in one line

@@ -101,6 +101,20 @@ def model_class(arch: str):
     return cls
 
 
+def text_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The module a text-only request runs: the model itself when transformers lists its class as a causal LM;
+    for an image/text-to-text wrapper (Llama-4's `…ForConditionalGeneration`: vision tower, projector and a
+    `language_model` that is a `…ForCausalLM`), its one child that is a causal LM. vLLM runs a text-only prompt
+    through the language model alone (the vision encoder runs only on image inputs)."""
+    from transformers.models.auto import modeling_auto
+
+    causal = set(modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    if type(model).__name__ in causal:
+        return model
+    lms = [c for c in model.children() if type(c).__name__ in causal]
+    return lms[0] if len(lms) == 1 else model
+
+
 def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
     """Construct the model on the meta device with graphsim's semantic attention and experts."""
     custom_ops.register()

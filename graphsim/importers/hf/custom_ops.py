@@ -107,8 +107,10 @@ def moe_experts_op(
     transposed: bool,
     concatenated: bool,
     activation: str,
+    weight_on_input: bool = False,
 ) -> torch.Tensor:
-    """Reference routed-experts kernel: Σ_k w_k · down_e(act(gate_e(x)) · up_e(x))."""
+    """Reference routed-experts kernel: Σ_k w_k · down_e(act(gate_e(x)) · up_e(x)), or Σ_k down_e(act(gate_e(w_k·x))
+    · up_e(w_k·x)) with `weight_on_input` (Llama-4; vLLM's FusedMoE apply_router_weight_on_input)."""
     act = {"silu": F.silu, "gelu": F.gelu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
            "relu": F.relu, "relu2": lambda x: F.relu(x).square()}.get(activation)
     if act is None:
@@ -120,7 +122,8 @@ def moe_experts_op(
             if e >= num_experts:
                 continue
             wu = w_up[e] if transposed else w_up[e].t()
-            h = hidden[t].float() @ wu.float()
+            x = hidden[t].float() * top_k_weights[t, slot].float() if weight_on_input else hidden[t].float()
+            h = x @ wu.float()
             if b_up is not None:
                 h = h + b_up[e].float()
             if gated:
@@ -135,13 +138,13 @@ def moe_experts_op(
             y = h @ wd.float()
             if b_down is not None:
                 y = y + b_down[e].float()
-            out[t] += top_k_weights[t, slot].float() * y
+            out[t] += y if weight_on_input else top_k_weights[t, slot].float() * y
     return out.to(hidden.dtype)
 
 
 @moe_experts_op.register_fake
 def _moe_experts_fake(hidden, top_k_index, top_k_weights, w_up, w_down, b_up, b_down, num_experts, gated,
-                      transposed, concatenated, activation):
+                      transposed, concatenated, activation, weight_on_input=False):
     return torch.empty_like(hidden)
 
 
@@ -353,6 +356,33 @@ def _mask_stub(module, args, kwargs):
     return args, kwargs
 
 
+def _is_dense_routed_moe(m: torch.nn.Module) -> bool:
+    """An MoE block that runs every expert on every token, weighted by a router score that is zero off the top-k
+    (Llama-4's Llama4TextMoe: `experts(routed_in)` with 3-D gate_up_proj / down_proj and no experts interface)."""
+    import inspect
+
+    ex = getattr(m, "experts", None)
+    if ex is None or not all(hasattr(m, a) for a in ("router", "shared_expert", "top_k")):
+        return False
+    w = getattr(ex, "gate_up_proj", None)
+    return (isinstance(w, torch.Tensor) and w.dim() == 3 and isinstance(getattr(ex, "down_proj", None), torch.Tensor)
+            and len(inspect.signature(ex.forward).parameters) == 1)
+
+
+def _dense_routed_moe_forward(self, hidden_states):
+    """The same routing (top-k of the router's logits, sigmoid of the picked logits, applied to the expert's input:
+    Llama4TextMoe / vLLM's Llama4MoE.custom_routing_function with apply_router_weight_on_input) with one
+    `graphsim::moe_experts` node instead of a bmm of every expert over every token."""
+    x = hidden_states.reshape(-1, hidden_states.shape[-1])
+    logits = F.linear(x, self.router.weight, getattr(self.router, "bias", None))
+    top_w, top_i = torch.topk(logits, self.top_k, dim=1)
+    top_w = torch.sigmoid(top_w.float()).to(x.dtype)
+    ex = self.experts
+    routed = torch.ops.graphsim.moe_experts(x, top_i, top_w, ex.gate_up_proj, ex.down_proj, None, None,
+                                            int(ex.gate_up_proj.shape[0]), True, True, True, _activation_name(ex), True)
+    return self.shared_expert(x) + routed, logits
+
+
 @contextlib.contextmanager
 def _dsa_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap each DSA indexer's forward for the semantic one and give its attention a mask placeholder."""
@@ -361,10 +391,13 @@ def _dsa_patches(model: torch.nn.Module) -> Iterator[list[str]]:
         if _is_dsa_indexer(m):
             m.forward = types.MethodType(_dsa_indexer_forward, m)
             swapped.append((m, name))
+        elif _is_dense_routed_moe(m):
+            m.forward = types.MethodType(_dense_routed_moe_forward, m)
+            swapped.append((m, name))
         elif any(_is_dsa_indexer(c) for c in m.children()):
             hooks.append(m.register_forward_pre_hook(_mask_stub, with_kwargs=True))
     try:
-        yield [f"{type(m).__module__}.{type(m).__name__}.forward" for m, _ in swapped[:1]]
+        yield sorted({f"{type(m).__module__}.{type(m).__name__}.forward" for m, _ in swapped})
     finally:
         for h in hooks:
             h.remove()

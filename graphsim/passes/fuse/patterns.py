@@ -16,7 +16,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import VIEW_LIKE, OpGroup
 from graphsim.passes.fuse.core import Candidate, FuseContext
 
-NORM_CLASS = re.compile(r"(RMSNorm|LayerNorm)", re.I)
+NORM_CLASS = re.compile(r"(RMSNorm|LayerNorm|L2Norm)", re.I)  # L2Norm: Llama-4's weightless qk_norm (vLLM RMSNorm)
 ROTARY_CLASS = re.compile(r"Rotary", re.I)
 ABSORBED_OPS = VIEW_LIKE | {Op.ARANGE, Op.FULL}
 ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.RELU: "relu"}
@@ -133,20 +133,20 @@ def rotary_unit(ctx: FuseContext, attn: Node) -> Candidate | None:
     scope = attn.scope
     in_scope = [n for n in ctx.nodes_in_scope(scope) if ctx.pos[n.name] < ctx.pos[attn.name]]
     feeders = {n.name for n in ancestors_within(ctx, attn, {scope})}
-    heavy = [n for n in in_scope if n.op is Op.LINEAR or NORM_CLASS.search(n.module_type or "")]
-    feeds_heavy = {a.name for h in heavy for a in ancestors_within(ctx, h, {scope})}
-    before = [n for n in in_scope
-              if n.scope == scope and n.name in feeders and n.name not in feeds_heavy and ctx.is_free(n)
-              and n.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT)]
-    reads_rotary = False
-    for n in before:
-        for v in n.inputs:
-            p = ctx.producer(v)
-            if p is not None and ROTARY_CLASS.search(p.module_type or ""):
-                reads_rotary = True
-    if not reads_rotary:
-        return None
-    return Candidate(before, {"attention": attn, "rot_dim": rotary_dim(ctx)})
+    linears = [n for n in in_scope if n.op is Op.LINEAR]
+    norms = [n for n in in_scope if NORM_CLASS.search(n.module_type or "")]
+    feeds_linear = {a.name for h in linears for a in ancestors_within(ctx, h, {scope})}
+    feeds_norm = {a.name for h in norms for a in ancestors_within(ctx, h, {scope})}
+    cand = [n for n in in_scope
+            if n.scope == scope and n.name in feeders and n.name not in feeds_linear and ctx.is_free(n)
+            and n.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT)]
+    # RoPE after a q/k norm (Qwen3) or before it (Llama-4): one side of the norm, never both (that would be a
+    # cycle rotary → norm → rotary); the side that reads the rotary tables
+    for side in ([n for n in cand if n.name not in feeds_norm], [n for n in cand if n.name in feeds_norm]):
+        if any((p := ctx.producer(v)) is not None and ROTARY_CLASS.search(p.module_type or "")
+               for n in side for v in n.inputs):
+            return Candidate(side, {"attention": attn, "rot_dim": rotary_dim(ctx)})
+    return None
 
 
 def rotary_dim(ctx: FuseContext) -> int | None:
