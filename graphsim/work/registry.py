@@ -90,6 +90,7 @@ BUILDERS: dict[str, Builder] = {
     "Ernie4_5_MoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.ERNIE4_5_MOE),
     "ExaoneMoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.EXAONE_MOE),
     "HunYuanMoEV1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.HUNYUAN_MOE),
+    "Dots1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.DOTS1),
 }
 
 

@@ -92,6 +92,9 @@ _UNBUILDABLE_DEFAULTS = {
     "DeepseekV2ForCausalLM": {"num_experts_per_tok": 6},
     "HunYuanDenseV1ForCausalLM": {"head_dim": 128},
     "HunYuanMoEV1ForCausalLM": {"head_dim": 128},  # the same head_dim=None as HunYuan dense
+    # Dots1Config() leaves the MoE sizes None, which Dots1MoE reads as-is; dots.llm1's config.json
+    # states 128 routed experts, top-6, 2 shared.
+    "Dots1ForCausalLM": {"n_routed_experts": 128, "num_experts_per_tok": 6, "n_shared_experts": 2},
     "MinistralForCausalLM": {"head_dim": 128},
     # NemotronConfig() leaves num_key_value_heads None, which NemotronAttention divides by; MHA (48) as the
     # accountant reads an absent field.

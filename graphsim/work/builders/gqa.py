@@ -287,6 +287,16 @@ HUNYUAN_MOE = GqaProfile(
     moe=MoeFields("num_experts", "intermediate_size", top_k_key="moe_topk", shared_key="intermediate_size",
                   shared_module="shared_mlp", router_module="gate.wg"),
 )
+# dots.llm1 (Dots1): Qwen3's attention (per-head q/k norms, biases from attention_bias; sliding from
+# max_window_layers on when sliding_window is set), unbiased MLPs, DeepSeekMoE after
+# first_k_dense_replace dense layers with a score-correction buffer and n_shared_experts ×
+# moe_intermediate_size of shared expert (models/dots1).
+DOTS1 = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM, mlp_bias=NEVER, sliding_default=4096,
+    window_rule=WindowRule.FROM_MAX_WINDOW_LAYERS,
+    moe=MoeFields("n_routed_experts", "moe_intermediate_size", shared_count_key="n_shared_experts",
+                  first_dense_key="first_k_dense_replace", score_bias=True, shared_module="shared_experts"),
+)
 GRANITE_MOE_SHARED = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
     moe=MoeFields(
