@@ -21,12 +21,14 @@ vLLM's semantics, followed here:
   (vllm/v1/engine/core.py `DPEngineCoreProc`, `execute_dummy_batch`; the waves are kept in step by
   vllm/v1/engine/coordinator.py `DPCoordinator`). A dummy batch is priced as one 1-token prefill.
 
-So one step costs `Max` over ranks of the rank's own part (the cost tree with the routed and shared experts
-taken out, at the rank's batch) + Σ over MoE layers (routed path = experts at the global tokens + dispatch +
-combine, beside or after the slowest rank's shared experts). Interleaving
-per layer (attention of layer l, then its MoE) gives the same sum when every rank's layers are alike, since the
-slowest rank is then the slowest at every layer; a real step can only be slower (a rank slowest at one layer
-and not at another), so this is a floor of the lockstep time, said in the note. Load imbalance across EP ranks
+So one step costs, per region of the rank's cost tree (before the layers, each layer kind ×n, after them), the
+`Max` over ranks of that region of the rank's own part (the cost tree with the routed and shared experts taken
+out, at the rank's batch), summed, + Σ over MoE layers (routed path = experts at the global tokens + dispatch +
+combine, beside or after the slowest rank's shared experts). The ranks meet at every MoE layer's dispatch, and a
+region's layers are alike, so its slowest rank is the slowest at each of its layers: per region the Max is the
+lockstep time (a rank slow in full-attention layers and another in sliding-window ones both count). Between
+regions without MoE layers (a model's first dense layers) the ranks need not meet, so there it is an upper
+bound by at most those layers' spread. Load imbalance across EP ranks
 is the MoE routing model's (`costing.moe_routing`: power-law rows time the busiest rank's experts); across DP
 ranks it is the ranks' own batches.
 """
@@ -174,7 +176,8 @@ def check_graph(cm: CostModel, plan: DataParallelMoe) -> None:
 
 
 def _compose(tree: CompiledTree, leaf_t: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """The tree's root time per column from leaf times, composed as `CompiledTree.evaluate` composes them: a leaf
+    """Every node's time per column (nodes × columns) from leaf times, composed as `CompiledTree.evaluate` composes
+    them: a leaf
     launched only up to some tokens (the shared-expert input clone) is off above them, a token-limited `Parallel`
     overlaps its streams up to its limit and sums them above. (The overlap's joint-roofline floor is left out: with
     the routed experts taken out of a rank's own part, the floor would count work that is not there.)"""
@@ -195,7 +198,16 @@ def _compose(tree: CompiledTree, leaf_t: np.ndarray, tokens: np.ndarray) -> np.n
             node_t[i] = tree.scale[i] * ct[0]
         else:
             node_t[i] = ct[0]
-    return node_t[tree.root]
+    return node_t
+
+
+def regions(tree: CompiledTree) -> list[int]:
+    """The nodes of one rank's regions (before layers, each layer kind ×n, after layers): the children of the first
+    `Sum` below the root's chain of single-child nodes (`cost_tree.build_tree`); [root] when there is none."""
+    i = tree.root
+    while tree.kinds[i] is not NodeKind.SUM and len(tree.children[i]) == 1:
+        i = tree.children[i][0]
+    return list(tree.children[i]) if tree.kinds[i] is NodeKind.SUM else [tree.root]
 
 
 def _leaves_under(tree: CompiledTree, node: int) -> list[int]:
@@ -253,7 +265,8 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
     work[moe] = 0.0
     own_s = leaf_s.copy()
     own_s[moe] = 0
-    rank_us = _compose(tree, leaf_t, np.asarray([s.tokens for s in rank_steps], dtype=np.float64))
+    node_t = _compose(tree, leaf_t, np.asarray([s.tokens for s in rank_steps], dtype=np.float64))
+    rank_us, region_us = node_t[tree.root], node_t[regions(tree)]  # region_us: regions × columns
     rank_flops = (work * mult[:, None]).sum(axis=0)
     # the routed experts at the global batch, with the (moe tp, ep) geometry of FusedMoEParallelConfig.make
     moe_leaves = [spread_experts(tree.leaves[i], plan) for i in moe]
@@ -265,7 +278,8 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
         cols = slice(b * plan.dp, (b + 1) * plan.dp)
         r_us = rank_us[cols]
         slowest = int(np.nanargmax(r_us)) if not np.all(np.isnan(r_us)) else 0
-        attention = float(np.nan if np.isnan(r_us).any() else r_us.max())
+        # the ranks meet at every MoE layer: each region (its layers alike) lasts as long as its slowest rank's
+        attention = float(np.nan if np.isnan(r_us).any() else region_us[:, cols].max(axis=1).sum())
         tokens = [s.tokens if s is not None else 0 for s in ranks]
         experts = float(np.sum(moe_t[:, b] * mult[moe]))
         dispatch = combine = 0.0
@@ -304,8 +318,8 @@ def price_dp_steps(cm: CostModel, plan: DataParallelMoe, batches: Sequence[Seque
         sources = {"attention": SOURCES[worst_own].value,
                    "experts": SOURCES[int(moe_s[:, b].max())].value if len(moe) else "measured",
                    "exchange": max(d_src, key=_ORDER.index)}
-        notes.append("Max over DP ranks of each rank's own part, then the MoE layers once (lockstep); a floor of the "
-                     "per-layer interleaving when the slowest rank differs between layers")
+        notes.append("per region of layers, the Max over DP ranks of each rank's own part, then the MoE layers "
+                     "(the ranks meet at every MoE layer's dispatch)")
         if any(s is None for s in ranks):
             notes.append(f"{sum(s is None for s in ranks)} idle rank(s) priced as vLLM's dummy batch (1 token)")
         out.append(DpStepPrice(

@@ -12,7 +12,9 @@ stepping in lockstep.
   (`costing.dp_attention`), since every MoE layer's dispatch waits for the slowest rank. When no rank has work the
   wave ends and the ranks sleep until the next arrival.
 - A rank's own part is priced by its own iteration cost (the cost tree without the routed experts, with the
-  engine's host time); the MoE part by `MoeStepCost` from the ranks' token counts. Iteration rows are logged per
+  engine's host time); the MoE part by `MoeStepCost` from the ranks' token counts. The step takes the Max of the
+  ranks' whole own parts (predict takes it per region of layers: the same unless the slowest rank differs between
+  layer kinds, e.g. full and sliding-window attention). Iteration rows are logged per
   rank with the lockstep duration; their source is the worse of the two parts'.
 """
 
