@@ -146,6 +146,10 @@ def build_nemotron_h(view: ConfigView) -> ModelSpec:
             )
         layers.append(LayerSpec(*block(kind)))
     notes: list[str] = []
+    stated = view.cfg.get("num_hidden_layers")
+    if isinstance(stated, int) and stated != len(types):
+        notes.append(f"num_hidden_layers {stated} is ignored: the layer list has {len(types)} entries "
+                     "(NemotronHConfig derives the depth from it)")
     mtp = view.opt_int("num_nextn_predict_layers", 0, minimum=0)
     if mtp:
         notes.append(f"{mtp} multi-token-prediction layer(s) (num_nextn_predict_layers) not counted")
