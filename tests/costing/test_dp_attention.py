@@ -13,7 +13,7 @@ from graphsim.cost_model import build_cost_model
 from graphsim.costing.aiconfigurator_tables import convert_moe_a2a
 from graphsim.costing.all2all import All2AllError, MoeExchange, exchange_bytes, implementation
 from graphsim.costing.dp_attention import (
-    DataParallelMoe, merged, moe_leaf_indices, parse_rank_batches, price_dp_step, shared_overlaps,
+    DataParallelMoe, merged, moe_leaf_indices, parse_rank_batches, price_dp_step, regions, shared_overlaps,
 )
 from graphsim.costing.kernels import CollectiveKey, CollectiveOp, MessagePoint
 from graphsim.costing.moe_routing import parse_routing
@@ -135,6 +135,23 @@ def test_shared_experts_overlap_the_routed_path_up_to_the_stream_limit():
     assert small.hidden_us == pytest.approx(min(small.shared_us, routed))
     big = price_dp_step(cm, plan, [parse_batch_spec("prefill:1x300")] * 2)
     assert big.hidden_us == 0.0 and big.shared_us > 0 and any("one after the other" in n for n in big.notes)
+
+
+def test_ranks_meet_per_region_of_layers():
+    """A model with sliding-window and full-attention layers (gpt-oss): a rank with long contexts is the slowest in
+    the full-attention layers, one with many short ones can be elsewhere; the ranks meet at every MoE layer, so
+    the step's own part is the Σ over regions of each region's slowest rank, more than the slowest rank's total."""
+    cfg = dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], hidden_size=64,
+               intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=16, vocab_size=96, max_position_embeddings=65536, sliding_window=128,
+               pad_token_id=0, eos_token_id=1, bos_token_id=0)
+    graph, _ = import_hf(_tiny("gpt-oss-20b", **cfg), full_depth=True, cache=False)
+    cm = build_cost_model(graph, "h200", default_profile=False, moe_routing=parse_routing("balanced"))
+    assert [cm.tree.labels[i] for i in regions(cm.tree)] == ["before layers", "sliding.moe ×1", "full.moe ×1",
+                                                             "after layers"]
+    p = price_dp_step(cm, DataParallelMoe(2, 1, True), [parse_batch_spec("decode:64x60000"),
+                                                         parse_batch_spec("decode:256x100")])
+    assert max(p.rank_us) < p.attention_us < sum(p.rank_us)
 
 
 def test_refusals(moe_cm):
