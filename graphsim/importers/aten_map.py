@@ -27,6 +27,7 @@ ATEN_OPS: dict[str, Op] = {
     "eq": Op.COMPARE, "ne": Op.COMPARE, "lt": Op.COMPARE, "le": Op.COMPARE, "gt": Op.COMPARE,
     "ge": Op.COMPARE, "logical_and": Op.LOGICAL, "logical_or": Op.LOGICAL, "logical_not": Op.LOGICAL,
     "bitwise_and": Op.LOGICAL, "bitwise_or": Op.LOGICAL, "bitwise_not": Op.LOGICAL,
+    "__and__": Op.LOGICAL, "__or__": Op.LOGICAL, "__xor__": Op.LOGICAL, "__invert__": Op.LOGICAL,
     "reciprocal": Op.DIV, "polar": Op.POLAR, "floor_divide": Op.DIV, "remainder": Op.DIV,
     "to": Op.CAST, "_to_copy": Op.CAST, "type_as": Op.CAST,
     # reductions and selection

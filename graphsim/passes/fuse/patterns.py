@@ -143,18 +143,23 @@ def rotary_unit(ctx: FuseContext, attn: Node) -> Candidate | None:
     # RoPE after a q/k norm (Qwen3) or before it (Llama-4): one side of the norm, never both (that would be a
     # cycle rotary → norm → rotary); the side that reads the rotary tables
     for side in ([n for n in cand if n.name not in feeds_norm], [n for n in cand if n.name in feeds_norm]):
-        if any((p := ctx.producer(v)) is not None and ROTARY_CLASS.search(p.module_type or "")
-               for n in side for v in n.inputs):
-            return Candidate(side, {"attention": attn, "rot_dim": rotary_dim(ctx)})
+        tables = [p for n in side for v in n.inputs
+                  if (p := ctx.producer(v)) is not None and ROTARY_CLASS.search(p.module_type or "")]
+        if tables:
+            return Candidate(side, {"attention": attn, "rot_dim": rotary_dim(ctx, tables[0].scope)})
     return None
 
 
-def rotary_dim(ctx: FuseContext) -> int | None:
+def rotary_dim(ctx: FuseContext, scope: str | None = None) -> int | None:
     """Elements of each head that RoPE rotates: twice the length of the rotary module's inverse
-    frequencies (one frequency per rotated pair), whatever layout the model's code uses."""
-    for name, spec in list(ctx.graph.inputs.items()) + list(ctx.graph.params.items()):
-        if name.endswith("inv_freq") and spec.rank == 1 and isinstance(spec.shape[0], int):
-            return 2 * spec.shape[0]
+    frequencies (one frequency per rotated pair), whatever layout the model's code uses. `scope`: the rotary
+    module the attention reads (a multimodal model also has its vision tower's, e.g. Qwen3.5's 18 frequencies
+    against the text model's 32)."""
+    tables = [(name, spec) for name, spec in list(ctx.graph.inputs.items()) + list(ctx.graph.params.items())
+              if name.endswith("inv_freq") and spec.rank == 1 and isinstance(spec.shape[0], int)]
+    own = [t for t in tables if scope and t[0] == f"{scope}.inv_freq"]
+    for _, spec in own or tables:
+        return 2 * int(spec.shape[0])
     return None
 
 

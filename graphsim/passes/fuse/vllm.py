@@ -294,6 +294,32 @@ MLA_KEY_ASSEMBLY = Rule(
 )
 
 
+def _match_token_id_masks(ctx: FuseContext):
+    """Integer / bool ops on the token ids before the embedding (a multimodal wrapper masking its image / audio
+    placeholder ids: Gemma-4's `input_ids == image_token_id | …` and `where`)."""
+    out = []
+    for e in [n for n in ctx.graph.nodes if n.op is Op.EMBEDDING]:
+        seen, todo, nodes = set(), list(e.inputs), []
+        while todo:
+            p = ctx.producer(todo.pop())
+            if p is None or p.name in seen:
+                continue
+            seen.add(p.name)
+            if ctx.is_free(p) and p.outputs[0].dtype.value in ("bool", "i64", "i32"):
+                nodes.append(p)
+                todo.extend(p.inputs)
+        if nodes:
+            out.append(Candidate(sorted(nodes, key=lambda n: ctx.pos[n.name])))
+    return out
+
+
+TOKEN_ID_MASKS = Rule(
+    "token_id_masks", "model_executor/models/interfaces.py:SupportsMultiModal.embed_input_ids (a text-only "
+    "request has no multimodal embeddings: the ids are embedded as they are, no placeholder masks run)",
+    _match_token_id_masks, _absorb,
+)
+
+
 def _build_indexer(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.info["indexer"]
     a = n.attrs_as(IndexerAttrs)
@@ -569,7 +595,7 @@ EMBEDDING = _kernel_rule(
 
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION, SPARSE_INDEXER,
-    MLA_KEY_ASSEMBLY,
+    MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS,
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
 ]
 
