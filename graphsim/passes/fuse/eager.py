@@ -6,8 +6,10 @@ creation launch nothing of their own here either.
 
 from __future__ import annotations
 
-from graphsim.ir import AttentionAttrs, EmbeddingAttrs, LinearAttentionAttrs, MoEAttrs, Node, Op
-from graphsim.ir.geometry import ElementwiseGeometry, EmbeddingGeometry, LinearAttentionGeometry, MoeExpertsGeometry
+from graphsim.ir import AttentionAttrs, EmbeddingAttrs, IndexerAttrs, LinearAttentionAttrs, MoEAttrs, Node, Op
+from graphsim.ir.geometry import (
+    ElementwiseGeometry, EmbeddingGeometry, IndexerGeometry, LinearAttentionGeometry, MoeExpertsGeometry,
+)
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import FuseContext, Rule
@@ -34,9 +36,15 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     if n.op is Op.LINEAR_ATTENTION:
         la = n.attrs_as(LinearAttentionAttrs)
         lgeo = LinearAttentionGeometry(num_k_heads=la.num_k_heads, num_v_heads=la.num_v_heads,
-                                       k_head_dim=la.k_head_dim, v_head_dim=la.v_head_dim)
-        return KernelAttrs(KernelKind.LINEAR_ATTENTION, "gated_delta_rule", lgeo, dtype, Rows.NONE, covers,
+                                       k_head_dim=la.k_head_dim, v_head_dim=la.v_head_dim, kind=la.kind,
+                                       chunk_size=la.chunk_size, state_dtype=la.state_dtype)
+        return KernelAttrs(KernelKind.LINEAR_ATTENTION, la.kind, lgeo, dtype, Rows.NONE, covers,
                            "eager.linear_attention"), "linear_attention"
+    if n.op is Op.SPARSE_INDEXER:
+        ia = n.attrs_as(IndexerAttrs)
+        igeo = IndexerGeometry(num_heads=ia.num_heads, head_dim=ia.head_dim, topk=ia.topk)
+        return KernelAttrs(KernelKind.SPARSE_INDEXER, "dsa_indexer", igeo, ctx.spec(n.inputs[0]).dtype.value,
+                           Rows.NONE, covers, "eager.sparse_indexer"), "sparse_indexer"
     if n.op is Op.EMBEDDING:
         e = n.attrs_as(EmbeddingAttrs)
         egeo = EmbeddingGeometry(vocab=e.num_embeddings, width=e.embedding_dim)
