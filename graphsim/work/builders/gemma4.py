@@ -17,6 +17,11 @@ Read from transformers models/gemma4 (configuration_gemma4.py Gemma4TextConfig, 
   per-expert scale, a norm without weight, proj) and gated experts beside the dense MLP, with three
   more norms; a `layer_scalar` buffer; with hidden_size_per_layer_input the per-layer-input gate,
   projection and norm (and, on the model, the packed per-layer table, its projection and norm).
+
+KV (vLLM vllm/model_executor/models/gemma4.py Gemma4Attention): every layer's Attention caches K and
+V (a K=V layer loads K's weights into both slots of qkv_proj, so V is cached separately, normed
+without a scale); a KV-sharing layer passes kv_sharing_target_layer_name (the last earlier layer of
+its type) and keeps no cache of its own.
 """
 
 from __future__ import annotations
