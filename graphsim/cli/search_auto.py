@@ -4,10 +4,10 @@ reported beside it (as aiconfigurator's `--backend auto` compares backends)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from graphsim.cli.app import console, err_console
+from graphsim.cli.json_out import print_json
 from graphsim.serving.engines import ENGINES
 
 
@@ -48,7 +48,7 @@ def auto_search(spec, backend, as_json: bool, top: int) -> None:
         out = {"engine": "auto", "best_engine": winner, "per_engine": per_engine,
                "engines": {e: results[e].to_json() for e in ENGINES},
                "versions": versions(spec.profile, spec.base.hardware, winner or "vllm")}
-        print(json.dumps(out, indent=1, default=float))
+        print_json(out)
         return
     for e in ranked:
         p = per_engine[e]
@@ -97,10 +97,9 @@ def auto_load_search(spec, target, backend, as_json: bool, top: int) -> None:
                          "replicas": a.replicas if a else None, "headroom": a.headroom(target) if a else None,
                          "confirmed_by_simulation": res.confirmed, "data": units.data_note}
     if as_json:
-        print(json.dumps({"engine": "auto", "best_engine": winner, "target": target.to_json(),
-                          "per_engine": per_engine, "engines": {e: results[e][0].to_json(top) for e in ENGINES},
-                          "versions": versions(spec.profile, spec.base.hardware, winner or "vllm")},
-                         indent=1, default=float))
+        print_json({"engine": "auto", "best_engine": winner, "target": target.to_json(),
+                    "per_engine": per_engine, "engines": {e: results[e][0].to_json(top) for e in ENGINES},
+                    "versions": versions(spec.profile, spec.base.hardware, winner or "vllm")})
         return
     for e in ranked:
         p = per_engine[e]

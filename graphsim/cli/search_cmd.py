@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from graphsim.cli import cp_cli
 from graphsim.cli import options as opt
 from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
+from graphsim.cli.json_out import print_json
 from graphsim.versions import versions
 
 
@@ -183,7 +182,7 @@ def search_cmd(
         out = {**res.to_json(), "versions": versions(profile, gpu, engine)}
         if from_log is not None:
             out["from_vllm_log"] = from_log.to_json()
-        print(json.dumps(out, indent=1, default=float))
+        print_json(out)
         return
     from graphsim.render.search_view import render_search
 
@@ -235,7 +234,7 @@ def _load_search(spec, target, be, as_json: bool, top: int, save_dir: str | None
                "data": units.data_note, "all_roofline": units.all_roofline, "unit_gpus_max": spec.gpus,
                "refinements": [x.to_json() for x in units.refinements], "candidates": len(units.rows),
                "timings_s": units.timings, "versions": versions(profile, gpu, engine)}
-        print(json.dumps(out, indent=1, default=float))
+        print_json(out)
         return
     from graphsim.render.search_load_view import render_load
 

@@ -68,6 +68,8 @@ class IterationCost(Protocol):
 
 
 NUM_SOURCES = len(SOURCES)
+BULK_STEPS = 4096  # probe steps per bulk evaluation when warming rows: each column is priced on its own, so splitting
+# a warm-up into calls of this many steps gives the same rows with its temporaries bounded (~10 MB, not ~50)
 
 
 class SourceMeter(Protocol):
@@ -277,13 +279,16 @@ class TreeCost:
         if not todo:
             return
         n = len(self.ctx_grid)
-        lt, ls = self._leaf_times([Step((SeqGroup(1, int(c), b),)) for b in todo for c in self.ctx_grid])
-        for k, b in enumerate(todo):
-            part = slice(k * n, (k + 1) * n)
-            t, s = self._part(lt[:, part], ls[:, part], self._attn)
-            self._check(t, ls[:, part], f"decode batches of {b}")
-            self._dec[b] = (t, s)
-            self._dec_split[b] = self._split(lt[:, part], ls[:, part], self._attn)
+        per = max(1, BULK_STEPS // n)  # batch sizes per call: the call's arrays stay bounded (search peak memory)
+        for a in range(0, len(todo), per):
+            some = todo[a:a + per]
+            lt, ls = self._leaf_times([Step((SeqGroup(1, int(c), b),)) for b in some for c in self.ctx_grid])
+            for k, b in enumerate(some):
+                part = slice(k * n, (k + 1) * n)
+                t, s = self._part(lt[:, part], ls[:, part], self._attn)
+                self._check(t, ls[:, part], f"decode batches of {b}")
+                self._dec[b] = (t, s)
+                self._dec_split[b] = self._split(lt[:, part], ls[:, part], self._attn)
 
     def warm_prefill_rows(self, max_prefix: int) -> None:
         """Price the prefill-attention rows of every cached-prefix grid point up to `max_prefix` (and the next) in
@@ -294,13 +299,16 @@ class TreeCost:
         if not todo:
             return
         ns = self.n_grid
-        lt, ls = self._leaf_times([Step((SeqGroup(int(n), int(g[j]), 1),)) for j in todo for n in ns])
-        for k, j in enumerate(todo):
-            part = slice(k * len(ns), (k + 1) * len(ns))
-            t, s = self._part(lt[:, part], ls[:, part], self._attn)
-            self._check(t, ls[:, part], f"prefill chunks after {int(g[j])} cached tokens")
-            self._pre[j] = (t, s)
-            self._pre_split[j] = self._split(lt[:, part], ls[:, part], self._attn)
+        per = max(1, BULK_STEPS // len(ns))
+        for a in range(0, len(todo), per):
+            some = todo[a:a + per]
+            lt, ls = self._leaf_times([Step((SeqGroup(int(n), int(g[j]), 1),)) for j in some for n in ns])
+            for k, j in enumerate(some):
+                part = slice(k * len(ns), (k + 1) * len(ns))
+                t, s = self._part(lt[:, part], ls[:, part], self._attn)
+                self._check(t, ls[:, part], f"prefill chunks after {int(g[j])} cached tokens")
+                self._pre[j] = (t, s)
+                self._pre_split[j] = self._split(lt[:, part], ls[:, part], self._attn)
 
     def decode_attention_by_batch(self, ctx: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Decode attention of B sequences at context `ctx` for every B ≤ max_seqs (entry 0: none), exactly, in

@@ -111,9 +111,20 @@ _DBS: dict[str | None, Any] = {}
 _DEPLOYMENTS: dict[tuple, Any] = {}
 
 
+def _only(ctx_key: str) -> None:
+    """Drop the cached cost models, deployments and transfer sizes of other contexts: a process runs one search at
+    a time (`--engine auto` runs one per engine, one after another), and a finished search's tables would stay
+    alive for nothing (search peak memory, benchmarks/search_memory.py)."""
+    for cache in (_COSTS, _DEPLOYMENTS, _BYTES):
+        for k in [k for k in cache if k[0] != ctx_key]:
+            del cache[k]
+
+
 def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1) -> IterationCost:
     key = (ctx.key, tp, ep) if pp == 1 else (ctx.key, tp, ep, pp)
     cost = _COSTS.get(key)
+    if cost is None:
+        _only(ctx.key)
     if cost is None and ctx.base.speculative_config:  # target verification + draft passes (spec_search.py)
         from graphsim.serving.spec_search import context_speculation, spec_partition_cost
 
