@@ -181,22 +181,16 @@ def _logits_tail(ctx: FuseContext, head: Node) -> list[Node]:
 
 
 def _match_logits_tail(ctx: FuseContext):
-    out = []
-    for head in [n for n in P.linear_nodes(ctx) if n.layer is None and P.feeds_graph_output(ctx, n)]:
-        tail = [n for n in _logits_tail(ctx, head) if n.op not in P.ABSORBED_OPS]
-        casts = [n for n in tail if n.op is Op.CAST]
-        cap = [n for n in tail if n.op is not Op.CAST]
-        if cap:
-            out.append(Candidate(cap, {"name": "logits_softcap" if any(n.op is Op.TANH for n in cap) else "logits_scale"}))
-        if casts:
-            out.append(Candidate(casts, {"name": "logits_to_float32"}))
-    return out
+    """One kernel per op (vLLM runs the softcap as three torch ops, / cap, tanh, × cap, and the cast as one)."""
+    heads = [n for n in P.linear_nodes(ctx) if n.layer is None and P.feeds_graph_output(ctx, n)]
+    return [Candidate([n]) for h in heads for n in _logits_tail(ctx, h) if n.op not in P.ABSORBED_OPS]
 
 
 def _build_logits_tail(ctx: FuseContext, c: Candidate) -> KernelAttrs:
-    last = c.nodes[-1].outputs[0]
-    return KernelAttrs(KernelKind.ELEMENTWISE, c.info["name"], ElementwiseGeometry(width=int(last.shape[-1])),
-                       last.dtype.value, Rows.SEQUENCES, tuple(n.name for n in c.nodes), "logits_tail")
+    n = c.nodes[0]
+    out = n.outputs[0]
+    return KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=int(out.shape[-1])),
+                       out.dtype.value, Rows.SEQUENCES, (n.name,), "logits_tail")
 
 
 LOGITS_TAIL = Rule(
@@ -270,7 +264,11 @@ def _match_mla_key_assembly(ctx: FuseContext):
     k_nope and the roped, expanded k_rot): the writes, and the k_rot RoPE that only feeds them, reach no consumer
     in the traced graph (the attention reads the buffer), so they are dead ends of the attention's scope."""
     out = []
-    for a in [n for n in P.attention_nodes(ctx) if n.attrs_as(AttentionAttrs).kv_lora_rank]:
+    # Only for sparse (DSA) MLA so far: dense MLA's (DeepSeek-V2/V3) are the same dead ends, but the analyzer's
+    # shipped mla-moe location maps (graphsim/work/location_maps) list them as placeholders; absorbing them there
+    # waits for those maps to drop the nine self_attn locations
+    for a in [n for n in P.attention_nodes(ctx) if n.attrs_as(AttentionAttrs).kv_lora_rank
+              and n.attrs_as(AttentionAttrs).index_topk]:
         dead = {n.name: n for n in ctx.nodes_in_scope(a.scope, exact=True)
                 if ctx.is_free(n) and ctx.pos[n.name] < ctx.pos[a.name]
                 and n.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT)}
