@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from graphsim.cli import cp_cli
 from graphsim.cli import options as opt
 from graphsim.cli import spec_cli
 from graphsim.cli.app import app, console, err_console
@@ -42,7 +41,15 @@ def search_cmd(
     mode: str = typer.Option("both", "--mode", help="agg, disagg, afd (attention–FFN disaggregation, MoE models), dp "
                                                     "(vLLM's -dp N --enable-expert-parallel, MoE models), a comma list "
                                                     "of them, both (agg,disagg) or all."),
-    decode_context_parallel_size: cp_cli.DecodeContextParallel = 1,
+    prefill_context_parallel_size: str | None = typer.Option(
+        None, "--prefill-context-parallel-size", "-pcp",
+        help="Prefill context-parallel sizes of aggregated instances and prefill pools, e.g. 1,2,4 (vLLM's option; "
+             "pcp × the GPUs of an instance). Default: 1, and powers of two when one prompt cannot be prefilled within "
+             "--ttft on one GPU at its peak (docs/search.md)."),
+    decode_context_parallel_size: str | None = typer.Option(
+        None, "--decode-context-parallel-size", "-dcp",
+        help="Decode context-parallel sizes of aggregated instances and decode pools, e.g. 1,2,4,8 (vLLM's option; "
+             "must divide the TP size). Default: 1, and the sizes that remove KV duplicated over the TP group."),
     tp: str | None = typer.Option(None, "--tp", "--tensor-parallel-size", "-tp",
                                   help="TP sizes to try, e.g. 1,2,4,8 (default: powers of two to a node)."),
     pp: str | None = typer.Option(None, "--pipeline-parallel-size", "-pp", "--pp",
@@ -115,11 +122,11 @@ def search_cmd(
                                engine=opt.DEFAULT_ENGINE if engine == "auto" else engine,
                                interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node,
                                                                   network_bandwidth, network_latency_us))
-    base["parallel"]["decode_context_parallel_size"] = decode_context_parallel_size  # every candidate's (a TP size
-    # it does not fit is pruned with the reason: costing/context_parallel.py)
     spec = SearchSpec.parse({
         "base": base, "gpus": gpus, "isl": parse_lengths(isl, "--isl"), "osl": parse_lengths(osl, "--osl"),
         "slo": SLO(ttft, tpot), "tp": _ints(tp, "--tp"), "pp": _ints(pp, "--pipeline-parallel-size"), "modes": modes,
+        "pcp": _ints(prefill_context_parallel_size, "--prefill-context-parallel-size"),
+        "dcp": _ints(decode_context_parallel_size, "--decode-context-parallel-size"),
         "max_num_seqs": _ints(max_num_seqs, "--max-num-seqs") or DEFAULT_SEQS,
         "max_num_batched_tokens": _ints(max_num_batched_tokens, "--max-num-batched-tokens") or DEFAULT_BATCHED_TOKENS,
         "prefill_batched_tokens": _ints(prefill_batched_tokens, "--prefill-batched-tokens") or DEFAULT_PREFILL_BATCHED_TOKENS,

@@ -120,8 +120,13 @@ def _only(ctx_key: str) -> None:
             del cache[k]
 
 
-def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1) -> IterationCost:
-    key = (ctx.key, tp, ep) if pp == 1 else (ctx.key, tp, ep, pp)
+def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1, pcp: int | None = None,
+                   dcp: int | None = None) -> IterationCost:
+    """The cost tables of one partition; `pcp`/`dcp` a pool's context-parallel sizes (None: the base's)."""
+    par = ctx.base.parallel
+    pcp = par.prefill_context_parallel_size if pcp is None else pcp
+    dcp = par.decode_context_parallel_size if dcp is None else dcp
+    key = (ctx.key, tp, ep) if (pp, pcp, dcp) == (1, 1, 1) else (ctx.key, tp, ep, pp, pcp, dcp)
     cost = _COSTS.get(key)
     if cost is None:
         _only(ctx.key)
@@ -141,10 +146,10 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1) -> Iterati
         # the fused graph gets only its partition passes; the profile is the one make_context chose (no default)
         cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.base.dtype, kv_dtype=ctx.base.kv_cache_dtype,
                               profile=_DBS[ctx.profile], default_profile=False, moe_routing=ctx.routing)
-        if ctx.base.parallel.decode_context_parallel_size > 1:  # the KV sharded over DCP ranks of the TP group
-            from graphsim.costing.context_parallel import with_decode_context_parallel
+        if pcp * dcp > 1:  # ring prefill over PCP ranks / the KV sharded over DCP ranks of the TP group
+            from graphsim.costing.context_parallel import ContextParallel, with_context_parallel
 
-            cm = with_decode_context_parallel(cm, ctx.base.parallel.decode_context_parallel_size)
+            cm = with_context_parallel(cm, ContextParallel(pcp, dcp))
         if pp > 1:  # one table per pipeline stage; the engine keeps pp batches in flight (pipeline_engine.py)
             from graphsim.serving.pipeline_plan import stage_costs
 
@@ -158,11 +163,16 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1) -> Iterati
 def deployment(ctx: SearchContext, pool: PoolConfig):
     from graphsim.serving.deployment import plan_deployment
 
-    key = (ctx.key, ctx.model.name, ctx.base, pool.tp, pool.max_num_batched_tokens, pool.max_num_seqs, pool.pp)
+    key = (ctx.key, ctx.model.name, ctx.base, pool.tp, pool.max_num_batched_tokens, pool.max_num_seqs, pool.pp,
+           pool.pcp, pool.dcp)
     dep = _DEPLOYMENTS.get(key)
     if dep is None:
         config = ctx.base.derive(tensor_parallel_size=pool.tp, max_num_batched_tokens=pool.max_num_batched_tokens,
                                  max_num_seqs=pool.max_num_seqs)
+        if (pool.pcp, pool.dcp) != (1, 1):  # the pool's context-parallel sizes (cp_search.py)
+            from graphsim.serving.context_parallel import with_context_parallel
+
+            config = with_context_parallel(config, pool.pcp, pool.dcp)
         if pool.pp > 1:
             from graphsim.serving.pipeline_plan import with_pipeline_size
 
@@ -230,14 +240,14 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
         return dp_steady(ctx, c)
     if c.mode == "agg":
         (p,) = c.pools
-        sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep) if p.pp == 1 else _cycle(ctx, p), isl, osl,
+        sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep, **_cp(p)) if p.pp == 1 else _cycle(ctx, p), isl, osl,
                                            c.clients, p.max_num_batched_tokens)
         link_src = None
     else:
         pp, pd = c.pools
         setup_bytes = _transfer_bytes(ctx, pp, pd, isl)
         link = kv_link(ctx, c.unit_gpus)
-        sp = disaggregated_point(cost_of(ctx, pp.tp, pp.ep), cost_of(ctx, pd.tp, pd.ep), isl, osl,
+        sp = disaggregated_point(cost_of(ctx, pp.tp, pp.ep, **_cp(pp)), cost_of(ctx, pd.tp, pd.ep, **_cp(pd)), isl, osl,
                                  pp.instances, pd.instances, pd.max_num_seqs, pp.max_num_batched_tokens,
                                  pd.max_num_batched_tokens, link.transfer_s(setup_bytes),
                                  setup_bytes / link.bandwidth_bytes_per_s, pp.max_num_seqs)
@@ -248,14 +258,21 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
                       source_us={SOURCES[k].value: v for k, v in enumerate(sp.source_us) if v > 0})
 
 
+def _cp(pool: PoolConfig) -> dict[str, int]:
+    """A pool's context-parallel sizes as `partition_cost` keywords ({} without: the base's)."""
+    return {} if (pool.pcp, pool.dcp) == (1, 1) else {"pcp": pool.pcp, "dcp": pool.dcp}
+
+
 _BYTES: dict[tuple, int] = {}
 
 
 def _transfer_bytes(ctx: SearchContext, pp: PoolConfig, pd: PoolConfig, isl: int) -> int:
-    key = (ctx.key, pp.tp, pd.tp, isl)
+    """KV bytes of one prompt a GPU sends or receives: a rank of a context-parallel pool holds 1/pcp (1/dcp) of
+    every sequence's tokens, and its ranks transfer their shards side by side."""
+    key = (ctx.key, pp.tp, pd.tp, isl, pp.pcp, pd.dcp)
     if key not in _BYTES:
-        _BYTES[key] = max(deployment(ctx, pp).layout.bytes_for_request(isl),
-                          deployment(ctx, pd).layout.bytes_for_request(isl))
+        _BYTES[key] = max(-(-deployment(ctx, pp).layout.bytes_for_request(isl) // pp.pcp),
+                          -(-deployment(ctx, pd).layout.bytes_for_request(isl) // pd.dcp))
     return _BYTES[key]
 
 
@@ -263,14 +280,14 @@ def _cycle(ctx: SearchContext, pool: PoolConfig) -> IterationCost:
     """A pipelined pool's steady-state step: one cycle of its pp micro-batches (pipeline_engine.PipelineCycleCost)."""
     from graphsim.serving.pipeline_engine import PipelineCost, PipelineCycleCost
 
-    cost = partition_cost(ctx, pool.tp, pool.ep, pool.pp)
+    cost = partition_cost(ctx, pool.tp, pool.ep, pool.pp, **_cp(pool))
     assert isinstance(cost, PipelineCost)
     return PipelineCycleCost(cost)
 
 
 def _setup(ctx: SearchContext, pool: PoolConfig, router: str = "least-outstanding") -> SimulationSetup:
     dep = deployment(ctx, pool)
-    setup = dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep, pool.pp), pool.instances, router)
+    setup = dep.simulation_setup(partition_cost(ctx, pool.tp, pool.ep, pool.pp, **_cp(pool)), pool.instances, router)
     if ctx.base.speculative_config:  # speculative steps, acceptance sampled (spec_search.py)
         from graphsim.serving.spec_search import with_speculation
 
@@ -302,7 +319,7 @@ def _warm(ctx: SearchContext, c: Candidate) -> None:
     """Price the table rows a simulation will use in bulk calls (the same numbers, in less time): decode attention
     for every batch size up to max_num_seqs; prefill attention after a cached prefix for a prefill pool."""
     for pool in () if c.mode == "afd" else c.pools:  # an AFD unit prices through its own cost (afd_search.py)
-        cost = partition_cost(ctx, pool.tp, pool.ep, pool.pp)
+        cost = partition_cost(ctx, pool.tp, pool.ep, pool.pp, **_cp(pool))
         if not isinstance(cost, TreeCost):
             continue
         if pool.role != "prefill":
@@ -322,9 +339,8 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
     loop = ClosedLoop(clients, SIM_GENERATIONS * clients, ctx.isl, ctx.osl, ctx.seed, ramp_s=ramp)
     if c.mode == "agg":
         (p,) = c.pools
-        res = simulate(_setup(ctx, PoolConfig(p.role, p.tp, p.ep, 1, p.max_num_seqs, p.max_num_batched_tokens, p.pp)),
-                       loop)
-        unit_gpus, link_src, xfer = p.tp * p.pp, None, 0.0
+        res = simulate(_setup(ctx, replace(p, instances=1)), loop)
+        unit_gpus, link_src, xfer = p.gpus // p.instances, None, 0.0
     elif c.mode == "afd":
         from graphsim.serving.afd_search import afd_simulated
 

@@ -63,6 +63,12 @@ class SearchSpec(Strict):
     # inside a node, pipeline parallel across nodes, https://docs.vllm.ai/en/v0.8.3/serving/distributed_serving.html
     # "How to decide the distributed inference strategy?"); give (1,) to explore none.
     pp: _SIZES | None = None
+    # context-parallel sizes (vLLM's --prefill-/--decode-context-parallel-size; cp_search.py, which states the
+    # defaults): pcp for aggregated instances and prefill pools, dcp for aggregated instances and decode pools.
+    # None: pcp 1 unless one prompt cannot be prefilled within the TTFT SLO on one GPU at its peak; dcp 1 and the
+    # sizes that remove KV duplicated over the TP group
+    pcp: _SIZES | None = None
+    dcp: _SIZES | None = None
     # afd: afd_search.py; dp: data-parallel attention + expert parallel, MoE models (dp_search.py)
     modes: Annotated[tuple[Literal["agg", "disagg", "afd", "dp"], ...], Field(min_length=1)] = ("agg", "disagg")
     max_num_seqs: _SIZES = DEFAULT_SEQS
@@ -115,24 +121,31 @@ class PoolConfig:
     max_num_batched_tokens: int
     pp: int = 1  # pipeline stages of an instance (tp GPUs each)
     dp: int = 1  # vLLM's --data-parallel-size of an instance: lockstep DP ranks of tp GPUs each (dp_search.py)
+    pcp: int = 1  # vLLM's --prefill-context-parallel-size: pcp × the GPUs of an instance (cp_search.py)
+    dcp: int = 1  # vLLM's --decode-context-parallel-size: inside the TP group, no extra GPUs
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.instances * self.dp
+        return self.tp * self.pp * self.pcp * self.instances * self.dp
+
+    @property
+    def cp(self) -> str:
+        """' pcp2' / ' dcp4' for a label ('' without context parallel)."""
+        return (f" pcp{self.pcp}" if self.pcp > 1 else "") + (f" dcp{self.dcp}" if self.dcp > 1 else "")
 
     def label(self) -> str:
         ep = f" ep{self.ep}" if self.ep > 1 else ""
         if self.dp > 1:
             return f"dp{self.dp} tp{self.tp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens} a rank"
         if self.role == "prefill":
-            return f"{self.instances}P tp{self.tp}{ep} (batch {self.max_num_batched_tokens})"
+            return f"{self.instances}P tp{self.tp}{self.cp}{ep} (batch {self.max_num_batched_tokens})"
         if self.role == "decode":
-            return f"{self.instances}D tp{self.tp}{ep} (seqs {self.max_num_seqs})"
+            return f"{self.instances}D tp{self.tp}{self.cp}{ep} (seqs {self.max_num_seqs})"
         if self.role in ("attention", "ffn"):  # an AFD unit's pools (afd_search.py)
             dp = f"{self.instances}×" if self.instances > 1 else ""
             return f"{'A' if self.role == 'attention' else 'F'} {dp}tp{self.tp}{ep}"
         pp = f" pp{self.pp}" if self.pp > 1 else ""
-        return f"tp{self.tp}{pp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens}"
+        return f"tp{self.tp}{pp}{self.cp}{ep}, seqs {self.max_num_seqs}, batch {self.max_num_batched_tokens}"
 
 
 @dataclass(frozen=True)
@@ -170,8 +183,8 @@ class Candidate:
         return self.unit_gpus * self.replicas
 
     @property
-    def partitions(self) -> tuple[tuple[int, int], ...]:
-        return tuple(sorted({(p.tp, p.ep) for p in self.pools}))
+    def partitions(self) -> tuple[tuple[int, int, int, int], ...]:
+        return tuple(sorted({(p.tp, p.ep, p.pcp, p.dcp) for p in self.pools}))
 
     def label(self) -> str:
         rep = f" ×{self.replicas}" if self.replicas > 1 else ""
@@ -228,8 +241,8 @@ class _Planner:
         self._plans: dict[tuple[int, ...], Any] = {}
         self.request_tokens = spec.isl.hi + spec.osl.hi
 
-    def plan(self, tp: int, mnbt: int, seqs: int, pp: int = 1):
-        key = (tp, mnbt, seqs) if pp == 1 else (tp, mnbt, seqs, pp)
+    def plan(self, tp: int, mnbt: int, seqs: int, pp: int = 1, pcp: int = 1, dcp: int = 1):
+        key = (tp, mnbt, seqs) if (pp, pcp, dcp) == (1, 1, 1) else (tp, mnbt, seqs, pp, pcp, dcp)
         if key not in self._plans:
             from graphsim.serving.deployment import plan_deployment
 
@@ -239,6 +252,10 @@ class _Planner:
                     from graphsim.serving.pipeline_plan import with_pipeline_size
 
                     config = with_pipeline_size(config, pp)
+                if (pcp, dcp) != (1, 1):  # the pool's own sizes (cp_search.py; 1, 1: the base's)
+                    from graphsim.serving.context_parallel import with_context_parallel
+
+                    config = with_context_parallel(config, pcp, dcp)
                 self._plans[key] = plan_deployment(config, model=self.model, hardware=self.hardware)
             except GraphsimError as e:
                 self._plans[key] = e
@@ -293,14 +310,15 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
         unit = sum(p.gpus for p in pools)
         cands.append(Candidate(len(cands), mode, pools, spec.gpus // unit, clients, memory, micro_batches))
 
-    def seqs_options(tp: int, mnbt: int, role: str, label, pp: int = 1) -> list[tuple[int, PoolMemory]]:
+    def seqs_options(tp: int, mnbt: int, role: str, label, pp: int = 1, pcp: int = 1,
+                     dcp: int = 1) -> list[tuple[int, PoolMemory]]:
         """max_num_seqs values that fit, with the pool's memory; the KV limit itself is added."""
         out: list[tuple[int, PoolMemory]] = []
         values = sorted(set(spec.max_num_seqs))
         limit = None
         for seqs in values:
             eff_mnbt = max(mnbt, seqs) if role == "decode" else mnbt
-            dep = planner.plan(tp, eff_mnbt, seqs, pp)
+            dep = planner.plan(tp, eff_mnbt, seqs, pp, pcp, dcp)
             if isinstance(dep, GraphsimError):
                 pruned.append(Pruned(label(seqs, eff_mnbt), str(dep), "engine"))
                 continue
@@ -321,29 +339,42 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
             out.append((seqs, mem))
         if limit is not None and limit not in values and limit >= 1:
             eff_mnbt = max(mnbt, limit) if role == "decode" else mnbt
-            dep = planner.plan(tp, eff_mnbt, limit, pp)
+            dep = planner.plan(tp, eff_mnbt, limit, pp, pcp, dcp)
             if not isinstance(dep, GraphsimError):
                 mem, why = planner.memory(dep)
                 if not why and mem is not None and limit <= mem.kv_requests and eff_mnbt >= limit:
                     out.append((limit, mem))
         return out
 
+    from graphsim.serving.cp_search import CpPlan
+
+    cp = CpPlan.make(spec, model, hw)  # context-parallel sizes per pool (cp_search.py)
+
+    def cp_options(tp: int, ep: int, pp: int, role: str) -> list[tuple[int, int]]:
+        ok, refused = cp.options(tp, pp, role)
+        for pcp, dcp, why in refused:
+            lab = f"{role} tp{tp}{f' pp{pp}' if pp > 1 else ''}{PoolConfig(role, tp, ep, 1, 1, 1, pcp=pcp, dcp=dcp).cp}"
+            if not any(p.label == lab and p.reason == why for p in pruned):
+                pruned.append(Pruned(lab, why, "engine"))
+        return ok
+
     if "agg" in spec.modes:
         for tp, ep in parts:
             for pp in pp_options(spec, hw, tp):
-                for mnbt in sorted(set(spec.max_num_batched_tokens)):
-                    def agg_lab(seqs, m, tp=tp, ep=ep, pp=pp):
-                        return f"agg {PoolConfig('agg', tp, ep, 1, seqs, m, pp).label()}"
-                    for seqs, mem in seqs_options(tp, mnbt, "agg", agg_lab, pp):
-                        add("agg", (PoolConfig("agg", tp, ep, 1, seqs, mnbt, pp),), seqs, (mem,))
+                for pcp, dcp in cp_options(tp, ep, pp, "agg"):
+                    for mnbt in sorted(set(spec.max_num_batched_tokens)):
+                        def agg_lab(seqs, m, tp=tp, ep=ep, pp=pp, pcp=pcp, dcp=dcp):
+                            return f"agg {PoolConfig('agg', tp, ep, 1, seqs, m, pp, pcp=pcp, dcp=dcp).label()}"
+                        for seqs, mem in seqs_options(tp, mnbt, "agg", agg_lab, pp, pcp, dcp):
+                            add("agg", (PoolConfig("agg", tp, ep, 1, seqs, mnbt, pp, pcp=pcp, dcp=dcp),), seqs, (mem,))
 
     if "disagg" in spec.modes and spec.gpus >= 2:
         # prefill pools: one per (tp, ep, batch); their own max_num_seqs stays the engine default
-        prefill: list[tuple[int, int, int, PoolMemory]] = []
-        for tp, ep in parts:
+        prefill: list[tuple[int, int, int, int, PoolMemory]] = []
+        for tp, ep, pcp in [(t, e, p) for t, e in parts for p, _ in cp_options(t, e, 1, "prefill")]:
             for mnbt in sorted(set(spec.prefill_batched_tokens)):
-                dep = planner.plan(tp, mnbt, planner.default_seqs)
-                label = f"prefill tp{tp}{f' ep{ep}' if ep > 1 else ''} (batch {mnbt})"
+                dep = planner.plan(tp, mnbt, planner.default_seqs, 1, pcp)
+                label = f"prefill tp{tp}{f' pcp{pcp}' if pcp > 1 else ''}{f' ep{ep}' if ep > 1 else ''} (batch {mnbt})"
                 if isinstance(dep, GraphsimError):
                     pruned.append(Pruned(label, str(dep), "engine"))
                     continue
@@ -356,23 +387,23 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
                     pruned.append(Pruned(label, why, "memory"))
                     continue
                 assert mem is not None
-                prefill.append((tp, ep, mnbt, mem))
-        decode: list[tuple[int, int, int, int, PoolMemory]] = []
+                prefill.append((tp, ep, pcp, mnbt, mem))
+        decode: list[tuple[int, int, int, int, int, PoolMemory]] = []
         dec_default = spec.decode_batched_tokens
-        for tp, ep in parts:
+        for tp, ep, dcp in [(t, e, d) for t, e in parts for _, d in cp_options(t, e, 1, "decode")]:
             mnbt = dec_default or planner.default_batched_tokens
 
-            def lab(seqs, m, tp=tp, ep=ep):
-                return f"decode {PoolConfig('decode', tp, ep, 1, seqs, m).label()}"
-            for seqs, mem in seqs_options(tp, mnbt, "decode", lab):
-                decode.append((tp, ep, seqs, max(mnbt, seqs), mem))
-        for tp_p, ep_p, mnbt_p, mem_p in prefill:
-            for x in range(1, spec.gpus // tp_p + 1):
-                left = spec.gpus - x * tp_p
-                for tp_d, ep_d, seqs, mnbt_d, mem_d in decode:
+            def lab(seqs, m, tp=tp, ep=ep, dcp=dcp):
+                return f"decode {PoolConfig('decode', tp, ep, 1, seqs, m, dcp=dcp).label()}"
+            for seqs, mem in seqs_options(tp, mnbt, "decode", lab, 1, 1, dcp):
+                decode.append((tp, ep, dcp, seqs, max(mnbt, seqs), mem))
+        for tp_p, ep_p, pcp_p, mnbt_p, mem_p in prefill:
+            for x in range(1, spec.gpus // (tp_p * pcp_p) + 1):
+                left = spec.gpus - x * tp_p * pcp_p
+                for tp_d, ep_d, dcp_d, seqs, mnbt_d, mem_d in decode:
                     for y in range(1, left // tp_d + 1):
-                        pools = (PoolConfig("prefill", tp_p, ep_p, x, planner.default_seqs, mnbt_p),
-                                 PoolConfig("decode", tp_d, ep_d, y, seqs, mnbt_d))
+                        pools = (PoolConfig("prefill", tp_p, ep_p, x, planner.default_seqs, mnbt_p, pcp=pcp_p),
+                                 PoolConfig("decode", tp_d, ep_d, y, seqs, mnbt_d, dcp=dcp_d))
                         add("disagg", pools, y * seqs, (mem_p, mem_d))
     if "dp" in spec.modes and experts and spec.gpus >= 2:  # data-parallel attention + expert parallel instances
         from graphsim.serving.dp_search import enumerate_dp
