@@ -86,6 +86,10 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
         from graphsim.serving.dp_search import dp_config
 
         config = dp_config(spec.base, pool)
+    if (pool.pcp, pool.dcp) != (1, 1):  # vLLM's --prefill-/--decode-context-parallel-size (serving/cp_search.py)
+        from graphsim.serving.context_parallel import with_context_parallel
+
+        config = with_context_parallel(config, pool.pcp, pool.dcp)
     dep = plan_deployment(config)
     e = dep.engine
     if not e.profile.is_vllm:
@@ -100,6 +104,9 @@ def engine_settings(spec: SearchSpec, pool: PoolConfig) -> dict[str, Any]:
             "enable_prefix_caching": e.enable_prefix_caching, "enable_chunked_prefill": e.enable_chunked_prefill,
             "enable_expert_parallel": pool.ep > 1, **({"pipeline_parallel_size": pool.pp} if pool.pp > 1 else {}),
             **({"data_parallel_size": pool.dp} if pool.dp > 1 else {}),
+            **{k: v for k, v in (("prefill_context_parallel_size", dep.config.parallel.prefill_context_parallel_size),
+                                 ("decode_context_parallel_size", dep.config.parallel.decode_context_parallel_size))
+               if v > 1},
             **({"speculative_config": spec.base.speculative_config.model_dump(exclude_none=True)}
                if spec.base.speculative_config else {})}
 
@@ -125,6 +132,9 @@ def serve_argv(model: str, settings: dict[str, Any], port: int, disagg: bool, ro
         argv += ["--pipeline-parallel-size", str(settings["pipeline_parallel_size"])]
     if settings.get("data_parallel_size", 1) > 1:  # one engine of dp lockstep ranks (serving/dp_search.py)
         argv += ["--data-parallel-size", str(settings["data_parallel_size"])]
+    for key in ("prefill_context_parallel_size", "decode_context_parallel_size"):  # vLLM's EngineArgs names
+        if settings.get(key, 1) > 1:
+            argv += ["--" + key.replace("_", "-"), str(settings[key])]
     if settings["enable_expert_parallel"]:
         argv.append("--enable-expert-parallel")
     if settings.get("speculative_config"):  # vLLM's --speculative-config JSON (serving/speculative.py)
@@ -147,7 +157,7 @@ def plan_instances(spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node:
     for _ in range(replicas):
         for k, pool in enumerate(c.pools):
             for _i in range(pool.instances):
-                width = min(pool.tp * pool.pp * pool.dp, gpus_per_node)  # a pipeline wider than a node starts on a fresh one
+                width = min(pool.tp * pool.pp * pool.pcp * pool.dp, gpus_per_node)  # a pipeline wider than a node starts on a fresh one
                 if used + width > gpus_per_node:
                     node, used = node + 1, 0
                 n = count.get(pool.role, 0)
@@ -166,8 +176,8 @@ def plan_instances(spec: SearchSpec, c: Candidate, replicas: int, gpus_per_node:
                     out.append(Instance(f"{pool.role}-{n}", pool.role, k, node, tuple(range(used, used + width)),
                                         port, tuple(serve_argv(model, settings[k], port, disagg)), env))
                 used += width
-                if pool.tp * pool.pp > gpus_per_node:  # its other stages fill whole nodes after this one
-                    node, used = node + -(-pool.tp * pool.pp // gpus_per_node) - 1, gpus_per_node
+                if pool.tp * pool.pp * pool.pcp > gpus_per_node:  # its other stages / CP ranks fill whole nodes after
+                    node, used = node + -(-pool.tp * pool.pp * pool.pcp // gpus_per_node) - 1, gpus_per_node
     return out
 
 
@@ -254,8 +264,8 @@ def k8s_documents(spec: SearchSpec, c: Candidate, replicas: int, settings: list[
         container: dict[str, Any] = {"name": engine, "image": ENGINE_IMAGES.get(engine, IMAGE),
                                      "command": list(PROGRAMS[engine]), "args": argv,
                                      "ports": [{"containerPort": BASE_PORT}],
-                                     "resources": {"limits": {"nvidia.com/gpu": pool.tp * pool.pp},
-                                                   "requests": {"nvidia.com/gpu": pool.tp * pool.pp}}}
+                                     "resources": {"limits": {"nvidia.com/gpu": pool.tp * pool.pp * pool.pcp},
+                                                   "requests": {"nvidia.com/gpu": pool.tp * pool.pp * pool.pcp}}}
         if env:
             container["env"] = env
         docs.append({"apiVersion": "apps/v1", "kind": "Deployment",
