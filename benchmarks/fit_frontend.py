@@ -24,20 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
-import sys
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
-
-import validate_serving as vs  # noqa: E402  (this folder's harness)
+import fitting as fit  # this folder's shared fitting code (it puts the harness on the path)
+from fitting import vs
 
 COARSE_MS = [i * 2.0 for i in range(16)]  # 0 … 30 ms, then 0.5 ms steps within ±2 ms of the best
 
@@ -54,59 +44,35 @@ def training(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any
     return run["bench"]["request_rate"] in ("inf", None) and len({i for i in warm if i < n}) == n
 
 
-@contextmanager
-def frontend(serial_us: float, latency_us: float):
+def main(argv: list[str] | None = None) -> int:
     import graphsim.serving.host as host
 
-    saved = host.FRONTEND_US, host.FRONTEND_LATENCY_US
-    host.FRONTEND_US, host.FRONTEND_LATENCY_US = serial_us, latency_us
-    try:
-        yield
-    finally:
-        host.FRONTEND_US, host.FRONTEND_LATENCY_US = saved
-
-
-def errors(chosen, tests, runs, pred) -> dict[str, dict[str, float]]:
-    out = {}
-    for r in chosen:
-        p = vs.predict(r, tests[r["test_key"]], runs, pred, None)
-        out[r["id"]] = {k: vs.error_pct(p["predicted"][k], r["measured"][k]) for k, _ in vs.METRICS}
-    return out
-
-
-def summary(errs: dict[str, dict[str, float]]) -> dict[str, Any]:
-    return {k: {"median_abs_pct": round(statistics.median(abs(e[k]) for e in errs.values()), 1),
-                "over": sum(e[k] > 0 for e in errs.values()), "under": sum(e[k] < 0 for e in errs.values())}
-            for k, _ in vs.METRICS} if errs else {}
-
-
-def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profiles", help="as validate_serving.py's --profiles")
     args = ap.parse_args(argv)
-    runs, tests = vs.load_runs()
-    usable = [r for r in runs if not vs.excluded(r, tests[r["test_key"]])]
+    runs, tests, usable = fit.usable_runs()
     pred = vs.Predictor(args.profiles)
     train = [r for r in usable if training(r, tests[r["test_key"]], runs, pred)]
     held = [r for r in usable if r not in train]
-    measured = {r["id"]: r["measured"]["mean_ttft_ms"] for r in train}
 
-    def loss(serial: float, latency: float) -> float:
-        with frontend(serial * 1e3, latency * 1e3):
-            return sum(math.log(vs.predict(r, tests[r["test_key"]], runs, pred, None)["predicted"]["mean_ttft_ms"]
-                                / measured[r["id"]]) ** 2 for r in train)
+    def frontend(serial_ms: float, latency_ms: float):
+        return fit.patched(host, FRONTEND_US=serial_ms * 1e3, FRONTEND_LATENCY_US=latency_ms * 1e3)
 
-    _, serial, latency = min((loss(s, lat), s, lat) for s in COARSE_MS for lat in COARSE_MS)
-    fine = [(serial + 0.5 * i, latency + 0.5 * j) for i in range(-4, 5) for j in range(-4, 5)]
-    _, serial, latency = min((loss(s, lat), s, lat) for s, lat in fine if s >= 0 and lat >= 0)
-    with frontend(serial * 1e3, latency * 1e3):
-        fit_train, fit_held = errors(train, tests, runs, pred), errors(held, tests, runs, pred)
+    def loss(serial_ms: float, latency_ms: float) -> float:
+        with frontend(serial_ms, latency_ms):
+            return fit.log_loss(fit.errors(train, tests, runs, pred), ("mean_ttft_ms",))
+
+    serial, latency = fit.grid_fit(loss, [(s, lat) for s in COARSE_MS for lat in COARSE_MS])
+    serial, latency = fit.grid_fit(loss, [(serial + 0.5 * i, latency + 0.5 * j) for i in range(-4, 5)
+                                          for j in range(-4, 5) if serial + 0.5 * i >= 0 and latency + 0.5 * j >= 0])
+    with frontend(serial, latency):
+        fit_train, fit_held = fit.errors(train, tests, runs, pred), fit.errors(held, tests, runs, pred)
     with frontend(0.0, 0.0):
-        none_held = errors(held, tests, runs, pred)
+        none_held = fit.errors(held, tests, runs, pred)
     doc = {"training_runs": [r["id"] for r in train], "frontend_us": serial * 1e3, "frontend_latency_us": latency * 1e3,
-           "training_errors_pct": fit_train, "held_out": {"runs": len(held), "fitted": summary(fit_held),
-                                                          "no_front_end": summary(none_held)}}
+           "training_errors_pct": fit_train, "held_out": {"runs": len(held), "fitted": fit.summary(fit_held),
+                                                          "no_front_end": fit.summary(none_held)}}
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
@@ -115,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     for rid, e in fit_train.items():
         print(f"  {rid:<13} TTFT error {e['mean_ttft_ms']:+.1f} %")
     print(f"held out ({len(held)} runs), median |error| (over:under):")
-    for name, s in (("fitted front end", summary(fit_held)), ("no front end", summary(none_held))):
-        print(f"  {name:<17} " + "  ".join(f"{lbl} {s[k]['median_abs_pct']:.1f} % ({s[k]['over']}:{s[k]['under']})"
-                                           for k, lbl in vs.METRICS))
+    print(fit.summary_line("fitted front end", fit_held))
+    print(fit.summary_line("no front end", none_held))
     return 0
 
 

@@ -21,93 +21,56 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
-import sys
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
-
-import validate_serving as vs  # noqa: E402  (this folder's harness)
+import fitting as fit  # this folder's shared fitting code (it puts the harness on the path)
+from fitting import vs
 
 SHARES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0)
 LATENCIES_US = (5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 TRAIN_TEST, TRAIN_MAX_PROMPTS = 2, 100
 
 
-@contextmanager
-def link(share: float, latency_us: float):
-    import graphsim.costing.hardware as hw
-
-    saved = hw.PCIE_SHM_BANDWIDTH_SHARE, hw.PCIE_SHM_LATENCY_US
-    hw.PCIE_SHM_BANDWIDTH_SHARE, hw.PCIE_SHM_LATENCY_US = share, latency_us
-    try:
-        yield
-    finally:
-        hw.PCIE_SHM_BANDWIDTH_SHARE, hw.PCIE_SHM_LATENCY_US = saved
-
-
 def no_p2p(test: dict[str, Any]) -> bool:
     return test["tp"] > 1 and test.get("nodes", 1) == 1 and test.get("gpu_p2p") is False
 
 
-def errors(chosen, tests, runs, profiles) -> dict[str, dict[str, float]]:
-    pred = vs.Predictor(profiles)  # a fresh one: cost trees depend on the link figures
-    out = {}
-    for r in chosen:
-        p = vs.predict(r, tests[r["test_key"]], runs, pred, None)
-        out[r["id"]] = {k: vs.error_pct(p["predicted"][k], r["measured"][k]) for k, _ in vs.METRICS}
-    return out
-
-
-def summary(errs: dict[str, dict[str, float]]) -> dict[str, Any]:
-    return {k: {"median_abs_pct": round(statistics.median(abs(e[k]) for e in errs.values()), 1),
-                "over": sum(e[k] > 0 for e in errs.values()), "under": sum(e[k] < 0 for e in errs.values())}
-            for k, _ in vs.METRICS} if errs else {}
-
-
 def main(argv: list[str] | None = None) -> int:
+    import graphsim.costing.hardware as hw
+
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--profiles", help="as validate_serving.py's --profiles")
     args = ap.parse_args(argv)
-    runs, tests = vs.load_runs()
-    usable = [r for r in runs if not vs.excluded(r, tests[r["test_key"]]) and no_p2p(tests[r["test_key"]])]
+    runs, tests, usable = fit.usable_runs()
+    usable = [r for r in usable if no_p2p(tests[r["test_key"]])]
     train = [r for r in usable if r["test"] == TRAIN_TEST and r["bench"]["num_prompts"] <= TRAIN_MAX_PROMPTS]
     held = [r for r in usable if r["test"] != TRAIN_TEST]
 
-    def loss(share: float, latency: float) -> float:
-        with link(share, latency):
-            e = errors(train, tests, runs, args.profiles)
-        return sum(math.log(1 + v["mean_tpot_ms"] / 100) ** 2 for v in e.values())
+    def link(share: float, latency_us: float):
+        return fit.patched(hw, PCIE_SHM_BANDWIDTH_SHARE=share, PCIE_SHM_LATENCY_US=latency_us)
 
-    _, share, latency = min((loss(s, lat), s, lat) for s in SHARES for lat in LATENCIES_US)
-    with link(share, latency):
-        fit_train, fit_held = errors(train, tests, runs, args.profiles), errors(held, tests, runs, args.profiles)
-    import graphsim.costing.hardware as hw
+    def errors(chosen, share: float, latency_us: float) -> fit.Errors:
+        with link(share, latency_us):  # a fresh predictor: cost trees depend on the link figures
+            return fit.errors(chosen, tests, runs, vs.Predictor(args.profiles))
 
-    with link(1.0, hw.load_hardware("a100").interconnect_latency_us):
-        sheet_held = errors(held, tests, runs, args.profiles)
+    share, latency = fit.grid_fit(lambda s, lat: fit.log_loss(errors(train, s, lat), ("mean_tpot_ms",)),
+                                  [(s, lat) for s in SHARES for lat in LATENCIES_US])
+    fit_train, fit_held = errors(train, share, latency), errors(held, share, latency)
+    sheet_held = errors(held, 1.0, hw.load_hardware("a100").interconnect_latency_us)
     doc = {"training_runs": [r["id"] for r in train], "pcie_shm_bandwidth_share": share, "pcie_shm_latency_us": latency,
            "training_errors_pct": fit_train,
-           "held_out": {"runs": len(held), "fitted": summary(fit_held), "datasheet": summary(sheet_held)}}
+           "held_out": {"runs": len(held), "fitted": fit.summary(fit_held), "datasheet": fit.summary(sheet_held)}}
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
     print(f"training runs: {', '.join(doc['training_runs'])}")
     print(f"fitted: PCIE_SHM_BANDWIDTH_SHARE = {share:g}, PCIE_SHM_LATENCY_US = {latency:g}")
     for rid, e in fit_train.items():
-        print(f"  {rid:<13} TTFT error {e['mean_ttft_ms']:+.1f} %, TPOT error {e['mean_tpot_ms']:+.1f} %")
+        print(f"  {rid:<13} TPOT error {e['mean_tpot_ms']:+.1f} %")
     print(f"held out ({len(held)} runs: TP2 without P2P, tests 3, 6, 8), median |error| (over:under):")
-    for name, s in (("fitted", summary(fit_held)), ("PCIe datasheet", summary(sheet_held))):
-        print(f"  {name:<15} " + "  ".join(f"{lbl} {s[k]['median_abs_pct']:.1f} % ({s[k]['over']}:{s[k]['under']})"
-                                         for k, lbl in vs.METRICS))
+    print(fit.summary_line("fitted", fit_held, 15))
+    print(fit.summary_line("PCIe datasheet", sheet_held, 15))
     return 0
 
 

@@ -68,6 +68,10 @@ V0_PER_SEQ_US = (5500.0 - 4000.0) / 256
 V1_SCHEDULER_STEP_US = 12.6 - 5.7
 V1_SCHEDULER_PER_SEQ_US = (1470.6 - 12.6) / 255
 V1_RUNNER_STEP_US = 2730.0 * 0.10  # PR 17866: ≈ 10 % of a 2.73 ms TPOT removed by the decode fast path
+# Per sequence beyond the scheduler: none. A fit of this and V1_RUNNER_STEP_US on the TPOT of test 4 of the
+# validation set (benchmarks/fit_engine_step.py: 1,200 µs a step, 32.5 µs a sequence) made the 65 held-out runs
+# worse (median |TPOT error| 9.6 → 14.3 %), so no such term is charged.
+V1_ENGINE_PER_SEQ_US = 0.0
 
 # --- the front end (frontend.py; the same in every family) --------------------------------------------------------
 # Fitted by benchmarks/fit_frontend.py on the four single-GPU runs that isolate the front end (dl22-t4-36, t5-46:
@@ -128,7 +132,8 @@ def host_model(family: str) -> HostModel:
     if family == "v0":
         step, per_seq, overlap = V0_STEP_US, V0_PER_SEQ_US, False
     else:
-        step, per_seq, overlap = V1_SCHEDULER_STEP_US + V1_RUNNER_STEP_US, V1_SCHEDULER_PER_SEQ_US, family == "v1-async"
+        step, overlap = V1_SCHEDULER_STEP_US + V1_RUNNER_STEP_US, family == "v1-async"
+        per_seq = V1_SCHEDULER_PER_SEQ_US + V1_ENGINE_PER_SEQ_US
     return HostModel(family, step, per_seq, 0.0, FRONTEND_US, overlap, frontend_per_token_us=FRONTEND_PER_TOKEN_US,
                      frontend_latency_us=FRONTEND_LATENCY_US)
 
