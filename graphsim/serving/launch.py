@@ -6,8 +6,8 @@ every engine setting the prediction assumed, resolved as graphsim resolved it (`
 size, prefix caching and chunked prefill. The flags are vLLM's own (`vllm/engine/arg_utils.py`,
 `EngineArgs.add_cli_args`: `--tensor-parallel-size`, `--max-num-seqs`, `--max-num-batched-tokens`,
 `--max-model-len`, `--gpu-memory-utilization`, `--kv-cache-dtype`, `--dtype`, `--block-size`,
-`--enable-prefix-caching`, `--enable-chunked-prefill` (`--no-…` to turn them off), `--enable-expert-parallel`
-in its parallel group, `--kv-transfer-config`). A disaggregated deployment's instances get
+`--enable-prefix-caching`, `--enable-chunked-prefill` (`--no-…` to turn them off), `--enable-expert-parallel`,
+`--prefill-context-parallel-size` and `--decode-context-parallel-size` in its parallel group, `--kv-transfer-config`). A disaggregated deployment's instances get
 `--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'` and a distinct
 `VLLM_NIXL_SIDE_CHANNEL_PORT` per instance on a host, as vLLM's NixlConnector guide shows
 (https://docs.vllm.ai/en/stable/features/nixl_connector_usage.html); the proxy that routes a request to a
