@@ -143,7 +143,7 @@ def test_launch_files_carry_the_context_parallel_sizes(tmp_path):
 
 
 @pytest.mark.slow
-def test_pcp_wins_a_long_prompt_search_under_a_tight_ttft(roofline_home, hf_import):
+def test_pcp_wins_a_long_prompt_search_under_a_tight_ttft(roofline_home, hf_import, tmp_path):
     """Llama-3.1-8B on 8 H200s (roofline), 32k-token prompts, 256 output tokens, TTFT ≤ 500 ms, TPOT ≤ 50 ms. Without
     CP, tp2 misses the TTFT (a 32k prefill on 2 GPUs) and only tp8 meets it; with CP (default: the prefill floor on
     one GPU, 747 ms, is over the SLO) a tp2 × pcp4 instance on the same 8 GPUs meets it and serves more tokens per
@@ -167,3 +167,25 @@ def test_pcp_wins_a_long_prompt_search_under_a_tight_ttft(roofline_home, hf_impo
     assert without.candidate.pools[0].pcp == 1 and without.candidate.pools[0].tp == 8
     assert with_cp.final.ttft_ms <= 500 and without.final.ttft_ms <= 500
     assert with_cp.final.output_tokens_per_s_per_gpu > without.final.output_tokens_per_s_per_gpu
+    # the launch files of the winner carry the pcp size the prediction used, and give an instance tp × pcp GPUs
+    from graphsim.serving.launch import parse_launch_sh, write_launch_files
+
+    c = with_cp.candidate
+    write_launch_files(tmp_path, _spec(**kw), c, c.replicas, 8, {})
+    for words in parse_launch_sh((tmp_path / "launch.sh").read_text()):
+        assert words[words.index("--prefill-context-parallel-size") + 1] == str(c.pools[0].pcp)
+        assert words[words.index("--tensor-parallel-size") + 1] == str(c.pools[0].tp)
+    assert f"nvidia.com/gpu: {c.pools[0].tp * c.pools[0].pcp}" in (tmp_path / "deployment.yaml").read_text()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["-pcp", "two"], "--prefill-context-parallel-size 'two'"),
+    (["-dcp", "0"], "dcp"),
+])
+def test_bad_cp_lists_are_one_line_exit_2(capsys, monkeypatch, tmp_path, extra, message):
+    from graphsim.cli.app import main
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path))
+    assert main(["search", "llama-3.1-8b", "--gpu", "h200", "--isl", "32768", "--ttft", "500", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
