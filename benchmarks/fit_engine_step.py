@@ -16,9 +16,6 @@ TP2 runs, and vLLM 0.19 on H100 with async scheduling (kvcached), whose host tim
 
 from __future__ import annotations
 
-import argparse
-import json
-
 import fitting as fit  # this folder's shared fitting code (it puts the harness on the path)
 from fitting import vs
 
@@ -29,10 +26,7 @@ TRAIN_TEST = 4
 def main(argv: list[str] | None = None) -> int:
     import graphsim.serving.host as host
 
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--profiles", help="as validate_serving.py's --profiles")
-    args = ap.parse_args(argv)
+    args = fit.arguments(__doc__, argv)
     runs, tests, usable = fit.usable_runs()
     train = [r for r in usable if r["test"] == TRAIN_TEST]
     held = [r for r in usable if r["test"] != TRAIN_TEST]
@@ -45,27 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         with engine(step_us, per_seq_us):
             return fit.log_loss(fit.errors(train, tests, runs, pred), ("mean_tpot_ms",))
 
-    step, per_seq = fit.grid_fit(loss, COARSE)
-    step, per_seq = fit.grid_fit(loss, [(step + 50.0 * i, per_seq + 1.25 * j) for i in range(-2, 3)
-                                        for j in range(-2, 3) if step + 50.0 * i >= 0 and per_seq + 1.25 * j >= 0])
-    with engine(step, per_seq):
-        fit_train, fit_held = fit.errors(train, tests, runs, pred), fit.errors(held, tests, runs, pred)
-    with engine(0.0, 0.0):
-        none_held = fit.errors(held, tests, runs, pred)
-    doc = {"training_runs": [r["id"] for r in train], "v1_runner_step_us": step, "v1_engine_per_seq_us": per_seq,
-           "training_errors_pct": fit_train,
-           "held_out": {"runs": len(held), "fitted": fit.summary(fit_held), "scheduler_only": fit.summary(none_held)}}
-    if args.json:
-        print(json.dumps(doc, indent=1))
-        return 0
-    print(f"training runs: {', '.join(doc['training_runs'])}")
-    print(f"fitted: V1_RUNNER_STEP_US = {step:g}, V1_ENGINE_PER_SEQ_US = {per_seq:g}")
-    for rid, e in fit_train.items():
-        print(f"  {rid:<13} TPOT error {e['mean_tpot_ms']:+.1f} %")
-    print(f"held out ({len(held)} runs), median |error| (over:under):")
-    print(fit.summary_line("fitted", fit_held))
-    print(fit.summary_line("scheduler only", none_held))
-    return 0
+    step, per_seq = fit.two_stage_fit(loss, COARSE, (50.0, 1.25), 2)
+    fit_train, fit_held, none_held = fit.fit_and_hold(engine, (step, per_seq), (0.0, 0.0), train, held, tests, runs,
+                                                      pred)
+    return fit.report(args.json, train, {"V1_RUNNER_STEP_US": step, "V1_ENGINE_PER_SEQ_US": per_seq}, fit_train,
+                      {"fitted": fit_held, "scheduler only": none_held}, ("mean_tpot_ms",))
 
 
 if __name__ == "__main__":

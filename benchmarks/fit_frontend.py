@@ -22,8 +22,6 @@ median |error| of TTFT, TPOT and output throughput on them with the fitted front
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
 import fitting as fit  # this folder's shared fitting code (it puts the harness on the path)
@@ -47,10 +45,7 @@ def training(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any
 def main(argv: list[str] | None = None) -> int:
     import graphsim.serving.host as host
 
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--profiles", help="as validate_serving.py's --profiles")
-    args = ap.parse_args(argv)
+    args = fit.arguments(__doc__, argv)
     runs, tests, usable = fit.usable_runs()
     pred = vs.Predictor(args.profiles)
     train = [r for r in usable if training(r, tests[r["test_key"]], runs, pred)]
@@ -63,27 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         with frontend(serial_ms, latency_ms):
             return fit.log_loss(fit.errors(train, tests, runs, pred), ("mean_ttft_ms",))
 
-    serial, latency = fit.grid_fit(loss, [(s, lat) for s in COARSE_MS for lat in COARSE_MS])
-    serial, latency = fit.grid_fit(loss, [(serial + 0.5 * i, latency + 0.5 * j) for i in range(-4, 5)
-                                          for j in range(-4, 5) if serial + 0.5 * i >= 0 and latency + 0.5 * j >= 0])
-    with frontend(serial, latency):
-        fit_train, fit_held = fit.errors(train, tests, runs, pred), fit.errors(held, tests, runs, pred)
-    with frontend(0.0, 0.0):
-        none_held = fit.errors(held, tests, runs, pred)
-    doc = {"training_runs": [r["id"] for r in train], "frontend_us": serial * 1e3, "frontend_latency_us": latency * 1e3,
-           "training_errors_pct": fit_train, "held_out": {"runs": len(held), "fitted": fit.summary(fit_held),
-                                                          "no_front_end": fit.summary(none_held)}}
-    if args.json:
-        print(json.dumps(doc, indent=1))
-        return 0
-    print(f"training runs: {', '.join(doc['training_runs'])}")
-    print(f"fitted: frontend_us = {serial * 1e3:.0f} (serial), frontend_latency_us = {latency * 1e3:.0f}")
-    for rid, e in fit_train.items():
-        print(f"  {rid:<13} TTFT error {e['mean_ttft_ms']:+.1f} %")
-    print(f"held out ({len(held)} runs), median |error| (over:under):")
-    print(fit.summary_line("fitted front end", fit_held))
-    print(fit.summary_line("no front end", none_held))
-    return 0
+    serial, latency = fit.two_stage_fit(loss, [(s, lat) for s in COARSE_MS for lat in COARSE_MS], (0.5, 0.5), 4)
+    fit_train, fit_held, none_held = fit.fit_and_hold(frontend, (serial, latency), (0.0, 0.0), train, held, tests,
+                                                      runs, pred)
+    return fit.report(args.json, train, {"FRONTEND_US": serial * 1e3, "FRONTEND_LATENCY_US": latency * 1e3}, fit_train,
+                      {"fitted front end": fit_held, "no front end": none_held}, ("mean_ttft_ms",))
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ link latency).
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
 import fitting as fit  # this folder's shared fitting code (it puts the harness on the path)
@@ -38,10 +36,7 @@ def no_p2p(test: dict[str, Any]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     import graphsim.costing.hardware as hw
 
-    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--profiles", help="as validate_serving.py's --profiles")
-    args = ap.parse_args(argv)
+    args = fit.arguments(__doc__, argv)
     runs, tests, usable = fit.usable_runs()
     usable = [r for r in usable if no_p2p(tests[r["test_key"]])]
     train = [r for r in usable if r["test"] == TRAIN_TEST and r["bench"]["num_prompts"] <= TRAIN_MAX_PROMPTS]
@@ -58,20 +53,9 @@ def main(argv: list[str] | None = None) -> int:
                                   [(s, lat) for s in SHARES for lat in LATENCIES_US])
     fit_train, fit_held = errors(train, share, latency), errors(held, share, latency)
     sheet_held = errors(held, 1.0, hw.load_hardware("a100").interconnect_latency_us)
-    doc = {"training_runs": [r["id"] for r in train], "pcie_shm_bandwidth_share": share, "pcie_shm_latency_us": latency,
-           "training_errors_pct": fit_train,
-           "held_out": {"runs": len(held), "fitted": fit.summary(fit_held), "datasheet": fit.summary(sheet_held)}}
-    if args.json:
-        print(json.dumps(doc, indent=1))
-        return 0
-    print(f"training runs: {', '.join(doc['training_runs'])}")
-    print(f"fitted: PCIE_SHM_BANDWIDTH_SHARE = {share:g}, PCIE_SHM_LATENCY_US = {latency:g}")
-    for rid, e in fit_train.items():
-        print(f"  {rid:<13} TPOT error {e['mean_tpot_ms']:+.1f} %")
-    print(f"held out ({len(held)} runs: TP2 without P2P, tests 3, 6, 8), median |error| (over:under):")
-    print(fit.summary_line("fitted", fit_held, 15))
-    print(fit.summary_line("PCIe datasheet", sheet_held, 15))
-    return 0
+    return fit.report(args.json, train, {"PCIE_SHM_BANDWIDTH_SHARE": share, "PCIE_SHM_LATENCY_US": latency}, fit_train,
+                      {"fitted": fit_held, "PCIe datasheet": sheet_held}, ("mean_tpot_ms",),
+                      ": TP2 without P2P, tests 3, 6, 8")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ isolate them (its training set) and prints the errors on every other run (held o
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import statistics
 import sys
@@ -71,6 +73,27 @@ def grid_fit(loss: Callable[..., float], grid: Iterable[tuple[float, ...]]) -> t
     return best[1]
 
 
+def two_stage_fit(loss: Callable[[float, float], float], coarse: Iterable[tuple[float, float]],
+                  steps: tuple[float, float], reach: int) -> tuple[float, float]:
+    """`grid_fit` over `coarse`, then over the points within `reach` `steps` of its best (none negative)."""
+    a, b = grid_fit(loss, coarse)
+    fine = [(a + steps[0] * i, b + steps[1] * j) for i in range(-reach, reach + 1) for j in range(-reach, reach + 1)]
+    a, b = grid_fit(loss, [(x, y) for x, y in fine if x >= 0 and y >= 0])
+    return a, b
+
+
+def fit_and_hold(patch: Callable[[float, float], Any], point: tuple[float, float], baseline: tuple[float, float],
+                 train: list[dict[str, Any]], held: list[dict[str, Any]], tests: dict[str, dict[str, Any]],
+                 runs: list[dict[str, Any]], pred: vs.Predictor) -> tuple[Errors, Errors, Errors]:
+    """(training errors at `point`, held-out errors at `point`, held-out errors at `baseline`); `patch(a, b)` is
+    the context that sets the constants."""
+    with patch(*point):
+        fit_train, fit_held = errors(train, tests, runs, pred), errors(held, tests, runs, pred)
+    with patch(*baseline):
+        base_held = errors(held, tests, runs, pred)
+    return fit_train, fit_held, base_held
+
+
 def summary(errs: Errors) -> dict[str, Any]:
     return {k: {"median_abs_pct": round(statistics.median(abs(e[k]) for e in errs.values()), 1),
                 "over": sum(e[k] > 0 for e in errs.values()), "under": sum(e[k] < 0 for e in errs.values())}
@@ -81,3 +104,31 @@ def summary_line(name: str, errs: Errors, width: int = 17) -> str:
     s = summary(errs)
     return f"  {name:<{width}} " + "  ".join(f"{lbl} {s[k]['median_abs_pct']:.1f} % ({s[k]['over']}:{s[k]['under']})"
                                                for k, lbl in vs.METRICS)
+
+
+def arguments(doc: str | None, argv: list[str] | None) -> argparse.Namespace:
+    """The fit scripts' command line: --json, --profiles."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--profiles", help="as validate_serving.py's --profiles")
+    return ap.parse_args(argv)
+
+
+def report(as_json: bool, train: list[dict[str, Any]], fitted: dict[str, float], fit_train: Errors,
+           held: dict[str, Errors], train_metrics: tuple[str, ...], held_note: str = "") -> int:
+    """Print a fit (JSON with `as_json`): the training runs, the fitted constants, each training run's errors on
+    `train_metrics`, and the held-out runs' medians under each model of `held` (the fit first)."""
+    label = dict(vs.METRICS)
+    n_held = len(next(iter(held.values()))) if held else 0
+    if as_json:
+        print(json.dumps({"training_runs": [r["id"] for r in train], "fitted": fitted, "training_errors_pct": fit_train,
+                          "held_out": {"runs": n_held, **{k: summary(v) for k, v in held.items()}}}, indent=1))
+        return 0
+    print(f"training runs: {', '.join(r['id'] for r in train)}")
+    print("fitted: " + ", ".join(f"{k} = {v:g}" for k, v in fitted.items()))
+    for rid, e in fit_train.items():
+        print(f"  {rid:<13} " + ", ".join(f"{label[k]} error {e[k]:+.1f} %" for k in train_metrics))
+    print(f"held out ({n_held} runs{held_note}), median |error| (over:under):")
+    for name, errs in held.items():
+        print(summary_line(name, errs))
+    return 0
