@@ -57,10 +57,7 @@ def enumerate_afd(spec: SearchSpec, planner: Any, tps: list[int], experts: int,
                 except AfdError as e:
                     pruned.append(Pruned(label, str(e), "memory"))
                     continue
-                mem, why = planner.memory(dep)
-                if not why and mem is not None and seqs > mem.kv_requests:
-                    why = (f"KV cache holds {mem.kv_requests:,} requests of {planner.request_tokens:,} tokens, "
-                           f"fewer than max_num_seqs {seqs}")
+                mem, why = planner.memory(dep, seqs)
                 if why or mem is None:
                     pruned.append(Pruned(label, why, "memory"))
                     continue

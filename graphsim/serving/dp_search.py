@@ -57,10 +57,7 @@ def enumerate_dp(spec: SearchSpec, planner: Any, tps: list[int], experts: int, a
                     except GraphsimError as e:
                         pruned.append(Pruned(label, str(e), "engine"))
                         continue
-                    mem, why = planner.memory(dep)
-                    if not why and mem is not None and seqs > mem.kv_requests:
-                        why = (f"KV cache holds {mem.kv_requests:,} requests of {planner.request_tokens:,} tokens a "
-                               f"rank, fewer than max_num_seqs {seqs}")
+                    mem, why = planner.memory(dep, seqs, " a rank")
                     if why or mem is None:
                         pruned.append(Pruned(label, why, "memory"))
                         continue

@@ -261,8 +261,16 @@ class _Planner:
                 self._plans[key] = e
         return self._plans[key]
 
-    def memory(self, dep) -> tuple[PoolMemory | None, str]:
-        """(memory, '') if the instance can start, else (None or memory, why not)."""
+    def memory(self, dep, seqs: int | None = None, per: str = "") -> tuple[PoolMemory | None, str]:
+        """(memory, '') if the instance can start (and, given `seqs`, its KV cache holds max_num_seqs requests),
+        else (None or memory, why not); `per` qualifies the count (" a rank")."""
+        mem, why = self._memory(dep)
+        if not why and mem is not None and seqs is not None and seqs > mem.kv_requests:
+            why = (f"KV cache holds {mem.kv_requests:,} requests of {self.request_tokens:,} tokens{per}, fewer than "
+                   f"max_num_seqs {seqs}")
+        return mem, why
+
+    def _memory(self, dep) -> tuple[PoolMemory | None, str]:
         cap, budget = dep.capacity, dep.budget
         weights = budget.term("weights").bytes if any(t.name == "weights" for t in budget.terms) else 0
         if cap.available_bytes <= 0:
