@@ -22,12 +22,15 @@ Defaults (no list given):
   prefill FLOPs, `work.account_step`, over the peak of its compute dtype). Below that, one GPU can in principle meet
   the TTFT and splitting a prompt over more GPUs only costs throughput per GPU; above it, a prompt must be split
   (by TP or by PCP) and the search compares the two.
-- dcp: 1, and the powers of two dividing tp up to the ranks holding one KV head (`kv_copies`): DCP only removes
-  duplicated KV, so it is explored where TP duplicates it (tp above the KV heads, and MLA).
+- dcp: 1, and the powers of two dividing tp up to the ranks holding one KV head (`kv_copies`), where TP duplicates
+  the KV (tp above the KV heads, and MLA) and the KV cache at dcp 1 holds fewer requests of isl + osl tokens than
+  the largest `max_num_seqs` of the grid: DCP only removes duplicated KV, which buys concurrency, so it is
+  explored where concurrency is KV-bound.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from graphsim.catalog import ResolvedModel
@@ -78,6 +81,9 @@ class CpPlan:
     dcp: tuple[int, ...] | None = None  # the dcp list; None: the default per tp
     floor_s: float = 0.0
     pcp_default_reason: str = ""
+    # kv_bound(tp): whether the KV cache of a tp instance without DCP holds fewer requests than the largest
+    # max_num_seqs (search_space.enumerate_candidates gives it; None: always)
+    kv_bound: Callable[[int], bool] | None = None
     _copies: dict[int, int | str] = field(default_factory=dict)
 
     @classmethod
@@ -132,7 +138,7 @@ class CpPlan:
         if self.dcp is not None:
             return self.dcp
         copies = self.copies(tp)
-        if isinstance(copies, str):
+        if isinstance(copies, str) or copies == 1 or (self.kv_bound is not None and not self.kv_bound(tp)):
             return (1,)
         return tuple(d for d in _pow2(1, copies) if tp % d == 0)
 

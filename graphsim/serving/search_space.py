@@ -357,6 +357,15 @@ def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpe
     from graphsim.serving.cp_search import CpPlan
 
     cp = CpPlan.make(spec, model, hw)  # context-parallel sizes per pool (cp_search.py)
+    most = max(spec.max_num_seqs)
+
+    def kv_bound(tp: int) -> bool:
+        dep = planner.plan(tp, max(max(spec.max_num_batched_tokens), most), most)
+        if isinstance(dep, GraphsimError):
+            return False
+        mem, _ = planner.memory(dep)
+        return mem is not None and mem.kv_requests < most
+    cp.kv_bound = kv_bound
 
     def cp_options(tp: int, ep: int, pp: int, role: str) -> list[tuple[int, int]]:
         ok, refused = cp.options(tp, pp, role)

@@ -58,6 +58,16 @@ def test_dcp_default_follows_the_kv_copies_of_the_tp_group():
     assert mla.dcp_sizes(8) == (1, 2, 4, 8)
 
 
+def test_dcp_default_only_where_the_kv_cache_bounds_the_concurrency():
+    model = resolve_model("qwen3-30b-a3b")
+    # tp8 duplicates each of the 4 KV heads on 2 ranks; 32k-token requests: the KV of a tp8 instance holds far
+    # fewer than 1024 of them → dcp 2 explored; a grid of max_num_seqs 1 is not KV-bound → dcp 1 only
+    bound, _ = enumerate_candidates(_spec("qwen3-30b-a3b", tp=(8,), max_num_seqs=(4, 1024)), model, H200)
+    assert {c.pools[0].dcp for c in bound} == {1, 2}
+    free, _ = enumerate_candidates(_spec("qwen3-30b-a3b", tp=(8,), max_num_seqs=(1,)), model, H200)
+    assert {c.pools[0].dcp for c in free} == {1}
+
+
 def test_enumeration_labels_cp_candidates_and_counts_pcp_gpus():
     cands, _ = enumerate_candidates(_spec(tp=(1, 2)), resolve_model("llama-3.1-8b"), H200)
     by = {c.label(): c for c in cands}
