@@ -19,31 +19,39 @@ def _best_figure(res) -> tuple[bool, float]:
     return row.verdict == "best" or row.verdict == "meets SLOs", row.final.output_tokens_per_s_per_gpu
 
 
-def auto_search(spec, backend, as_json: bool, top: int) -> None:
-    from graphsim.render.search_view import render_search
+def compare_searches(specs: dict[str, Any], backend, as_json: bool, what: str
+                     ) -> tuple[dict[str, Any], list[str], str | None, dict[str, dict[str, Any]]]:
+    """Run the search once per named spec (a spinner naming `what` and the name unless `as_json`): (results,
+    names best first, the winner (None when no search has a candidate), each one's best summarised)."""
     from graphsim.serving.search import run_search
-    from graphsim.versions import versions
 
     results: dict[str, Any] = {}
-    for engine in ENGINES:
-        s = spec.model_copy(update={"base": spec.base.model_copy(
-            update={"engine": spec.base.engine.model_copy(update={"engine": engine})})})
+    for name, s in specs.items():
         if as_json:
-            results[engine] = run_search(s, backend)
+            results[name] = run_search(s, backend)
         else:
-            with err_console.status(f"searching {engine}…") as status:
-                results[engine] = run_search(s, backend, progress=lambda msg, e=engine: status.update(f"{e}: {msg}"))
-    ranked = sorted(ENGINES, key=lambda e: _best_figure(results[e]), reverse=True)
+            with err_console.status(f"searching {what}{name}…") as status:
+                results[name] = run_search(s, backend, progress=lambda msg, n=name: status.update(f"{n}: {msg}"))
+    ranked = sorted(results, key=lambda n: _best_figure(results[n]), reverse=True)
     winner = ranked[0] if results[ranked[0]].best is not None else None
-    per_engine = {}
-    for e in ENGINES:
-        res = results[e]
+    summary = {}
+    for name, res in results.items():
         meets, figure = _best_figure(res)
         row = res.row(res.best) if res.best is not None else None
-        per_engine[e] = {"best": row.candidate.id if row else None, "meets_slos": meets,
+        summary[name] = {"best": row.candidate.id if row else None, "meets_slos": meets,
                          "output_tokens_per_s_per_gpu": figure, "data": res.data_note,
                          "label": row.candidate.label() if row else None,
                          "deployment": row.candidate.to_json() if row else None}
+    return results, ranked, winner, summary
+
+
+def auto_search(spec, backend, as_json: bool, top: int) -> None:
+    from graphsim.render.search_view import render_search
+    from graphsim.versions import versions
+
+    specs = {engine: spec.model_copy(update={"base": spec.base.model_copy(
+        update={"engine": spec.base.engine.model_copy(update={"engine": engine})})}) for engine in ENGINES}
+    results, ranked, winner, per_engine = compare_searches(specs, backend, as_json, "")
     if as_json:
         out = {"engine": "auto", "best_engine": winner, "per_engine": per_engine,
                "engines": {e: results[e].to_json() for e in ENGINES},

@@ -7,39 +7,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from graphsim.cli.app import console, err_console
-
-
-def _best_figure(res) -> tuple[bool, float]:
-    if res.best is None:
-        return False, 0.0
-    row = res.row(res.best)
-    return row.verdict in ("best", "meets SLOs"), row.final.output_tokens_per_s_per_gpu
+from graphsim.cli.app import console
 
 
 def speculative_search(spec, opts, backend, as_json: bool, top: int, save_dir: str | None, versions: dict[str, Any]) -> None:
     """Run `spec` as given (speculation off) and with `opts` (cli/spec_cli.SpecOptions) on."""
+    from graphsim.cli.search_auto import compare_searches
     from graphsim.render.search_view import render_search
-    from graphsim.serving.search import run_search
 
     on = spec.model_copy(update={"base": spec.base.model_copy(update={"speculative_config": opts.spec.to_args()}),
                                  "spec_acceptance": opts.acceptance.rates}).check()
-    results: dict[str, Any] = {}
-    for name, s in (("off", spec), ("on", on)):
-        if as_json:
-            results[name] = run_search(s, backend)
-        else:
-            with err_console.status(f"searching with speculative decoding {name}…") as status:
-                results[name] = run_search(s, backend, progress=lambda msg, n=name: status.update(f"{n}: {msg}"))
-    ranked = sorted(results, key=lambda n: _best_figure(results[n]), reverse=True)
-    winner = ranked[0] if results[ranked[0]].best is not None else None
-    summary = {}
-    for n, res in results.items():
-        meets, figure = _best_figure(res)
-        row = res.row(res.best) if res.best is not None else None
-        summary[n] = {"best": row.candidate.id if row else None, "meets_slos": meets,
-                      "output_tokens_per_s_per_gpu": figure,
-                      "deployment": row.candidate.to_json() if row else None}
+    results, ranked, winner, summary = compare_searches({"off": spec, "on": on}, backend, as_json,
+                                                        "with speculative decoding ")
     if save_dir is not None and winner is not None:
         from graphsim.cli.search_cmd import _save
 
