@@ -27,8 +27,6 @@ kernels by kind, the routed experts, the exchange; aiconfigurator: its ops by na
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import os
@@ -37,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from validate_static import GRAPHSIM_CATEGORY, aic_category  # a sibling script, not a package
+from validate_static import GRAPHSIM_CATEGORY, aic_category, compile_balanced  # a sibling script, not a package
 
 MODEL, SYSTEM, GPU = "deepseek-v3", "h200_sxm", "h200_sxm"
 STEPS = ["prefill:1x1024", "prefill:1x4096", "decode:1x2048", "decode:16x2048", "decode:64x2048", "decode:128x2048"]
@@ -62,25 +60,10 @@ class Reference:
     """aiconfigurator's engine for one parallel layout, balanced routing."""
 
     def __init__(self, config: dict[str, Any], work: Path, **parallel: int) -> None:
-        from aiconfigurator_core.sdk import engine as aic_engine
-
         model_dir = work / MODEL
         model_dir.mkdir(parents=True, exist_ok=True)
         (model_dir / "config.json").write_text(json.dumps(config))
-        builder = "build_model_config"  # compile_engine's ModelConfig factory (sdk/engine.py), wrapped for routing
-        orig = getattr(aic_engine, builder)
-
-        def balanced(**kw: Any) -> Any:
-            cfg = orig(**kw)
-            cfg.workload_distribution = "balanced"
-            return cfg
-
-        setattr(aic_engine, builder, balanced)
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                self.handle = aic_engine.EngineHandle.compile(str(model_dir), SYSTEM, "vllm", **parallel)
-        finally:
-            setattr(aic_engine, builder, orig)
+        self.handle = compile_balanced(model_dir, SYSTEM, **parallel)
 
     def step(self, spec: str) -> tuple[float, dict[str, float], list[tuple[str, float]]]:
         kind, rest = spec.split(":")

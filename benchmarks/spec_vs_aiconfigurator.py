@@ -18,8 +18,6 @@ Prints one row per case (both times, graphsim / aiconfigurator − 1, graphsim's
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import shutil
 import sys
@@ -31,26 +29,12 @@ HARDWARE = {"h200_sxm": "h200_sxm", "h100_sxm": "h100_sxm"}
 
 
 def aic_ms(config: dict[str, Any], system: str, tp: int, k: int, cases: list[tuple[int, int]], work: Path) -> list[float]:
-    from aiconfigurator_core.sdk import engine as aic_engine
+    from validate_static import compile_balanced  # a sibling script, not a package
 
     model_dir = work / "model"
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps(config))
-    builder = "build_model_config"  # compile_engine's ModelConfig factory (sdk/engine.py), wrapped for routing
-    orig = getattr(aic_engine, builder)
-
-    def balanced(**kw: Any) -> Any:  # the routing graphsim prices (validate_static.py)
-        cfg = orig(**kw)
-        cfg.workload_distribution = "balanced"
-        return cfg
-
-    setattr(aic_engine, builder, balanced)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            h = aic_engine.EngineHandle.compile(str(model_dir), system, "vllm", tp_size=tp, moe_tp_size=tp,
-                                                moe_ep_size=1, nextn=k)
-    finally:
-        setattr(aic_engine, builder, orig)
+    h = compile_balanced(model_dir, system, tp_size=tp, moe_tp_size=tp, moe_ep_size=1, nextn=k)
     return [float(h.predict_decode_latency(b, c, 2)) for b, c in cases]
 
 

@@ -159,31 +159,37 @@ def balanced_moe_rows(system: str) -> bool:
     return False
 
 
+def compile_balanced(model_dir: Path, system: str, **parallel: Any) -> Any:
+    """aiconfigurator's `EngineHandle.compile(model_dir, system, "vllm", **parallel)` with balanced MoE routing, the
+    routing graphsim prices (module docstring): its ModelConfig factory (sdk/engine.py `build_model_config`) is
+    wrapped for the call; its prints are swallowed."""
+    from aiconfigurator_core.sdk import engine as aic_engine
+
+    builder = "build_model_config"
+    orig = getattr(aic_engine, builder)
+
+    def balanced(**kw: Any) -> Any:
+        cfg = orig(**kw)
+        cfg.workload_distribution = "balanced"
+        return cfg
+
+    setattr(aic_engine, builder, balanced)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            return aic_engine.EngineHandle.compile(str(model_dir), system, "vllm", **parallel)
+    finally:
+        setattr(aic_engine, builder, orig)
+
+
 class Reference:
     """aiconfigurator's engine for one (model config, system, TP): compiled once, asked per step."""
 
     def __init__(self, config_path: Path, system: str, tp: int, moe: bool, work: Path) -> None:
-        from aiconfigurator_core.sdk import engine as aic_engine
-
         model_dir = work / f"{config_path.stem}"
         model_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(config_path, model_dir / "config.json")
-        builder = "build_model_config"  # compile_engine's ModelConfig factory (sdk/engine.py), wrapped for routing
-        orig = getattr(aic_engine, builder)
-
-        def balanced(**kw: Any) -> Any:  # the routing graphsim prices (module docstring)
-            cfg = orig(**kw)
-            cfg.workload_distribution = "balanced"
-            return cfg
-
-        setattr(aic_engine, builder, balanced)
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                self.handle = aic_engine.EngineHandle.compile(
-                    str(model_dir), system, "vllm", tp_size=tp, moe_tp_size=tp if moe else None,
-                    moe_ep_size=1 if moe else None)
-        finally:
-            setattr(aic_engine, builder, orig)
+        self.handle = compile_balanced(model_dir, system, tp_size=tp, moe_tp_size=tp if moe else None,
+                                       moe_ep_size=1 if moe else None)
 
     def step(self, spec: str) -> tuple[float, list[tuple[str, float, str]]]:
         """(ms, per-op [(name, ms, source)]) of one step spec (prefill:1xN or decode:BxC)."""
