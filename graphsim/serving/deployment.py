@@ -119,6 +119,7 @@ class Deployment:
                        "async_scheduling": e.async_scheduling, "profile": e.profile.to_json(),
                        "host": e.host.to_json()},
             "layout": {
+                "source": self.layout.source,
                 "bytes_per_token_per_rank": self.layout.bytes_per_token,
                 "state_bytes_per_request_per_rank": self.layout.state_bytes_per_request,
                 "parts": [{"kind": p.layer.kind.value, "label": p.layer.label, "layers": p.layers,

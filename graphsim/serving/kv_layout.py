@@ -131,6 +131,7 @@ class KvLayout:
     groups: tuple[KvGroup, ...]
     block_size: int  # the scheduler's block size (full-attention groups)
     notes: tuple[str, ...] = field(default=())
+    source: str = "config accountant"  # or "traced graph" (graph_kv.py, architectures the accountant lacks)
 
     # --- sizes ---------------------------------------------------------------------------------
     def parts(self) -> tuple[KvPart, ...]:

@@ -1,0 +1,164 @@
+"""The KV layout of a model read off its traced graph, for architectures the work accountant has no builder for.
+
+`kv_layout.py` lays the cache out from the accountant's config-derived `ModelSpec`; an architecture missing from
+the accountant's registry (`graphsim.work.registry.BUILDERS`) has no spec, yet its graph may import. This module
+reads, per decoder layer of the imported graph (`graphsim.importers.hf.import_hf`: one traced layer per layer
+type, `Graph.schedule` maps every layer to its representative), the semantic nodes that keep per-sequence
+state, and applies vLLM's per-rank cache shapes to their attributes:
+
+- `Op.ATTENTION` without `kv_lora_rank`: K and V of `num_kv_heads` heads of `head_dim` / `v_head_dim` per token;
+  `max(1, num_kv_heads // tp)` heads per rank (vLLM `ModelConfig.get_num_kv_heads`); a `sliding_window` keeps
+  only the window (vLLM `SlidingWindowSpec`).
+- `Op.ATTENTION` with `kv_lora_rank` (MLA): `kv_lora_rank + qk_rope_head_dim` elements per token, whole on
+  every rank (vLLM `MLAAttentionSpec`); an `Op.SPARSE_INDEXER` in the same layer adds its fp8 key of
+  `head_dim` plus one fp32 scale per 128 values (vLLM `DeepseekV32IndexerCache`).
+- `Op.LINEAR_ATTENTION` "gated_delta_rule": recurrent state `num_v_heads / tp × k_head_dim × v_head_dim` plus
+  the layer's `Op.CONV1D` state `channels / tp × (kernel_size − 1)` per request (vLLM
+  `MambaStateShapeCalculator.gated_delta_net_state_shape`, vllm/model_executor/layers/mamba/mamba_utils.py).
+- `Op.LINEAR_ATTENTION` "mamba2_ssd": temporal state `num_v_heads / tp × v_head_dim × k_head_dim` in the node's
+  `state_dtype` plus the conv state, n_groups (`num_k_heads`) not divisible by tp extended to tp
+  (`mamba2_state_shape`, `extra_groups_for_head_shards`).
+
+Paging (groups, block sizes, hybrid alignment) is `kv_layout._groups`, the same as for accountant layouts.
+Not derived here (refused or stated, never guessed): chunked local attention (Llama-4) is not distinguishable
+from full attention in the graph's attributes, and cross-layer KV sharing (Gemma-3n / Gemma-4
+`kv_sharing_target_layer_name`) is not detected, so such a layer is counted as keeping its own KV.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from graphsim.ir.tensor import DType
+from graphsim.serving.kv_layout import (
+    DEFAULT_BLOCK_SIZE, MLA_BLOCK_SIZE, KvKind, KvLayout, KvLayoutError, LayerKv, _groups,
+)
+
+if TYPE_CHECKING:
+    from graphsim.ir import Graph, Node
+
+SOURCE = "traced graph"  # the layout's source, stated in `graphsim kv` and its JSON
+INDEXER_QUANT_BLOCK = 128  # vLLM's indexer cache: one fp32 scale per 128 fp8 values (DeepseekV32IndexerCache)
+
+
+def _layer_nodes(graph: Graph) -> list[list[Node]]:
+    """The state-keeping nodes of every decoder layer, in order (a layer's representative's for untraced ones)."""
+    from graphsim.ir import Op
+
+    keep = (Op.ATTENTION, Op.LINEAR_ATTENTION, Op.CONV1D, Op.SPARSE_INDEXER)
+    by_layer: dict[int, list[Node]] = {}
+    for n in graph.nodes:
+        if n.op in keep and n.layer is not None:
+            by_layer.setdefault(n.layer, []).append(n)
+    if graph.schedule is not None:
+        rep = graph.schedule.representative
+        return [by_layer.get(rep[tag], []) for tag in graph.schedule.tags]
+    depth = graph.meta.num_layers or (max(by_layer) + 1 if by_layer else 0)
+    return [by_layer.get(i, []) for i in range(depth)]
+
+
+def _attention(node: Node, indexer: Node | None, tp: int, kv: DType) -> LayerKv:
+    from graphsim.ir import AttentionAttrs, IndexerAttrs
+
+    a = node.attrs_as(AttentionAttrs)
+    b = kv.bytes_per_element
+    if a.kv_lora_rank:
+        rope = a.qk_rope_head_dim or 0
+        nbytes = (a.kv_lora_rank + rope) * b
+        detail = f"({a.kv_lora_rank} latent + {rope} rope) × {b:g} B, whole on every rank"
+        if indexer is not None:
+            hd = indexer.attrs_as(IndexerAttrs).head_dim
+            extra = hd + hd // INDEXER_QUANT_BLOCK * 4
+            nbytes += extra
+            detail += f" + indexer key {hd} fp8 + scales = {extra} B"
+        return LayerKv(KvKind.MLA, int(nbytes), 0, None, detail + " [graph]")
+    kvh = a.num_kv_heads
+    if tp <= kvh and kvh % tp:
+        raise KvLayoutError(f"{node.scope}: {kvh} kv heads are not divisible by tp = {tp}; pick a tp that divides them")
+    if tp > kvh and tp % kvh:
+        raise KvLayoutError(f"{node.scope}: tp = {tp} is not a multiple of its {kvh} kv heads; pick a tp that divides "
+                            "or is a multiple of them")
+    per_rank = max(1, kvh // tp)
+    nbytes = per_rank * (a.head_dim + a.v_head_dim) * b
+    rep = f" (replicated: {kvh} kv heads over {tp} ranks)" if tp > kvh else ""
+    detail = (f"{per_rank} kv heads × ({a.head_dim} K + {a.v_head_dim} V) × {b:g} B{rep} [graph]")
+    kind = KvKind.SLIDING if a.sliding_window else KvKind.FULL
+    return LayerKv(kind, int(nbytes), 0, a.sliding_window or None, detail)
+
+
+def _state(node: Node, conv: Node | None, tp: int, state: DType) -> LayerKv:
+    from graphsim.ir import ConvAttrs, LinearAttentionAttrs
+
+    a = node.attrs_as(LinearAttentionAttrs)
+    if conv is None:
+        raise KvLayoutError(f"{node.scope}: a {a.kind} layer without a short convolution in the traced graph; "
+                            "graphsim cannot lay out its state (docs/serving.md, graph-derived KV layout)")
+    c = conv.attrs_as(ConvAttrs)
+    if a.num_v_heads % tp:
+        raise KvLayoutError(f"{node.scope}: {a.num_v_heads} {a.kind} heads are not divisible by tp = {tp}; "
+                            "pick a tp that divides them")
+    channels = c.channels
+    if a.kind == "mamba2_ssd" and a.num_k_heads % tp:
+        # extra_groups_for_head_shards: n_groups not divisible by tp are extended to tp (B and C each)
+        channels += 2 * (tp - a.num_k_heads) * a.k_head_dim
+    if channels % tp:
+        raise KvLayoutError(f"{node.scope}: {channels} conv channels are not divisible by tp = {tp}; "
+                            "pick a tp that divides them")
+    conv_el = channels // tp * (c.kernel_size - 1)
+    heads = a.num_v_heads // tp
+    rec_el = heads * a.k_head_dim * a.v_head_dim
+    if a.kind == "mamba2_ssd":
+        ssm = DType(a.state_dtype) if a.state_dtype else state  # set by the importer (_ssm_state_dtypes)
+        nbytes = conv_el * state.bytes_per_element + rec_el * ssm.bytes_per_element
+        detail = (f"Mamba2 conv {channels // tp} × {c.kernel_size - 1} × {state.bytes_per_element:g} B + ssm {heads} "
+                  f"heads × {a.v_head_dim} × {a.k_head_dim} × {ssm.bytes_per_element:g} B per request [graph]")
+    else:
+        nbytes = (rec_el + conv_el) * state.bytes_per_element
+        detail = (f"recurrent {heads} heads × {a.k_head_dim} × {a.v_head_dim} + conv {channels // tp} × "
+                  f"{c.kernel_size - 1}, × {state.bytes_per_element:g} B per request [graph]")
+    return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
+
+
+def graph_layer_kv(graph: Graph, tp: int, kv: DType, state: DType) -> tuple[LayerKv, ...]:
+    """One entry per decoder layer that keeps KV or state, from the graph's semantic nodes."""
+    from graphsim.ir import Op
+
+    out: list[LayerKv] = []
+    for nodes in _layer_nodes(graph):
+        attn = [n for n in nodes if n.op is Op.ATTENTION]
+        lin = [n for n in nodes if n.op is Op.LINEAR_ATTENTION]
+        conv = [n for n in nodes if n.op is Op.CONV1D]
+        idx = [n for n in nodes if n.op is Op.SPARSE_INDEXER]
+        if len(attn) + len(lin) > 1:
+            raise KvLayoutError(f"layer {nodes[0].layer} of the traced graph has {len(attn) + len(lin)} attention "
+                                "mixers; graphsim lays out one per layer")
+        if attn:
+            out.append(_attention(attn[0], idx[0] if idx else None, tp, kv))
+        elif lin:
+            out.append(_state(lin[0], conv[0] if conv else None, tp, state))
+    return tuple(out)
+
+
+def graph_kv_layout(graph: Graph, kv: DType, state: DType, tp: int = 1, block_size: int | None = None,
+                    reason: str = "") -> KvLayout:
+    """The per-rank KV layout of `graph` (an imported, unpartitioned graph), labelled as graph-derived.
+    `reason`: why the accountant's layout is not used (stated in the notes)."""
+    if tp < 1:
+        raise KvLayoutError(f"tp = {tp}; give --tp >= 1")
+    layers = graph_layer_kv(graph, tp, kv, state)
+    if not layers:
+        raise KvLayoutError(f"the traced graph of {graph.meta.architecture or graph.name} has no attention or "
+                            "state-keeping node; graphsim cannot lay out its KV cache")
+    notes = [f"KV layout derived from the {SOURCE} (attention / linear-attention / conv nodes)"
+             + (f": {reason}" if reason else ""),
+             "not seen in the graph: cross-layer KV sharing and chunked local attention (counted as own full KV)"]
+    if block_size is None:
+        block_size = DEFAULT_BLOCK_SIZE
+        if any(layer.kind is KvKind.MLA for layer in layers):
+            block_size = MLA_BLOCK_SIZE
+            notes.append("block size 64: vLLM's FlashMLA backend (Hopper) takes only 64-token blocks; set --block-size")
+    if block_size < 1:
+        raise KvLayoutError(f"block size {block_size}; give --block-size >= 1")
+    groups, attn_bs, group_notes = _groups(layers, block_size)
+    return KvLayout(graph.meta.architecture or graph.name, tp, kv, state, layers, groups, attn_bs,
+                    tuple(notes + group_notes), source=SOURCE)
