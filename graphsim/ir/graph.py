@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from graphsim.errors import GraphError
 from graphsim.ir.attrs import Attrs, NoAttrs, allowed_attrs
@@ -19,6 +17,9 @@ from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs
 from graphsim.ir.meta import GraphMeta
 from graphsim.ir.ops import Op, OpGroup
 from graphsim.ir.tensor import TensorSpec
+
+if TYPE_CHECKING:  # networkx is imported where a graph is converted (it costs ~19 MiB a search never needs)
+    import networkx as nx
 
 A = TypeVar("A")
 
@@ -164,6 +165,8 @@ class Graph:
         return out
 
     def to_networkx(self) -> nx.DiGraph:
+        import networkx as nx
+
         g = nx.DiGraph()
         for n in self.nodes:
             g.add_node(n.name, op=n.op.value, scope=n.scope)
