@@ -27,6 +27,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
 from graphsim.quantization import Quantization, parse_quant_config
 
 A = TypeVar("A")
@@ -264,11 +265,8 @@ def _match_mla_key_assembly(ctx: FuseContext):
     k_nope and the roped, expanded k_rot): the writes, and the k_rot RoPE that only feeds them, reach no consumer
     in the traced graph (the attention reads the buffer), so they are dead ends of the attention's scope."""
     out = []
-    # Only for sparse (DSA) MLA so far: dense MLA's (DeepSeek-V2/V3) are the same dead ends, but the analyzer's
-    # shipped mla-moe location maps (graphsim/work/location_maps) list them as placeholders; absorbing them there
-    # waits for those maps to drop the nine self_attn locations
-    for a in [n for n in P.attention_nodes(ctx) if n.attrs_as(AttentionAttrs).kv_lora_rank
-              and n.attrs_as(AttentionAttrs).index_topk]:
+    # dense (DeepSeek-V2/V3) and sparse (DSA) MLA alike
+    for a in [n for n in P.attention_nodes(ctx) if n.attrs_as(AttentionAttrs).kv_lora_rank]:
         dead = {n.name: n for n in ctx.nodes_in_scope(a.scope, exact=True)
                 if ctx.is_free(n) and ctx.pos[n.name] < ctx.pos[a.name]
                 and n.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT)}
@@ -595,6 +593,7 @@ RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION, SPARSE_INDEXER,
     MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS,
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
+    *ELEMENTWISE_RULES,  # last: only what no specific rule fused
 ]
 
 

@@ -1,0 +1,124 @@
+"""vLLM fuse rules for the small elementwise ops a model's vLLM port runs as written (one PyTorch elementwise
+kernel each on the custom-op path), which were priced as approximate placeholders:
+
+- the sigmoid output gate of gated attention (Qwen3-Next / Qwen3.5 full-attention layers);
+- a token tensor scaled by a learned parameter / buffer or a constant (Gemma-4's router input scaling, its
+  per-layer `layer_scalar`, the embedding normalizer);
+- a residual add the fused add + RMSNorm cannot take because its sum feeds no norm (Gemma-4's
+  `hidden_states + residual` before `* layer_scalar`).
+
+Each becomes a named elementwise kernel (`sigmoid`, `mul`, `add`: the op vLLM launches, same name as the
+traced op so location maps keep their locations) priced by its bytes like any memory-bound kernel, and no
+longer marked approximate. Rules run after every specific rule, so they only take what nothing else fused.
+"""
+
+from __future__ import annotations
+
+from graphsim.ir import AttentionAttrs, EmbeddingAttrs, Node, Op
+from graphsim.ir.geometry import ElementwiseGeometry
+from graphsim.ir.kernel import KernelAttrs, KernelKind
+from graphsim.passes.fuse import patterns as P
+from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+
+
+def _one_kernel(rule: str):
+    """One elementwise kernel per candidate node, named after its op, at the node's per-token width."""
+    def build(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
+        n = c.nodes[0]
+        width, rows = P.per_token(n.outputs[0])
+        return KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width),
+                           n.outputs[0].dtype.value, rows, (n.name,), rule)
+
+    return build
+
+
+def _views_of(ctx: FuseContext, n: Node) -> set[str]:
+    """`n` and the free view / reshape nodes that carry its output unchanged (names)."""
+    mine, todo = {n.name}, [n.name]
+    while todo:
+        for u in ctx.users.get(todo.pop(), []):
+            if u.op in P.ABSORBED_OPS and u.name not in mine:
+                mine.add(u.name)
+                todo.append(u.name)
+    return mine
+
+
+def _match_attn_output_gate(ctx: FuseContext) -> list[Candidate]:
+    """In a module holding an attention node: a sigmoid whose one user is a mul of the attention's output
+    (through views) by it — the gate vLLM applies between the attention kernel and o_proj."""
+    out = []
+    for a in P.attention_nodes(ctx):
+        if a.attrs_as(AttentionAttrs).kv_lora_rank:
+            continue
+        attn_values = _views_of(ctx, a)
+        for s in ctx.nodes_in_scope(a.scope, exact=True):
+            if s.op is not Op.SIGMOID or not ctx.is_free(s):
+                continue
+            users = ctx.users.get(s.name, [])
+            if len(users) != 1 or users[0].op is not Op.MUL or not ctx.is_free(users[0]):
+                continue
+            m = users[0]
+            others = [ctx.producer(v) for v in m.inputs if ctx.producer(v) is not s]
+            if len(others) == 1 and others[0] is not None and others[0].name in attn_values:
+                out += [Candidate([s]), Candidate([m])]
+    return out
+
+
+ATTN_OUTPUT_GATE = Rule(
+    "attn_output_gate", "model_executor/models/qwen3_next.py:Qwen3NextAttention.forward (if attn_output_gate: "
+    "gate = torch.sigmoid(gate); attn_output = attn_output * gate, before o_proj: one sigmoid and one mul kernel; "
+    "models/qwen3_5.py Qwen3_5DecoderLayer builds the same Qwen3NextAttention)",
+    _match_attn_output_gate, _one_kernel("attn_output_gate"),
+)
+
+
+def _has_tokens(n: Node) -> bool:
+    return any(not isinstance(d, int) for d in n.outputs[0].shape)
+
+
+def _match_param_scale(ctx: FuseContext) -> list[Candidate]:
+    """A mul of one token tensor by parameters / buffers or a constant (a one-input mul): no other
+    activation enters it."""
+    out = []
+    for n in ctx.graph.nodes:
+        if n.op is not Op.MUL or not ctx.is_free(n) or not _has_tokens(n):
+            continue
+        acts = [v for v in n.inputs if v not in ctx.graph.params and v not in ctx.graph.meta.buffers]
+        producers = [ctx.producer(v) for v in acts]
+        if len(acts) == 1 and producers[0] is not None and _has_tokens(producers[0]):
+            out.append(Candidate([n]))
+    return out
+
+
+PARAM_SCALE = Rule(
+    "param_scale", "model_executor/models/gemma4.py: Gemma4Router.forward (x * root_size, then x * scale: two "
+    "mul kernels before the router GEMM), Gemma4DecoderLayer.forward (hidden_states * layer_scalar), "
+    "Gemma4SelfDecoderLayers.embed_input_ids (embed_tokens(input_ids) * normalizer)",
+    _match_param_scale, _one_kernel("param_scale"),
+)
+
+
+def _match_residual_add(ctx: FuseContext) -> list[Candidate]:
+    """An add of two token tensors of the model's hidden width in a decoder layer's own scope (the residual
+    stream) that no fused add + RMSNorm claimed."""
+    hidden = {n.attrs_as(EmbeddingAttrs).embedding_dim for n in ctx.graph.nodes if n.op is Op.EMBEDDING}
+    out = []
+    for n in ctx.graph.nodes:
+        if n.op is not Op.ADD or not ctx.is_free(n) or n.layer is None or len(n.inputs) != 2 or not _has_tokens(n):
+            continue
+        if not all((p := ctx.producer(v)) is not None and _has_tokens(p) for v in n.inputs):
+            continue
+        width, _ = P.per_token(n.outputs[0])
+        if n.scope.rsplit(".", 1)[-1].isdigit() and (not hidden or width in hidden):
+            out.append(Candidate([n]))
+    return out
+
+
+RESIDUAL_ADD = Rule(
+    "residual_add", "model_executor/models/gemma4.py:Gemma4DecoderLayer.forward (hidden_states = hidden_states + "
+    "residual after post_feedforward_layernorm; the sum is then scaled by layer_scalar, so no fused_add_rms_norm "
+    "takes it: one add kernel)",
+    _match_residual_add, _one_kernel("residual_add"),
+)
+
+RULES: list[Rule] = [ATTN_OUTPUT_GATE, PARAM_SCALE, RESIDUAL_ADD]
