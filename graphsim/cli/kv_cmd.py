@@ -72,7 +72,10 @@ def kv_cmd(
     from graphsim.cli.pp_cli import print_kv_stages, with_pp
 
     config = cp_cli.with_cp(config, prefill_context_parallel_size, decode_context_parallel_size)  # the KV sharded
-    dep = plan_deployment(with_pp(config, pipeline_parallel_size, pp_layer_partition))
+    config = with_pp(config, pipeline_parallel_size, pp_layer_partition)
+    if _graph_kv(config, as_json, engine):  # an architecture the accountant lacks: the layout from its traced graph
+        return
+    dep = plan_deployment(config)
     check = from_log.capacity_check(dep.capacity.tokens) if from_log is not None else None
     if as_json:
         out = dep.to_json()
@@ -87,3 +90,27 @@ def kv_cmd(
     print_kv_stages(console, dep)
     if check:
         console.print(check, highlight=False)
+
+
+def _graph_kv(config, as_json: bool, engine: str) -> bool:
+    """`graphsim kv` from the traced graph when the work accountant has no builder (serving/graph_kv.py), said
+    on stderr; False when the accountant has one."""
+    from graphsim.catalog import resolve_model
+    from graphsim.serving.graph_kv import accountant_lacks, plan_graph_kv
+
+    model = resolve_model(config.model)
+    reason = accountant_lacks(model.config)
+    if reason is None:
+        return False
+    err_console.print(f"note: {reason}; the KV layout comes from the model's traced graph (no memory budget)",
+                      highlight=False, soft_wrap=True)
+    plan = plan_graph_kv(config, model, reason)
+    if as_json:
+        out = plan.to_json()
+        out["versions"] = versions(engine=engine, priced=False)
+        print(json.dumps(out, indent=1))
+        return True
+    from graphsim.render.graph_kv_view import render_graph_kv
+
+    console.print(render_graph_kv(plan))
+    return True

@@ -27,7 +27,8 @@ from full attention in the graph's attributes, and cross-layer KV sharing (Gemma
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from graphsim.ir.tensor import DType
 from graphsim.serving.kv_layout import (
@@ -35,7 +36,11 @@ from graphsim.serving.kv_layout import (
 )
 
 if TYPE_CHECKING:
+    from graphsim.catalog import ResolvedModel
     from graphsim.ir import Graph, Node
+    from graphsim.serving.capacity import KvCapacity
+    from graphsim.serving.config import DeploymentConfig
+    from graphsim.serving.engine_config import EngineConfig
 
 SOURCE = "traced graph"  # the layout's source, stated in `graphsim kv` and its JSON
 INDEXER_QUANT_BLOCK = 128  # vLLM's indexer cache: one fp32 scale per 128 fp8 values (DeepseekV32IndexerCache)
@@ -71,7 +76,7 @@ def _attention(node: Node, indexer: Node | None, tp: int, kv: DType) -> LayerKv:
             extra = hd + hd // INDEXER_QUANT_BLOCK * 4
             nbytes += extra
             detail += f" + indexer key {hd} fp8 + scales = {extra} B"
-        return LayerKv(KvKind.MLA, int(nbytes), 0, None, detail + " [graph]")
+        return LayerKv(KvKind.MLA, int(nbytes), 0, None, detail + "")
     kvh = a.num_kv_heads
     if tp <= kvh and kvh % tp:
         raise KvLayoutError(f"{node.scope}: {kvh} kv heads are not divisible by tp = {tp}; pick a tp that divides them")
@@ -81,7 +86,7 @@ def _attention(node: Node, indexer: Node | None, tp: int, kv: DType) -> LayerKv:
     per_rank = max(1, kvh // tp)
     nbytes = per_rank * (a.head_dim + a.v_head_dim) * b
     rep = f" (replicated: {kvh} kv heads over {tp} ranks)" if tp > kvh else ""
-    detail = (f"{per_rank} kv heads × ({a.head_dim} K + {a.v_head_dim} V) × {b:g} B{rep} [graph]")
+    detail = (f"{per_rank} kv heads × ({a.head_dim} K + {a.v_head_dim} V) × {b:g} B{rep}")
     kind = KvKind.SLIDING if a.sliding_window else KvKind.FULL
     return LayerKv(kind, int(nbytes), 0, a.sliding_window or None, detail)
 
@@ -111,11 +116,11 @@ def _state(node: Node, conv: Node | None, tp: int, state: DType) -> LayerKv:
         ssm = DType(a.state_dtype) if a.state_dtype else state  # set by the importer (_ssm_state_dtypes)
         nbytes = conv_el * state.bytes_per_element + rec_el * ssm.bytes_per_element
         detail = (f"Mamba2 conv {channels // tp} × {c.kernel_size - 1} × {state.bytes_per_element:g} B + ssm {heads} "
-                  f"heads × {a.v_head_dim} × {a.k_head_dim} × {ssm.bytes_per_element:g} B per request [graph]")
+                  f"heads × {a.v_head_dim} × {a.k_head_dim} × {ssm.bytes_per_element:g} B per request")
     else:
         nbytes = (rec_el + conv_el) * state.bytes_per_element
         detail = (f"recurrent {heads} heads × {a.k_head_dim} × {a.v_head_dim} + conv {channels // tp} × "
-                  f"{c.kernel_size - 1}, × {state.bytes_per_element:g} B per request [graph]")
+                  f"{c.kernel_size - 1}, × {state.bytes_per_element:g} B per request")
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
@@ -162,3 +167,90 @@ def graph_kv_layout(graph: Graph, kv: DType, state: DType, tp: int = 1, block_si
     groups, attn_bs, group_notes = _groups(layers, block_size)
     return KvLayout(graph.meta.architecture or graph.name, tp, kv, state, layers, groups, attn_bs,
                     tuple(notes + group_notes), source=SOURCE)
+
+
+# --- `graphsim kv` for an architecture the accountant has no builder for ----------------------------------------
+def accountant_lacks(cfg: dict[str, Any]) -> str | None:
+    """Why the work accountant cannot lay out `cfg` (its architecture and any wrapped language model are
+    unregistered), else None. Config-only, no torch."""
+    from graphsim.work.registry import BUILDERS, architecture_of, language_model
+
+    arch = architecture_of(cfg)
+    if arch in BUILDERS or language_model(cfg, arch) is not None:
+        return None
+    return f"the work accountant has no builder for {arch} (graphsim/work/registry.py)"
+
+
+@dataclass(frozen=True)
+class GraphKv:
+    """`graphsim kv` of an unregistered architecture: the graph-derived layout and, with --kv-memory, the capacity.
+    No memory budget: its weight term is the accountant's (`serving/memory.py`)."""
+
+    config: DeploymentConfig
+    model: ResolvedModel
+    hardware_id: str
+    engine: EngineConfig
+    layout: KvLayout
+    capacity: KvCapacity | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        lay, e = self.layout, self.engine
+        return {
+            "model": self.model.name, "architecture": self.model.architecture, "hardware": self.hardware_id,
+            "tp": lay.tp, "precision": {"kv": lay.kv_dtype.label, "state": lay.state_dtype.label},
+            "engine": {"max_num_batched_tokens": e.max_num_batched_tokens, "max_num_seqs": e.max_num_seqs,
+                       "max_model_len": e.max_model_len, "block_size": lay.block_size,
+                       "max_in_flight_tokens": e.max_in_flight_tokens},
+            "layout": {
+                "source": lay.source, "why": self.reason,
+                "bytes_per_token_per_rank": lay.bytes_per_token,
+                "state_bytes_per_request_per_rank": lay.state_bytes_per_request,
+                "parts": [{"kind": p.layer.kind.value, "label": p.layer.label, "layers": p.layers,
+                           "bytes_per_token_per_layer": p.layer.bytes_per_token, "bytes_per_token": p.bytes_per_token,
+                           "state_bytes": p.state_bytes, "window": p.layer.window, "detail": p.layer.detail}
+                          for p in lay.parts()],
+                "groups": [{"kind": g.kind.value, "layers": g.layers, "real_layers": g.real_layers,
+                            "block_size": g.block_size, "page_bytes": g.page_bytes, "window": g.window}
+                           for g in lay.groups],
+                "bytes_per_block": lay.bytes_per_block, "notes": list(lay.notes)},
+            "memory": None,
+            "capacity": self.capacity.to_json() if self.capacity is not None else None,
+        }
+
+
+def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -> GraphKv:
+    """The KV layout of `model` from its traced graph at the config's tp and dtypes, and the capacity of the
+    config's --kv-memory. Parallelism and engines the graph path does not model are refused in one line."""
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.importers.hf import import_hf
+    from graphsim.quantization import parse_quantization
+    from graphsim.serving.capacity import kv_capacity
+    from graphsim.work.dtypes import parse_dtype
+
+    par = config.parallel
+    unsupported = [name for name, on in (
+        ("--pipeline-parallel-size", par.pipeline_parallel_size > 1 or bool(par.pp_layer_partition)),
+        ("-dcp / -pcp", par.decode_context_parallel_size * par.prefill_context_parallel_size > 1),
+        ("--speculative-config", config.speculative_config is not None)) if on]
+    if unsupported:
+        raise KvLayoutError(f"{reason}; the traced-graph KV layout does not model {', '.join(unsupported)}: drop it")
+    hw = config.interconnect.apply(load_hardware(config.hardware))
+    engine = config.engine.resolve(hw, model.config)
+    if not engine.profile.is_vllm:
+        raise KvLayoutError(f"{reason}; the traced-graph KV layout follows vLLM's paging only: give --engine vllm")
+    graph, _ = import_hf(model, dtype=config.dtype)
+    weight = parse_dtype(config.dtype or graph.meta.dtype or "bfloat16", "--dtype")
+    quant = parse_quantization(model.config)
+    if config.kv_cache_dtype:
+        kv = parse_dtype(config.kv_cache_dtype, "--kv-dtype")
+    elif quant is not None and quant.kv_dtype:
+        kv = parse_dtype(quant.kv_dtype, "kv_cache_quant_algo")
+    else:
+        kv = weight
+    state = parse_dtype(config.mamba_ssm_cache_dtype, "--state-dtype") if config.mamba_ssm_cache_dtype else weight
+    layout = graph_kv_layout(graph, kv, state, par.tensor_parallel_size, config.engine.block_size, reason)
+    avail = config.engine.kv_cache_memory_bytes
+    cap = (kv_capacity(layout, avail, engine.max_model_len, engine.max_in_flight_tokens, engine.profile)
+           if avail is not None else None)
+    return GraphKv(config, model, hw.id, engine, layout, cap, reason)

@@ -6,6 +6,7 @@ hand-derived totals in the comments pin the common value so that a shared mistak
 """
 
 import copy
+import json
 
 import pytest
 
@@ -13,8 +14,9 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from graphsim.catalog import ResolvedModel, resolve_model
+from graphsim.cli.app import main
 from graphsim.importers.hf import import_hf
-from graphsim.serving.graph_kv import SOURCE, graph_kv_layout
+from graphsim.serving.graph_kv import SOURCE, accountant_lacks, graph_kv_layout
 from graphsim.serving.kv_layout import KvKind, KvLayoutError, kv_layout
 from graphsim.work import accounting
 
@@ -118,3 +120,46 @@ def test_nemotron_h_mamba2_state_matches_accountant():
     # mamba_ssm_cache_dtype hook) = 512 B → 752 B per request; the attention layer keeps 1 kv head × 16 × 2 B = 32 B
     assert got.state_bytes_per_request == 160 // 4 * 3 * 2 + 8 * 16 * 4 == 752
     assert got.bytes_per_token == 32
+
+
+# OPT is a causal LM transformers ships and the work accountant lacks (python -m graphsim.importers.hf.config_defaults
+# --coverage lists it unregistered): 2 layers of 4 heads of 64 / 4 = 16.
+TINY_OPT = {"architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 64, "ffn_dim": 128,
+            "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 96, "max_position_embeddings": 128,
+            "word_embed_proj_dim": 64, "torch_dtype": "bfloat16"}
+
+
+@pytest.fixture
+def opt_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", "200")
+    d = tmp_path / "tiny-opt"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(TINY_OPT))
+    return d
+
+
+def test_unregistered_architecture_kv_end_to_end(opt_dir, capsys):
+    assert accountant_lacks(TINY_OPT) is not None and accountant_lacks(resolve_model("llama-3.1-8b").config) is None
+    assert main(["kv", str(opt_dir), "--tp", "2", "--kv-memory", "1GiB", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert "no builder for OPTForCausalLM" in cap.err and "traced graph" in cap.err
+    d = json.loads(cap.out)
+    assert d["layout"]["source"] == "traced graph" and "OPTForCausalLM" in d["layout"]["why"]
+    # tp 2: 4 kv heads / 2 = 2 per rank × (16 K + 16 V) × 2 B = 128 B per layer, 2 layers = 256 B per token
+    assert d["layout"]["bytes_per_token_per_rank"] == 2 * 2 * 32 * 2 == 256
+    # one group of 2 layers, 16-token blocks: 2 × 16 × 128 = 4,096 B per block; 1 GiB / 4,096 B = 262,144 blocks
+    assert d["layout"]["bytes_per_block"] == 4096 and d["capacity"]["num_blocks"] == 2**30 // 4096 == 262_144
+    assert d["memory"] is None
+    # text, without --kv-memory: the layout and why there is no capacity
+    assert main(["kv", str(opt_dir), "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "source: traced graph" in out and "256 B" in out and "give --kv-memory" in out
+
+
+def test_unregistered_architecture_refusals_are_one_line(opt_dir, capsys):
+    assert main(["kv", str(opt_dir), "--tp", "3"]) == 2  # 4 kv heads over 3 ranks
+    assert "tp = 3" in capsys.readouterr().err
+    assert main(["kv", str(opt_dir), "-pp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--pipeline-parallel-size" in err and "Traceback" not in err
