@@ -2,6 +2,7 @@
 kernel each on the custom-op path), which were priced as approximate placeholders:
 
 - the sigmoid output gate of gated attention (Qwen3-Next / Qwen3.5 full-attention layers);
+- the sigmoid gate of a shared expert and its sum with the routed experts (Qwen3-Next / Qwen3.5-MoE);
 - a token tensor scaled by a learned parameter / buffer or a constant (Gemma-4's router input scaling, its
   per-layer `layer_scalar`, the embedding normalizer);
 - a residual add the fused add + RMSNorm cannot take because its sum feeds no norm (Gemma-4's
@@ -22,12 +23,13 @@ from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 
 
 def _one_kernel(rule: str):
-    """One elementwise kernel per candidate node, named after its op, at the node's per-token width."""
+    """One elementwise kernel per candidate node, named after its op, at the node's per-token width (the
+    candidate's info may name another rule for the kernel)."""
     def build(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
         n = c.nodes[0]
         width, rows = P.per_token(n.outputs[0])
         return KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width),
-                           n.outputs[0].dtype.value, rows, (n.name,), rule)
+                           n.outputs[0].dtype.value, rows, (n.name,), c.info.get("rule", rule))
 
     return build
 
@@ -69,6 +71,36 @@ ATTN_OUTPUT_GATE = Rule(
     "gate = torch.sigmoid(gate); attn_output = attn_output * gate, before o_proj: one sigmoid and one mul kernel; "
     "models/qwen3_5.py Qwen3_5DecoderLayer builds the same Qwen3NextAttention)",
     _match_attn_output_gate, _one_kernel("attn_output_gate"),
+)
+
+
+def _match_shared_expert_gate(ctx: FuseContext) -> list[Candidate]:
+    """A MoE block whose shared expert's output is scaled by a sigmoid gate before it is added to the routed
+    experts' output: add(experts, mul(sigmoid(·), shared)) with the shared output from a GEMM inside the block."""
+    out = []
+    for e in [n for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS]:
+        block = P.parent(e.scope)
+        mine = _views_of(ctx, e)
+        for u in {u.name: u for v in mine for u in ctx.users.get(v, [])}.values():
+            if u.op is not Op.ADD or not ctx.is_free(u) or len(u.inputs) != 2:
+                continue
+            others = [p for v in u.inputs if (p := ctx.producer(v)) is not None and p.name not in mine]
+            if len(others) != 1 or others[0].op is not Op.MUL or not ctx.is_free(others[0]):
+                continue
+            m = others[0]
+            ins = [ctx.producer(v) for v in m.inputs]
+            sig = [p for p in ins if p is not None and p.op is Op.SIGMOID and ctx.is_free(p)]
+            rest = [p for p in ins if p is not None and p not in sig]
+            if len(sig) == 1 and len(rest) == 1 and rest[0].op is Op.LINEAR and rest[0].scope.startswith(block + "."):
+                out += [Candidate([sig[0]]), Candidate([m]), Candidate([u], {"rule": "moe_shared_sum"})]
+    return out
+
+
+SHARED_EXPERT_GATE = Rule(
+    "shared_expert_gate", "model_executor/models/qwen2_moe.py:Qwen2MoeMLP.forward (out = F.sigmoid("
+    "self.expert_gate(x)[0]) * out: a sigmoid and a mul kernel; Qwen3-Next / Qwen3.5-MoE's shared expert is this "
+    "class, qwen3_next.py Qwen3NextSparseMoeBlock), then the routed + shared add before the one all-reduce",
+    _match_shared_expert_gate, _one_kernel("shared_expert_gate"),
 )
 
 
@@ -121,4 +153,4 @@ RESIDUAL_ADD = Rule(
     _match_residual_add, _one_kernel("residual_add"),
 )
 
-RULES: list[Rule] = [ATTN_OUTPUT_GATE, PARAM_SCALE, RESIDUAL_ADD]
+RULES: list[Rule] = [ATTN_OUTPUT_GATE, SHARED_EXPERT_GATE, PARAM_SCALE, RESIDUAL_ADD]
