@@ -27,7 +27,7 @@ from full attention in the graph's attributes, and cross-layer KV sharing (Gemma
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from graphsim.ir.tensor import DType
@@ -181,6 +181,24 @@ def accountant_lacks(cfg: dict[str, Any]) -> str | None:
     return f"the work accountant has no builder for {arch} (graphsim/work/registry.py)"
 
 
+def graph_blind_spots(cfg: dict[str, Any]) -> list[str]:
+    """Notes for config fields that change the KV layout but that the graph's attention nodes do not carry, so the
+    graph-derived layout counts those layers at full length (an upper bound on the KV, a lower bound on capacity):
+    `attention_chunk_size` (chunked local attention, transformers' Llama4TextConfig; vLLM ChunkedLocalAttentionSpec)
+    and `num_kv_shared_layers` (layers reading an earlier layer's KV, Gemma3nTextConfig; vLLM
+    kv_sharing_target_layer_name)."""
+    text = cfg.get("text_config")
+    views = [cfg, text] if isinstance(text, dict) else [cfg]
+    out = []
+    for key, what in (("attention_chunk_size", "chunked local attention"),
+                      ("num_kv_shared_layers", "cross-layer KV sharing")):
+        value = next((v.get(key) for v in views if v.get(key)), None)
+        if value:
+            out.append(f"the config states {key} = {value} ({what}), which the traced graph does not show: those "
+                       "layers are counted with their own full-length KV (an upper bound; capacity a lower bound)")
+    return out
+
+
 @dataclass(frozen=True)
 class GraphKv:
     """`graphsim kv` of an unregistered architecture: the graph-derived layout and, with --kv-memory, the capacity.
@@ -250,6 +268,7 @@ def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -
         kv = weight
     state = parse_dtype(config.mamba_ssm_cache_dtype, "--state-dtype") if config.mamba_ssm_cache_dtype else weight
     layout = graph_kv_layout(graph, kv, state, par.tensor_parallel_size, config.engine.block_size, reason)
+    layout = replace(layout, notes=(*layout.notes, *graph_blind_spots(model.config)))
     avail = config.engine.kv_cache_memory_bytes
     cap = (kv_capacity(layout, avail, engine.max_model_len, engine.max_in_flight_tokens, engine.profile)
            if avail is not None else None)

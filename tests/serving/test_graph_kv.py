@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 from graphsim.catalog import ResolvedModel, resolve_model
 from graphsim.cli.app import main
 from graphsim.importers.hf import import_hf
-from graphsim.serving.graph_kv import SOURCE, accountant_lacks, graph_kv_layout
+from graphsim.serving.graph_kv import SOURCE, accountant_lacks, graph_blind_spots, graph_kv_layout
 from graphsim.serving.kv_layout import KvKind, KvLayoutError, kv_layout
 from graphsim.work import accounting
 
@@ -163,3 +163,10 @@ def test_unregistered_architecture_refusals_are_one_line(opt_dir, capsys):
     assert main(["kv", str(opt_dir), "-pp", "2"]) == 2
     err = capsys.readouterr().err
     assert "--pipeline-parallel-size" in err and "Traceback" not in err
+
+
+def test_blind_spots_are_stated_not_guessed():
+    # chunked local attention and cross-layer KV sharing are config facts the attention nodes do not carry
+    assert graph_blind_spots(TINY_OPT) == []
+    notes = graph_blind_spots({"text_config": {"attention_chunk_size": 8192}, "num_kv_shared_layers": 10})
+    assert len(notes) == 2 and "attention_chunk_size = 8192" in notes[0] and "num_kv_shared_layers = 10" in notes[1]
