@@ -298,25 +298,44 @@ class CompiledTree:
 
     def _overlap_floors(self, rows: list[KernelRows], off: np.ndarray, n_b: int,
                         pricer: KernelPricer) -> dict[int, np.ndarray]:
-        """Per overlapping Parallel node: max(Σ compute µs, Σ memory µs) of the leaves below it (per node
-        instance), the time the device needs for all its streams' work together (`roofline_parts_us`)."""
+        """Per overlapping Parallel node: max(Σ compute µs, Σ memory µs) of the work below it (per node instance),
+        the time the device needs for all its streams' work together (`roofline_parts_us`). Work adds through
+        Sum, Scale and nested Parallel nodes; below a Max (alternatives: the slowest rank) it is the child whose
+        own floor is largest, step by step, so the bound stays one."""
         hw = pricer.hardware
         if hw is None or not self.under:
             return {}
-        out: dict[int, np.ndarray] = {}
-        for node, leaves in self.under.items():
-            comp, mem = np.zeros(n_b), np.zeros(n_b)
-            for li in leaves:
-                w = self.multiplicity[li] / self.node_multiplicity[node]
+        leaf_parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+        def of_leaf(li: int) -> tuple[np.ndarray, np.ndarray]:
+            if li not in leaf_parts:
+                comp, mem = np.zeros(n_b), np.zeros(n_b)
                 for part in rows[li].parts:
                     rp = roofline_parts_us(hw, part.key, part.coords)
                     if rp is None:
                         continue  # no work or no peak: adds nothing to the floor (a lower bound stays one)
                     on = ~off[li, part.step]
-                    np.add.at(comp, part.step, rp[0] * part.weight * w * on)
-                    np.add.at(mem, part.step, rp[1] * part.weight * w * on)
-            out[node] = np.maximum(comp, mem)
-        return out
+                    np.add.at(comp, part.step, rp[0] * part.weight * on)
+                    np.add.at(mem, part.step, rp[1] * part.weight * on)
+                leaf_parts[li] = (comp, mem)
+            return leaf_parts[li]
+
+        def parts(node: int) -> tuple[np.ndarray, np.ndarray]:
+            kind = self.kinds[node]
+            if kind is NodeKind.LEAF:
+                return of_leaf(self.leaf_of[node])
+            kids = [parts(k) for k in self.children[node]]
+            if kind is NodeKind.MAX:
+                comp, mem = kids[0]
+                for c, m in kids[1:]:
+                    take = np.maximum(c, m) > np.maximum(comp, mem)
+                    comp, mem = np.where(take, c, comp), np.where(take, m, mem)
+                return comp, mem
+            comp = sum((c for c, _ in kids), np.zeros(n_b))
+            mem = sum((m for _, m in kids), np.zeros(n_b))
+            return comp * self.scale[node], mem * self.scale[node]
+
+        return {node: np.maximum(*parts(node)) for node in self.under}
 
 
 def compile_tree(tree: Tree) -> CompiledTree:
@@ -380,12 +399,14 @@ class Evaluation:
     def hidden_us(self) -> np.ndarray:
         """Per overlapping Parallel node (`CompiledTree.overlaps` order) and batch: µs of its streams' time that
         the overlap hides in one iteration (Σ streams − the node's time, × the node's multiplicity); 0 where
-        the step is over the node's token limit."""
+        the step is over the node's token limit, and where the node is held at its streams' joint roofline above
+        their sum (a stream priced as a marginal time below its own roofline, e.g. a context-parallel ring block:
+        nothing is hidden there, the floor adds time)."""
         t = self.tree
         out = np.zeros((len(t.overlaps), len(self.steps)))
         for k, node in enumerate(t.overlaps):
             streams = self.node_time_us[t.children[node]].sum(axis=0)
-            out[k] = (streams - self.node_time_us[node]) * t.node_multiplicity[node]
+            out[k] = np.maximum(streams - self.node_time_us[node], 0.0) * t.node_multiplicity[node]
         return out
 
     def leaf_work(self) -> tuple[np.ndarray, np.ndarray]:

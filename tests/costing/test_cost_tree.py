@@ -33,17 +33,6 @@ def gemm_leaf(i: int, n: int, k: int) -> Leaf:
 STEPS = [Step((SeqGroup(1, 1024, 8),)), Step((SeqGroup(512, 0, 1),)), Step((SeqGroup(128, 64, 2), SeqGroup(1, 10, 3)))]
 
 
-def _leaves_of(tree) -> list[tuple[Leaf, int]]:
-    """(leaf, multiplicity within `tree`) in depth-first order."""
-    if isinstance(tree, Leaf):
-        return [(tree, 1)]
-    if isinstance(tree, Scale):
-        return [(lf, m * tree.n) for lf, m in _leaves_of(tree.child)]
-    if isinstance(tree, Labeled):
-        return _leaves_of(tree.child)
-    return [x for c in tree.children for x in _leaves_of(c)]
-
-
 def _gemm_parts_us(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
     """(compute µs, memory µs) of a bf16 GEMM leaf on STEPS, from the roofline's own definition: 2·m·n·k FLOPs
     at the H200's bf16 peak; m·k + k·n + m·n elements of 2 bytes at its HBM bandwidth."""
@@ -54,6 +43,26 @@ def _gemm_parts_us(leaf: Leaf) -> tuple[np.ndarray, np.ndarray]:
     peak = H200.peak_flops(KernelDtype.BF16)
     assert peak is not None
     return (flops / peak * 1e6, nbytes / H200.memory_bandwidth_bytes_per_s * 1e6)
+
+
+def _floor_parts(tree) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ compute µs, Σ memory µs) of the work below a node on one device: leaves add through Sum, Scale and
+    Parallel; a Max is one of its children (the slowest rank), the one whose own max(compute, memory) is largest."""
+    if isinstance(tree, Leaf):
+        return _gemm_parts_us(tree)
+    if isinstance(tree, Labeled):
+        return _floor_parts(tree.child)
+    if isinstance(tree, Scale):
+        c, m = _floor_parts(tree.child)
+        return c * tree.n, m * tree.n
+    kids = [_floor_parts(c) for c in tree.children]
+    if isinstance(tree, Max):
+        comp, mem = kids[0]
+        for c, m in kids[1:]:
+            take = np.maximum(c, m) > np.maximum(comp, mem)
+            comp, mem = np.where(take, c, comp), np.where(take, m, mem)
+        return comp, mem
+    return sum(c for c, _ in kids), sum(m for _, m in kids)
 
 
 def reference(tree, leaf_times) -> np.ndarray:
@@ -68,9 +77,7 @@ def reference(tree, leaf_times) -> np.ndarray:
     if isinstance(tree, Parallel):
         t = np.max([reference(c, leaf_times) for c in tree.children], axis=0)
         if len(tree.children) > 1:
-            parts = [(_gemm_parts_us(lf), m) for lf, m in _leaves_of(tree)]
-            floor = np.maximum(sum(p[0] * m for p, m in parts), sum(p[1] * m for p, m in parts))
-            t = np.maximum(t, floor)
+            t = np.maximum(t, np.maximum(*_floor_parts(tree)))
         return t
     if isinstance(tree, Scale):
         return tree.n * reference(tree.child, leaf_times)
