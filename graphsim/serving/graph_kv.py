@@ -254,10 +254,17 @@ def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -
     if unsupported:
         raise KvLayoutError(f"{reason}; the traced-graph KV layout does not model {', '.join(unsupported)}: drop it")
     hw = config.interconnect.apply(load_hardware(config.hardware))
-    engine = config.engine.resolve(hw, model.config)
+    text = model.config.get("text_config")  # a wrapper's context length etc. are its language model's
+    engine = config.engine.resolve(hw, {**model.config, **text} if isinstance(text, dict) else model.config)
     if not engine.profile.is_vllm:
         raise KvLayoutError(f"{reason}; the traced-graph KV layout follows vLLM's paging only: give --engine vllm")
     graph, _ = import_hf(model, dtype=config.dtype)
+    if not graph.meta.dynamic_tokens:
+        # a static trace means a sequence mechanism ran as Python graphsim has no semantic op for (issue 16: DeepSeek-V4's
+        # compressed attention reads as plain sliding-window attention); the state it keeps is not in the graph
+        raise KvLayoutError(f"{reason}, and its graph traced only at a fixed token count (a sequence mechanism without "
+                            "a semantic op in graphsim), so the graph cannot say what its KV cache keeps; "
+                            "docs/adding-an-architecture.md")
     weight = parse_dtype(config.dtype or graph.meta.dtype or "bfloat16", "--dtype")
     quant = parse_quantization(model.config)
     if config.kv_cache_dtype:

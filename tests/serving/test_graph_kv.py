@@ -170,3 +170,21 @@ def test_blind_spots_are_stated_not_guessed():
     assert graph_blind_spots(TINY_OPT) == []
     notes = graph_blind_spots({"text_config": {"attention_chunk_size": 8192}, "num_kv_shared_layers": 10})
     assert len(notes) == 2 and "attention_chunk_size = 8192" in notes[0] and "num_kv_shared_layers = 10" in notes[1]
+
+
+def test_static_trace_is_refused_not_laid_out(opt_dir, monkeypatch, capsys):
+    # a graph traced at a fixed token count hides a sequence mechanism's state (DeepSeek-V4's compressed KV read as
+    # a plain sliding window): refused in one line rather than laid out short
+    import graphsim.importers.hf as hf
+
+    real = hf.import_hf
+
+    def static(model, **kw):
+        graph, report = real(model, **kw)
+        graph.meta.dynamic_tokens = False
+        return graph, report
+
+    monkeypatch.setattr(hf, "import_hf", static)
+    assert main(["kv", str(opt_dir), "--kv-memory", "1GiB"]) == 2
+    err = capsys.readouterr().err
+    assert "fixed token count" in err and "Traceback" not in err
