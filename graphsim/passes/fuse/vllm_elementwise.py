@@ -113,8 +113,8 @@ def _match_param_scale(ctx: FuseContext) -> list[Candidate]:
     activation enters it."""
     out = []
     for n in ctx.graph.nodes:
-        if n.op is not Op.MUL or not ctx.is_free(n) or not _has_tokens(n):
-            continue
+        if n.op is not Op.MUL or not ctx.is_free(n) or not _has_tokens(n) or ctx.index_only(n):
+            continue  # position arithmetic (index_only) stays absorbed
         acts = [v for v in n.inputs if v not in ctx.graph.params and v not in ctx.graph.meta.buffers]
         producers = [ctx.producer(v) for v in acts]
         if len(acts) == 1 and producers[0] is not None and _has_tokens(producers[0]):
