@@ -44,7 +44,7 @@ def sweep_cmd(
     router: opt.Router = "round-robin",
     arrival: opt.Arrival = "poisson",
     cv: opt.Cv = 1.0,
-    num_requests: int = typer.Option(1000, "--num-requests", "--num-prompts", "-n", min=1, help="Requests per point."),
+    num_requests: int = typer.Option(1000, "--num-requests", "--num-prompts", "-n", min=1, max=100_000_000, help="Requests per point (at most 10^8)."),
     input_len: opt.InputLen = opt.INPUT_LEN,
     output_len: opt.OutputLen = opt.OUTPUT_LEN,
     shared_prefix: opt.SharedPrefix = 0,
