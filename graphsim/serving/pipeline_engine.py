@@ -198,19 +198,9 @@ class PipelineEngine(Engine):
             self.itl.add(np.asarray(gaps))
         for i in fresh_idx:
             running.requests[i].first_token_t = end
-        finished: list[Request] = []
-        if done_idx:
-            done = np.zeros(running.size, dtype=bool)
-            done[done_idx] = True
-            for i in done_idx:
-                r = running.sync(i)
-                r.finish_t = end
-                self._free_blocks(r, preempt=False)
-                finished.append(r)
-            running.keep(~done)
-        for r in finished:
-            self.on_finish(r)
-        return finished
+        done = np.zeros(running.size, dtype=bool)
+        done[done_idx] = True
+        return self._finish(running, done, end)
 
 
 class PipelineCycleCost:

@@ -583,6 +583,11 @@ class Engine:
             if self.registering:
                 self._register()
             done = produced & (num_output_tokens >= max_tokens)
+        return self._finish(running, done, end)
+
+    def _finish(self, running: RunningBatch, done: np.ndarray, end: float) -> list[Request]:
+        """The running requests marked in `done` (a mask) finish at `end`: blocks freed, out of the batch,
+        `on_finish` called for each; they are returned."""
         finished: list[Request] = []
         if done.any():
             for i in np.flatnonzero(done):
