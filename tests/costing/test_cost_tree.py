@@ -62,7 +62,7 @@ def _floor_parts(tree) -> tuple[np.ndarray, np.ndarray]:
             take = np.maximum(c, m) > np.maximum(comp, mem)
             comp, mem = np.where(take, c, comp), np.where(take, m, mem)
         return comp, mem
-    return sum(c for c, _ in kids), sum(m for _, m in kids)
+    return np.sum([c for c, _ in kids], axis=0), np.sum([m for _, m in kids], axis=0)
 
 
 def reference(tree, leaf_times) -> np.ndarray:
