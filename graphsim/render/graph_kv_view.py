@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
-from graphsim.render.kv_view import fmt_bytes
+from graphsim.render.kv_view import fmt_bytes, layout_parts_table
 from graphsim.serving.graph_kv import GraphKv
 
 
@@ -14,20 +14,7 @@ def render_graph_kv(g: GraphKv) -> Group:
     head = (f"[bold]{g.model.name}[/] ({g.model.architecture}) on [bold]{g.hardware_id}[/] tp={lay.tp}: "
             f"KV {lay.kv_dtype.label}, state {lay.state_dtype.label}; [yellow]KV layout from the {lay.source}[/] "
             f"({g.reason})")
-    t = Table(title=f"KV cache per rank (tp={lay.tp}, kv {lay.kv_dtype.label}; source: {lay.source})",
-              title_justify="left")
-    for col in ("part", "layers", "per token per layer", "per token", "what each layer keeps"):
-        t.add_column(col, justify="right" if col in ("layers", "per token per layer", "per token") else "left")
-    for p in lay.parts():
-        if p.layer.state_bytes:
-            per_layer, total = f"{fmt_bytes(p.layer.state_bytes)} / request", f"{fmt_bytes(p.state_bytes)} / request"
-        else:
-            per_layer, total = f"{p.layer.bytes_per_token:,} B", f"{p.bytes_per_token:,} B"
-        t.add_row(p.layer.label, str(p.layers), per_layer, total, p.layer.detail)
-    t.caption = f"per token per rank: [bold]{lay.bytes_per_token:,} B[/] over all attention layers" + (
-        f"; state per request per rank: [bold]{fmt_bytes(lay.state_bytes_per_request)}[/]"
-        if lay.state_bytes_per_request else "")
-    t.caption_justify = "left"
+    t = layout_parts_table(lay, lay.tp, lay.source)
     groups = Table(title="vLLM paging: KV-cache groups share one pool of blocks", title_justify="left")
     for col in ("group", "layers", "block size", "page per layer"):
         groups.add_column(col, justify="left" if col == "group" else "right")

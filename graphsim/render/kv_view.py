@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 
 from graphsim.serving.deployment import Deployment
+from graphsim.serving.kv_layout import KvLayout
 
 GiB = 1 << 30
 ORIGIN_STYLE = {"derived": "green", "estimated": "yellow", "assumed": "magenta", "given": "cyan"}
@@ -27,8 +28,13 @@ def _origin(o: str) -> str:
 
 
 def layout_table(dep: Deployment) -> Table:
-    lay = dep.layout
-    t = Table(title=f"KV cache per rank (tp={dep.tp}, kv {lay.kv_dtype.label})", title_justify="left")
+    return layout_parts_table(dep.layout, dep.tp)
+
+
+def layout_parts_table(lay: KvLayout, tp: int, source: str | None = None) -> Table:
+    """The layout's parts per rank (per token, or per request for state), with its `source` in the title if given."""
+    where = f"; source: {source}" if source else ""
+    t = Table(title=f"KV cache per rank (tp={tp}, kv {lay.kv_dtype.label}{where})", title_justify="left")
     for col in ("part", "layers", "per token per layer", "per token", "what each layer keeps"):
         t.add_column(col, justify="right" if col in ("layers", "per token per layer", "per token") else "left")
     for p in lay.parts():
