@@ -220,23 +220,23 @@ class KernelPricer:
     def time(self, key: KernelKey, point: Point) -> Timing:
         check_point(key, point)
         curve = self.curve(key)
+        q1 = np.asarray([point_coords(point)], dtype=np.float64)
         if curve is not None:
             timing = curve.at(point)
             if timing.source is TimeSource.EXTRAPOLATED and timing.time_us is not None:
-                q1 = np.asarray([point_coords(point)], dtype=np.float64)
                 t1, _ = self._ceiling(key, curve, q1, np.asarray([timing.time_us]), np.asarray([EXTRAPOLATED]))
                 if t1[0] > timing.time_us:
                     timing = Timing(float(t1[0]), TimeSource.EXTRAPOLATED,
                                     f"{timing.detail}; held at the best share of the roofline its rows achieve".lstrip("; "))
             if not timing.is_missing:
-                floor = self._floor_us(key, np.asarray([point_coords(point)], dtype=np.float64))
+                floor = self._floor_us(key, q1)
                 if floor is not None and timing.time_us is not None and timing.time_us < floor[0]:
                     return Timing(float(floor[0]), TimeSource.ROOFLINE,
                                   f"{self.hardware.id if self.hardware else ''} roofline floor "
                                   f"(the {timing.source.value} {timing.time_us:.3g} µs lies below it)")
                 return timing
         if self.hardware is not None:
-            t, s = self._fallback(key, np.asarray([point_coords(point)], dtype=np.float64))
+            t, s = self._fallback(key, q1)
             if s[0] == DERIVED:
                 rates = self.rates
                 assert rates is not None  # a derived time has rates
