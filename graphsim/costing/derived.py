@@ -95,6 +95,7 @@ def compute_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
     if bw <= 0:
         return None
     per_key: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (times_us, bytes, bandwidth-bound mask)
+    gemms: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []  # (dtype, compute s, memory s, times_us)
     for kind in RATE_TABLES:
         for key in db.keys(kind):
             rows = db.rows(key)
@@ -107,6 +108,8 @@ def compute_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
             mem = work.bytes / bw
             bound = np.zeros(len(mem), dtype=bool) if comp is None else mem >= BOUND_FACTOR * comp
             per_key.append((rows.times_us, work.bytes, bound))
+            if isinstance(key, GemmKey) and comp is not None:
+                gemms.append((key.dtype.value, comp, mem, rows.times_us))
     if not per_key:
         return None
     times = np.concatenate([t for t, _, _ in per_key])
@@ -117,27 +120,19 @@ def compute_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
         return None
     achieved = nbytes[bound] / (times[bound] * 1e-6)
     rate = min(float(np.percentile(achieved, BANDWIDTH_PERCENTILE, method="lower")), bw)
-    return ProfileRates(floor, rate, len(times), int(bound.sum()), db.path.name, _compute_shares(db, spec, floor))
+    return ProfileRates(floor, rate, len(times), int(bound.sum()), db.path.name, _compute_shares(gemms, floor))
 
 
-def _compute_shares(db: ProfileDB, spec: HardwareSpec, floor_us: float) -> dict[str, float]:
-    """Per GEMM dtype: the COMPUTE_PERCENTILE of flops / (time × peak) over GEMM rows clearly bound by compute
-    (compute roofline ≥ BOUND_FACTOR × memory roofline and ≥ LARGE_FACTOR launch floors), capped at 1; a dtype
-    with fewer than MIN_BOUND_ROWS such rows gets none."""
+def _compute_shares(gemms: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]], floor_us: float) -> dict[str, float]:
+    """Per GEMM dtype, from (dtype, compute s, memory s, times µs) of each GEMM key's rows: the COMPUTE_PERCENTILE
+    of compute roofline / time over the rows clearly bound by compute (compute roofline ≥ BOUND_FACTOR × memory
+    roofline and ≥ LARGE_FACTOR launch floors), capped at 1; a dtype with fewer than MIN_BOUND_ROWS such rows gets
+    none."""
     shares: dict[str, list[np.ndarray]] = {}
-    bw = spec.memory_bandwidth_bytes_per_s
-    for key in db.keys(TableKind.GEMM):
-        rows = db.rows(key)
-        peak = spec.peak_flops(key.dtype)
-        if not len(rows) or peak is None or peak <= 0:
-            continue
-        work = kernel_work(key, rows.coords)
-        if work is None:
-            continue
-        comp = work.flops / peak
-        bound = (comp >= BOUND_FACTOR * work.bytes / bw) & (comp * 1e6 >= LARGE_FACTOR * floor_us)
+    for dtype, comp, mem, times_us in gemms:
+        bound = (comp >= BOUND_FACTOR * mem) & (comp * 1e6 >= LARGE_FACTOR * floor_us)
         if bound.any():
-            shares.setdefault(str(key.dtype), []).append(comp[bound] / (rows.times_us[bound] * 1e-6))
+            shares.setdefault(dtype, []).append(comp[bound] / (times_us[bound] * 1e-6))
     out = {}
     for dtype, parts in shares.items():
         x = np.concatenate(parts)
@@ -184,7 +179,7 @@ def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: 
         return None
     mem = work.bytes / spec.memory_bandwidth_bytes_per_s
     out = np.maximum(np.maximum(rates.floor_us, work.bytes / rates.bandwidth_bytes_per_s * 1e6), roofline)
-    share = rates.compute_share.get(str(key.dtype)) if isinstance(key, GemmKey) else None
+    share = rates.compute_share.get(key.dtype.value) if isinstance(key, GemmKey) else None
     if share:  # a compute-bound GEMM no rows cover (e.g. an LM head wider than every measured n)
         return np.maximum(out, comp / share * 1e6)
     return np.where(mem >= comp, out, np.nan)
