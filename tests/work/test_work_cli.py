@@ -83,7 +83,7 @@ def test_missing_field_and_bad_dims(capsys, tmp_path):
 
 
 def test_unsupported_architecture_and_dtype(capsys, tmp_path):
-    path = tmp_path / "falcon.json"
-    path.write_text(json.dumps({"architectures": ["FalconForCausalLM"]}))
+    path = tmp_path / "unknown.json"
+    path.write_text(json.dumps({"architectures": ["NoSuchModelForCausalLM"]}))
     assert "supported: " in _one_line_error(capsys, str(path), "--params")
     assert "unknown --dtype" in _one_line_error(capsys, "llama-3.1-8b", "--params", "--dtype", "fp5")

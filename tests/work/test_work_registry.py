@@ -14,9 +14,9 @@ from graphsim.work import BUILDERS, accounting, build_model, config_defaults, pa
 def test_registry_covers_every_catalog_architecture():
     archs = {load_config(s)["architectures"][0] for s in catalog_stems()}
     assert archs <= set(BUILDERS)
-    # Every registered architecture has its config-class defaults in the table, so
-    # test_work_config_defaults.py cross-checks it against transformers.
-    assert set(supported_architectures()) == set(config_defaults.table_architectures())
+    # Every registered architecture has its config-class defaults in the table (which holds every
+    # causal-LM class of the pinned transformers), so test_work_config_defaults.py cross-checks it.
+    assert set(supported_architectures()) <= set(config_defaults.table_architectures())
     assert len(supported_architectures()) >= 36
 
 
@@ -33,9 +33,9 @@ def test_every_catalog_model_accounts(stem):
 
 def test_unknown_architecture_names_the_supported_list():
     with pytest.raises(UnsupportedArchitectureError) as e:
-        build_model({"architectures": ["FalconForCausalLM"], "hidden_size": 8})
+        build_model({"architectures": ["NoSuchModelForCausalLM"], "hidden_size": 8})
     msg = str(e.value)
-    assert "FalconForCausalLM" in msg and "LlamaForCausalLM" in msg and "Qwen3NextForCausalLM" in msg
+    assert "NoSuchModelForCausalLM" in msg and "LlamaForCausalLM" in msg and "Qwen3NextForCausalLM" in msg
     assert "\n" not in msg
 
 

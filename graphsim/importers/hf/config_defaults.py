@@ -1,7 +1,7 @@
 """Write `graphsim/work/config_defaults.json` from the installed transformers' config classes.
 
-Run `python -m graphsim.importers.hf.config_defaults` after changing the pinned transformers or
-the accountant's registry (`--coverage` prints how many of transformers' causal-LM classes the
+Run `python -m graphsim.importers.hf.config_defaults` after changing the pinned transformers (the
+table holds every causal-LM class it ships; `--coverage` prints how many of them the
 accountant registers); `tests/work/test_work_config_defaults.py` fails until the table is
 current. (The accountant reads the table and never imports transformers.)
 """
@@ -53,8 +53,8 @@ def write_table(architectures: list[str]) -> dict[str, Any]:
         name, defaults = defaults_from_transformers(arch)
         aliases = dict(getattr(getattr(transformers, arch).config_class, "attribute_map", {}) or {})
         table["architectures"][arch] = {"config_class": name, "defaults": defaults, "aliases": aliases}
-    # model_type → causal-LM class, for the text_config of multimodal wrappers (only the classes the
-    # accountant registers; one class per model type).
+    # model_type → causal-LM class, for the text_config of multimodal wrappers (one class per model
+    # type; the registry uses an entry only when it registers the class).
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     table["text_models"] = {
@@ -96,7 +96,9 @@ def main() -> None:
         return
 
     path = str(resources.files("graphsim.work").joinpath(TABLE))
-    table = write_table(list(supported_architectures()))
+    # Every causal-LM class transformers ships (so registering one needs no new table), plus any
+    # registered class outside that mapping.
+    table = write_table(sorted(set(causal_lm_classes()) | set(supported_architectures())))
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(table, f, indent=1, sort_keys=True)
         f.write("\n")
