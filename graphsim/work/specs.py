@@ -345,6 +345,11 @@ class LayerSpec:
 
     attn: AttentionSpec
     ffn: FfnSpec
+    # Weights of this layer that its block specs do not describe, placed in the attention or FFN block's
+    # segments (A.X-K1's post_mlp_layernorm on MoE layers only, Laguna's per-head output gate g_proj, BitNet's
+    # sub-norms): a MATRIX here is applied to every new token like any unrouted weight
+    attn_extras: tuple[Weight, ...] = ()
+    ffn_extras: tuple[Weight, ...] = ()
 
 
 @dataclass(frozen=True)

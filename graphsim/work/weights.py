@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
-    AttentionSpec, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn,
-    NoAttention, NoFfn, Weight, WeightKind,
+    AttentionSpec, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, LayerSpec, Mamba2Mixer, MlaAttention, ModelSpec,
+    MoeFfn, NoAttention, NoFfn, Weight, WeightKind,
 )
 
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
@@ -170,6 +170,14 @@ def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
     return tuple(ws)
 
 
+def layer_block_weights(model: ModelSpec, layer: LayerSpec) -> tuple[tuple[str, tuple[Weight, ...]], ...]:
+    """One layer's weights per block: ("attn", …), ("ffn", …), the layer's own extras included."""
+    return (
+        ("attn", attention_weights(layer.attn) + layer.attn_extras),
+        ("ffn", ffn_weights(layer.ffn) + layer.ffn_extras + model.layer_extras),
+    )
+
+
 def embedding_weight(model: ModelSpec) -> PlacedWeight:
     w = Weight("embed", "model.embed_tokens", WeightKind.EMBEDDING, (model.vocab, model.hidden), quantizable=False)
     return PlacedWeight("embed", "model.embed_tokens", w)
@@ -189,8 +197,7 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
     placed += [PlacedWeight("embed", f"model.{w.module}", w) for w in model.embed_extras]
     for group in model.stack.groups():
         prefix = f"model.layers.{group.first_index}"
-        ffn = ffn_weights(group.spec.ffn) + model.layer_extras
-        for block, weights in (("attn", attention_weights(group.spec.attn)), ("ffn", ffn)):
+        for block, weights in layer_block_weights(model, group.spec):
             for w in weights:
                 placed.append(PlacedWeight(group.segment(block, w.part), f"{prefix}.{w.module}", w, group.count))
                 if model.norm_bias and w.kind is NORM and w.module in BLOCK_NORMS:

@@ -22,7 +22,7 @@ from graphsim.work.api import Accounting
 from graphsim.work.attention_work import attention_core
 from graphsim.work.report import SegmentWork, WorkReport
 from graphsim.work.specs import AttentionKind, LayerGroup, LayerSpec
-from graphsim.work.weights import PlacedWeight, attention_weights, ffn_weights
+from graphsim.work.weights import PlacedWeight, layer_block_weights
 from graphsim.workload import Step
 
 OUTSIDE = "outside"  # the region of everything before and after the layer stack
@@ -117,7 +117,7 @@ def necessary_rows(acc: Accounting, step: Step, layer_tags: tuple[str, ...] | li
         count = len(indices)
         rows: dict[str, Row] = {}
         prefix = f"model.layers.{group.first_index}"
-        for block, weights in (("attn", attention_weights(layer.attn)), ("ffn", ffn_weights(layer.ffn) + spec.layer_extras)):
+        for block, weights in layer_block_weights(spec, layer):
             for w in weights:
                 segment = group.segment(block, w.part)
                 placed = PlacedWeight(segment, f"{prefix}.{w.module}", w, count)
