@@ -212,9 +212,11 @@ class DpLoop:
             self.progress(total, self.arrivals.total)
 
     def _arrive(self) -> None:
+        reached = self.arrivals.next_time()
         spec = self.arrivals.pop()
         r = Request(self.arrived, spec.arrival_s, spec.input_tokens, spec.output_tokens, spec.prefix_id,
                     spec.prefix_tokens, self.setup.ranks.engine.max_model_len)
+        r.reached_t = reached  # after the front end (frontend.py)
         self.arrived += 1
         if r.rejected:
             self.table.record(r)

@@ -13,7 +13,8 @@ import numpy as np
 class Request:
     """One request: what was asked (vLLM's names: `num_prompt_tokens`, `max_tokens`), its progress while it
     runs (`num_computed_tokens`, `num_tokens`, `num_output_tokens`, the KV blocks it holds) and its outcome
-    (times in seconds of simulated time: `arrival`, `admitted_t`, `first_token_t`, `finish_t`)."""
+    (times in seconds of simulated time: `arrival` — when the client sent it —, `reached_t` — when it reached the
+    engine, after the front end (frontend.py) —, `admitted_t`, `first_token_t`, `finish_t`)."""
 
     __slots__ = (
         "admitted_t",
@@ -33,6 +34,7 @@ class Request:
         "preemptions",
         "prefix_id",
         "prefix_tokens",
+        "reached_t",
         "rejected",
         "replica",
         "requested_output_tokens",
@@ -41,6 +43,7 @@ class Request:
     def __init__(self, request_id: int, arrival: float, num_prompt_tokens: int, output_tokens: int,
                  prefix_id: str | None, prefix_tokens: int, max_model_len: int) -> None:
         self.id, self.arrival, self.num_prompt_tokens = request_id, arrival, num_prompt_tokens
+        self.reached_t = arrival  # set when it reaches the engine (the front end's delay is reached_t − arrival)
         self.requested_output_tokens = output_tokens
         self.rejected = num_prompt_tokens >= max_model_len
         self.max_tokens = max(1, min(output_tokens, max_model_len - num_prompt_tokens))
@@ -75,18 +78,19 @@ class RequestRecord(NamedTuple):
     max_tokens: int
     num_output_tokens: int
     requested_output_tokens: int
+    reached_t: float
 
 
 class RequestTable(Sequence[RequestRecord]):
-    """Every request's outcome in compact columns, indexed by request id (arrival order): 81 bytes a
-    request (four float64 times, five int64 counts, two int32, a bool) instead of a Python object each.
+    """Every request's outcome in compact columns, indexed by request id (arrival order): 89 bytes a
+    request (five float64 times, five int64 counts, two int32, a bool) instead of a Python object each.
     Indexing or iterating gives `RequestRecord`s; the columns are `table.column(name)`."""
 
     DTYPES: ClassVar[dict[str, type]] = {
         "arrival": np.float64, "admitted_t": np.float64, "first_token_t": np.float64, "finish_t": np.float64,
         "replica": np.int32, "preemptions": np.int32, "hit_tokens": np.int64, "rejected": np.bool_,
         "num_prompt_tokens": np.int64, "max_tokens": np.int64, "num_output_tokens": np.int64,
-        "requested_output_tokens": np.int64}
+        "requested_output_tokens": np.int64, "reached_t": np.float64}
 
     def __init__(self, capacity: int = 0) -> None:
         self._cols = {k: (np.full(capacity, np.nan) if t is np.float64 else np.zeros(capacity, dtype=t))

@@ -354,6 +354,7 @@ class EventLoop:
             r = Request(rid, spec.arrival_s, spec.input_tokens, spec.output_tokens, None, 0, self.max_model_len)
             routed = Request(rid, spec.arrival_s, spec.input_tokens, 1, spec.prefix_id, spec.prefix_tokens,
                              self.max_model_len)
+        r.reached_t = routed.reached_t = t  # after the front end (frontend.py)
         if r.rejected:  # vLLM rejects prompts that do not fit max_model_len
             self.table.record(r)
             self.rejected += 1

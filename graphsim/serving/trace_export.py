@@ -5,7 +5,8 @@ the target, renamed when complete) and streamed: memory does not grow with the f
 The Chrome trace (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU)
 has one process per replica: a track of iterations (complete events, "X"; args: tokens, sequences,
 prefill tokens, decode sequences, time source), counters of running / waiting requests and KV blocks
-in use, and one async track per request (queued → prefill → decode). Open it at ui.perfetto.dev. Every
+in use, and one async track per request (front end → queued → prefill → decode; the front end is the delay
+between the client sending it and the engine seeing it, serving/frontend.py, its source `derived`). Open it at ui.perfetto.dev. Every
 request is in it unless a sample is asked for (`sample=N`: N requests evenly spaced by id); its
 `otherData` states how many requests it shows of how many.
 """
@@ -112,7 +113,8 @@ def write_iteration_log(res: SimulationResult, path: str | Path) -> Path:
 
 # --- per-request results ---------------------------------------------------------------------------
 def request_columns(res: SimulationResult) -> dict[str, np.ndarray]:
-    """One row per request (by id, arrival order): its lengths, replica, times (s), latencies (ms; TTFT,
+    """One row per request (by id, arrival order): its lengths, replica, times (s: sent, reached the engine after
+    the front end, admitted, first token, finished), the front end's delay and latencies (ms; TTFT,
     TPOT over the output tokens after the first as vllm bench serve counts it, E2E), preemptions and
     prefix-cache hit; a disaggregated run adds its prefill end and KV transfer. NaN where it does not
     apply (a rejected request; TPOT of a one-token output)."""
@@ -121,8 +123,10 @@ def request_columns(res: SimulationResult) -> dict[str, np.ndarray]:
     outs = t.column("max_tokens")
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(outs > 1, (finish - first) / np.maximum(outs - 1, 1), np.nan) * 1e3
+    reached = t.column("reached_t")
     cols = {"id": t.column("id"), "arrival_s": arrival, "replica": t.column("replica"),
             "input_tokens": t.column("num_prompt_tokens"), "output_tokens": outs,
+            "reached_engine_s": reached, "frontend_ms": (reached - arrival) * 1e3,
             "admitted_s": t.column("admitted_t"), "first_token_s": first, "finish_s": finish,
             "ttft_ms": (first - arrival) * 1e3, "tpot_ms": tpot, "e2e_ms": (finish - arrival) * 1e3,
             "preemptions": t.column("preemptions"), "prefix_hit_tokens": np.maximum(t.column("hit_tokens"), 0),
@@ -207,18 +211,19 @@ class ChromeTraceWriter:
             done = done[np.unique(np.linspace(0, len(done) - 1, self.sample).round().astype(np.int64))]
         for a in range(0, len(done), BATCH):
             ids = done[a:a + BATCH]
-            cols = {k: table.column(k)[ids].tolist() for k in ("arrival", "admitted_t", "first_token_t", "finish_t",
-                                                                 "replica", "num_prompt_tokens", "max_tokens",
-                                                                 "preemptions")}
+            marked = ("arrival", "reached_t", "admitted_t", "first_token_t", "finish_t")
+            cols = {k: table.column(k)[ids].tolist() for k in (*marked, "replica", "num_prompt_tokens", "max_tokens",
+                                                               "preemptions")}
             for j, rid in enumerate(ids.tolist()):
                 base = {"cat": "request", "id": rid, "pid": cols["replica"][j], "tid": 1}
-                marks = [cols[k][j] for k in ("arrival", "admitted_t", "first_token_t", "finish_t")]
-                for name, ta, tb in zip(("queued", "prefill", "decode"), marks, marks[1:], strict=False):
+                marks = [cols[k][j] for k in marked]
+                for name, ta, tb in zip(("front end", "queued", "prefill", "decode"), marks, marks[1:], strict=False):
                     if tb > ta:
-                        self._event(dict(base, name=name, ph="b", ts=ta * 1e6,
-                                         args={"request": rid, "input_tokens": cols["num_prompt_tokens"][j],
-                                               "output_tokens": cols["max_tokens"][j],
-                                               "preemptions": cols["preemptions"][j]}))
+                        args = {"request": rid, "input_tokens": cols["num_prompt_tokens"][j],
+                                "output_tokens": cols["max_tokens"][j], "preemptions": cols["preemptions"][j]}
+                        if name == "front end":  # the host model's front-end constants (host.py)
+                            args["source"] = "derived"
+                        self._event(dict(base, name=name, ph="b", ts=ta * 1e6, args=args))
                         self._event(dict(base, name=name, ph="e", ts=tb * 1e6))
         total = int(table.completed_mask.sum())
         other = {"generator": "graphsim simulate", "requests_shown": len(done), "requests_completed": total,

@@ -71,3 +71,35 @@ def test_every_engine_family_carries_the_front_end():
         m = host_model(family)
         assert (m.frontend_us, m.frontend_per_token_us, m.frontend_latency_us) == (
             host.FRONTEND_US, host.FRONTEND_PER_TOKEN_US, host.FRONTEND_LATENCY_US)
+
+
+def test_each_request_shows_its_front_end_delay(tmp_path):
+    # The burst above (10 ms serial + 1 ms latency, sent at t = 0) reaches the engine at 11, 21 and 31 ms: the
+    # per-request results say so (reached_engine_s, frontend_ms = reached − sent), and the Perfetto trace has a
+    # "front end" span from the send to the engine for each request, then "queued" from there to admission.
+    import csv
+    import json
+
+    from graphsim.serving.trace_export import write_chrome_trace, write_requests
+
+    res = simulate(_setup(10_000.0, 1_000.0), [RequestSpec(0.0, 100, 2) for _ in range(3)])
+    rows = list(csv.DictReader(write_requests(res, tmp_path / "r.csv").read_text().splitlines()))
+    assert sorted(float(r["frontend_ms"]) for r in rows) == pytest.approx([11.0, 21.0, 31.0])
+    assert sorted(float(r["reached_engine_s"]) * 1e3 for r in rows) == pytest.approx([11.0, 21.0, 31.0])
+    events = json.loads(write_chrome_trace(res, tmp_path / "t.json").read_text())["traceEvents"]
+    spans = {(e["id"], e["ph"]): e["ts"] for e in events if e.get("name") == "front end"}
+    assert sorted(spans[(i, "e")] - spans[(i, "b")] for i in range(3)) == pytest.approx([11e3, 21e3, 31e3])
+    assert all(e["args"]["source"] == "derived" for e in events if e.get("name") == "front end" and e["ph"] == "b")
+
+
+def test_without_a_front_end_the_delay_is_zero_and_no_span_is_drawn(tmp_path):
+    import csv
+    import json
+
+    from graphsim.serving.trace_export import write_chrome_trace, write_requests
+
+    res = simulate(_setup(0.0, 0.0), [RequestSpec(0.0, 100, 2) for _ in range(3)])
+    rows = list(csv.DictReader(write_requests(res, tmp_path / "r.csv").read_text().splitlines()))
+    assert [float(r["frontend_ms"]) for r in rows] == [0.0, 0.0, 0.0]
+    events = json.loads(write_chrome_trace(res, tmp_path / "t.json").read_text())["traceEvents"]
+    assert not [e for e in events if e.get("name") == "front end"]

@@ -41,7 +41,7 @@ def test_streamed_rows_are_the_kept_rows_in_the_same_order(tmp_path, monkeypatch
 def test_request_table_is_compact_and_reads_like_records():
     res = simulate(_setup(), _work(200))
     t = res.requests
-    assert len(t) == 200 and t.nbytes == 200 * 81  # 4 float64 + 5 int64 + 2 int32 + 1 bool per request
+    assert len(t) == 200 and t.nbytes == 200 * 89  # 5 float64 + 5 int64 + 2 int32 + 1 bool per request
     assert [r.id for r in t] == list(range(200)) and t[-1].id == 199 and t[5] == list(t)[5]
     assert t.completed_mask.all() and all(r.num_output_tokens == r.max_tokens for r in t)
 
