@@ -69,7 +69,8 @@ def account_step(model: ModelSpec, step: Step, precision: Precision) -> WorkRepo
     if model.tie_embeddings:
         embed = embedding_weight(model)
         table_bytes = stored_bytes_per_copy(embed, precision)
-        add(SegmentWork("head", flops=2 * step.sequences * model.vocab * model.hidden,
+        width = model.embed_width or model.hidden  # the table's width (OPT-350m: word_embed_proj_dim)
+        add(SegmentWork("head", flops=2 * step.sequences * model.vocab * width,
                         param_read_bytes=table_bytes, param_read_bytes_worst=table_bytes))
         # the head uses the whole (tied) table: it counts as activated
         add(SegmentWork("embed", params_activated=embed.elements))

@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
-from graphsim.work.builders import gemma4, gqa, hybrid, llama4, mimo, mla, nemotron_h
+from graphsim.work.builders import gemma4, gqa, hybrid, legacy, llama4, mimo, mla, nemotron_h
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
 from graphsim.work.specs import ModelSpec
@@ -91,6 +91,7 @@ BUILDERS: dict[str, Builder] = {
     "ExaoneMoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.EXAONE_MOE),
     "HunYuanMoEV1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.HUNYUAN_MOE),
     "Dots1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.DOTS1),
+    **legacy.ARCHITECTURES,
 }
 
 

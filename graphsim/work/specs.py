@@ -421,3 +421,7 @@ class ModelSpec:
     layer_extras: tuple[Weight, ...] = ()
     head_bias: bool = False  # the untied LM head has a bias (Phi)
     final_norm: bool = True  # False: the final norm has no weights (OLMo's non-parametric LayerNorm)
+    # Width of the word-embedding table and of the LM head when it differs from `hidden` (OPT-350m's
+    # word_embed_proj_dim): an unbiased project_in (width → hidden) follows the lookup (segment `embed`, every
+    # new token) and an unbiased project_out (hidden → width) precedes the head (segment `head`, sampled rows)
+    embed_width: int | None = None

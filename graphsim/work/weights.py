@@ -179,7 +179,8 @@ def layer_block_weights(model: ModelSpec, layer: LayerSpec) -> tuple[tuple[str, 
 
 
 def embedding_weight(model: ModelSpec) -> PlacedWeight:
-    w = Weight("embed", "model.embed_tokens", WeightKind.EMBEDDING, (model.vocab, model.hidden), quantizable=False)
+    width = model.embed_width or model.hidden
+    w = Weight("embed", "model.embed_tokens", WeightKind.EMBEDDING, (model.vocab, width), quantizable=False)
     return PlacedWeight("embed", "model.embed_tokens", w)
 
 
@@ -187,7 +188,7 @@ def head_weight(model: ModelSpec) -> PlacedWeight | None:
     """The untied LM head; None when the head reuses the embedding table."""
     if model.tie_embeddings:
         return None
-    w = Weight("head", "lm_head", M, (model.vocab, model.hidden), quantizable=False)
+    w = Weight("head", "lm_head", M, (model.vocab, model.embed_width or model.hidden), quantizable=False)
     return PlacedWeight("head", "lm_head", w)
 
 
@@ -195,6 +196,9 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
     """Every parameter tensor of the model, in order: embedding, layers, final norm, head."""
     placed = [embedding_weight(model)]
     placed += [PlacedWeight("embed", f"model.{w.module}", w) for w in model.embed_extras]
+    if model.embed_width is not None:  # OPT project_in: the looked-up rows of every new token
+        w = Weight("embed", "project_in", M, (model.hidden, model.embed_width), quantizable=False)
+        placed.append(PlacedWeight("embed", "model.project_in", w))
     for group in model.stack.groups():
         prefix = f"model.layers.{group.first_index}"
         for block, weights in layer_block_weights(model, group.spec):
@@ -208,6 +212,9 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
         if model.norm_bias:
             placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", BIAS,
                                                                           (model.hidden,))))
+    if model.embed_width is not None:  # OPT project_out: only the rows the head samples
+        w = Weight("head", "project_out", M, (model.embed_width, model.hidden), quantizable=False)
+        placed.append(PlacedWeight("head", "model.project_out", w))
     head = head_weight(model)
     if head is not None:
         placed.append(head)

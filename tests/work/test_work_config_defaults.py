@@ -49,6 +49,9 @@ _NOT_CONFIG_ARGS = ("architectures", "model_type", "transformers_version", "quan
 TRAITS = {
     "attention_bias", "attention_out_bias", "mlp_bias", "use_bias", "qkv_bias", "use_qk_norm", "use_post_norm",
     "tie_word_embeddings", "use_qkv_bias", "qk_layernorm", "use_parallel_residual",
+    # GPT-era classes (graphsim/work/builders/legacy.py): Falcon's and GPT-BigCode's attention layout, OPT's norms
+    "multi_query", "parallel_attn", "new_decoder_architecture", "bias", "enable_bias", "do_layer_norm_before",
+    "layer_norm_elementwise_affine", "_remove_final_layer_norm",
 }
 
 
@@ -111,13 +114,16 @@ def _cases() -> list[Any]:
     for arch in supported_architectures():
         full = _default_config(arch)
         # (NemotronHConfig derives num_hidden_layers from its layer list and does not serialise it)
-        stripped = {k: full[k] for k in FRAME_KEYS if k in full} | _UNBUILDABLE_DEFAULTS.get(arch, {})
+        # (GPT-2 and its kin serialise the frame under their attribute_map names: n_embd, n_layer, n_head)
+        aliases = _config_class(arch).attribute_map
+        frame = FRAME_KEYS | {aliases[k] for k in FRAME_KEYS if k in aliases}
+        stripped = {k: full[k] for k in frame if k in full} | _UNBUILDABLE_DEFAULTS.get(arch, {})
         cases.append(pytest.param(arch, full, id=f"{arch}-class-defaults"))
         cases.append(pytest.param(arch, stripped, id=f"{arch}-frame-only"))
         for key in sorted(TRAITS & set(full)):
             if isinstance(full[key], bool):
                 cases.append(pytest.param(arch, dict(full, **{key: not full[key]}), id=f"{arch}-{key}-flipped"))
-        heads, kv = full["num_attention_heads"], full.get("num_key_value_heads")
+        heads, kv = full[aliases.get("num_attention_heads", "num_attention_heads")], full.get("num_key_value_heads")
         if kv is not None and heads % 4 == 0 and kv != heads // 4:
             cases.append(pytest.param(arch, dict(full, num_key_value_heads=heads // 4), id=f"{arch}-gqa"))
     for name, cfg in _repo_configs():
@@ -175,7 +181,13 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             if arch == "MiMoV2FlashForCausalLM" and layer_types and layer_types[i] == "sliding_attention":
                 kv *= 2  # MiMoV2FlashAttention: sliding layers double num_key_value_heads
             head_dim = _layer_attr(hf, i, "head_dim") or hf.hidden_size // hf.num_attention_heads
+            if arch == "GPTBigCodeForCausalLM":  # GPTBigCodeAttention.kv_heads
+                kv = 1 if hf.multi_query else hf.num_attention_heads
+            elif arch == "FalconForCausalLM":  # FalconAttention: qkv_out_dim and num_kv_heads
+                kv = hf.num_kv_heads if hf.new_decoder_architecture else 1 if hf.multi_query else hf.num_attention_heads
             assert (attn.heads, attn.kv_heads, attn.head_dim) == (hf.num_attention_heads, kv, head_dim), f"layer {i}"
+            if arch == "GPTNeoForCausalLM":  # GPTNeoConfig.attention_layers: "local" layers mask beyond window_size
+                assert attn.window == (hf.window_size if hf.attention_layers[i] == "local" else None), f"layer {i}"
             if layer_types is not None:
                 assert (attn.window is not None) == (layer_types[i] == "sliding_attention"), f"layer {i}"
                 if attn.window is not None:
