@@ -35,7 +35,9 @@ import numpy as np
 
 from graphsim.errors import GraphsimError
 from graphsim.work.dtypes import DType, Precision
-from graphsim.work.specs import GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention
+from graphsim.work.specs import (
+    GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention, RecurrentMixer,
+)
 
 
 class KvLayoutError(GraphsimError):
@@ -239,6 +241,12 @@ def _gqa_layer(attn: GqaAttention, tp: int, kv: DType) -> LayerKv:
                   f"{kv.bytes_per_element:g} B{rep}")
     if attn.sinks:
         detail += "; sinks: a learned logit per head (weights, no KV)"
+    if attn.block_indexer is not None:
+        # MiniMax-M3 sparse layers also cache one index key per position, whole on every rank (the indexer's
+        # k_proj has one head; transformers MiniMaxM3VLSparseCacheLayer.idx_keys, in the KV dtype)
+        extra = attn.block_indexer.cache_elements_per_token * kv.bytes_per_element
+        nbytes += extra
+        detail += f" + index key {attn.block_indexer.head_dim} × {kv.bytes_per_element:g} B"
     if attn.chunk is not None:
         return LayerKv(KvKind.CHUNKED, int(nbytes), 0, attn.chunk, detail)
     kind = KvKind.SLIDING if attn.window is not None else KvKind.FULL
@@ -290,6 +298,21 @@ def _mamba2_layer(attn: Mamba2Mixer, tp: int, state: DType) -> LayerKv:
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
+def recurrent_state_layer(attn: RecurrentMixer, tp: int, state: DType) -> LayerKv:
+    """A `RecurrentMixer`'s per-request state on one rank: each part's shards split over TP, in its own dtype or
+    the state dtype (the vLLM function each builder cites in `state_source`)."""
+    nbytes, parts = 0.0, []
+    for part in attn.state:
+        if part.shards % tp:
+            raise KvLayoutError(f"{attn.mechanism} {part.name} state: {part.shards} heads/channels are not divisible by "
+                                f"tp = {tp}; pick a tp that divides them")
+        dtype = part.dtype or state
+        nbytes += part.shards // tp * part.per_shard * dtype.bytes_per_element
+        parts.append(f"{part.name} {part.shards // tp} × {part.per_shard} × {dtype.bytes_per_element:g} B")
+    detail = f"{attn.mechanism}: " + " + ".join(parts) + f" per request ({attn.state_source})"
+    return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
+
+
 def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, ...]:
     """One entry per layer that keeps KV or state (a layer without a mixer keeps none)."""
     out = []
@@ -299,6 +322,8 @@ def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, .
             continue  # no mixer, or K/V read from an earlier layer's cache (vLLM kv_sharing_target_layer_name)
         if isinstance(attn, Mamba2Mixer):
             out.append(_mamba2_layer(attn, tp, precision.state))
+        elif isinstance(attn, RecurrentMixer):
+            out.append(recurrent_state_layer(attn, tp, precision.state))
         elif isinstance(attn, GqaAttention):
             out.append(_gqa_layer(attn, tp, precision.kv))
         elif isinstance(attn, MlaAttention):

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
-    DenseFfn, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn, WeightKind,
+    DenseFfn, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn,
+    RecurrentMixer, WeightKind,
 )
 from graphsim.work.weights import model_weights, stored_bytes_per_copy
 
@@ -152,6 +153,8 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
             cand = [((a.in_proj_width + a.intermediate) // tp, "Mamba2 in_proj (z, xBC, dt) + scan output")]
         elif isinstance(a, NoAttention):
             cand = []
+        elif isinstance(a, RecurrentMixer):
+            cand = [(a.activation_width // tp, f"{a.mechanism} projections + output")]
         else:
             assert isinstance(a, GatedDeltaNet)
             w = (2 * a.key_dim + 2 * a.value_dim) // tp + a.value_dim // tp

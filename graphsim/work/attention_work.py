@@ -42,7 +42,10 @@ from graphsim.work.attention_math import (
     cached_tokens_read, causal_pairs, chunked_cached_read, chunked_new_kept, chunked_pairs, new_tokens_kept,
 )
 from graphsim.work.dtypes import Precision
-from graphsim.work.specs import AttentionSpec, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, NoAttention
+from graphsim.work.linear_work import block_sparse_core, recurrent_core
+from graphsim.work.specs import (
+    AttentionSpec, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, NoAttention, RecurrentMixer,
+)
 from graphsim.workload import SeqGroup
 
 
@@ -66,6 +69,8 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
             pairs = causal_pairs(n, p, attn.window)
             read, kept = cached_tokens_read(n, p, attn.window), new_tokens_kept(n, p, attn.window)
         flops = 2 * pairs * attn.heads * (attn.head_dim + attn.v_head_dim)  # scores (d_qk) + values (d_v)
+        if attn.block_indexer is not None:  # MiniMax-M3: block top-k keys and the indexer (linear_work.py)
+            return CoreWork(*block_sparse_core(attn, attn.block_indexer, n, p, c, precision))
         if attn.kv_shared:
             kept = 0  # the producer layer wrote these positions' K/V; this layer only reads them
         return CoreWork(flops * c, read * per_token * c, kept * per_token * c)
@@ -99,6 +104,8 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
         state = (attn.recurrent_state_elements * attn.ssm_dtype.bytes_per_element
                  + attn.conv_state_elements * precision.state.bytes_per_element)
         return CoreWork(flops * c, (state if p > 0 else 0.0) * c, state * c)
+    if isinstance(attn, RecurrentMixer):
+        return CoreWork(*recurrent_core(attn, n, p, c, precision))
     if isinstance(attn, NoAttention):
         return CoreWork(0, 0.0, 0.0)
     raise TypeError(f"unknown attention spec {type(attn).__name__}")  # pragma: no cover

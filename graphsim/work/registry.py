@@ -12,7 +12,7 @@ from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
-from graphsim.work.builders import gemma4, gqa, hybrid, legacy, llama4, mimo, mla, nemotron_h
+from graphsim.work.builders import gemma4, gqa, hybrid, legacy, linear_attn, llama4, mimo, mla, modern_a, nemotron_h
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
 from graphsim.work.specs import ModelSpec
@@ -92,7 +92,13 @@ BUILDERS: dict[str, Builder] = {
     "HunYuanMoEV1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.HUNYUAN_MOE),
     "Dots1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.DOTS1),
     **legacy.ARCHITECTURES,
+    **modern_a.ARCHITECTURES,
+    **linear_attn.ARCHITECTURES,
 }
+
+# architectures[0] spellings a checkpoint uses for a transformers class of another name (the cross-checks build
+# the transformers class; the accountant builds both names the same way)
+TRANSFORMERS_CLASS: dict[str, str] = {**linear_attn.TRANSFORMERS_CLASS}
 
 
 def supported_architectures() -> tuple[str, ...]:

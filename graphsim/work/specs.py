@@ -102,6 +102,8 @@ class GqaAttention:
     # Gemma-4 num_kv_shared_layers: the layer reuses an earlier layer's K/V (no k/v projections or norms,
     # nothing written to a cache of its own; it reads the producer's)
     kv_shared: bool = False
+    # MiniMax-M3 sparse layers: a block top-k indexer chooses the keys each query attends to
+    block_indexer: BlockSparseIndexer | None = None
 
     @property
     def v_head_dim(self) -> int:
@@ -161,6 +163,7 @@ class MlaAttention:
     bias: bool = False  # attention_bias: on q_a_proj (or q_proj), kv_a_proj_with_mqa, o_proj
     block_norms: int = 1
     indexer: DsaIndexer | None = None  # DeepSeek sparse attention: the core attends to top-k positions
+    output_gate: bool = False  # g_proj (hidden → heads·v_head_dim), a sigmoid gate before o_proj (Kimi-K3)
 
     kind = AttentionKind.MLA
 
@@ -259,6 +262,66 @@ class Mamba2Mixer:
 
 
 @dataclass(frozen=True)
+class StatePart:
+    """One per-request state tensor of a `RecurrentMixer` layer, as vLLM allocates it.
+
+    `shards` is the dimension vLLM splits over TP ranks (heads or channels; it must divide tp),
+    `per_shard` the elements each of them holds; `dtype` None means the state dtype (vLLM's
+    mamba_cache_dtype, "auto" = the model dtype)."""
+
+    name: str
+    shards: int
+    per_shard: int
+    dtype: DType | None = None
+
+    @property
+    def elements(self) -> int:
+        return self.shards * self.per_shard
+
+
+@dataclass(frozen=True)
+class RecurrentMixer:
+    """A linear-attention / recurrent token mixer stated by its parts (Kimi Delta Attention,
+    MiniMax lightning attention, ...), for mechanisms whose weights follow no other spec.
+
+    The builder lists every parameter (`weights`, module paths as transformers names them, parts
+    `qkv`/`core`/`norm`/`out`), the recurrence's FLOPs per new token (`flops_per_token`: the work
+    without weights, with its formula in the builder), and the per-request state vLLM keeps
+    (`state`, read once when p > 0 and written once per sequence, like the gated delta net)."""
+
+    hidden: int
+    mechanism: str  # e.g. "KDA", "lightning attention"
+    weights: tuple[Weight, ...]
+    flops_per_token: int
+    state: tuple[StatePart, ...]
+    state_source: str  # the vLLM function the state layout is read from
+    activation_width: int  # per-token elements of its widest intermediate (projection outputs), split over TP
+    block_norms: int = 1
+
+    kind = AttentionKind.LINEAR
+
+
+@dataclass(frozen=True)
+class BlockSparseIndexer:
+    """MiniMax-M3's lightning indexer over blocks of keys (transformers minimax_m3_vl
+    MiniMaxM3VLIndexer): `heads` index heads (one per KV group) of `head_dim` score every earlier
+    key against one shared, cached index key per position; scores are max-pooled per block of
+    `block` keys and each query keeps `topk` blocks (the `local` blocks ending at its own always
+    among them), so the main attention attends to at most topk·block keys per query."""
+
+    hidden: int
+    heads: int
+    head_dim: int
+    block: int
+    topk: int
+    local: int = 1
+
+    @property
+    def cache_elements_per_token(self) -> int:
+        return self.head_dim  # one index key per position (MiniMaxM3VLSparseCacheLayer.idx_keys)
+
+
+@dataclass(frozen=True)
 class NoAttention:
     """No mixer in this layer: the layer is a single FFN block (Nemotron-H's `mlp` / `moe` layers).
     No weights, no core work, no KV."""
@@ -269,7 +332,7 @@ class NoAttention:
     kind = AttentionKind.NONE
 
 
-AttentionSpec = GqaAttention | MlaAttention | GatedDeltaNet | Mamba2Mixer | NoAttention
+AttentionSpec = GqaAttention | MlaAttention | GatedDeltaNet | Mamba2Mixer | RecurrentMixer | NoAttention
 
 
 class FfnKind(Enum):
@@ -312,6 +375,12 @@ class MoeFfn:
     # (transformers nemotron_h NemotronHMoE); 0 = none, the experts read the hidden state.
     latent: int = 0
     latent_bias: bool = False  # biases on the latent projections (Nemotron-H: mlp_bias)
+    # Kimi-K3 latent MoE (routed_expert_hidden_size): the projections are block_sparse_moe.routed_expert_down_proj /
+    # routed_expert_up_proj, an RMSNorm (routed_expert_norm, latent_moe_use_norm) before the up projection, and
+    # both stay unquantized (vLLM kimi_linear.py KimiMoE: ReplicatedLinear with quant_config=None)
+    latent_names: tuple[str, str] = ("fc1_latent_proj", "fc2_latent_proj")
+    latent_norm: str = ""
+    latent_quantizable: bool = True
     # Gemma-4 enable_moe_block: a dense gated MLP (module `mlp`) of this width runs beside the routed
     # experts on every token (its own norms), and the router carries a per-channel input scale and a
     # per-expert output scale (Gemma4TextRouter.scale, .per_expert_scale)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
     AttentionSpec, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, LayerSpec, Mamba2Mixer, MlaAttention, ModelSpec,
-    MoeFfn, NoAttention, NoFfn, Weight, WeightKind,
+    MoeFfn, NoAttention, NoFfn, RecurrentMixer, Weight, WeightKind,
 )
 
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
@@ -74,6 +74,11 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
                 ws.append(Weight("norm", f"{sa}.k_norm", NORM, (k_w,)))
                 if attn.qk_norm_bias:
                     ws.append(Weight("norm", f"{sa}.k_norm", BIAS, (k_w,)))
+        if attn.block_indexer is not None:  # transformers minimax_m3_vl MiniMaxM3VLIndexer
+            bi, ix = attn.block_indexer, f"{sa}.indexer"
+            ws += _linear("index", f"{ix}.q_proj", bi.heads * bi.head_dim, bi.hidden, False)
+            ws += _linear("index", f"{ix}.k_proj", bi.head_dim, bi.hidden, False)
+            ws += [Weight("index", f"{ix}.q_norm", NORM, (bi.head_dim,)), Weight("index", f"{ix}.k_norm", NORM, (bi.head_dim,))]
         if attn.sinks:
             ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,)))
         ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.o_bias)
@@ -91,6 +96,8 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         kv_b_out = attn.heads * (attn.qk_nope_head_dim + attn.v_head_dim)
         ws += _linear("kv", f"{sa}.kv_b_proj", kv_b_out, attn.kv_lora_rank, False)
         ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.bias)
+        if attn.output_gate:  # Kimi-K3 gated MLA: g_proj, a sigmoid gate on the heads' output
+            ws += _linear("gate", f"{sa}.g_proj", attn.heads * attn.v_head_dim, attn.hidden, False)
         if attn.indexer is not None and not attn.indexer.shared:
             ix, ia = attn.indexer, f"{sa}.indexer"
             ws += _linear("index", f"{ia}.wq_b", ix.heads * ix.head_dim, ix.q_lora_rank, False)
@@ -118,6 +125,8 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         ws += [Weight("core", f"{mx}.{name}", VEC, (attn.heads,)) for name in ("dt_bias", "A_log", "D")]
         ws.append(Weight("norm", f"{mx}.norm", NORM, (attn.intermediate,)))
         ws += _linear("out", f"{mx}.out_proj", attn.hidden, attn.intermediate, attn.proj_bias)
+    elif isinstance(attn, RecurrentMixer):
+        ws += attn.weights  # every parameter, listed by its builder (graphsim/work/builders/linear_attn.py)
     elif isinstance(attn, NoAttention):
         pass
     else:  # pragma: no cover - closed union
@@ -151,13 +160,17 @@ def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
                    Weight("router", f"{router}.per_expert_scale", VEC, (ffn.experts,))]
         width = ffn.latent or ffn.hidden  # the routed experts' input/output width
         if ffn.latent:
-            ws += _linear("latent", f"{at}fc1_latent_proj", ffn.latent, ffn.hidden, ffn.latent_bias)
+            ws += _linear("latent", f"{at}{ffn.latent_names[0]}", ffn.latent, ffn.hidden, ffn.latent_bias,
+                          quantizable=ffn.latent_quantizable)
         ws += _gated_mlp(
             "routed", f"{at}experts", width, ffn.expert_intermediate, ffn.expert_bias, ffn.gated,
             copies=ffn.experts, top_k=ffn.top_k,
         )
         if ffn.latent:
-            ws += _linear("latent", f"{at}fc2_latent_proj", ffn.hidden, ffn.latent, ffn.latent_bias)
+            if ffn.latent_norm:
+                ws.append(Weight("latent", f"{at}{ffn.latent_norm}", NORM, (ffn.latent,)))
+            ws += _linear("latent", f"{at}{ffn.latent_names[1]}", ffn.hidden, ffn.latent, ffn.latent_bias,
+                          quantizable=ffn.latent_quantizable)
         if ffn.shared_intermediate:
             shared = f"{at}{ffn.shared_module}"
             ws += _gated_mlp("shared", shared, ffn.hidden, ffn.shared_intermediate, ffn.shared_bias, ffn.gated)
