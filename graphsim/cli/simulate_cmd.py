@@ -194,9 +194,7 @@ def simulate_cmd(
     if afd_config is not None and (pipeline_parallel_size > 1 or pp_layer_partition):
         raise typer.BadParameter("--afd with pipeline parallelism is not modelled", param_hint="--pipeline-parallel-size")
     dep = plan_deployment(with_pp(config, pipeline_parallel_size, pp_layer_partition))
-    from graphsim.serving.dp_attention import coupled
-
-    dp_coupled = coupled(config.parallel, dep.acc.spec)  # a MoE model's -dp: lockstep ranks (serving/dp_simulator.py)
+    dp_coupled = dep.dp_coupled  # a MoE model's -dp: lockstep ranks (serving/dp_simulator.py)
     if dp_coupled and (afd_config is not None or spec_opts is not None):
         raise typer.BadParameter("data-parallel attention is not simulated with --afd or --speculative-config yet",
                                  param_hint="--data-parallel-size")

@@ -109,9 +109,7 @@ def sweep_cmd(
         enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})
     routing = parse_routing(moe_routing)
     dep = plan_deployment(config)
-    from graphsim.serving.dp_attention import coupled
-
-    dp_coupled = coupled(config.parallel, dep.acc.spec)  # a MoE model's -dp: lockstep ranks (serving/dp_simulator.py)
+    dp_coupled = dep.dp_coupled  # a MoE model's -dp: lockstep ranks (serving/dp_simulator.py)
     if dp_coupled and spec_opts is not None:
         raise typer.BadParameter("data-parallel attention is not simulated with --speculative-config yet",
                                  param_hint="--data-parallel-size")

@@ -131,12 +131,10 @@ def capacity_lines(dep: Deployment) -> list[str]:
 
 
 def render_kv(dep: Deployment) -> Group:
-    p = dep.acc.precision.describe()
-    from graphsim.serving.dp_attention import coupled
-
+    p = dep.precision
     par = dep.config.parallel  # a MoE model's -dp: every table below is one DP rank's (serving/dp_attention.py)
     dp = (f" dp={par.data_parallel_size} ({'EP' if par.enable_expert_parallel else 'TP-sharded'} experts over "
-          f"{par.data_parallel_size * dep.tp} GPUs; one DP rank shown)" if coupled(par, dep.acc.spec) else "")
+          f"{par.data_parallel_size * dep.tp} GPUs; one DP rank shown)" if dep.dp_coupled else "")
     head = (f"[bold]{dep.model.name}[/] ({dep.model.architecture}) on [bold]{dep.hardware.id}[/] tp={dep.tp}{dp}: "
             f"weights {p['weight']} (quantization: {p['quantization']}), KV {p['kv']} ({p['kv_source']}), "
             f"state {p['state']}")

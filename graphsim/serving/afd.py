@@ -598,7 +598,7 @@ def afd_deployment(dep: Any, config: AfdConfig) -> Any:
     if dep.tp != config.tp:
         raise AfdError(f"--tp {dep.tp} with --afd {config.attention_gpus}:{config.ffn_gpus}: an attention instance is "
                        f"tp{config.tp}; drop --tp (--afd-attention-tp sets it)")
-    acc, b = dep.acc, dep.budget
+    acc, b = dep.accountant, dep.budget
     off = ffn_weight_bytes(acc.spec, acc.precision, config.tp)
     on_ffn = ffn_weight_bytes(acc.spec, acc.precision, config.ffn_gpus)
     usable = int(dep.hardware.memory_bytes * dep.engine.gpu_memory_utilization)

@@ -69,7 +69,7 @@ def enumerate_afd(spec: SearchSpec, planner: Any, tps: list[int], experts: int,
 def _ffn_memory(dep: Any, f: int, ep: int) -> PoolMemory:
     from graphsim.serving.afd import ffn_weight_bytes
 
-    w = ffn_weight_bytes(dep.acc.spec, dep.acc.precision, f)
+    w = ffn_weight_bytes(dep.accountant.spec, dep.accountant.precision, f)
     return PoolMemory(w, 0, 0, 0, 0)
 
 

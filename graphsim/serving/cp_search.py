@@ -123,9 +123,14 @@ class CpPlan:
         """Ranks of a TP group holding one KV head (`serving.context_parallel.kv_copies`), or why CP cannot run."""
         if tp not in self._copies:
             from graphsim.serving.context_parallel import kv_copies
+            from graphsim.serving.graph_kv import accountant_lacks
             from graphsim.work import accounting
 
             b = self.spec.base
+            lacks = accountant_lacks(self.model.config)  # laid out from its traced graph, which models no CP
+            if lacks is not None:
+                self._copies[tp] = f"{lacks}: context parallelism is not modelled from the traced graph"
+                return self._copies[tp]
             try:
                 acc = accounting(self.model.config, dtype=b.dtype, kv_dtype=b.kv_cache_dtype,
                                  state_dtype=b.mamba_ssm_cache_dtype, ignore_quant=b.ignore_quant)

@@ -9,7 +9,7 @@ command), so they need the `trace` extra.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from graphsim.catalog import ResolvedModel, resolve_model
 from graphsim.costing.cost_model import CostModel
@@ -27,17 +27,50 @@ from graphsim.work import accounting
 from graphsim.work.api import Accounting
 from graphsim.work.registry import language_model_config
 
+if TYPE_CHECKING:
+    from graphsim.serving.graph_deployment import GraphFacts
+
 
 @dataclass(frozen=True)
 class Deployment:
     config: DeploymentConfig
     model: ResolvedModel
     hardware: HardwareSpec
-    acc: Accounting
+    acc: Accounting | None  # None: an architecture the accountant lacks, laid out from its traced graph (`graph`)
     engine: EngineConfig  # the config's engine settings with vLLM's defaults for this GPU and model filled in
     layout: KvLayout
     budget: MemoryBudget
     capacity: KvCapacity
+    graph: GraphFacts | None = None  # set when layout and budget come from the traced graph (graph_deployment.py)
+
+    @property
+    def accountant(self) -> Accounting:
+        """The accountant's model; a deployment laid out from the traced graph has none (one-line error)."""
+        if self.acc is None:
+            from graphsim.serving.graph_deployment import GraphDeploymentError
+
+            why = self.graph.reason if self.graph is not None else "no work-accountant model"
+            raise GraphDeploymentError(f"{why}; this needs the accountant's model spec (docs/serving.md, "
+                                       "deployments from the traced graph)")
+        return self.acc
+
+    @property
+    def vocab(self) -> int:
+        return self.graph.vocab if self.graph is not None else self.accountant.spec.vocab
+
+    @property
+    def dp_coupled(self) -> bool:
+        """vLLM couples the DP ranks (data-parallel attention) of a MoE model with dp > 1."""
+        if self.graph is not None:
+            return self.config.parallel.data_parallel_size > 1 and self.graph.has_routed_experts
+        from graphsim.serving.dp_attention import coupled
+
+        return coupled(self.config.parallel, self.accountant.spec)
+
+    @property
+    def precision(self) -> dict[str, str]:
+        """Weight / KV / state dtypes and their sources (`Precision.describe`'s keys)."""
+        return dict(self.graph.precision) if self.graph is not None else self.accountant.precision.describe()
 
     @property
     def tp(self) -> int:
@@ -70,7 +103,7 @@ class Deployment:
         parallel = ParallelConfig(tensor_parallel_size=self.tp, pipeline_parallel_size=p.pipeline_parallel_size,
                                   data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas,
                                   prefill_context_parallel_size=p.prefill_context_parallel_size)
-        host = EngineHost(self.engine.host, self.acc.spec.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
+        host = EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
             if host_time else None
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
                                host=host)
@@ -108,7 +141,7 @@ class Deployment:
         return {
             "model": self.model.name, "architecture": self.model.architecture, "hardware": self.hardware.id,
             "interconnect": self.hardware.topology().describe(),
-            "tp": self.tp, "precision": self.acc.precision.describe(),
+            "tp": self.tp, "precision": self.precision,
             "engine": {"max_num_batched_tokens": e.max_num_batched_tokens, "max_num_seqs": e.max_num_seqs,
                        "max_model_len": e.max_model_len, "block_size": self.layout.block_size,
                        "enable_prefix_caching": e.enable_prefix_caching,
@@ -144,6 +177,13 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     # a multimodal wrapper's context length, rotary cache etc. are its language model's (text_config)
     cfg = language_model_config(resolved.config)
     tp, mem, e = config.parallel.tensor_parallel_size, config.memory, config.engine
+    from graphsim.serving.graph_kv import accountant_lacks
+
+    reason = accountant_lacks(resolved.config)
+    if reason is not None:  # no accountant model: layout and budget from the traced graph (graph_deployment.py)
+        from graphsim.serving.graph_deployment import plan_graph_deployment
+
+        return plan_graph_deployment(config, resolved, hw, e.resolve(hw, cfg), cfg, reason)
     acc = accounting(resolved.config, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
                      ignore_quant=config.ignore_quant)
     eng = e.resolve(hw, cfg)

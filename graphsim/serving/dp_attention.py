@@ -65,7 +65,7 @@ def dp_simulation_setup(dep: Deployment, profile: str | None = None, moe_routing
     from graphsim.serving.dp_simulator import DpSimulationSetup, MoeStepCost, own_part_cost
 
     parallel = dep.config.parallel
-    if not coupled(parallel, dep.acc.spec):
+    if not dep.dp_coupled:
         raise DeploymentConfigError("the lockstep simulator is for a MoE model with data_parallel_size >= 2")
     cm = dep.cost_model(profile, moe_routing=moe_routing)
     e = dep.engine

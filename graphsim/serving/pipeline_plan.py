@@ -116,10 +116,10 @@ def plan_stages(dep: Deployment) -> Deployment:
     if getattr(par, "decode_context_parallel_size", 1) > 1:
         raise PipelineError("decode context parallelism with --pipeline-parallel-size > 1 is not modelled; drop one of "
                             "them")
-    if coupled(par, dep.acc.spec):
+    if coupled(par, dep.accountant.spec):
         raise PipelineError("data-parallel attention (-dp on a MoE model) with --pipeline-parallel-size > 1 is not "
                             "modelled; drop one of them")
-    spec, precision, tp = dep.acc.spec, dep.acc.precision, dep.tp
+    spec, precision, tp = dep.accountant.spec, dep.accountant.precision, dep.tp
     split = PipelineSplit.of(len(spec.stack), pp, tp, dep.hardware.topology().gpus_per_node, partition)
     cfg = language_model_config(dep.model.config)
     e, mem, eng = dep.config.engine, dep.config.memory, dep.engine

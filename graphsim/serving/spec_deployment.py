@@ -42,7 +42,7 @@ class DraftFootprint:
 
 
 def draft_footprint(dep: Deployment, spec: SpeculativeConfig) -> DraftFootprint:
-    acc, tp = dep.acc, dep.tp
+    acc, tp = dep.accountant, dep.tp
     if spec.method == "ngram":
         return DraftFootprint((), 0, "n-gram: no draft model")
     if spec.method == "mtp":
@@ -115,7 +115,7 @@ def speculative_cost(dep: Deployment, spec: SpeculativeConfig, profile: str | No
     e = dep.engine
     rows = e.max_num_seqs * (spec.k + 1)
     tokens = max(e.max_num_batched_tokens, rows)
-    vocab = dep.acc.spec.vocab
+    vocab = dep.vocab
     pricer = speculative_pricer(cm, spec, vocab)
     target_cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, tokens, rows, e.max_model_len)
     draft_cost = None
