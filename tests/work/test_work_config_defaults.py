@@ -179,6 +179,9 @@ def _layer_attr(hf: Any, i: int, name: str) -> Any:
 
 @pytest.mark.parametrize(("arch", "cfg"), _cases())
 def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
+        if "word_embed_proj_dim" in full and full["word_embed_proj_dim"] == full["hidden_size"]:  # OPT-350m: project_in/out
+            narrow = dict(full, word_embed_proj_dim=full["hidden_size"] // 2)
+            cases.append(pytest.param(arch, narrow, id=f"{arch}-word_embed_proj_dim"))
     spec = build_model(dict(cfg, architectures=[arch]))
     hf = _hf_config(arch, cfg)
     assert (spec.hidden, spec.vocab, len(spec.stack.layers)) == (hf.hidden_size, hf.vocab_size, hf.num_hidden_layers)
