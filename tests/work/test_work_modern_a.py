@@ -1,0 +1,144 @@
+"""This year's decoders registered in graphsim/work/builders/modern_a.py: a hand-derived golden, the
+layer schedules the config classes derive, and the meta-model parameter count on variants the class
+defaults do not reach (per-layer heads, dense prefixes, nested DBRX configs, biased heads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from graphsim.errors import ConfigError
+from graphsim.serving.kv_layout import layer_kv
+from graphsim.work import accounting, build_model
+from graphsim.work.dtypes import DType, Precision
+from graphsim.work.specs import DenseFfn, GqaAttention, MoeFfn
+
+BF16 = Precision(weight=DType.BFLOAT16, kv=DType.BFLOAT16, state=DType.BFLOAT16)
+
+
+def test_phi_3_5_moe_golden_at_class_defaults():
+    # PhimoeConfig's defaults are Phi-3.5-MoE's shape (transformers models/phimoe/configuration_phimoe.py):
+    # hidden 4096, 32 layers, 32 heads / 8 KV heads of 128, 16 experts of 6400, top-2, vocab 32064, untied,
+    # LayerNorms with bias, no attention or lm_head bias.
+    cfg = {"architectures": ["PhimoeForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "vocab_size": 32064}
+    params = accounting(cfg).params()
+    # Per layer: q 4096·4096 = 16,777,216, k and v 1024·4096 = 4,194,304 each, o 16,777,216 → 41,943,040;
+    # two LayerNorms with bias 4·4096 = 16,384; router 16·4096 = 65,536; experts 16 × 3 × 4096·6400 =
+    # 16 × 78,643,200 = 1,258,291,200 → 1,300,316,160 per layer, × 32 = 41,610,117,120.
+    # Embedding and lm_head 32064·4096 = 131,334,144 each; final LayerNorm 2·4096 = 8,192.
+    # Total 41,610,117,120 + 262,668,288 + 8,192 = 41,872,793,600 (the model card: 41.9B total).
+    assert params.total == 41_872_793_600
+    # Activated: 2 of 16 experts, 2 × 78,643,200 = 157,286,400 per layer → 41,943,040 + 16,384 + 65,536 +
+    # 157,286,400 = 199,311,360 per layer, × 32 = 6,377,963,520; + head 131,334,144 + final norm 8,192 =
+    # 6,509,305,856; with the input embedding 6,640,640,000 (the model card: 6.6B active).
+    assert params.activated == 6_509_305_856
+    assert params.activated_with_embedding == 6_640_640_000
+    # KV per token and layer: 2 · 8 heads · 128 · 2 B = 4,096 B; 32 layers → 131,072 B.
+    kv = layer_kv(build_model(cfg), 1, BF16)
+    assert [k.bytes_per_token for k in kv] == [4096] * 32
+
+
+def test_cohere2_moe_schedule_without_layer_types():
+    # Cohere2MoeConfig.__post_init__: the first first_k_dense_replace = 2 layers are dense, full every
+    # prefix_dense_sliding_window_pattern = 1st of them (both full); the rest are sparse, full every
+    # sliding_window_pattern = 4th of them (layer 2 + 3 = 5), the others slide over sliding_window.
+    cfg = {"architectures": ["Cohere2MoeForCausalLM"], "hidden_size": 64, "num_hidden_layers": 6,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100,
+           "intermediate_size": 32, "prefix_dense_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2,
+           "num_shared_experts": 1, "sliding_window": 8, "first_k_dense_replace": 2}
+    layers = build_model(cfg).stack.layers
+    assert [la.attn.window for la in layers if isinstance(la.attn, GqaAttention)] == [None, None, 8, 8, 8, None]
+    ffns = [la.ffn for la in layers]
+    assert [isinstance(f, MoeFfn) for f in ffns] == [False, False, True, True, True, True]
+    dense, moe = ffns[0], ffns[2]
+    assert isinstance(dense, DenseFfn) and isinstance(moe, MoeFfn)
+    # dense layers are prefix_dense_intermediate_size wide; the shared MLP is 1 × intermediate_size
+    assert (dense.intermediate, moe.expert_intermediate, moe.shared_intermediate) == (48, 32, 32)
+
+
+def test_laguna_per_layer_heads_and_gate():
+    cfg = {"architectures": ["LagunaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 3,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 100,
+           "num_attention_heads_per_layer": [4, 8, 4], "gating": True}
+    layers = build_model(cfg).stack.layers
+    assert [la.attn.heads for la in layers if isinstance(la.attn, GqaAttention)] == [4, 8, 4]
+    # per-head gate: g_proj is heads × hidden (4·64, 8·64, 4·64)
+    assert [la.attn_extras[0].elements for la in layers] == [256, 512, 256]
+    # KV per token and layer does not depend on the query heads: 2 · 2 · 16 · 2 B = 128 B
+    assert [k.bytes_per_token for k in layer_kv(build_model(cfg), 1, BF16)] == [128, 128, 128]
+
+
+def test_dbrx_refuses_tied_embeddings():
+    cfg = {"architectures": ["DbrxForCausalLM"], "d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 100,
+           "tie_word_embeddings": True}
+    with pytest.raises(ConfigError, match="tie_word_embeddings"):
+        build_model(cfg)
+
+
+def test_dbrx_reads_its_nested_configs():
+    cfg = {"architectures": ["DbrxForCausalLM"], "d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 100,
+           "attn_config": {"kv_n_heads": 2}, "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 8,
+                                                            "moe_top_k": 2}}
+    layer = build_model(cfg).stack.layers[0]
+    assert isinstance(layer.attn, GqaAttention) and isinstance(layer.ffn, MoeFfn)
+    assert (layer.attn.kv_heads, layer.attn.head_dim) == (2, 16)
+    assert (layer.ffn.experts, layer.ffn.top_k, layer.ffn.expert_intermediate) == (8, 2, 48)
+
+
+_SMALL = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "vocab_size": 100, "intermediate_size": 48}
+
+# Variants of each class the class-default sweep (tests/work/test_work_config_defaults.py) does not reach.
+VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("PhimoeForCausalLM", _SMALL | {"num_local_experts": 4, "lm_head_bias": True, "attention_bias": True,
+                                     "sliding_window": 16}),
+    ("Cohere2MoeForCausalLM", _SMALL | {"num_hidden_layers": 6, "head_dim": 16, "num_experts": 4,
+                                         "num_experts_per_tok": 2, "num_shared_experts": 2,
+                                         "prefix_dense_intermediate_size": 40, "first_k_dense_replace": 2,
+                                         "layer_types": None, "mlp_layer_types": None, "attention_bias": True}),
+    ("AfmoeForCausalLM", _SMALL | {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "num_dense_layers": 2,
+                                    "moe_intermediate_size": 24, "num_shared_experts": 1, "attention_bias": True,
+                                    "layer_types": None, "global_attn_every_n_layers": 2}),
+    ("LagunaForCausalLM", _SMALL | {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 24, "shared_expert_intermediate_size": 24,
+                                     "num_attention_heads_per_layer": [4, 8, 4, 2], "gating": "per-element",
+                                     "mlp_layer_types": ["dense", "dense", "sparse", "sparse"],
+                                     "layer_types": ["full_attention", "sliding_attention"] * 2, "sliding_window": 8}),
+    ("LagunaForCausalLM", _SMALL | {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 24, "num_attention_heads_per_layer": [4, 8, 4, 2]}),
+    ("NanoChatForCausalLM", _SMALL | {"attention_bias": True}),
+    ("BitNetForCausalLM", _SMALL | {"attention_bias": True}),
+    ("DiffLlamaForCausalLM", _SMALL | {"head_dim": 32}),
+    ("AXK1ForCausalLM", _SMALL | {"num_hidden_layers": 5, "n_routed_experts": 8, "num_experts_per_tok": 2,
+                                   "n_group": 2, "topk_group": 1, "moe_intermediate_size": 16, "n_shared_experts": 2,
+                                   "q_lora_rank": 32, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+                                   "qk_rope_head_dim": 4, "v_head_dim": 8, "first_k_dense_replace": 2,
+                                   "moe_layer_freq": 2, "mlp_layer_types": None}),
+    ("DbrxForCausalLM", {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 100,
+                         "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+                         "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 8, "moe_top_k": 2}}),
+]
+
+
+@pytest.mark.parametrize(("arch", "cfg"), VARIANTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VARIANTS)])
+def test_variant_parameter_count_equals_the_meta_model(arch: str, cfg: dict[str, Any]):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    hf = getattr(transformers, arch).config_class(**cfg)
+    with torch.device("meta"):
+        model = getattr(transformers, arch)(hf)
+    persistent = set(model.state_dict(keep_vars=True))
+    meta = sum(p.numel() for p in model.parameters()) + sum(
+        b.numel() for name, b in model.named_buffers() if name in persistent)
+    spec = build_model(dict(cfg, architectures=[arch]))
+    assert accounting(dict(cfg, architectures=[arch])).params().total == meta
+    # the layer schedule the config class derived: sliding layers and MoE layers where transformers put them
+    types = getattr(hf, "layer_types", None)
+    if types is not None:
+        windows = [la.attn.window for la in spec.stack.layers if isinstance(la.attn, GqaAttention)]
+        assert [w is not None for w in windows] == [t == "sliding_attention" for t in types]
+    kinds = getattr(hf, "mlp_layer_types", None)
+    if kinds is not None:
+        assert [isinstance(la.ffn, MoeFfn) for la in spec.stack.layers] == [k == "sparse" for k in kinds]
