@@ -27,6 +27,7 @@ is raised until an attention page holds at least one state page
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
@@ -36,7 +37,7 @@ import numpy as np
 from graphsim.errors import GraphsimError
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.specs import (
-    GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention, RecurrentMixer,
+    CompressedAttention, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention, RecurrentMixer,
 )
 
 
@@ -54,6 +55,7 @@ class KvKind(str, Enum):
 
 DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py)
 MLA_BLOCK_SIZE = 64  # FlashMLA's only kernel block size (vllm/v1/attention/backends/mla/flashmla.py)
+V4_BLOCK_SIZE = 256  # DeepSeek-V4 (vllm/v1/attention/backends/mla/sparse_swa.py get_preferred_block_size)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -69,9 +71,14 @@ class LayerKv:
     state_bytes: int = 0  # per request per rank (STATE only)
     window: int | None = None
     detail: str = ""  # the arithmetic, e.g. "2 × 8 kv heads × 128 × 2 B"
+    # tokens per stored entry: DeepSeek-V4's compressed caches keep one entry (`bytes_per_token` bytes) per
+    # `ratio` tokens (vLLM MLAAttentionSpec compress_ratio)
+    ratio: int = 1
 
     @property
     def label(self) -> str:
+        if self.ratio > 1:
+            return f"compressed 1/{self.ratio}"
         if self.kind is KvKind.SLIDING:
             return f"sliding window {self.window}"
         if self.kind is KvKind.CHUNKED:
@@ -144,8 +151,13 @@ class KvLayout:
 
     @property
     def bytes_per_token(self) -> int:
-        """KV bytes per token per rank, summed over all attention layers (window not applied)."""
-        return sum(layer.bytes_per_token for layer in self.layers)
+        """KV bytes per token per rank, summed over all attention layers (window not applied; a compressed
+        cache's entry counted per `ratio` tokens, the sum rounded up)."""
+        return -(-sum(layer.bytes_per_token * self._lcm // layer.ratio for layer in self.layers) // self._lcm)
+
+    @cached_property
+    def _lcm(self) -> int:
+        return math.lcm(*(layer.ratio for layer in self.layers)) if self.layers else 1
 
     @property
     def state_bytes_per_request(self) -> int:
@@ -182,7 +194,7 @@ class KvLayout:
                 assert layer.window is not None
                 total += layer.bytes_per_token * min(tokens, layer.window)
             else:
-                total += layer.bytes_per_token * tokens
+                total += layer.bytes_per_token * cdiv(tokens, layer.ratio)
         return total
 
     def admission_blocks(self, tokens: int, in_flight_tokens: int) -> int:
@@ -313,6 +325,43 @@ def recurrent_state_layer(attn: RecurrentMixer, tp: int, state: DType) -> LayerK
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
+def compressed_attention_kv(attn: CompressedAttention) -> tuple[LayerKv, ...]:
+    """The caches vLLM allocates for one DeepSeek-V4 attention layer, each its own KV-cache spec, whole on
+    every rank (one shared K=V head): fixed layouts of the fp8 cache format vLLM requires
+    (vllm/model_executor/layers/deepseek_v4_attention.py DeepseekV4MLAAttention asserts an fp8 kv cache and
+    switches it to fp8_ds_mla), whatever --kv-cache-dtype says.
+
+    - the sliding-window cache (vllm/v1/attention/backends/mla/sparse_swa.py DeepseekV4SWACache:
+      SlidingWindowMLASpec, window `sliding_window`), one 584-B entry a token (448 fp8 nope + 64 bf16 rope
+      + 8 scale bytes at head_dim 512: `attention_work.v4_entry_bytes`);
+    - CSA / HCA: the compressed cache, one such entry per `ratio` tokens (DeepseekV4MLAAttention
+      .get_kv_cache_spec: MLAAttentionSpec compress_ratio); the compressor's fp32 state, kv + score of
+      coff·head_dim each, a sliding window of coff·ratio tokens (deepseek_compressor.py
+      CompressorStateCache);
+    - CSA only: the indexer's key cache, fp8 index_head_dim + an fp32 scale per 128, one per `ratio`
+      tokens (DeepseekV4Indexer / DeepseekV4IndexerCache), and the indexer compressor's state.
+    vLLM's DeepSeek-V4 page planning (576-B alignment, 64-token SWA blocks against 256-token compressed
+    blocks) is not modelled: the groups below page them like any other layers."""
+    from graphsim.work.attention_work import v4_entry_bytes, v4_index_entry_bytes
+
+    entry = v4_entry_bytes(attn.head_dim, attn.rope_dim)
+    nope = attn.head_dim - attn.rope_dim
+    how = f"{nope} fp8 nope + {attn.rope_dim} × 2 B rope + {nope // 64 + 1} scale/pad B = {entry} B"
+    out = [LayerKv(KvKind.SLIDING, entry, 0, attn.window, f"sliding-window K=V: {how} a token")]
+    for c, index in ((attn.compressor, False), (attn.index_compressor, True)):
+        if c is None:
+            continue
+        what = "indexer key" if index else "compressed K=V"
+        nbytes = v4_index_entry_bytes(c.head_dim) if index else entry
+        how_c = f"{c.head_dim} fp8 + fp32 scale per 128 = {nbytes} B" if index else how
+        out.append(LayerKv(KvKind.MLA, nbytes, 0, None, f"{what}: {how_c} per {c.ratio} tokens", ratio=c.ratio))
+        state = c.state_elements_per_token * 4
+        out.append(LayerKv(KvKind.SLIDING, state, 0, c.coff * c.ratio,
+                           f"{'indexer ' if index else ''}compressor state: kv + score 2 × {c.proj_width} fp32 = "
+                           f"{state} B a token over a window of {c.coff * c.ratio}"))
+    return tuple(out)
+
+
 def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, ...]:
     """One entry per layer that keeps KV or state (a layer without a mixer keeps none)."""
     out = []
@@ -330,6 +379,8 @@ def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, .
             out.append(_mla_layer(attn, precision.kv))
         elif isinstance(attn, GatedDeltaNet):
             out.append(_state_layer(attn, tp, precision.state))
+        elif isinstance(attn, CompressedAttention):
+            out.extend(compressed_attention_kv(attn))
         else:  # pragma: no cover - closed union
             raise TypeError(type(attn).__name__)
     return tuple(out)
@@ -353,7 +404,7 @@ def _groups(layers: tuple[LayerKv, ...], block_size: int) -> tuple[tuple[KvGroup
         if attn_bs != block_size:
             notes.append(f"attention block size raised to {attn_bs} tokens so that an attention page holds one "
                          f"linear-attention state page (vLLM _align_hybrid_block_size)")
-    pages = {b: (b.state_bytes if b.kind is KvKind.STATE else b.bytes_per_token * attn_bs) for b in buckets}
+    pages = {b: (b.state_bytes if b.kind is KvKind.STATE else b.bytes_per_token * cdiv(attn_bs, b.ratio)) for b in buckets}
     max_page = max(pages.values())
     sizes = {b: attn_bs for b in buckets}
     for b, page in list(pages.items()):  # unify_kv_cache_spec_page_size
@@ -389,7 +440,13 @@ def kv_layout(spec: ModelSpec, precision: Precision, tp: int = 1, block_size: in
     notes: list[str] = []
     if block_size is None:
         block_size = DEFAULT_BLOCK_SIZE
-        if any(layer.kind is KvKind.MLA for layer in layers):
+        if any(layer.ratio > 1 for layer in layers):
+            block_size = V4_BLOCK_SIZE
+            notes.append("block size 256: vLLM's DeepSeek-V4 backend prefers 256-token blocks "
+                         "(sparse_swa.py DeepseekSparseSWABackend.get_preferred_block_size), a whole number of "
+                         "compressed entries per block; its own page planning (64-token SWA blocks, 576-B "
+                         "alignment) is not modelled")
+        elif any(layer.kind is KvKind.MLA for layer in layers):
             block_size = MLA_BLOCK_SIZE
             notes.append("block size 64: vLLM's FlashMLA backend (Hopper) takes only 64-token blocks; "
                          "other MLA backends differ (CUTLASS MLA on Blackwell: 128), set --block-size")

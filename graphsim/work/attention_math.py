@@ -56,3 +56,33 @@ def chunked_new_kept(new_tokens: int, cached_tokens: int, chunk: int) -> int:
     """New positions later tokens can attend to: those in the chunk the next position falls in."""
     end = cached_tokens + new_tokens
     return end - max(cached_tokens, chunk * (end // chunk))
+
+
+# --- compressed entries (DeepSeek-V4): one entry per closed window of m tokens ------------------------
+def closed_entries(position: int, ratio: int) -> int:
+    """Entries whose windows have closed once `position` tokens exist: ⌊position / m⌋."""
+    return position // ratio
+
+
+def _visible_prefix(x: int, ratio: int) -> int:
+    """Σ_{s=1..x} ⌊s / m⌋: with s = t + 1, the entries queries at positions 0 .. x−1 see in total.
+    With x = q·m + r: m·q(q − 1)/2 (the full blocks of m positions see 0, 1, …, q − 1) + q·(r + 1)."""
+    q, r = divmod(x, ratio)
+    return ratio * q * (q - 1) // 2 + q * (r + 1)
+
+
+def compressed_pairs(new_tokens: int, cached_tokens: int, ratio: int, topk: int | None = None) -> int:
+    """Σ over new positions t = p .. p+n−1 of min(⌊(t + 1) / m⌋, k): (query, compressed entry) pairs one
+    head scores (transformers DeepseekV4HCACompressor / CSA block_bias: query t sees entry w iff
+    w < (t + 1) // m; CSA keeps the indexer's top-k of those). Exact."""
+
+    def prefix(x: int) -> int:
+        if topk is None:
+            return _visible_prefix(x, ratio)
+        edge = topk * ratio - 1  # s ≤ edge sees fewer than k entries; beyond, exactly k
+        if x <= edge:
+            return _visible_prefix(x, ratio)
+        return _visible_prefix(edge, ratio) + topk * (x - edge)
+
+    n, p = new_tokens, cached_tokens
+    return prefix(p + n) - prefix(p)

@@ -30,6 +30,30 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   skip and the gate are elementwise). The depthwise conv is a weight (`WeightKind.CONV`). The
   temporal state (H·d_head·d_state, in the spec's `ssm_dtype`) and the conv state
   (conv_dim·(kernel − 1), in the state dtype) are read once when p > 0 and written once per sequence.
+- DeepSeek-V4 compressed attention (`CompressedAttention`, shared K = V of d = head_dim, H heads):
+  sliding pairs S_w = Σ min(p + i, W) plus compressed pairs S_c = Σ_t min(⌊(t + 1)/m⌋, k) (HCA: no
+  cap; `attention_math.compressed_pairs`), 2·(S_w + S_c)·H·2d FLOPs (scores and values, both of
+  width d). Each compressed entry emitted costs its softmax-gated pooling, 2·slots·d with slots =
+  2m (CSA's overlapping windows) or m; the indexer (CSA) pools its own entries at d_I and scores every
+  (query, visible entry) pair with H_I heads, H_I·(2·d_I + 2) each (as DSA's). Bytes as vLLM stores
+  them (`deepseek_v4.py` in graphsim/work/builders cites each): the sliding-window cache (584 B a
+  token at d = 512: fp8 nope, bf16 rope, scales) read for min(p, W − 1) positions and written for
+  min(n, W − 1); the compressed cache (the same 584 B an entry) read for the visible cached entries
+  (CSA: at most n·k) and written for the entries emitted; the indexer's key cache (fp8 + fp32 scale
+  per 128) likewise over all cached entries; the compressors' fp32 carried state
+  (`KvCompressor.carried_state_elements`) read when p > 0 and written once per sequence. The
+  hyper-connection mixing around each block (4 × 4 stream mixes, the Sinkhorn projection) is
+  elementwise and not counted; its weight matmul is (`layers.ffn.hc`).
+- Mamba-1 (selective scan; Gu & Dao 2023, arXiv:2312.00752 §3, Algorithm 2): per token the state h
+  (d_inner × d_state) takes the update dt·x ⊗ B (2·d_inner·d_state) and the output reads it with C
+  (2·d_inner·d_state): 4·d_inner·d_state, Mamba2's count with d_inner = H·d_head (the decay
+  exp(dt·A) and the D skip are elementwise; x_proj and dt_proj are weights). Temporal state
+  d_inner·d_state and conv state d_inner·(kernel − 1), read once when p > 0 and written once.
+- Short conv (LFM2 `ShortConv`): the depthwise conv is a weight (`WeightKind.CONV`) and the two gates
+  are elementwise, so the core has no FLOPs; its conv state, hidden·(kernel − 1) elements in the
+  state dtype, is read once when p > 0 and written once per sequence.
+- A Mamba temporal state whose `ssm_dtype` is None is held in the state dtype (vLLM's
+  mamba_ssm_cache_dtype "auto"); Nemotron-H's is float32 unless its config says otherwise.
 - A layer without a mixer (`NoAttention`) has no core work. A layer reusing an earlier layer's K/V
   (Gemma-4 `kv_shared`) reads them like its own and writes none.
 """
@@ -39,12 +63,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphsim.work.attention_math import (
-    cached_tokens_read, causal_pairs, chunked_cached_read, chunked_new_kept, chunked_pairs, new_tokens_kept,
+    cached_tokens_read, causal_pairs, chunked_cached_read, chunked_new_kept, chunked_pairs, closed_entries,
+    compressed_pairs, new_tokens_kept,
 )
 from graphsim.work.dtypes import Precision
 from graphsim.work.linear_work import block_sparse_core, recurrent_core
 from graphsim.work.specs import (
-    AttentionSpec, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, NoAttention, RecurrentMixer,
+    AttentionSpec, CompressedAttention, GatedDeltaNet, GqaAttention, KvCompressor, Mamba2Mixer, MlaAttention,
+    NoAttention, RecurrentMixer,
 )
 from graphsim.workload import SeqGroup
 
@@ -108,4 +134,57 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
         return CoreWork(*recurrent_core(attn, n, p, c, precision))
     if isinstance(attn, NoAttention):
         return CoreWork(0, 0.0, 0.0)
+    if isinstance(attn, CompressedAttention):
+        return _compressed_core(attn, n, p, c)
     raise TypeError(f"unknown attention spec {type(attn).__name__}")  # pragma: no cover
+
+
+# vLLM's fp8_ds_mla entry for DeepSeek-V4 (vllm/model_executor/layers/deepseek_v4_attention.py
+# DeepseekV4MultiHeadLatentAttentionWrapper.__init__ head_bytes; sparse_swa.py get_kv_cache_shape "584B per
+# token"): the nope part in fp8, the rope part in bf16, one scale byte per 64 nope values, one pad byte.
+def v4_entry_bytes(head_dim: int, rope_dim: int) -> int:
+    nope = head_dim - rope_dim
+    return nope + 2 * rope_dim + nope // 64 + 1
+
+
+# vLLM's indexer key cache (deepseek_v4_attention.py DeepseekV4Indexer.__init__ k_cache_head_dim): fp8 keys
+# plus one fp32 scale per 128 values (quant_block_size 128), the same layout as DeepSeek-V3.2's.
+def v4_index_entry_bytes(index_head_dim: int) -> int:
+    return index_head_dim + index_head_dim // 128 * 4
+
+
+def _pooling_flops(c: KvCompressor, new: int, cached: int) -> int:
+    """Softmax-gated sum of the entries emitted by this step: 2·slots·d each (slots = coff·m)."""
+    emitted = closed_entries(cached + new, c.ratio) - closed_entries(cached, c.ratio)
+    return 2 * c.coff * c.ratio * c.head_dim * emitted
+
+
+def _compressed_core(attn: CompressedAttention, n: int, p: int, c: int) -> CoreWork:
+    d, h = attn.head_dim, attn.heads
+    entry = v4_entry_bytes(d, attn.rope_dim)
+    pairs = causal_pairs(n, p, attn.window)
+    read = cached_tokens_read(n, p, attn.window) * entry
+    written = new_tokens_kept(n, p, attn.window) * entry
+    flops = 0
+    comp = attn.compressor
+    if comp is not None:
+        topk = attn.index_topk if attn.index_compressor is not None else None
+        pairs += compressed_pairs(n, p, comp.ratio, topk)
+        cached_entries = closed_entries(p, comp.ratio)
+        read += (min(cached_entries, n * topk) if topk is not None else cached_entries) * entry
+        written += (closed_entries(p + n, comp.ratio) - cached_entries) * entry
+        flops += _pooling_flops(comp, n, p)
+        state = [comp]
+        ix = attn.index_compressor
+        if ix is not None:
+            index_entry = v4_index_entry_bytes(ix.head_dim)
+            flops += _pooling_flops(ix, n, p)
+            flops += compressed_pairs(n, p, ix.ratio) * attn.index_heads * (2 * ix.head_dim + 2)
+            read += closed_entries(p, ix.ratio) * index_entry
+            written += (closed_entries(p + n, ix.ratio) - closed_entries(p, ix.ratio)) * index_entry
+            state.append(ix)
+        for s in state:  # the compressors' fp32 carried state (kv + score of tokens in open windows)
+            read += (s.carried_state_elements(p) * 4 if p > 0 else 0)
+            written += s.carried_state_elements(p + n) * 4
+    flops += 2 * pairs * h * 2 * d  # scores and values, both over the shared K = V of width d
+    return CoreWork(flops * c, read * c, written * c)

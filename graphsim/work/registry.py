@@ -12,7 +12,9 @@ from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
-from graphsim.work.builders import gemma4, gqa, hybrid, legacy, linear_attn, llama4, mimo, mla, modern_a, nemotron_h
+from graphsim.work.builders import (
+    deepseek_v4, gemma4, gqa, hybrid, legacy, linear_attn, llama4, mimo, mla, modern_a, nemotron_h,
+)
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
 from graphsim.work.specs import ModelSpec
@@ -94,6 +96,7 @@ BUILDERS: dict[str, Builder] = {
     **legacy.ARCHITECTURES,
     **modern_a.ARCHITECTURES,
     **linear_attn.ARCHITECTURES,
+    **deepseek_v4.ARCHITECTURES,
 }
 
 # architectures[0] spellings a checkpoint uses for a transformers class of another name (the cross-checks build

@@ -41,6 +41,15 @@ class Weight:
     copies: int = 1  # routed experts: one copy per expert
     top_k: int | None = None  # routed-expert tensors: copies one token uses (None: not routed)
     quantizable: bool = True  # a matrix a quantized checkpoint stores quantized (not routers, not the head)
+    # Held by the model but doing no work in its causal forward (a decoder's cross-attention without
+    # encoder states, BigBird's pooler): counted in the parameters and stored bytes, never read, no
+    # FLOPs, not activated.
+    idle: bool = False
+    # bytes per element when the checkpoint stores this tensor apart from the model dtype (DeepSeek-V4 keeps
+    # its hyper-connection mixes, sinks and compressor position biases in fp32, its hash table in int64);
+    # None: the model dtype
+    element_bytes: float | None = None
+
 
     @property
     def elements_per_copy(self) -> int:
@@ -68,6 +77,8 @@ class AttentionKind(Enum):
     LINEAR = "linear"
     MAMBA = "mamba"
     NONE = "none"  # a layer without a mixer block (Nemotron-H's MLP-only and MoE-only layers)
+    CSA = "csa"  # DeepSeek-V4 compressed sparse attention: sliding window + top-k of compressed entries
+    HCA = "hca"  # DeepSeek-V4 heavily compressed attention: sliding window + every compressed entry
 
 
 @dataclass(frozen=True)
@@ -332,7 +343,90 @@ class NoAttention:
     kind = AttentionKind.NONE
 
 
-AttentionSpec = GqaAttention | MlaAttention | GatedDeltaNet | Mamba2Mixer | RecurrentMixer | NoAttention
+@dataclass(frozen=True)
+class KvCompressor:
+    """DeepSeek-V4's KV compressor (transformers models/deepseek_v4 DeepseekV4CSACompressor /
+    DeepseekV4HCACompressor / the indexer's own): every `ratio` source tokens close a window that emits
+    ONE compressed entry of `head_dim`, a softmax-gated sum (gate + a learned per-slot position bias)
+    over the window's projected tokens. With `overlap` (CSA) each token projects two series (2·head_dim)
+    and entry w pools window w−1's first series with window w's second: 2·ratio slots of head_dim.
+
+    vLLM keeps the not-yet-compressed tokens' projections (kv and score, fp32) in a per-layer state cache
+    (vllm/model_executor/layers/deepseek_compressor.py CompressorStateCache: state_dim = 2·coff·head_dim
+    fp32, a sliding window of coff·ratio tokens, coff = 2 with overlap).
+    """
+
+    ratio: int
+    head_dim: int
+    overlap: bool
+
+    @property
+    def coff(self) -> int:
+        return 2 if self.overlap else 1
+
+    @property
+    def proj_width(self) -> int:
+        """kv_proj / gate_proj output width (one or two series of head_dim)."""
+        return self.coff * self.head_dim
+
+    @property
+    def state_elements_per_token(self) -> int:
+        """fp32 kv + score state one source token keeps until its window(s) close."""
+        return 2 * self.coff * self.head_dim
+
+    def carried_state_elements(self, position: int) -> int:
+        """State elements a request carries after `position` tokens: the open window's tokens (full
+        width) and, with overlap, the last closed window's first series (kv + score, head_dim each),
+        which the next entry pools."""
+        open_tokens = position % self.ratio
+        carried = open_tokens * self.state_elements_per_token
+        if self.overlap and position >= self.ratio:
+            carried += self.ratio * 2 * self.head_dim
+        return carried
+
+
+@dataclass(frozen=True)
+class CompressedAttention:
+    """DeepSeek-V4 attention (transformers models/deepseek_v4 DeepseekV4Attention; paper §2.3).
+
+    Shared-KV MQA: one KV head of `head_dim` read as both key and value, queries through a q LoRA
+    (q_a_proj → q_a_norm → q_b_proj), a learned sink per head, and a grouped low-rank output
+    projection (o_a_proj: `o_groups` blocks of heads·head_dim/o_groups → o_lora_rank each; o_b_proj:
+    o_groups·o_lora_rank → hidden). Every query attends to the last `window` positions (sliding part)
+    and, when `compressor` is set, to compressed entries of the whole past: all of them (HCA), or the
+    `index_topk` a lightning indexer picks (CSA: `index_compressor` + index heads over the q latent).
+    A query at position t sees the ⌊(t + 1) / ratio⌋ entries whose windows have closed.
+    """
+
+    hidden: int
+    heads: int
+    head_dim: int
+    rope_dim: int  # the trailing rotary slice of each head (qk_rope_head_dim)
+    q_lora_rank: int
+    o_groups: int
+    o_lora_rank: int
+    window: int
+    compressor: KvCompressor | None = None
+    index_compressor: KvCompressor | None = None  # CSA's indexer keys, at index_head_dim
+    index_heads: int = 0
+    index_topk: int = 0
+    block_norms: int = 1
+
+    @property
+    def kind(self) -> AttentionKind:
+        if self.compressor is None:
+            return AttentionKind.SLIDING
+        return AttentionKind.CSA if self.index_compressor is not None else AttentionKind.HCA
+
+    @property
+    def ratio(self) -> int:
+        return self.compressor.ratio if self.compressor is not None else 0
+
+
+AttentionSpec = (
+    GqaAttention | MlaAttention | GatedDeltaNet
+    | Mamba2Mixer | RecurrentMixer | NoAttention | CompressedAttention
+)
 
 
 class FfnKind(Enum):
@@ -489,6 +583,9 @@ class ModelSpec:
     embed_extras: tuple[Weight, ...] = ()
     layer_extras: tuple[Weight, ...] = ()
     head_bias: bool = False  # the untied LM head has a bias (Phi)
+    # Weights after the last layer besides the final norm (DeepSeek-V4's hyper-connection head that
+    # collapses the residual streams before the norm: segment `final_norm`)
+    final_extras: tuple[Weight, ...] = ()
     final_norm: bool = True  # False: the final norm has no weights (OLMo's non-parametric LayerNorm)
     # Width of the word-embedding table and of the LM head when it differs from `hidden` (OPT-350m's
     # word_embed_proj_dim): an unbiased project_in (width → hidden) follows the lookup (segment `embed`, every

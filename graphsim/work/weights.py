@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
-    AttentionSpec, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, LayerSpec, Mamba2Mixer, MlaAttention, ModelSpec,
-    MoeFfn, NoAttention, NoFfn, RecurrentMixer, Weight, WeightKind,
+    AttentionSpec, CompressedAttention, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, KvCompressor, LayerSpec,
+    Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn, RecurrentMixer, Weight, WeightKind,
 )
 
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
@@ -129,9 +129,46 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         ws += attn.weights  # every parameter, listed by its builder (graphsim/work/builders/linear_attn.py)
     elif isinstance(attn, NoAttention):
         pass
+    elif isinstance(attn, CompressedAttention):
+        ws += _compressed_attention_weights(attn)
     else:  # pragma: no cover - closed union
         raise TypeError(f"unknown attention spec {type(attn).__name__}")
     return tuple(ws)
+
+
+def _compressor_weights(c: KvCompressor, prefix: str, part: str, hidden: int) -> list[Weight]:
+    """kv_proj / gate_proj (bf16 in the fp8 checkpoints: DeepseekV4PreTrainedModel._keep_in_fp32_modules
+    lists them as carrying no fp8 scales), the fp32 per-slot position bias and the entry's RMSNorm."""
+    return [
+        *_linear(part, f"{prefix}.kv_proj", c.proj_width, hidden, False, quantizable=False),
+        *_linear(part, f"{prefix}.gate_proj", c.proj_width, hidden, False, quantizable=False),
+        Weight(part, f"{prefix}.position_bias", VEC, (c.ratio, c.proj_width), element_bytes=4),
+        Weight("norm", f"{prefix}.kv_norm", NORM, (c.head_dim,)),
+    ]
+
+
+def _compressed_attention_weights(attn: CompressedAttention) -> list[Weight]:
+    """transformers models/deepseek_v4 DeepseekV4Attention (+ its CSA/HCA compressor and indexer)."""
+    sa = "self_attn"
+    ws = _linear("q", f"{sa}.q_a_proj", attn.q_lora_rank, attn.hidden, False)
+    ws.append(Weight("norm", f"{sa}.q_a_norm", NORM, (attn.q_lora_rank,)))
+    ws += _linear("q", f"{sa}.q_b_proj", attn.heads * attn.head_dim, attn.q_lora_rank, False)
+    ws += _linear("kv", f"{sa}.kv_proj", attn.head_dim, attn.hidden, False)
+    ws.append(Weight("norm", f"{sa}.kv_norm", NORM, (attn.head_dim,)))
+    # DeepseekV4GroupedLinear: one (o_lora_rank × heads·head_dim/o_groups) block per group, stored stacked
+    ws += _linear("out", f"{sa}.o_a_proj", attn.o_groups * attn.o_lora_rank, attn.heads * attn.head_dim // attn.o_groups,
+                  False)
+    ws += _linear("out", f"{sa}.o_b_proj", attn.hidden, attn.o_groups * attn.o_lora_rank, False)
+    ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,), element_bytes=4))
+    if attn.compressor is not None:
+        ws += _compressor_weights(attn.compressor, f"{sa}.compressor", "compress", attn.hidden)
+    if attn.index_compressor is not None:
+        ix = f"{sa}.compressor.indexer"
+        ws += _compressor_weights(attn.index_compressor, ix, "index", attn.hidden)
+        ws += _linear("index", f"{ix}.q_b_proj", attn.index_heads * attn.index_compressor.head_dim, attn.q_lora_rank,
+                      False)
+        ws += _linear("index", f"{ix}.scorer.weights_proj", attn.index_heads, attn.hidden, False, quantizable=False)
+    return ws
 
 
 def _gated_mlp(part: str, prefix: str, hidden: int, inter: int, bias: bool, gated: bool = True, **kw) -> list[Weight]:
@@ -220,6 +257,7 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
                 if model.norm_bias and w.kind is NORM and w.module in BLOCK_NORMS:
                     bias = Weight(w.part, w.module, BIAS, w.shape)
                     placed.append(PlacedWeight(group.segment(block, w.part), f"{prefix}.{w.module}", bias, group.count))
+    placed += [PlacedWeight("final_norm", f"model.{w.module}", w) for w in model.final_extras]
     if model.final_norm:
         placed.append(PlacedWeight("final_norm", "model.norm", Weight("final_norm", "model.norm", NORM, (model.hidden,))))
         if model.norm_bias:
@@ -243,4 +281,6 @@ def stored_bytes_per_copy(placed: PlacedWeight, precision: Precision) -> float:
         stored = quant.matrix_bytes_at(placed.path, w.shape[0], w.shape[1])
         if stored is not None:
             return stored
+    if w.element_bytes is not None:
+        return w.elements_per_copy * w.element_bytes
     return w.elements_per_copy * precision.weight.bytes_per_element
