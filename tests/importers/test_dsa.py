@@ -92,6 +92,16 @@ def test_fused_kernels_and_tp2_keeps_the_indexer_replicated(graph):
     assert k2["flashmla_sparse"].geometry_as(AttentionGeometry).num_heads == 2  # MLA heads split
 
 
+def test_fp8_checkpoint_leaves_the_indexer_weights_projection_in_the_model_dtype():
+    # vLLM deepseek_v2.py Indexer.__init__: wq_b and wk take the checkpoint's quant_config, weights_proj is built
+    # with quant_config=None (bf16 whatever the checkpoint quantizes); the fp8-block config of DeepSeek-V3.2
+    cfg = {**copy.deepcopy(TINY_V32), "quantization_config": {
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}}
+    g, _ = import_hf(ResolvedModel("tiny-v32-fp8", cfg, "path", "test"), cache=False)
+    k = _layer(run_pipeline(g, "fold,fuse{target=vllm}").graph, "full.dense")
+    assert (k["wq_b"].dtype, k["wk"].dtype, k["weights_proj"].dtype) == ("fp8_block", "fp8_block", "bf16")
+
+
 def test_indexer_work_hand_derived():
     s = dsa.IndexerShape(heads=2, head_dim=16, topk=4)
     rows = np.array([10.0])

@@ -112,6 +112,24 @@ def _router_linears(ctx: FuseContext) -> set[str]:
     return memo
 
 
+def _indexer_weight_linears(ctx: FuseContext) -> set[str]:
+    """The linears that compute a sparse-attention indexer's per-head weights (the indexer node's third input:
+    `graphsim::dsa_indexer(q, k, weights, ...)`): vLLM builds them without a quant_config, so they run in the
+    model dtype whatever the checkpoint quantizes (model_executor/models/deepseek_v2.py Indexer.__init__:
+    `self.weights_proj = ReplicatedLinear(hidden_size, self.n_head, bias=False, quant_config=None, ...)`)."""
+    memo = ctx.__dict__.get("_indexer_weight_linears")
+    if memo is None:
+        memo = set()
+        for ix in (n for n in ctx.graph.nodes if n.op is Op.SPARSE_INDEXER and len(n.inputs) > 2):
+            p = ctx.producer(ix.inputs[2])
+            while p is not None and p.op is not Op.LINEAR and p.inputs:  # through views / casts to the projection
+                p = ctx.producer(p.inputs[0])
+            if p is not None and p.op is Op.LINEAR:
+                memo.add(p.name)
+        ctx.__dict__["_indexer_weight_linears"] = memo
+    return memo
+
+
 def _quantization(ctx: FuseContext) -> Quantization | None:
     """The checkpoint's quantization (graphsim.quantization), parsed once per fuse run."""
     if "_quantization" not in ctx.__dict__:
@@ -123,10 +141,10 @@ def _quantization(ctx: FuseContext) -> Quantization | None:
 def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
     """The kernel dtype of a GEMM over `nodes`: the weight scheme's (`fp8`, `fp8_block`, `nvfp4`, `int4_wo`,
     ...) when the checkpoint quantizes every one of its linears the same way; the model dtype otherwise
-    (excluded modules, routers, mixed packs). vLLM gives a packed layer one quant method for all its
+    (excluded modules, routers, an indexer's weights projection, mixed packs). vLLM gives a packed layer one quant method for all its
     shards (model_executor/layers/linear.py: QKVParallelLinear / MergedColumnParallelLinear take one
     quant_config; quantization/utils/quant_utils.py is_layer_skipped requires all shards to agree)."""
-    if any(n.name in _router_linears(ctx) for n in nodes):
+    if any(n.name in _router_linears(ctx) or n.name in _indexer_weight_linears(ctx) for n in nodes):
         model = ctx.graph.meta.model_dtype
         return model.value if model is not None else None
     q = _quantization(ctx)
