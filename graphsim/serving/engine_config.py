@@ -156,8 +156,9 @@ def batch_defaults(hardware: HardwareSpec, profile: EngineProfile = NEWEST_PROFI
 
 
 def default_max_model_len(cfg: dict) -> int | None:
-    """vLLM derives the context length from the config; graphsim reads max_position_embeddings."""
-    for key in ("max_position_embeddings", "max_seq_len", "seq_length"):
+    """vLLM derives the context length from the config; graphsim reads max_position_embeddings (GPT-2's
+    n_positions, MPT's max_seq_len, ChatGLM2's seq_length: keys of vllm/config.py _get_and_verify_max_len)."""
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
         v = cfg.get(key)
         if isinstance(v, int) and v > 0:
             return v

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from graphsim.work import accounting
+from graphsim.work.builders.modern_b import WRAPPERS
 from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
 from graphsim.work.registry import TRANSFORMERS_CLASS, build_model, language_model, supported_architectures
 from graphsim.work.specs import GqaAttention, Mamba2Mixer, MlaAttention, MoeFfn
@@ -121,9 +122,42 @@ def _default_config(arch: str) -> dict[str, Any]:
     return dict(_config_class(arch)().to_dict(), **_UNBUILDABLE_DEFAULTS.get(arch, {}))
 
 
+def _wrapper_cases(arch: str) -> list[Any]:
+    """A multimodal wrapper's cases: its class defaults, its text_config stripped to the frame fields (and
+    model_type, which picks an AutoConfig text class, and the KV heads: GOT-OCR2's 16 heads are no model
+    with Qwen2Config's default 32 KV heads), its own tie_word_embeddings flipped (the wrapper's decides:
+    PreTrainedModel.tie_weights reads the top-level config) and each boolean trait of its text config
+    flipped."""
+    full = _default_config(arch)
+    text = full["text_config"]
+    stripped = {"text_config": {k: text[k] for k in (*FRAME_KEYS, "model_type", "num_key_value_heads") if k in text}}
+    cases = [pytest.param(arch, full, id=f"{arch}-class-defaults"),
+             pytest.param(arch, stripped, id=f"{arch}-frame-only")]
+    if isinstance(full.get("tie_word_embeddings"), bool):
+        flipped = dict(full, tie_word_embeddings=not full["tie_word_embeddings"])
+        cases.append(pytest.param(arch, flipped, id=f"{arch}-tie_word_embeddings-flipped"))
+    for key in sorted(TRAITS & set(text) - {"tie_word_embeddings"}):
+        if isinstance(text[key], bool):
+            flipped = dict(full, text_config=dict(text, **{key: not text[key]}))
+            cases.append(pytest.param(arch, flipped, id=f"{arch}-text-{key}-flipped"))
+    return cases
+
+
+def _language_model_count(model: Any, persistent: set[str]) -> int:
+    """A wrapper's language model as the accountant counts it: the parameters and persistent buffers of its
+    `language_model` submodule plus its LM head (a tied head is the embedding's tensor: counted once). The
+    vision/audio towers and projectors are not counted (the accountant says so in a note)."""
+    [(name, lm)] = [(n, m) for n, m in model.named_modules() if n.split(".")[-1] == "language_model"]
+    params = {id(p): p.numel() for p in [*lm.parameters(), *model.lm_head.parameters()]}
+    return sum(params.values()) + sum(b.numel() for n, b in lm.named_buffers() if f"{name}.{n}" in persistent)
+
+
 def _cases() -> list[Any]:
     cases = []
     for arch in supported_architectures():
+        if arch in WRAPPERS:  # a multimodal wrapper: its language model
+            cases += _wrapper_cases(arch)
+            continue
         full = _default_config(arch)
         # (NemotronHConfig derives num_hidden_layers from its layer list and does not serialise it)
         # (GPT-2 and its kin serialise the frame under their attribute_map names: n_embd, n_layer, n_head)
@@ -183,11 +217,12 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             narrow = dict(full, word_embed_proj_dim=full["hidden_size"] // 2)
             cases.append(pytest.param(arch, narrow, id=f"{arch}-word_embed_proj_dim"))
     spec = build_model(dict(cfg, architectures=[arch]))
-    hf = _hf_config(arch, cfg)
+    top = _hf_config(arch, cfg)
+    hf = top.get_text_config() if arch in WRAPPERS else top  # a wrapper: its language model's config
     assert (spec.hidden, spec.vocab, len(spec.stack.layers)) == (hf.hidden_size, hf.vocab_size, hf.num_hidden_layers)
     # A class that declares no tied weights (NemotronHForCausalLM._tied_weights_keys = {}) never ties.
     ties = getattr(_hf_class(arch), "_tied_weights_keys", None) != {}
-    assert spec.tie_embeddings == (hf.tie_word_embeddings and ties)
+    assert spec.tie_embeddings == (top.tie_word_embeddings and ties)
     layer_types = getattr(hf, "layer_types", None)
     for i, layer in enumerate(spec.stack.layers):
         attn = layer.attn
@@ -222,9 +257,9 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             if arch == "DbrxForCausalLM":  # DbrxFFNConfig holds the MoE geometry
                 experts, top_k = hf.ffn_config.moe_num_experts, hf.ffn_config.moe_top_k
             else:
-                experts = next(getattr(hf, k) for k in ("num_experts", "num_local_experts", "n_routed_experts")
+                experts = next(getattr(hf, k) for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
                                if getattr(hf, k, None))
-                top_k = getattr(hf, "num_experts_per_tok", None) or hf.top_k_experts  # Gemma-4: top_k_experts
+                top_k = getattr(hf, "num_experts_per_tok", None) or getattr(hf, "top_k_experts", None) or hf.moe_topk
             assert (layer.ffn.experts, layer.ffn.top_k) == (experts, top_k), f"layer {i}"
 
 
@@ -253,4 +288,6 @@ def test_parameter_count_equals_the_meta_model(arch: str, cfg: dict[str, Any]):
     buffers = sum(b.numel() for name, b in model.named_buffers()
                   if name in persistent and name.rsplit(".", 1)[-1] not in _DERIVED_BUFFERS)
     meta_total = sum(p.numel() for p in model.parameters()) + buffers
+    if arch in WRAPPERS:  # its language-model submodule and LM head only
+        meta_total = _language_model_count(model, persistent)
     assert accounting(dict(cfg, architectures=[arch])).params().total == meta_total

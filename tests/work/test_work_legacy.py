@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from graphsim.errors import ConfigError
+from graphsim.serving.engine_config import default_max_model_len
 from graphsim.work import accounting, parse_step
 from graphsim.work.registry import build_model
 from graphsim.work.specs import GqaAttention
@@ -49,6 +50,11 @@ def test_gpt2_small_parameters():
     assert params.segment("embed").params == 38_597_376 + 786_432
     # activated: the position table is a lookup (one row a token), the tied token table is used whole by the head
     assert params.activated == 124_439_808 - 786_432 == 123_653_376
+
+
+def test_gpt2_context_length_is_n_positions():
+    # vLLM reads GPT-2's n_positions as the context length (vllm/config.py _get_and_verify_max_len possible_keys)
+    assert default_max_model_len(GPT2_SMALL) == 1024
 
 
 def test_gpt2_prefill_reads_one_position_row_per_token():

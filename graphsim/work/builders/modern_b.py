@@ -1,0 +1,331 @@
+"""This year's long-tail decoders (part B) and the multimodal wrappers transformers maps as causal LMs.
+
+Every mapping below was read off the pinned transformers 5.24 (models/<family>/modular_<family>.py and
+configuration_<family>.py); each quirk names the class it was read from. Where a config class derives a
+field in `__post_init__` when the config omits it (HY-V3's `mlp_layer_types`, Flint's `layer_types` and
+`mlp_only_layers`, …), the builder derives it the same way before handing the config to the generic
+builder (`_derive`). tests/work/test_work_config_defaults.py holds every class registered here against
+the transformers model built on the meta device (its total parameter count; for a wrapper, its
+language-model submodule and LM head).
+
+Wrappers (`…ForConditionalGeneration`, Fuyu): the accountant counts the language model only (its
+`text_config`), with a note; the vision/audio towers and projectors are not counted. A wrapper's
+`tie_word_embeddings` is the wrapper config's own (transformers PreTrainedModel.tie_weights reads
+`self.config.tie_word_embeddings`, the top-level config), not its text config's.
+
+Not registered (their math is not expressed by the specs; see docs/work.md): HY-V4 (hyper-connection
+residual streams), Dory (looped nGPT layers: weights reused across loops), Dots3-Note (sliding-window
+MLA with per-layer latent widths), Inkling / Inkling2 / Inkling2-Loop (short convolutions on K/V and on
+the residual stream, relative-position logits, attention residual blocks, looped layers), HRM-Text
+(hierarchical cycles over shared layer stacks), Qwen4-Exp (hyper-connections, n-gram embeddings, its
+class defaults do not build), Gemma-3n (AltUp / Laurel streams), the Gemma-4 assistant drafters (they
+read the target model's KV), Mllama's text model (cross-attention layers), Phi-4-multimodal (vision and
+speech LoRA adapters inside the language model's layers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+from graphsim.errors import ConfigError
+from graphsim.work.builders import gemma4, gqa
+from graphsim.work.builders.common import ALWAYS, MLP_BIAS, MoeFields, ffn_schedule, finish, read_frame
+from graphsim.work.builders.gqa import ATTN_BIAS, GqaProfile
+from graphsim.work.config import ConfigView
+from graphsim.work.config_defaults import text_model_class
+from graphsim.work.specs import GatedDeltaNet, GqaAttention, LayerSpec, LayerStack, ModelSpec, Weight, WeightKind
+
+Builder = Callable[[ConfigView], ModelSpec]
+
+
+def _derive(view: ConfigView, **fields: Any) -> ConfigView:
+    """The view with the fields the config omits filled as the config class's __post_init__ fills them."""
+    missing = {k: v for k, v in fields.items() if not view.has(k)}
+    return ConfigView(dict(view.cfg, **missing), view.arch) if missing else view
+
+
+def _first_dense(layers: int, dense: int) -> list[str]:
+    return ["dense" if i < dense else "sparse" for i in range(layers)]
+
+
+# --- HY-V3 (models/hy_v3) -------------------------------------------------------------------------
+# HYV3Attention is ApertusAttention: q/k/v/o biased by attention_bias, per-head q_norm/k_norm.
+# HYV3DecoderLayer: two norms; HYV3MoE (router `gate`, fp32) on the layers mlp_layer_types calls
+# "sparse", else HYV3MLP (LlamaMLP: biases from mlp_bias). The MoE block holds the experts
+# (Qwen3MoeExperts: fused gate_up, no biases), a shared HYV3MLP of moe_intermediate_size ×
+# num_shared_experts (biased by mlp_bias like every LlamaMLP) and an e_score_correction_bias buffer
+# (on the block, HYV3MoE.e_score_correction_bias). HYV3Config.__post_init__: without mlp_layer_types
+# the first layer is dense, the rest sparse. (HYV3Config maps num_local_experts to num_experts.)
+HYV3 = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=ALWAYS,
+    moe=MoeFields("num_experts", "moe_intermediate_size", shared_count_key="num_shared_experts", layer_types=True,
+                  score_bias=True, shared_module="shared_experts", shared_bias=MLP_BIAS),
+)
+
+
+def build_hy_v3(view: ConfigView) -> ModelSpec:
+    layers = read_frame(view).layers
+    return gqa.build_gqa_decoder(HYV3, _derive(view, mlp_layer_types=_first_dense(layers, 1)))
+
+
+# --- Kolibri-1 (models/kolibri1) ------------------------------------------------------------------
+# Kolibri1Attention is Exaone4Attention without its sliding pattern: q/k/v/o without biases
+# (Kolibri1Config drops attention_bias), per-head q_norm/k_norm; the window from layer_types.
+# Kolibri1DecoderLayer is Glm4DecoderLayer: four norms. Every layer a Kolibri1SparseMoeBlock
+# (DeepseekV3MoE): a router `gate` with an e_score_correction_bias buffer (sigmoid scores), experts of
+# moe_intermediate_size, an always-on shared MLP of shared_expert_intermediate_size (no gate, no bias).
+# Kolibri1Config.__post_init__: without layer_types every 5th layer ((i + 1) % 5 == 0) is full.
+KOLIBRI1 = GqaProfile(
+    qk_norm=ALWAYS, attn_norms=2, ffn_norms=2,
+    moe=MoeFields("num_experts", "moe_intermediate_size", shared_key="shared_expert_intermediate_size",
+                  score_bias=True, shared_module="shared_experts"),
+)
+
+
+def build_kolibri1(view: ConfigView) -> ModelSpec:
+    layers = read_frame(view).layers
+    types = ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(layers)]
+    return gqa.build_gqa_decoder(KOLIBRI1, _derive(view, layer_types=types))
+
+
+# --- Flint (models/flint) -------------------------------------------------------------------------
+# FlintAttention is Qwen3MoeAttention (q/k/v/o biased by attention_bias, per-head q/k norms) plus one
+# learned sink logit per head (FlintAttention.sinks); sliding_window on the layer_types' sliding
+# layers. Qwen3-MoE's sparse schedule (decoder_sparse_step, mlp_only_layers); dense layers are
+# FlintMLP of intermediate_size; the MoE block adds a shared expert of shared_expert_intermediate_size
+# without Qwen2-MoE's sigmoid gate (FlintSparseMoeBlock.forward adds it as is).
+# FlintConfig.__post_init__: without layer_types, full on layers 0, 1, every i % 4 == 1 and the last;
+# without mlp_only_layers, [0, 1].
+FLINT = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=ALWAYS, sinks=True,
+    moe=MoeFields("num_experts", "moe_intermediate_size", shared_key="shared_expert_intermediate_size",
+                  sparse_schedule=True),
+)
+
+
+def build_flint(view: ConfigView) -> ModelSpec:
+    n = read_frame(view).layers
+    types = ["full_attention" if i < 2 or i % 4 == 1 or i == n - 1 else "sliding_attention" for i in range(n)]
+    return gqa.build_gqa_decoder(FLINT, _derive(view, layer_types=types, mlp_only_layers=[0, 1]))
+
+
+# --- AriaText (models/aria) -----------------------------------------------------------------------
+# AriaTextAttention: Llama's (q/k/v/o biased by attention_bias); head_dim hidden/heads and MHA when
+# the config leaves them None (AriaTextConfig.__post_init__). Every layer an AriaTextMoELayer: a router
+# without bias (`router`), moe_num_experts experts of intermediate_size (AriaGroupedExpertsGemm, no
+# biases), top moe_topk, and AriaSharedExpertsMLP of intermediate_size × moe_num_shared_experts with
+# mlp_bias biases.
+ARIA_TEXT = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS,
+    moe=MoeFields("moe_num_experts", "intermediate_size", top_k_key="moe_topk", shared_count_key="moe_num_shared_experts",
+                  router_module="router", shared_module="shared_experts", shared_bias=MLP_BIAS),
+)
+
+
+# --- Beam (models/beam) ---------------------------------------------------------------------------
+# BeamAttention is Qwen3MoeAttention (biases from attention_bias, per-head q/k norms) plus an output
+# gate: gate_proj (hidden → heads·head_dim, no bias) and a per-head gate_bias, attn_output ·
+# sigmoid(gate_proj(x) + gate_bias) before o_proj. The full layers run without rotary embeddings (no
+# weights). BeamDecoderLayer: four norms (input, post-attention, pre/post-feedforward). BeamMoE on the
+# "sparse" mlp_layer_types: a DeepSeek-V3 router `gate` with e_score_correction_bias (grouped sigmoid
+# top-k), experts of moe_intermediate_size (DeepseekV4Experts: fused gate_up, no bias), no shared
+# expert; dense layers BeamMLP of intermediate_size. BeamConfig.__post_init__: without layer_types
+# every 6th layer and the last are full; without mlp_layer_types the first min(3, layers) are dense.
+BEAM = GqaProfile(
+    qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=ALWAYS, attn_norms=2, ffn_norms=2,
+    moe=MoeFields("num_experts", "moe_intermediate_size", layer_types=True, score_bias=True),
+)
+
+
+def build_beam(view: ConfigView) -> ModelSpec:
+    n = read_frame(view).layers
+    types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(n)]
+    types[-1] = "full_attention"
+    spec = gqa.build_gqa_decoder(BEAM, _derive(view, layer_types=types, mlp_layer_types=_first_dense(n, min(3, n))))
+    layers = []
+    for layer in spec.stack.layers:
+        attn = layer.attn
+        assert isinstance(attn, GqaAttention)
+        gate = (
+            Weight("gate", "self_attn.gate_proj", WeightKind.MATRIX, (attn.heads * attn.head_dim, attn.hidden)),
+            Weight("gate", "self_attn.gate_bias", WeightKind.VECTOR, (attn.heads,)),
+        )
+        layers.append(replace(layer, attn_extras=gate))
+    return replace(spec, stack=LayerStack(tuple(layers)))
+
+
+# --- LaraMini (models/lara_mini) ------------------------------------------------------------------
+# LaraMiniConfig (a Qwen3NextConfig) lists per layer linear_attention / sliding_attention /
+# full_attention; without layer_types the period-5 pattern [linear, sliding, linear, full, sliding].
+# LaraMiniGatedDeltaNet is Qwen3_5GatedDeltaNet (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a: the
+# elements of GatedDeltaNet's in_proj_qkvz + in_proj_ba; conv1d without bias; dt_bias, A_log; a gated
+# norm of linear_value_head_dim; out_proj). LaraMiniAttention is Qwen3Attention: no output gate,
+# biases from attention_bias, per-head q/k norms, sliding_window on the sliding layers only; full layers
+# run without rotary embeddings. Every layer a LaraMiniSparseMoeBlock (FlintSparseMoeBlock: experts of
+# moe_intermediate_size and an ungated shared expert of shared_expert_intermediate_size); two norms.
+# Embeddings tied by default (LaraMiniConfig.tie_word_embeddings = True).
+_LARA_MOE = MoeFields("num_experts", "moe_intermediate_size", shared_key="shared_expert_intermediate_size")
+_LARA_PATTERN = ("linear_attention", "sliding_attention", "linear_attention", "full_attention", "sliding_attention")
+
+
+def build_lara_mini(view: ConfigView) -> ModelSpec:
+    frame = read_frame(view)
+    types = view.layer_types(frame.layers) or tuple(_LARA_PATTERN[i % 5] for i in range(frame.layers))
+    bias = view.opt_bool("attention_bias", False)
+    full = GqaAttention(
+        hidden=frame.hidden, heads=frame.heads, kv_heads=view.kv_heads(frame.heads),
+        head_dim=view.head_dim(frame.heads, frame.hidden), q_bias=bias, kv_bias=bias, o_bias=bias, qk_norm=True,
+    )
+    linear = GatedDeltaNet(
+        hidden=frame.hidden, k_heads=view.req_int("linear_num_key_heads"), v_heads=view.req_int("linear_num_value_heads"),
+        k_head_dim=view.req_int("linear_key_head_dim"), v_head_dim=view.req_int("linear_value_head_dim"),
+        conv_kernel=view.req_int("linear_conv_kernel_dim"),
+    )
+    if linear.v_heads % linear.k_heads:
+        raise ConfigError(f"config.json ({view.arch}): linear_num_value_heads {linear.v_heads} is not a multiple of "
+                          f"linear_num_key_heads {linear.k_heads}; fix the config")
+    ffns = ffn_schedule(view, frame.hidden, frame.layers, _LARA_MOE)
+    layers = []
+    for i, kind in enumerate(types):
+        if kind == "linear_attention":
+            layers.append(LayerSpec(linear, ffns[i]))
+        elif kind == "full_attention":
+            layers.append(LayerSpec(full, ffns[i]))
+        elif kind == "sliding_attention":
+            layers.append(LayerSpec(replace(full, window=view.req_int("sliding_window")), ffns[i]))
+        else:
+            raise ConfigError(f"config.json ({view.arch}): layer_types[{i}] '{kind}' is not supported (expected "
+                              "linear_attention, sliding_attention or full_attention)")
+    return finish(view, frame, layers, tie_default=True)
+
+
+# --- Multimodal wrappers: the language model in text_config ----------------------------------------
+
+# Qwen3-VL's text config classes (models/qwen3_vl Qwen3VLTextConfig, models/qwen3_vl_moe
+# Qwen3VLMoeTextConfig) are not Qwen3's: no sliding-window fields, max_position_embeddings 128000,
+# and the MoE text config defaults to 60 experts of 1408, top-4, MHA 16 heads, head_dim None
+# (hidden/heads). Their keyword defaults, copied from transformers 5.24 (tests/work/
+# test_work_modern_b.py holds them equal to the installed classes), with the attribute_map aliases.
+QWEN3_VL_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 128, "hidden_act": "silu",
+    "max_position_embeddings": 128000, "initializer_range": 0.02, "rms_norm_eps": 1e-06, "use_cache": True,
+    "rope_parameters": None, "attention_bias": False, "attention_dropout": 0.0, "pad_token_id": None,
+}
+QWEN3_VL_MOE_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+    "num_attention_heads": 16, "num_key_value_heads": 16, "hidden_act": "silu", "max_position_embeddings": 128000,
+    "initializer_range": 0.02, "rms_norm_eps": 1e-06, "use_cache": True, "tie_word_embeddings": True,
+    "rope_parameters": None, "attention_bias": False, "attention_dropout": 0.0, "decoder_sparse_step": 1,
+    "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "num_experts": 60, "output_router_logits": False,
+    "router_aux_loss_coef": 0.001, "mlp_only_layers": None, "pad_token_id": None, "bos_token_id": None,
+    "eos_token_id": None, "head_dim": None,
+}
+QWEN3_VL_MOE_TEXT_ALIASES = {"num_experts": "num_local_experts"}
+
+
+@dataclass(frozen=True)
+class LanguageModelOf:
+    """A wrapper whose language model (its `text_config`) a registered builder expresses.
+
+    `text_arch`: the registered class whose builder (and, unless `text_defaults` is given, whose config
+    class defaults) express the text model; None: the class transformers builds for text_config's
+    model_type (AutoModel.from_config: Fuyu, GOT-OCR2). `text_defaults`/`text_aliases`: the text config
+    class's own keyword defaults when it is not the registered class's (Qwen3-VL).
+    """
+
+    text_arch: str | None
+    builder: Builder | None = None  # None: the registered builder of text_arch (the registry's)
+    text_defaults: Mapping[str, Any] | None = None
+    text_aliases: Mapping[str, str] | None = None
+
+
+def build_language_model(wrapper: LanguageModelOf, registered: Mapping[str, Builder], view: ConfigView) -> ModelSpec:
+    text = view.cfg.get("text_config")
+    if not isinstance(text, dict):
+        raise ConfigError(f"config.json ({view.arch}) has no text_config object (the language model's config); add it")
+    text_arch = wrapper.text_arch
+    if text_arch is None:
+        model_type = text.get("model_type")
+        text_arch = text_model_class(model_type) if isinstance(model_type, str) else None
+        if text_arch is None or text_arch not in registered or text_arch in WRAPPERS:
+            raise ConfigError(
+                f"config.json ({view.arch}): text_config.model_type {model_type!r} names no language model the work "
+                "accountant registers; use a registered text model"
+            )
+    # Fields a wrapper states at its top level for the model it wraps (the registry's rule), and the
+    # wrapper's own tie_word_embeddings (or its class default), which is what transformers ties by.
+    inherited = {k: view.cfg[k] for k in ("torch_dtype", "dtype", "quantization_config") if k in view.cfg}
+    tie = view.opt_bool("tie_word_embeddings", False)
+    merged = inherited | {k: v for k, v in text.items() if k != "architectures"} | {"tie_word_embeddings": tie}
+    text_view = ConfigView(merged, text_arch)
+    if wrapper.text_defaults is not None:
+        text_view.defaults = dict(wrapper.text_defaults)
+        text_view.names = {}
+        for alias, target in (wrapper.text_aliases or {}).items():
+            text_view.names[target] = (target, alias)
+            text_view.names[alias] = (alias, target)
+    builder = wrapper.builder or registered[text_arch]
+    spec = builder(text_view)
+    note = f"{view.arch}: accounts its language model ({text_arch}, from text_config); other towers are not counted"
+    return replace(spec, notes=(*spec.notes, note))
+
+
+WRAPPERS: dict[str, LanguageModelOf] = {
+    # Gemma3ForConditionalGeneration: model.language_model is Gemma3TextModel (Gemma3TextConfig, the
+    # config class of Gemma3ForCausalLM); lm_head tied by Gemma3Config.tie_word_embeddings (True).
+    "Gemma3ForConditionalGeneration": LanguageModelOf("Gemma3ForCausalLM"),
+    # Gemma4ForConditionalGeneration: model.language_model is Gemma4TextModel (Gemma4TextConfig).
+    "Gemma4ForConditionalGeneration": LanguageModelOf("Gemma4ForCausalLM"),
+    # Gemma4UnifiedForConditionalGeneration: model.language_model is Gemma4UnifiedTextModel.
+    "Gemma4UnifiedForConditionalGeneration": LanguageModelOf("Gemma4UnifiedForCausalLM"),
+    # GotOcr2ForConditionalGeneration: model.language_model = AutoModel.from_config(text_config) (a Qwen2
+    # model by default) and its own lm_head (bias False).
+    "GotOcr2ForConditionalGeneration": LanguageModelOf(None),
+    # FuyuForCausalLM: model.language_model = AutoModel.from_config(text_config) (Persimmon by default),
+    # vision_embed_tokens (a patch projection: not counted), its own lm_head (bias False).
+    "FuyuForCausalLM": LanguageModelOf(None),
+    # Qwen3VLForConditionalGeneration: model.language_model is Qwen3VLTextModel: Qwen3's decoder layers
+    # (q/k norms, biases from attention_bias, no sliding window); the deepstack visual embeddings it
+    # adds to the first layers' hidden states are the vision tower's (not counted).
+    "Qwen3VLForConditionalGeneration": LanguageModelOf(
+        "Qwen3ForCausalLM", text_defaults=QWEN3_VL_TEXT_DEFAULTS, text_aliases={},
+    ),
+    # Qwen3VLMoeForConditionalGeneration: Qwen3VLMoeTextModel is Qwen3-MoE's decoder (the sparse schedule
+    # decoder_sparse_step / mlp_only_layers, router `gate`, experts of moe_intermediate_size, no shared
+    # expert, dense layers of intermediate_size).
+    "Qwen3VLMoeForConditionalGeneration": LanguageModelOf(
+        "Qwen3MoeForCausalLM", text_defaults=QWEN3_VL_MOE_TEXT_DEFAULTS, text_aliases=QWEN3_VL_MOE_TEXT_ALIASES,
+    ),
+}
+
+
+# The causal-LM classes (each built by its own config class's defaults).
+TEXT_MODELS: dict[str, Builder] = {
+    "HYV3ForCausalLM": build_hy_v3,
+    "Kolibri1ForCausalLM": build_kolibri1,
+    "FlintForCausalLM": build_flint,
+    "BeamForCausalLM": build_beam,
+    "LaraMiniForCausalLM": build_lara_mini,
+    "AriaTextForCausalLM": partial(gqa.build_gqa_decoder, ARIA_TEXT),
+    # Gemma4UnifiedForCausalLM: Gemma4UnifiedTextModel is Gemma-4's text model without the MoE block and
+    # per-layer inputs (Gemma4UnifiedTextConfig has neither; Gemma4UnifiedTextDecoderLayer is Gemma-2's
+    # four-norm layer with Gemma-4's attention and MLP and a layer_scalar buffer): gemma4.py's builder
+    # with this class's defaults.
+    "Gemma4UnifiedForCausalLM": gemma4.build_gemma4_text,
+}
+
+
+def _wrapper_builder(name: str) -> Builder:
+    def build(view: ConfigView) -> ModelSpec:
+        from graphsim.work.registry import BUILDERS  # the registered text builders (built after this module)
+
+        return build_language_model(WRAPPERS[name], BUILDERS, view)
+
+    return build
+
+
+ARCHITECTURES: dict[str, Builder] = {**TEXT_MODELS, **{name: _wrapper_builder(name) for name in WRAPPERS}}
