@@ -172,6 +172,9 @@ def _cases() -> list[Any]:
         heads, kv = full[aliases.get("num_attention_heads", "num_attention_heads")], full.get("num_key_value_heads")
         if kv is not None and heads % 4 == 0 and kv != heads // 4:
             cases.append(pytest.param(arch, dict(full, num_key_value_heads=heads // 4), id=f"{arch}-gqa"))
+        if "word_embed_proj_dim" in full and full["word_embed_proj_dim"] == full["hidden_size"]:  # OPT-350m: project_in/out
+            narrow = dict(full, word_embed_proj_dim=full["hidden_size"] // 2)
+            cases.append(pytest.param(arch, narrow, id=f"{arch}-word_embed_proj_dim"))
     for name, cfg in _repo_configs():
         cases.append(pytest.param(cfg["architectures"][0], cfg, id=name))
     return cases
@@ -213,9 +216,6 @@ def _layer_attr(hf: Any, i: int, name: str) -> Any:
 
 @pytest.mark.parametrize(("arch", "cfg"), _cases())
 def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
-        if "word_embed_proj_dim" in full and full["word_embed_proj_dim"] == full["hidden_size"]:  # OPT-350m: project_in/out
-            narrow = dict(full, word_embed_proj_dim=full["hidden_size"] // 2)
-            cases.append(pytest.param(arch, narrow, id=f"{arch}-word_embed_proj_dim"))
     spec = build_model(dict(cfg, architectures=[arch]))
     top = _hf_config(arch, cfg)
     hf = top.get_text_config() if arch in WRAPPERS else top  # a wrapper: its language model's config
