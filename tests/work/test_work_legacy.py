@@ -120,6 +120,20 @@ def test_falcon_7b_multi_query_kv_and_parameters():
     assert accounting(FALCON_7B).params().total == 6_921_720_704
 
 
+def test_falcon_new_decoder_architecture_groups_kv_heads():
+    # Falcon-40B's shape: hidden 8192, 128 heads of 64, num_kv_heads 8, 60 layers, two norms (ln_attn, ln_mlp)
+    # per layer under new_decoder_architecture. KV: 8·(64 + 64)·2 B = 2,048 B per token and layer, 60 layers
+    # = 122,880 B per token.
+    cfg = {"architectures": ["FalconForCausalLM"], "vocab_size": 65024, "hidden_size": 8192, "num_hidden_layers": 60,
+           "num_attention_heads": 128, "num_kv_heads": 8, "new_decoder_architecture": True, "parallel_attn": True,
+           "bias": False, "alibi": False}
+    assert _step(cfg, decode=("1x0",)).total.state_write_bytes == 2_048 * 60 == 122_880
+    # per layer: query_key_value (128 + 2·8)·64·8192 = 75,497,472; dense 8192² = 67,108,864; MLP 2·8192·32768 =
+    # 536,870,912; ln_attn + ln_mlp 2·2·8192 = 32,768 → 679,510,016; 60 layers 40,770,600,960
+    # wte 65024·8192 = 532,676,608; ln_f 16,384; tied head → 41,303,293,952
+    assert accounting(cfg).params().total == 41_303_293_952
+
+
 def test_gpt_bigcode_multi_query_kv_bytes():
     # GPTBigCodeConfig defaults: 12 layers, d 768, 12 heads of 64, multi_query → 1 KV head:
     # 2·64·2 B = 256 B per token and layer, 12 layers = 3,072 B per token
