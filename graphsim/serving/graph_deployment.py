@@ -92,9 +92,9 @@ def graph_weight_bytes(graph: Graph, quantization: Any = None) -> tuple[int, lis
         copies = mult.get(layer, 1) if layer is not None else 1
         dims = _int_dims(spec.shape)
         nbytes = float(math.prod(dims)) * spec.dtype.bytes
-        if (quantization is not None and kind in quantized_kinds and len(dims) >= 2 and name.endswith("weight")
-                and kdtype and kdtype != spec.dtype.value):
-            path = name.rsplit(".", 1)[0]
+        if (quantization is not None and kind in quantized_kinds and len(dims) >= 2 and kdtype
+                and kdtype != spec.dtype.value):
+            path = name.removesuffix(".weight")  # a linear's module; fused experts' tensors are named themselves
             per_matrix = quantization.matrix_bytes_at(path, dims[-2], dims[-1])
             if per_matrix is not None:
                 nbytes = float(math.prod(dims[:-2])) * per_matrix
@@ -116,7 +116,7 @@ def _widest_per_token(graph: Graph) -> tuple[int, str]:
 
     best, what = 0, ""
     for n in graph.nodes:
-        if n.op is not Op.KERNEL:
+        if n.op is not Op.KERNEL or n.layer is None:  # the LM head's logits: sampled rows only (the sampler term)
             continue
         g = n.kernel.geometry
         if isinstance(g, MoeExpertsGeometry):
