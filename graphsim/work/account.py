@@ -23,7 +23,7 @@ from graphsim.work.report import ParamReport, SegmentParams, SegmentWork, WorkRe
 from graphsim.work.routing import expected_experts_touched, max_experts_touched
 from graphsim.work.specs import AttentionKind, ModelSpec, WeightKind
 from graphsim.work.weights import PlacedWeight, embedding_weight, model_weights, stored_bytes_per_copy
-from graphsim.workload import Step
+from graphsim.workload import Step, WorkloadError
 
 
 def _weight_work(placed: PlacedWeight, step: Step, precision: Precision, vocab: int) -> SegmentWork:
@@ -61,6 +61,12 @@ def account_step(model: ModelSpec, step: Step, precision: Precision) -> WorkRepo
     """Necessary work of one step, per segment, in first-appearance order."""
     segments: dict[str, SegmentWork] = {}
 
+    longest = max(g.cached_tokens + g.new_tokens for g in step.groups)
+    if model.max_positions is not None and longest > model.max_positions:
+        raise WorkloadError(
+            f"a sequence of {longest} tokens exceeds the {model.max_positions} positions {model.architecture}'s learned "
+            "position table holds; shorten the workload"
+        )
     def add(work: SegmentWork) -> None:
         segments[work.name] = segments[work.name] + work if work.name in segments else work
 

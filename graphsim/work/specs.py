@@ -591,3 +591,6 @@ class ModelSpec:
     # word_embed_proj_dim): an unbiased project_in (width → hidden) follows the lookup (segment `embed`, every
     # new token) and an unbiased project_out (hidden → width) precedes the head (segment `head`, sampled rows)
     embed_width: int | None = None
+    # Positions a learned absolute position table can index (GPT-2's n_positions, OPT's max_position_embeddings):
+    # a step whose sequences reach beyond it is refused, as the model cannot run it; None: no such limit
+    max_positions: int | None = None

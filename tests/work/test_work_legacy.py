@@ -20,6 +20,7 @@ from graphsim.serving.engine_config import default_max_model_len
 from graphsim.work import accounting, parse_step
 from graphsim.work.registry import build_model
 from graphsim.work.specs import GqaAttention
+from graphsim.workload import WorkloadError
 
 GPT2_SMALL = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": 50257, "n_embd": 768,
               "n_layer": 12, "n_head": 12, "n_positions": 1024, "n_ctx": 1024}
@@ -63,6 +64,18 @@ def test_gpt2_prefill_reads_one_position_row_per_token():
     embed = _step(GPT2_SMALL, prefill=("8@0",)).segment("embed")
     assert embed.param_read_bytes == 2 * 8 * 768 * 2 == 24_576
     assert embed.flops == 0
+
+
+def test_gpt2_refuses_a_sequence_beyond_its_position_table():
+    # wpe has 1024 rows: positions 0..1023. 1024 tokens fit; 1025 (prefill 1025@0 or decode 1x1024) cannot run.
+    assert _step(GPT2_SMALL, prefill=("1024@0",)).total.flops > 0
+    for prefill, decode in ((("1025@0",), ()), ((), ("1x1024",))):
+        with pytest.raises(WorkloadError) as err:
+            _step(GPT2_SMALL, prefill=prefill, decode=decode)
+        assert "1025 tokens exceeds the 1024 positions" in str(err.value) and "\n" not in str(err.value)
+    # OPT's table has max_position_embeddings + 2 rows, but indexes max_position_embeddings positions
+    with pytest.raises(WorkloadError):
+        _step(OPT_350M, prefill=("2049@0",))
 
 
 def test_bloom_560m_parameters():

@@ -60,7 +60,8 @@ class Decoder:
     final_norm: bool = True
     head_bias: bool = False
     tie_default: bool = True
-    positions: int = 0  # rows of a learned absolute position table (0: no position parameters)
+    positions: int = 0  # positions a learned absolute position table indexes (0: no position parameters)
+    position_offset: int = 0  # extra rows before them (OPT, BioGPT: position ids + 2)
     embed_norm: bool = False  # a LayerNorm on the embedding output (BLOOM)
     embed_width: int | None = None  # word-embedding width when project_in/out map it to hidden (OPT)
     windows: tuple[int | None, ...] | None = None  # per layer, a local window (GPT-Neo); None: all full
@@ -120,14 +121,14 @@ def _assemble(view: ConfigView, frame: Frame, d: Decoder) -> ModelSpec:
     spec = finish(view, frame, layers, d.tie_default, norm_bias=d.norm_bias)
     extras: list[Weight] = []
     if d.positions:
-        extras.append(Weight("embed", "embed_positions", WeightKind.EMBEDDING, (d.positions, frame.hidden),
-                             quantizable=False))
+        rows = d.positions + d.position_offset
+        extras.append(Weight("embed", "embed_positions", WeightKind.EMBEDDING, (rows, frame.hidden), quantizable=False))
     if d.embed_norm:
         extras += [Weight("embed", "embed_layernorm", WeightKind.NORM, (frame.hidden,)),
                    Weight("embed", "embed_layernorm", WeightKind.BIAS, (frame.hidden,))]
     width = d.embed_width if d.embed_width is not None and d.embed_width != frame.hidden else None
     return replace(spec, embed_extras=tuple(extras), head_bias=d.head_bias, final_norm=d.final_norm,
-                   embed_width=width)
+                   embed_width=width, max_positions=d.positions or None)
 
 
 def _inner(view: ConfigView, frame: Frame, key: str) -> int:
@@ -236,7 +237,7 @@ def opt(view: ConfigView) -> ModelSpec:
     return _assemble(view, frame, Decoder(
         kv_heads=frame.heads, intermediate=view.req_int("ffn_dim"), qkv_bias=bias, o_bias=bias, mlp_bias=bias,
         attn_norms=1 if affine else 0, ffn_norms=1 if affine else 0, final_norm=final and affine,
-        positions=view.req_int("max_position_embeddings") + 2,
+        positions=view.req_int("max_position_embeddings"), position_offset=2,
         embed_width=view.opt_int("word_embed_proj_dim", frame.hidden),
     ))
 
@@ -348,7 +349,7 @@ def biogpt(view: ConfigView) -> ModelSpec:
     frame = read_frame(view)
     return _assemble(view, frame, Decoder(
         kv_heads=frame.heads, intermediate=view.req_int("intermediate_size"), qkv_bias=True, o_bias=True,
-        mlp_bias=True, positions=view.req_int("max_position_embeddings") + 2,
+        mlp_bias=True, positions=view.req_int("max_position_embeddings"), position_offset=2,
     ))
 
 
