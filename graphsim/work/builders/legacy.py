@@ -12,6 +12,7 @@ Mechanisms these families add to the GQA specs, and how they are expressed:
   token (the accountant reads min(T, rows) rows, as for the token table). OPT and BioGPT add an
   offset of 2 to the position ids, so their tables hold max_position_embeddings + 2 rows
   (OPTLearnedPositionalEmbedding / BioGptLearnedPositionalEmbedding: `num_embeddings + self.offset`).
+  A step whose sequences run past the positions the table indexes is refused (`ModelSpec.max_positions`).
 - fixed positions: rotary (GPT-J, CodeGen, GPT-NeoX-Japanese, Falcon without ALiBi), ALiBi (BLOOM,
   MPT, Falcon with `alibi`) and sinusoidal tables (XGLM, CTRL: non-persistent buffers computed at
   init) hold no parameters. Their work is elementwise (rotating q/k; ALiBi adds one bias per scored
