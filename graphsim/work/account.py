@@ -31,9 +31,11 @@ def _weight_work(placed: PlacedWeight, step: Step, precision: Precision, vocab: 
     copy_bytes = stored_bytes_per_copy(placed, precision)
     tokens = step.tokens
     flops = 0
+    if w.idle:  # held, never used by the causal forward (idle cross-attention): parameters only
+        return SegmentWork(placed.segment, params=w.elements * layers)
     if w.kind is WeightKind.EMBEDDING:
         rows = w.shape[0]  # the table's own vocabulary (Gemma-4's per-layer-input table has its own)
-        read = worst = copy_bytes * min(tokens, rows) / rows
+        read = worst = copy_bytes * min(tokens, rows) / rows * w.copies  # each copy: one row per token
     elif w.routed:
         assert w.top_k is not None
         read = copy_bytes * expected_experts_touched(w.copies, w.top_k, tokens)
@@ -75,8 +77,9 @@ def account_step(model: ModelSpec, step: Step, precision: Precision) -> WorkRepo
     if model.tie_embeddings:
         embed = embedding_weight(model)
         table_bytes = stored_bytes_per_copy(embed, precision)
-        width = model.embed_width or model.hidden  # the table's width (OPT-350m: word_embed_proj_dim)
-        add(SegmentWork("head", flops=2 * step.sequences * model.vocab * width,
+        # the table's width (OPT-350m: word_embed_proj_dim; ELECTRA: embedding_size)
+        width = model.table_width or model.embed_width or model.hidden
+        add(SegmentWork("head", flops=2 * step.sequences * model.vocab * width * model.codebooks,
                         param_read_bytes=table_bytes, param_read_bytes_worst=table_bytes))
         # the head uses the whole (tied) table: it counts as activated
         add(SegmentWork("embed", params_activated=embed.elements))
@@ -127,6 +130,8 @@ def count_params(model: ModelSpec, precision: Precision) -> ParamReport:
         activated = w.active_elements * placed.layers
         if w.kind is WeightKind.EMBEDDING and (not model.tie_embeddings or placed.path != "model.embed_tokens"):
             activated = 0  # a lookup; only a tied table is activated (the head multiplies by all of it)
+        if w.idle:
+            activated = 0
         row[1] += activated
         row[2] += stored_bytes_per_copy(placed, precision) * w.copies * placed.layers
     segments = tuple(

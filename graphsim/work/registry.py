@@ -13,7 +13,8 @@ from typing import Any
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.work.builders import (
-    deepseek_v4, gemma4, gqa, hybrid, legacy, linear_attn, llama4, mimo, mla, modern_a, modern_b, nemotron_h,
+    deepseek_v4, encoder_style, gemma4, gqa, hybrid, legacy, linear_attn, llama4, mimo, mla, modern_a, modern_b,
+    nemotron_h,
 )
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
@@ -98,6 +99,7 @@ BUILDERS: dict[str, Builder] = {
     **linear_attn.ARCHITECTURES,
     **deepseek_v4.ARCHITECTURES,
     **modern_b.ARCHITECTURES,
+    **encoder_style.ARCHITECTURES,
 }
 
 # architectures[0] spellings a checkpoint uses for a transformers class of another name (the cross-checks build

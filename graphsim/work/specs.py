@@ -591,6 +591,17 @@ class ModelSpec:
     # word_embed_proj_dim): an unbiased project_in (width → hidden) follows the lookup (segment `embed`, every
     # new token) and an unbiased project_out (hidden → width) precedes the head (segment `head`, sampled rows)
     embed_width: int | None = None
+    # Encoder-style LMs and encoder–decoder decoders (builders/encoder_style.py): the token table's rows
+    # and width when they differ from vocab / hidden with no implied projections (MusicGen's vocab + 1;
+    # ELECTRA's embedding_size, whose biased projections the builder states in the extras), the untied
+    # head's input width (RemBERT's output_embedding_size), parallel token tables and heads (MusicGen's
+    # num_codebooks) and weights applied to the sampled rows before the head (BERT's
+    # cls.predictions.transform: segment `head`, a MATRIX sees one row per sequence)
+    embed_rows: int | None = None
+    table_width: int | None = None
+    head_width: int | None = None
+    codebooks: int = 1
+    head_extras: tuple[Weight, ...] = ()
     # Positions a learned absolute position table can index (GPT-2's n_positions, OPT's max_position_embeddings):
     # a step whose sequences reach beyond it is refused, as the model cannot run it; None: no such limit
     max_positions: int | None = None

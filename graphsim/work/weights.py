@@ -229,8 +229,9 @@ def layer_block_weights(model: ModelSpec, layer: LayerSpec) -> tuple[tuple[str, 
 
 
 def embedding_weight(model: ModelSpec) -> PlacedWeight:
-    width = model.embed_width or model.hidden
-    w = Weight("embed", "model.embed_tokens", WeightKind.EMBEDDING, (model.vocab, width), quantizable=False)
+    width = model.table_width or model.embed_width or model.hidden
+    shape = (model.embed_rows or model.vocab, width)
+    w = Weight("embed", "model.embed_tokens", WeightKind.EMBEDDING, shape, copies=model.codebooks, quantizable=False)
     return PlacedWeight("embed", "model.embed_tokens", w)
 
 
@@ -238,7 +239,8 @@ def head_weight(model: ModelSpec) -> PlacedWeight | None:
     """The untied LM head; None when the head reuses the embedding table."""
     if model.tie_embeddings:
         return None
-    w = Weight("head", "lm_head", M, (model.vocab, model.embed_width or model.hidden), quantizable=False)
+    width = model.head_width or model.embed_width or model.hidden
+    w = Weight("head", "lm_head", M, (model.vocab, width), copies=model.codebooks, quantizable=False)
     return PlacedWeight("head", "lm_head", w)
 
 
@@ -266,11 +268,13 @@ def model_weights(model: ModelSpec) -> tuple[PlacedWeight, ...]:
     if model.embed_width is not None:  # OPT project_out: only the rows the head samples
         w = Weight("head", "project_out", M, (model.embed_width, model.hidden), quantizable=False)
         placed.append(PlacedWeight("head", "model.project_out", w))
+    placed += [PlacedWeight("head", w.module, w) for w in model.head_extras]
     head = head_weight(model)
     if head is not None:
         placed.append(head)
     if model.head_bias:  # its own vector even when the matrix is tied (Phi)
-        placed.append(PlacedWeight("head", "lm_head", Weight("head", "lm_head", BIAS, (model.vocab,))))
+        bias = Weight("head", "lm_head", BIAS, (model.vocab,), copies=model.codebooks)
+        placed.append(PlacedWeight("head", "lm_head", bias))
     return tuple(placed)
 
 

@@ -219,9 +219,14 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
     spec = build_model(dict(cfg, architectures=[arch]))
     top = _hf_config(arch, cfg)
     hf = top.get_text_config() if arch in WRAPPERS else top  # a wrapper: its language model's config
-    assert (spec.hidden, spec.vocab, len(spec.stack.layers)) == (hf.hidden_size, hf.vocab_size, hf.num_hidden_layers)
-    # A class that declares no tied weights (NemotronHForCausalLM._tied_weights_keys = {}) never ties.
-    ties = getattr(_hf_class(arch), "_tied_weights_keys", None) != {}
+    # The decoder half of an encoder–decoder model (BartForCausalLM) has its own depth and heads; there the
+    # config's num_hidden_layers / num_attention_heads name the encoder's (BartConfig.attribute_map)
+    dec_layers, dec_heads = getattr(hf, "decoder_layers", None), getattr(hf, "decoder_attention_heads", None)
+    layers = dec_layers or hf.num_hidden_layers
+    assert (spec.hidden, spec.vocab, len(spec.stack.layers)) == (hf.hidden_size, hf.vocab_size, layers)
+    # A class that declares no tied weights (NemotronHForCausalLM._tied_weights_keys = {},
+    # BigBirdPegasusForCausalLM's None) never ties.
+    ties = bool(getattr(_hf_class(arch), "_tied_weights_keys", None))
     assert spec.tie_embeddings == (top.tie_word_embeddings and ties)
     layer_types = getattr(hf, "layer_types", None)
     for i, layer in enumerate(spec.stack.layers):
@@ -230,14 +235,17 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             kv = _layer_attr(hf, i, "num_key_value_heads") or hf.num_attention_heads  # GPT-NeoX has no such field
             if arch == "MiMoV2FlashForCausalLM" and layer_types and layer_types[i] == "sliding_attention":
                 kv *= 2  # MiMoV2FlashAttention: sliding layers double num_key_value_heads
-            head_dim = _layer_attr(hf, i, "head_dim") or hf.hidden_size // hf.num_attention_heads
+            head_dim = _layer_attr(hf, i, "head_dim") or hf.hidden_size // (dec_heads or hf.num_attention_heads)
             if arch == "GPTBigCodeForCausalLM":  # GPTBigCodeAttention.kv_heads
                 kv = 1 if hf.multi_query else hf.num_attention_heads
             elif arch == "FalconForCausalLM":  # FalconAttention: qkv_out_dim and num_kv_heads
                 kv = hf.num_kv_heads if hf.new_decoder_architecture else 1 if hf.multi_query else hf.num_attention_heads
             elif arch == "DbrxForCausalLM":  # DbrxAttention reads attn_config.kv_n_heads, whatever the top level says
                 kv = hf.attn_config.kv_n_heads
-            heads = (getattr(hf, "num_attention_heads_per_layer", None) or [hf.num_attention_heads] * (i + 1))[i]  # Laguna
+            elif dec_heads:  # multi-head decoders (WhisperConfig aliases num_key_value_heads to the encoder's heads)
+                kv = dec_heads
+            heads = (getattr(hf, "num_attention_heads_per_layer", None)
+                     or [dec_heads or hf.num_attention_heads] * (i + 1))[i]  # Laguna
             assert (attn.heads, attn.kv_heads, attn.head_dim) == (heads, kv, head_dim), f"layer {i}"
             if arch == "GPTNeoForCausalLM":  # GPTNeoConfig.attention_layers: "local" layers mask beyond window_size
                 assert attn.window == (hf.window_size if hf.attention_layers[i] == "local" else None), f"layer {i}"
