@@ -15,6 +15,7 @@ import pytest
 
 from graphsim.errors import ConfigError
 from graphsim.work import accounting, parse_step
+from graphsim.workload import WorkloadError
 
 # bert-base-uncased's dimensions (google-bert/bert-base-uncased config.json)
 BERT_BASE = {"architectures": ["BertLMHeadModel"], "model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12,
@@ -126,6 +127,22 @@ def test_unexpressed_options_are_refused_by_name(arch, field, value, fix):
     with pytest.raises(ConfigError, match=fix) as err:
         accounting(cfg)
     assert "\n" not in str(err.value) and field in str(err.value)
+
+
+def test_stored_position_tables_bound_the_sequence():
+    # BART: max_position_embeddings 1024 (the table's 1026 rows include the offset of 2): 1024 tokens run, 1025 do not
+    _step(BART, prefill=("1024@0",))
+    with pytest.raises(WorkloadError, match="1024 positions"):
+        _step(BART, decode=("1x1024",))
+    # RoBERTa: ids start at pad_token_id + 1 = 2 (create_position_ids_from_input_ids), so a 514-row table indexes
+    # 514 − 2 = 512 tokens (roberta-base: max_position_embeddings 514, pad_token_id 1)
+    roberta = dict(BERT_BASE, architectures=["RobertaForCausalLM"], max_position_embeddings=514, pad_token_id=1,
+                   type_vocab_size=1, vocab_size=50265)
+    _step(roberta, prefill=("512@0",))
+    with pytest.raises(WorkloadError, match="512 positions"):
+        _step(roberta, prefill=("513@0",))
+    # MusicGen's sinusoid is computed, not stored: no bound
+    _step(MUSICGEN, prefill=("4096@0",))
 
 
 def test_is_decoder_false_is_stated():

@@ -14,7 +14,9 @@ The traits, and how they are expressed:
   table transformers keeps as a parameter (Marian/Pegasus *SinusoidalPositionalEmbedding are
   nn.Embedding; RoFormer's (positions × head_dim) table): `embed_extras`, kind EMBEDDING, one row per
   new token. Sinusoidal tables computed at init and never stored (MusicGen's non-persistent buffer,
-  TrOCR's sinusoidal module) hold no parameters.
+  TrOCR's sinusoidal module) hold no parameters. A stored table bounds the sequence: a step running
+  past the positions it indexes is refused (`ModelSpec.max_positions`; RoBERTa's ids start after
+  the padding index, so max_position_embeddings − pad_token_id − 1 tokens).
 - token-type tables (type_vocab_size rows), ERNIE's task-type table, XLM's language table, RoCBERT's
   shape and pronunciation tables: `embed_extras`, EMBEDDING.
 - the embedding LayerNorm (BERT's embeddings.LayerNorm, BART's layernorm_embedding): `embed_extras`.
@@ -59,6 +61,9 @@ class EncoderStyle:
     ffn_key: str | None = "intermediate_size"  # None: 4 × hidden (XLM's TransformerFFN)
     positions_key: str | None = "max_position_embeddings"  # rows of the stored position table; None: none
     position_offset: int = 0  # BART-style learned tables hold 2 more rows than positions
+    # RoBERTa's position ids start after the padding index (create_position_ids_from_input_ids: padding_idx + 1
+    # onward), so the table indexes max_position_embeddings − pad_token_id − 1 tokens
+    positions_after_padding: bool = False
     positions: Flag = ALWAYS  # TrOCR: use_learned_position_embeddings (else sinusoidal, not stored)
     token_types: bool = True  # a type_vocab_size table (BERT family)
     embed_norm: Flag = ALWAYS  # a LayerNorm on the summed embeddings
@@ -86,9 +91,11 @@ class EncoderStyle:
 # BERT (models/bert BertLMHeadModel): word, position and token-type tables, embeddings.LayerNorm;
 # post-LN layers (attention.output.LayerNorm, output.LayerNorm) with biased query/key/value/dense and
 # intermediate/output; cls.predictions.transform (dense + LayerNorm) and a tied decoder with its own
-# bias; no pooler (BertModel(config, add_pooling_layer=False)). Camembert, Data2VecText, ERNIE,
-# RoBERTa and XLM-RoBERTa are the same stack (their lm_head.dense / layer_norm is the transform).
+# bias; no pooler (BertModel(config, add_pooling_layer=False)). ERNIE is the same stack; Camembert,
+# Data2VecText, RoBERTa and XLM-RoBERTa too (their lm_head.dense / layer_norm is the transform), with
+# RoBERTa's position ids that start after the padding index.
 BERT = EncoderStyle(transform=True, bias_tied=True)
+ROBERTA = replace(BERT, positions_after_padding=True)
 # BertGeneration (BertGenerationDecoder): no token-type table, no transform (lm_head: decoder + bias).
 BERT_GENERATION = EncoderStyle(token_types=False, bias_tied=True)
 # BigBird (BigBirdForCausalLM): BERT's stack with query/key/value biases from use_bias (BigBirdSelfAttention)
@@ -98,9 +105,9 @@ BIGBIRD = EncoderStyle(transform=True, pooler=True, bias_tied=True, qkv_bias=Fla
 # Megatron-BERT: pre-LN layers (attention.ln, ln) and a final encoder.ln; no embedding LayerNorm.
 MEGATRON_BERT = EncoderStyle(transform=True, embed_norm=NEVER, final_norm=ALWAYS, bias_tied=True)
 # RoBERTa-PreLayerNorm: pre-LN layers with the embedding LayerNorm and a final LayerNorm.
-ROBERTA_PRELN = EncoderStyle(transform=True, final_norm=ALWAYS, bias_tied=True)
+ROBERTA_PRELN = replace(ROBERTA, final_norm=ALWAYS)
 # XLM-RoBERTa-XL: pre-LN layers, a final encoder.LayerNorm, no embedding LayerNorm.
-XLM_ROBERTA_XL = EncoderStyle(transform=True, embed_norm=NEVER, final_norm=ALWAYS, bias_tied=True)
+XLM_ROBERTA_XL = replace(ROBERTA, embed_norm=NEVER, final_norm=ALWAYS)
 # ELECTRA (ElectraForCausalLM, the generator): tables and LayerNorm at embedding_size E, an
 # embeddings_project (E → hidden, bias) when E differs; generator_predictions maps hidden → E (dense +
 # bias, LayerNorm(E)); generator_lm_head (vocab × E, bias) tied to the table. RoFormer the same
@@ -185,6 +192,7 @@ class Extras:
     table_width: int | None = None  # a factorised table's width (RemBERT's input_embedding_size)
     head_width: int | None = None  # the transform's and head's width (RemBERT's output_embedding_size)
     transform_bias: bool = True
+    max_positions: int | None = None  # tokens a stored position table outside the style indexes (RoFormer)
 
 
 def build_encoder_style(style: EncoderStyle, view: ConfigView, extras: Extras = Extras()) -> ModelSpec:
@@ -203,9 +211,13 @@ def build_encoder_style(style: EncoderStyle, view: ConfigView, extras: Extras = 
     head_width = extras.head_width or width or hidden
 
     embed: list[Weight] = []
+    max_positions = extras.max_positions  # a stored table bounds the sequence (an index past it fails)
     if style.positions_key and style.positions.read(view):
-        rows = view.req_int(style.positions_key) + style.position_offset
+        positions = view.req_int(style.positions_key)
+        rows = positions + style.position_offset
         embed.append(Weight("embed", "embed_positions", EMB, (rows, width or hidden), quantizable=False))
+        start = (view.opt_int("pad_token_id", 1, minimum=0) or 0) + 1 if style.positions_after_padding else 0
+        max_positions = positions - start
     if style.token_types:
         types = view.req_int("type_vocab_size")
         embed.append(Weight("embed", "token_type_embeddings", EMB, (types, width or hidden), quantizable=False))
@@ -267,6 +279,7 @@ def build_encoder_style(style: EncoderStyle, view: ConfigView, extras: Extras = 
         spec, tie_embeddings=tie, embed_extras=tuple(embed), final_norm=final, head_bias=style.head_bias.read(view),
         head_extras=tuple(head), embed_rows=table_rows, table_width=width if width != hidden else None,
         head_width=head_width if head_width != hidden else None, codebooks=extras.codebooks,
+        max_positions=max_positions,
     )
 
 
@@ -297,9 +310,10 @@ def build_roformer(view: ConfigView) -> ModelSpec:
     """RoFormer: its rotary sinusoid is stored, one (max_position_embeddings × head_dim) table for the stack
     (RoFormerEncoder.embed_positions, an nn.Embedding); one row per new token."""
     heads, hidden = view.req_int("num_attention_heads"), view.req_int("hidden_size")
-    table = Weight("embed", "encoder.embed_positions", EMB, (view.req_int("max_position_embeddings"),
-                                                             view.head_dim(heads, hidden)), quantizable=False)
-    return build_encoder_style(ROFORMER, view, Extras(embed=(table,)))
+    positions = view.req_int("max_position_embeddings")
+    table = Weight("embed", "encoder.embed_positions", EMB, (positions, view.head_dim(heads, hidden)),
+                   quantizable=False)
+    return build_encoder_style(ROFORMER, view, Extras(embed=(table,), max_positions=positions))
 
 
 def build_rembert(view: ConfigView) -> ModelSpec:
@@ -346,7 +360,7 @@ def build_xmod(view: ConfigView) -> ModelSpec:
         ffn += _norm("adapter", "output.adapter_layer_norm", hidden, True)
     note = (f"{view.arch}: {n} language adapter(s) per layer; one applies per token (priced as a top-1 routed "
             "expert)",)
-    return build_encoder_style(BERT, view, Extras(ffn=tuple(ffn), notes=note,
+    return build_encoder_style(ROBERTA, view, Extras(ffn=tuple(ffn), notes=note,
                                                   final_norm=view.opt_bool("pre_norm", False)))
 
 
@@ -438,17 +452,17 @@ ARCHITECTURES = {
     "BertLMHeadModel": _style(BERT),
     "BertGenerationDecoder": _style(BERT_GENERATION),
     "BigBirdForCausalLM": build_bigbird,
-    "CamembertForCausalLM": _style(BERT),
-    "Data2VecTextForCausalLM": _style(BERT),
+    "CamembertForCausalLM": _style(ROBERTA),
+    "Data2VecTextForCausalLM": _style(ROBERTA),
     "ElectraForCausalLM": _style(ELECTRA),
     "ErnieForCausalLM": build_ernie,
     "MegatronBertForCausalLM": _style(MEGATRON_BERT),
     "RemBertForCausalLM": build_rembert,
     "RoCBertForCausalLM": build_roc_bert,
     "RoFormerForCausalLM": build_roformer,
-    "RobertaForCausalLM": _style(BERT),
+    "RobertaForCausalLM": _style(ROBERTA),
     "RobertaPreLayerNormForCausalLM": _style(ROBERTA_PRELN),
-    "XLMRobertaForCausalLM": _style(BERT),
+    "XLMRobertaForCausalLM": _style(ROBERTA),
     "XLMRobertaXLForCausalLM": _style(XLM_ROBERTA_XL),
     "XmodForCausalLM": build_xmod,
     "XLMWithLMHeadModel": build_xlm,
