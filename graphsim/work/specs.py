@@ -113,6 +113,11 @@ class GqaAttention:
     # Gemma-4 num_kv_shared_layers: the layer reuses an earlier layer's K/V (no k/v projections or norms,
     # nothing written to a cache of its own; it reads the producer's)
     kv_shared: bool = False
+    # Mixture of attention heads (JetMoE MoA, arXiv:2404.07413): q_proj and o_proj are `moa_experts` routed
+    # experts behind their own router, `moa_top_k` per token, each owning heads / moa_top_k query heads over
+    # the shared K/V; `o_bias` is one vector added after the experts combine
+    moa_experts: int = 0
+    moa_top_k: int = 0
     # MiniMax-M3 sparse layers: a block top-k indexer chooses the keys each query attends to
     block_indexer: BlockSparseIndexer | None = None
 
@@ -172,6 +177,9 @@ class MlaAttention:
     qk_rope_head_dim: int
     v_head_dim: int
     bias: bool = False  # attention_bias: on q_a_proj (or q_proj), kv_a_proj_with_mqa, o_proj
+    # A.X-K2 q_gate_proj in place of q_b_proj: reads [norm(q_a), q_a] (2·q_lora_rank) and also emits a sigmoid
+    # output gate of v_head_dim per head (elementwise on the attention output)
+    q_gate: bool = False
     block_norms: int = 1
     indexer: DsaIndexer | None = None  # DeepSeek sparse attention: the core attends to top-k positions
     output_gate: bool = False  # g_proj (hidden → heads·v_head_dim), a sigmoid gate before o_proj (Kimi-K3)
@@ -480,12 +488,22 @@ class MoeFfn:
     # per-expert output scale (Gemma4TextRouter.scale, .per_expert_scale)
     dense_intermediate: int = 0
     router_scales: bool = False
+    # Zero-computation (identity) experts the router may pick besides the real ones (LongCat-Flash
+    # zero_expert_num): the router and its score bias are experts + zero_experts wide, and under uniform
+    # routing a token's top_k picks land on real experts top_k·E/(E + Z) times (`real_top_k`)
+    zero_experts: int = 0
     block_norms: int = 1
     module: str = "mlp"
     router_module: str = "gate"
     shared_module: str = "shared_experts"
 
     kind = FfnKind.MOE
+
+    @property
+    def real_top_k(self) -> int:
+        """Real experts a token uses on average: top_k, or top_k·E/(E + Z) with zero-computation experts
+        (the builder holds it to an integer)."""
+        return self.top_k * self.experts // (self.experts + self.zero_experts)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,12 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
     if isinstance(attn, GqaAttention):
         sa, hd = "self_attn", attn.head_dim
         q_out = attn.heads * hd * (2 if attn.output_gate else 1)
-        ws += _linear("qkv", f"{sa}.q_proj", q_out, attn.hidden, attn.q_bias)
+        moa = {"copies": attn.moa_experts, "top_k": attn.moa_top_k} if attn.moa_experts else {}
+        if moa:  # JetMoE MoA: routed q/o experts (JetMoeMoA.input_linear / output_linear) and their router
+            ws += _linear("router", f"{sa}.experts.router.layer", attn.moa_experts, attn.hidden, False, quantizable=False)
+            ws += _linear("qkv", f"{sa}.experts.input_linear", q_out // attn.moa_top_k, attn.hidden, False, **moa)
+        else:
+            ws += _linear("qkv", f"{sa}.q_proj", q_out, attn.hidden, attn.q_bias)
         if not attn.kv_shared:
             ws += _linear("qkv", f"{sa}.k_proj", attn.kv_heads * hd, attn.hidden, attn.kv_bias)
             if not attn.k_eq_v:
@@ -81,14 +86,23 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
             ws += [Weight("index", f"{ix}.q_norm", NORM, (bi.head_dim,)), Weight("index", f"{ix}.k_norm", NORM, (bi.head_dim,))]
         if attn.sinks:
             ws.append(Weight("core", f"{sa}.sinks", VEC, (attn.heads,)))
-        ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.o_bias)
+        if moa:
+            ws += _linear("out", f"{sa}.experts.output_linear", attn.hidden, attn.heads * attn.v_head_dim // attn.moa_top_k,
+                          False, **moa)
+            ws += [Weight("out", f"{sa}.experts.bias", BIAS, (attn.hidden,))] if attn.o_bias else []
+        else:
+            ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.o_bias)
     elif isinstance(attn, MlaAttention):
         sa = "self_attn"
         q_out = attn.heads * attn.qk_head_dim
         if attn.q_lora_rank:
             ws += _linear("q", f"{sa}.q_a_proj", attn.q_lora_rank, attn.hidden, attn.bias)
             ws.append(Weight("norm", f"{sa}.q_a_layernorm", NORM, (attn.q_lora_rank,)))
-            ws += _linear("q", f"{sa}.q_b_proj", q_out, attn.q_lora_rank, False)
+            if attn.q_gate:  # A.X-K2: q and the output gate from [norm(q_a), q_a]
+                ws += _linear("q", f"{sa}.q_gate_proj", attn.heads * (attn.qk_head_dim + attn.v_head_dim),
+                              2 * attn.q_lora_rank, False)
+            else:
+                ws += _linear("q", f"{sa}.q_b_proj", q_out, attn.q_lora_rank, False)
         else:
             ws += _linear("q", f"{sa}.q_proj", q_out, attn.hidden, False)
         ws += _linear("kv", f"{sa}.kv_a_proj_with_mqa", attn.kv_elements_per_token, attn.hidden, attn.bias)
@@ -189,9 +203,10 @@ def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
         if ffn.dense_intermediate:
             ws += _gated_mlp("mlp", "mlp", ffn.hidden, ffn.dense_intermediate, False)
         router = f"{at}{ffn.router_module}"
-        ws += _linear("router", router, ffn.experts, ffn.hidden, ffn.router_bias, quantizable=False)
+        slots = ffn.experts + ffn.zero_experts  # the router scores the zero-computation experts too
+        ws += _linear("router", router, slots, ffn.hidden, ffn.router_bias, quantizable=False)
         if ffn.router_score_bias:
-            ws.append(Weight("router", f"{router}.e_score_correction_bias", VEC, (ffn.experts,)))
+            ws.append(Weight("router", f"{router}.e_score_correction_bias", VEC, (slots,)))
         if ffn.router_scales:
             ws += [Weight("router", f"{router}.scale", VEC, (ffn.hidden,)),
                    Weight("router", f"{router}.per_expert_scale", VEC, (ffn.experts,))]
@@ -201,7 +216,7 @@ def ffn_weights(ffn: FfnSpec) -> tuple[Weight, ...]:
                           quantizable=ffn.latent_quantizable)
         ws += _gated_mlp(
             "routed", f"{at}experts", width, ffn.expert_intermediate, ffn.expert_bias, ffn.gated,
-            copies=ffn.experts, top_k=ffn.top_k,
+            copies=ffn.experts, top_k=ffn.real_top_k,
         )
         if ffn.latent:
             if ffn.latent_norm:

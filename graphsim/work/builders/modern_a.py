@@ -16,10 +16,12 @@ from typing import Any
 
 from graphsim.errors import ConfigError
 from graphsim.work.builders import gqa, mla
-from graphsim.work.builders.common import NEVER, Flag, MoeFields, finish, read_frame
+from graphsim.work.builders.common import NEVER, Flag, Frame, MoeFields, finish, read_frame
 from graphsim.work.builders.gqa import ATTN_BIAS, QK_NORM, GqaProfile, WindowRule
 from graphsim.work.config import ConfigView
-from graphsim.work.specs import DenseFfn, GqaAttention, LayerSpec, LayerStack, ModelSpec, MoeFfn, Weight, WeightKind
+from graphsim.work.specs import (
+    DenseFfn, GqaAttention, LayerSpec, LayerStack, MlaAttention, ModelSpec, MoeFfn, Weight, WeightKind,
+)
 
 M, NORM, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.VECTOR
 
@@ -306,6 +308,111 @@ def build_dbrx(view: ConfigView) -> ModelSpec:
     return finish(view, frame, [LayerSpec(attn, moe)] * frame.layers, tie_default=False)
 
 
+# --- JetMoE (JetMoeForCausalLM) -------------------------------------------------------------------
+def build_jetmoe(view: ConfigView) -> ModelSpec:
+    """models/jetmoe: mixture of attention heads (JetMoeMoA, arXiv:2404.07413) — num_local_experts routed
+    q/o expert pairs (input_linear: hidden → kv_heads·kv_channels, output_linear back, no bias) behind a
+    router `self_attention.experts.router.layer`, top num_experts_per_tok per token, one bias vector after
+    the experts combine, and one shared kv_proj (hidden → 2·kv_heads·kv_channels, no bias); each chosen
+    expert's query heads attend the same K/V (key_states.repeat(1, top_k)), so the layer has
+    kv_heads·top_k query heads (JetMoeConfig.__post_init__ sets num_attention_heads to exactly that,
+    whatever the config states) and caches kv_heads heads of kv_channels. FFN: num_local_experts gated
+    experts of intermediate_size (input_linear fuses gate and up), router `mlp.router.layer`, one bias
+    vector after the combine (JetMoeMoE.bias). Two RMSNorms per layer; tied embeddings by default."""
+    kv_heads, head_dim = view.req_int("num_key_value_heads"), view.req_int("kv_channels")
+    experts, top_k = view.req_int("num_local_experts"), view.req_int("num_experts_per_tok")
+    if top_k > experts:
+        raise ConfigError(f"config.json ({view.arch}): num_experts_per_tok {top_k} exceeds num_local_experts {experts}; "
+                          "fix the config")
+    frame = Frame(hidden=view.req_int("hidden_size"), layers=view.req_int("num_hidden_layers"), heads=kv_heads * top_k,
+                  vocab=view.req_int("vocab_size"))
+    attn = GqaAttention(hidden=frame.hidden, heads=frame.heads, kv_heads=kv_heads, head_dim=head_dim, o_bias=True,
+                        moa_experts=experts, moa_top_k=top_k)
+    moe = MoeFfn(hidden=frame.hidden, expert_intermediate=view.req_int("intermediate_size"), experts=experts,
+                 top_k=top_k, router_module="router.layer")
+    bias = Weight("routed", "mlp.bias", WeightKind.BIAS, (frame.hidden,))
+    return finish(view, frame, [LayerSpec(attn, moe, ffn_extras=(bias,))] * frame.layers, tie_default=True)
+
+
+# --- LongCat-Flash (LongcatFlashForCausalLM) ------------------------------------------------------
+def build_longcat_flash(view: ConfigView) -> ModelSpec:
+    """models/longcat_flash: each decoder layer holds two MLA sublayers (DeepSeek-V3.2's attention without
+    the indexer, LongcatFlashMLA: q LoRA, bias from attention_bias), two dense gated MLPs of
+    ffn_hidden_size (`mlps`), four RMSNorms, and one shortcut MoE fed from the first sublayer's
+    post-attention norm: n_routed_experts gated experts of expert_ffn_hidden_size plus zero_expert_num
+    zero-computation (identity) experts, a softmax router `mlp.router.classifier` over both (bias from
+    router_bias) with an e_score_correction_bias buffer, top moe_topk. The accountant counts each
+    decoder layer as two layers (transformers' num_hidden_layers = 2·num_layers, one KV cache per MLA
+    sublayer): [MLA 0, MoE beside mlps[0]] and [MLA 1, mlps[1]]. A token's top-k picks land on real
+    experts k·E/(E + Z) times under uniform routing (12·512/768 = 8 for LongCat-Flash, the average its
+    report's expert-bias controller holds; arXiv:2509.01322 §2.1). transformers allocates gate_up_proj
+    for the zero experts too (LongcatFlashExperts: total_experts rows, down_proj n_routed_experts), rows
+    its forward never reads and the checkpoint does not hold; they are not counted."""
+    hidden, heads, vocab = view.req_int("hidden_size"), view.req_int("num_attention_heads"), view.req_int("vocab_size")
+    stated = view.opt_int("num_hidden_layers", None)  # LongcatFlashConfig: num_hidden_layers = 2 · num_layers
+    blocks = stated // 2 if stated is not None else view.req_int("num_layers")
+    frame = Frame(hidden=hidden, layers=2 * blocks, heads=heads, vocab=vocab)
+    nope, rope = view.req_int("qk_nope_head_dim"), view.req_int("qk_rope_head_dim")
+    qk_head_dim = view.opt_int("qk_head_dim", nope + rope)
+    if qk_head_dim != nope + rope:
+        raise ConfigError(f"config.json ({view.arch}): qk_head_dim {qk_head_dim} is not qk_nope_head_dim + "
+                          f"qk_rope_head_dim ({nope + rope}); fix the config")
+    attn = MlaAttention(
+        hidden=hidden, heads=heads, q_lora_rank=view.opt_int("q_lora_rank", None), kv_lora_rank=view.req_int("kv_lora_rank"),
+        qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=view.req_int("v_head_dim"),
+        bias=view.opt_bool("attention_bias", False),
+    )
+    experts, zero = view.req_int("n_routed_experts"), view.opt_int("zero_expert_num", 0, minimum=0)
+    top_k = view.req_int("moe_topk")
+    if top_k > experts + zero:
+        raise ConfigError(f"config.json ({view.arch}): moe_topk {top_k} exceeds n_routed_experts + zero_expert_num "
+                          f"({experts + zero}); fix the config")
+    if top_k * experts % (experts + zero):
+        raise ConfigError(
+            f"config.json ({view.arch}): moe_topk·n_routed_experts ({top_k * experts}) is not a multiple of "
+            f"n_routed_experts + zero_expert_num ({experts + zero}); the accountant counts the average real experts "
+            "per token, k·E/(E + Z), only when it is whole"
+        )
+    dense_width = view.req_int("ffn_hidden_size")
+    moe = MoeFfn(hidden=hidden, expert_intermediate=view.req_int("expert_ffn_hidden_size"), experts=experts,
+                 top_k=top_k, zero_experts=zero, router_score_bias=True, router_bias=view.opt_bool("router_bias", False),
+                 dense_intermediate=dense_width, router_module="router.classifier")
+    first, second = LayerSpec(attn, moe), LayerSpec(attn, DenseFfn(hidden, dense_width))
+    return finish(view, frame, [first, second] * blocks, tie_default=False)
+
+
+# --- A.X K2 (AXK2ForCausalLM) ----------------------------------------------------------------------
+# models/axk2: DeepSeek-V3.2's MLA with the DSA indexer on every layer (layer_types "indexed_attention")
+# and DeepSeekMoE (sigmoid router with score correction, n_shared_experts × moe_intermediate_size shared,
+# MLPs without bias; mlp_layer_types, else dense below first_k_dense_replace = 1 and where
+# i % moe_layer_freq), with two changes: q_gate_proj replaces q_b_proj (reads [norm(q_a), q_a], emits q and a
+# per-channel output gate: the MlaAttention q_gate trait), and gated RMSNorms (AXK2GatedRMSNorm: the norm's
+# weight plus a low-rank gate MLP fc1 hidden → gated_norm_rank, fc2 back, no bias) as the input norm of every
+# layer and as the post-attention norm of the MoE layers (dense layers keep a plain RMSNorm there).
+AXK2 = mla.MlaProfile(first_k_dense_default=1, topk_method_default="noaux_tc", sparse_attention=True, mlp_bias=NEVER)
+
+
+def build_axk2(view: ConfigView) -> ModelSpec:
+    types = view.layer_types(view.req_int("num_hidden_layers"))
+    if types is not None and any(t != "indexed_attention" for t in types):
+        raise ConfigError(f"config.json ({view.arch}): layer_types must be 'indexed_attention' on every layer (the "
+                          "only kind AXK2Attention builds); fix the config")
+    rank = view.req_int("gated_norm_rank")
+    spec = mla.build_mla_decoder(AXK2, view)
+
+    def gate(block: str, hidden: int) -> tuple[Weight, ...]:
+        norm = "input_layernorm" if block == "attn" else "post_attention_layernorm"
+        return (Weight("norm", f"{norm}.mlp.fc1", M, (rank, hidden)), Weight("norm", f"{norm}.mlp.fc2", M, (hidden, rank)))
+
+    def gated(_: int, layer: LayerSpec) -> LayerSpec:
+        attn = layer.attn
+        assert isinstance(attn, MlaAttention)
+        return replace(layer, attn=replace(attn, q_gate=True), attn_extras=gate("attn", spec.hidden),
+                       ffn_extras=gate("ffn", spec.hidden) if isinstance(layer.ffn, MoeFfn) else ())
+
+    return _map_layers(spec, gated)
+
+
 ARCHITECTURES: dict[str, Callable[[ConfigView], ModelSpec]] = {
     "PhimoeForCausalLM": partial(gqa.build_gqa_decoder, PHIMOE),
     "Cohere2MoeForCausalLM": build_cohere2_moe,
@@ -316,4 +423,7 @@ ARCHITECTURES: dict[str, Callable[[ConfigView], ModelSpec]] = {
     "DiffLlamaForCausalLM": build_diffllama,
     "AXK1ForCausalLM": build_axk1,
     "DbrxForCausalLM": build_dbrx,
+    "JetMoeForCausalLM": build_jetmoe,
+    "LongcatFlashForCausalLM": build_longcat_flash,
+    "AXK2ForCausalLM": build_axk2,
 }
