@@ -13,6 +13,9 @@ from model names:
 - linear attention (gated delta net) keeps a recurrent state and a conv state per request and
   layer, split over TP ranks (vLLM `MambaStateShapeCalculator.gated_delta_net_state_shape`); a
   Mamba2 mixer likewise (`mamba2_state_shape`, its temporal state in mamba_ssm_cache_dtype).
+  A Mamba-1 mixer keeps a conv state and a temporal state of intermediate × state_size
+  (`mamba1_state_shape`); LFM2's short conv keeps only its conv state, (L_cache − 1) × hidden
+  (`short_conv_state_shape`). A temporal state in mamba_ssm_cache_dtype "auto" takes the state dtype.
   A layer without a mixer (Nemotron-H's MLP/MoE-only layers) keeps nothing.
 - attention sinks (gpt-oss) are one learned logit per head: weights, not KV.
 
@@ -37,7 +40,8 @@ import numpy as np
 from graphsim.errors import GraphsimError
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.specs import (
-    CompressedAttention, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention, RecurrentMixer,
+    CompressedAttention, GatedDeltaNet, GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention,
+    RecurrentMixer, ShortConv,
 )
 
 
@@ -303,10 +307,47 @@ def _mamba2_layer(attn: Mamba2Mixer, tp: int, state: DType) -> LayerKv:
         raise KvLayoutError(f"Mamba2 conv channels {conv_dim} are not divisible by tp = {tp}; pick a tp that divides them")
     conv = (conv_dim // tp) * (attn.conv_kernel - 1)
     temporal = (attn.heads // tp) * attn.head_dim * attn.state_size
-    nbytes = conv * state.bytes_per_element + temporal * attn.ssm_dtype.bytes_per_element
+    ssm, ssm_from = _ssm_dtype(attn.ssm_dtype, state)
+    nbytes = conv * state.bytes_per_element + temporal * ssm.bytes_per_element
     detail = (f"Mamba2 conv {conv_dim // tp} × {attn.conv_kernel - 1} × {state.bytes_per_element:g} B + ssm "
-              f"{attn.heads // tp} heads × {attn.head_dim} × {attn.state_size} × {attn.ssm_dtype.bytes_per_element:g} B "
-              f"({attn.ssm_dtype.label}, mamba_ssm_cache_dtype) per request")
+              f"{attn.heads // tp} heads × {attn.head_dim} × {attn.state_size} × {ssm.bytes_per_element:g} B "
+              f"({ssm.label}, {ssm_from}) per request")
+    return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
+
+
+def _ssm_dtype(ssm: DType | None, state: DType) -> tuple[DType, str]:
+    """The temporal state's dtype: the spec's (Nemotron-H's config hook), else vLLM's mamba_ssm_cache_dtype
+    "auto", the conv state's dtype (MambaStateDtypeCalculator._mamba_state_dtype)."""
+    if ssm is None:
+        return state, "mamba_ssm_cache_dtype auto: the state dtype"
+    return ssm, "mamba_ssm_cache_dtype"
+
+
+def _mamba1_layer(attn: Mamba1Mixer, tp: int, state: DType) -> LayerKv:
+    """vLLM `MambaStateShapeCalculator.mamba1_state_shape` (vllm/model_executor/layers/mamba/mamba_utils.py):
+    conv state (kernel − 1) × intermediate / tp, temporal state intermediate / tp × state_size."""
+    if attn.intermediate % tp:
+        raise KvLayoutError(f"Mamba intermediate size {attn.intermediate} is not divisible by tp = {tp}; pick a tp "
+                            "that divides it")
+    inner = attn.intermediate // tp
+    ssm, ssm_from = _ssm_dtype(attn.ssm_dtype, state)
+    nbytes = inner * (attn.conv_kernel - 1) * state.bytes_per_element + inner * attn.state_size * ssm.bytes_per_element
+    detail = (f"Mamba conv {inner} × {attn.conv_kernel - 1} × {state.bytes_per_element:g} B + ssm {inner} × "
+              f"{attn.state_size} × {ssm.bytes_per_element:g} B ({ssm.label}, {ssm_from}) per request")
+    return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
+
+
+def _short_conv_layer(attn: ShortConv, tp: int, state: DType) -> LayerKv:
+    """vLLM `MambaStateShapeCalculator.short_conv_state_shape(tp, hidden_size, conv_L_cache)` (called by
+    vllm/model_executor/models/lfm2.py and lfm2_moe.py get_mamba_state_shape_from_config): one conv state of
+    (L_cache − 1) × hidden / tp in the state dtype (`short_conv_state_dtype`)."""
+    if attn.hidden % tp:
+        raise KvLayoutError(f"hidden_size {attn.hidden} (short-conv channels) is not divisible by tp = {tp}; pick a "
+                            "tp that divides it")
+    channels = attn.hidden // tp
+    nbytes = channels * (attn.conv_kernel - 1) * state.bytes_per_element
+    detail = (f"short conv {channels} channels × {attn.conv_kernel - 1} (conv_L_cache − 1) × "
+              f"{state.bytes_per_element:g} B per request")
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
@@ -371,6 +412,10 @@ def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, .
             continue  # no mixer, or K/V read from an earlier layer's cache (vLLM kv_sharing_target_layer_name)
         if isinstance(attn, Mamba2Mixer):
             out.append(_mamba2_layer(attn, tp, precision.state))
+        elif isinstance(attn, Mamba1Mixer):
+            out.append(_mamba1_layer(attn, tp, precision.state))
+        elif isinstance(attn, ShortConv):
+            out.append(_short_conv_layer(attn, tp, precision.state))
         elif isinstance(attn, RecurrentMixer):
             out.append(recurrent_state_layer(attn, tp, precision.state))
         elif isinstance(attn, GqaAttention):

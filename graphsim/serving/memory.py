@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
-    CompressedAttention, DenseFfn, GatedDeltaNet, GqaAttention, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn,
-    NoAttention, NoFfn, RecurrentMixer, WeightKind,
+    CompressedAttention, DenseFfn, GatedDeltaNet, GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec,
+    MoeFfn, NoAttention, NoFfn, RecurrentMixer, ShortConv, WeightKind,
 )
 from graphsim.work.weights import model_weights, stored_bytes_per_copy
 
@@ -155,6 +155,10 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
             # vLLM shards the query heads over TP (deepseek_v4_attention.py: num_heads already TP-adjusted);
             # the q latent and the shared K=V are whole on every rank
             cand = [(a.q_lora_rank + a.head_dim + 2 * a.heads * a.head_dim // tp, "DeepSeek-V4 q latent + K=V + q and output")]
+        elif isinstance(a, Mamba1Mixer):
+            cand = [((2 * a.intermediate + a.intermediate) // tp, "Mamba in_proj (x, z) + scan output")]
+        elif isinstance(a, ShortConv):
+            cand = [((3 * a.hidden + a.hidden) // tp, "short-conv in_proj (B, C, x) + conv output")]
         elif isinstance(a, NoAttention):
             cand = []
         elif isinstance(a, RecurrentMixer):

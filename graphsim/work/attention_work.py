@@ -54,6 +54,16 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   state dtype, is read once when p > 0 and written once per sequence.
 - A Mamba temporal state whose `ssm_dtype` is None is held in the state dtype (vLLM's
   mamba_ssm_cache_dtype "auto"); Nemotron-H's is float32 unless its config says otherwise.
+- Mamba-1 (selective scan; Gu & Dao 2023, arXiv:2312.00752 §3, Algorithm 2): per token the state h
+  (d_inner × d_state) takes the update dt·x ⊗ B (2·d_inner·d_state) and the output reads it with C
+  (2·d_inner·d_state): 4·d_inner·d_state, Mamba2's count with d_inner = H·d_head (the decay
+  exp(dt·A) and the D skip are elementwise; x_proj and dt_proj are weights). Temporal state
+  d_inner·d_state and conv state d_inner·(kernel − 1), read once when p > 0 and written once.
+- Short conv (LFM2 `ShortConv`): the depthwise conv is a weight (`WeightKind.CONV`) and the two gates
+  are elementwise, so the core has no FLOPs; its conv state, hidden·(kernel − 1) elements in the
+  state dtype, is read once when p > 0 and written once per sequence.
+- A Mamba temporal state whose `ssm_dtype` is None is held in the state dtype (vLLM's
+  mamba_ssm_cache_dtype "auto"); Nemotron-H's is float32 unless its config says otherwise.
 - A layer without a mixer (`NoAttention`) has no core work. A layer reusing an earlier layer's K/V
   (Gemma-4 `kv_shared`) reads them like its own and writes none.
 """
@@ -69,8 +79,8 @@ from graphsim.work.attention_math import (
 from graphsim.work.dtypes import Precision
 from graphsim.work.linear_work import block_sparse_core, recurrent_core
 from graphsim.work.specs import (
-    AttentionSpec, CompressedAttention, GatedDeltaNet, GqaAttention, KvCompressor, Mamba2Mixer, MlaAttention,
-    NoAttention, RecurrentMixer,
+    AttentionSpec, CompressedAttention, GatedDeltaNet, GqaAttention, KvCompressor, Mamba1Mixer, Mamba2Mixer,
+    MlaAttention, NoAttention, RecurrentMixer, ShortConv,
 )
 from graphsim.workload import SeqGroup
 
@@ -125,11 +135,16 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
         flops = 6 * attn.v_heads * attn.k_head_dim * attn.v_head_dim * n
         state = (attn.recurrent_state_elements + attn.conv_state_elements) * precision.state.bytes_per_element
         return CoreWork(flops * c, (state if p > 0 else 0.0) * c, state * c)
-    if isinstance(attn, Mamba2Mixer):
-        flops = 4 * attn.heads * attn.head_dim * attn.state_size * n
-        state = (attn.recurrent_state_elements * attn.ssm_dtype.bytes_per_element
+    if isinstance(attn, (Mamba2Mixer, Mamba1Mixer)):
+        inner = attn.heads * attn.head_dim if isinstance(attn, Mamba2Mixer) else attn.intermediate
+        flops = 4 * inner * attn.state_size * n
+        ssm = attn.ssm_dtype or precision.state
+        state = (attn.recurrent_state_elements * ssm.bytes_per_element
                  + attn.conv_state_elements * precision.state.bytes_per_element)
         return CoreWork(flops * c, (state if p > 0 else 0.0) * c, state * c)
+    if isinstance(attn, ShortConv):
+        state = attn.conv_state_elements * precision.state.bytes_per_element
+        return CoreWork(0, (state if p > 0 else 0.0) * c, state * c)
     if isinstance(attn, RecurrentMixer):
         return CoreWork(*recurrent_core(attn, n, p, c, precision))
     if isinstance(attn, NoAttention):

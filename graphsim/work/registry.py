@@ -14,7 +14,7 @@ from typing import Any
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.work.builders import (
     deepseek_v4, encoder_style, gemma4, gqa, hybrid, legacy, linear_attn, llama4, mimo, mla, modern_a, modern_b,
-    nemotron_h,
+    nemotron_h, ssm,
 )
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
@@ -100,6 +100,7 @@ BUILDERS: dict[str, Builder] = {
     **deepseek_v4.ARCHITECTURES,
     **modern_b.ARCHITECTURES,
     **encoder_style.ARCHITECTURES,
+    **ssm.ARCHITECTURES,
 }
 
 # architectures[0] spellings a checkpoint uses for a transformers class of another name (the cross-checks build

@@ -76,6 +76,7 @@ class AttentionKind(Enum):
     MLA = "mla"
     LINEAR = "linear"
     MAMBA = "mamba"
+    CONV = "conv"  # a gated short convolution (LFM2: Lfm2ShortConv)
     NONE = "none"  # a layer without a mixer block (Nemotron-H's MLP-only and MoE-only layers)
     CSA = "csa"  # DeepSeek-V4 compressed sparse attention: sliding window + top-k of compressed entries
     HCA = "hca"  # DeepSeek-V4 heavily compressed attention: sliding window + every compressed entry
@@ -252,10 +253,13 @@ class Mamba2Mixer:
     state_size: int
     n_groups: int
     conv_kernel: int
-    ssm_dtype: DType
+    # None: vLLM's mamba_ssm_cache_dtype "auto", the temporal state in the state (conv) dtype
+    # (MambaStateDtypeCalculator._mamba_state_dtype): every Mamba2 family but Nemotron-H
+    ssm_dtype: DType | None
     conv_bias: bool = True  # use_conv_bias
     proj_bias: bool = False  # use_bias: in_proj and out_proj
     block_norms: int = 1
+    module: str = "mixer"  # the mixer's module in its layer (Bamba, Granite-4.0-H: "mamba")
 
     kind = AttentionKind.MAMBA
 
@@ -338,6 +342,66 @@ class BlockSparseIndexer:
     @property
     def cache_elements_per_token(self) -> int:
         return self.head_dim  # one index key per position (MiniMaxM3VLSparseCacheLayer.idx_keys)
+
+
+@dataclass(frozen=True)
+class Mamba1Mixer:
+    """A Mamba-1 selective-scan mixer (Gu & Dao 2023, arXiv:2312.00752; transformers models/mamba
+    MambaMixer, models/jamba JambaMambaMixer).
+
+    in_proj emits x and the gate z (2 · intermediate); a depthwise causal conv over the intermediate
+    channels; x_proj makes dt (dt_rank), B and C (state_size each) from the conv output; dt_proj
+    (dt_rank → intermediate, with a bias) expands dt; A_log is (intermediate × state_size) and D one per
+    channel; out_proj back to hidden. `dt_norms`: Jamba's RMSNorms on dt (dt_rank), B and C (state_size)
+    (JambaMambaMixer dt_layernorm / b_layernorm / c_layernorm). Per request vLLM keeps the conv state
+    ((kernel − 1) × intermediate) and the temporal state (intermediate × state_size), both split over TP
+    (vllm/model_executor/layers/mamba/mamba_utils.py MambaStateShapeCalculator.mamba1_state_shape).
+    """
+
+    hidden: int
+    intermediate: int
+    state_size: int
+    conv_kernel: int
+    dt_rank: int
+    ssm_dtype: DType | None = None  # None: mamba_ssm_cache_dtype "auto" (the state dtype), as vLLM's default
+    conv_bias: bool = True
+    proj_bias: bool = False  # in_proj and out_proj
+    dt_norms: bool = False
+    block_norms: int = 1
+    module: str = "mixer"  # Jamba: "mamba"
+
+    kind = AttentionKind.MAMBA
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        return self.intermediate * self.state_size
+
+    @property
+    def conv_state_elements(self) -> int:
+        return self.intermediate * (self.conv_kernel - 1)
+
+
+@dataclass(frozen=True)
+class ShortConv:
+    """LFM2's gated short convolution (transformers models/lfm2 Lfm2ShortConv): in_proj makes B, C and x
+    (3 · hidden), B·x runs through a depthwise causal conv of `conv_kernel` (conv_L_cache) taps over the
+    hidden channels, C gates the result, out_proj back to hidden; every projection and the conv take a
+    bias when `bias` (conv_bias). Per request vLLM keeps only the conv state, (conv_kernel − 1) × hidden,
+    split over TP (MambaStateShapeCalculator.short_conv_state_shape, called with intermediate_size =
+    hidden_size and conv_kernel = conv_L_cache by vllm/model_executor/models/lfm2.py
+    Lfm2ForCausalLM.get_mamba_state_shape_from_config), in the state dtype (short_conv_state_dtype)."""
+
+    hidden: int
+    conv_kernel: int
+    bias: bool = False
+    block_norms: int = 1
+    module: str = "conv"
+
+    kind = AttentionKind.CONV
+
+    @property
+    def conv_state_elements(self) -> int:
+        return self.hidden * (self.conv_kernel - 1)
 
 
 @dataclass(frozen=True)
@@ -434,6 +498,7 @@ class CompressedAttention:
 AttentionSpec = (
     GqaAttention | MlaAttention | GatedDeltaNet
     | Mamba2Mixer | RecurrentMixer | NoAttention | CompressedAttention
+    | Mamba1Mixer | ShortConv
 )
 
 

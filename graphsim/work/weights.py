@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
     AttentionSpec, CompressedAttention, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, KvCompressor, LayerSpec,
-    Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn, RecurrentMixer, Weight, WeightKind,
+    Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn, RecurrentMixer, ShortConv, Weight,
+    WeightKind,
 )
 
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
@@ -131,7 +132,7 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
     elif isinstance(attn, Mamba2Mixer):
         # transformers nemotron_h NemotronHMamba2Mixer: in_proj (z, xBC, dt), depthwise conv1d over xBC,
         # dt_bias / A_log / D per head, a gated RMSNorm over the inner width, out_proj
-        mx = "mixer"
+        mx = attn.module
         ws += _linear("in", f"{mx}.in_proj", attn.in_proj_width, attn.hidden, attn.proj_bias)
         ws.append(Weight("core", f"{mx}.conv1d", WeightKind.CONV, (attn.conv_dim, attn.conv_kernel)))
         if attn.conv_bias:
@@ -139,6 +140,31 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         ws += [Weight("core", f"{mx}.{name}", VEC, (attn.heads,)) for name in ("dt_bias", "A_log", "D")]
         ws.append(Weight("norm", f"{mx}.norm", NORM, (attn.intermediate,)))
         ws += _linear("out", f"{mx}.out_proj", attn.hidden, attn.intermediate, attn.proj_bias)
+    elif isinstance(attn, Mamba1Mixer):
+        # transformers mamba MambaMixer / jamba JambaMambaMixer: in_proj (x, z), depthwise conv1d over x,
+        # x_proj (dt, B, C), dt_proj with its bias, A_log (intermediate × state), D, out_proj
+        mx = attn.module
+        ws += _linear("in", f"{mx}.in_proj", 2 * attn.intermediate, attn.hidden, attn.proj_bias)
+        ws.append(Weight("core", f"{mx}.conv1d", WeightKind.CONV, (attn.intermediate, attn.conv_kernel)))
+        if attn.conv_bias:
+            ws.append(Weight("core", f"{mx}.conv1d", BIAS, (attn.intermediate,)))
+        ws += _linear("in", f"{mx}.x_proj", attn.dt_rank + 2 * attn.state_size, attn.intermediate, False)
+        ws += _linear("in", f"{mx}.dt_proj", attn.intermediate, attn.dt_rank, True)
+        ws += [Weight("core", f"{mx}.A_log", VEC, (attn.intermediate, attn.state_size)),
+               Weight("core", f"{mx}.D", VEC, (attn.intermediate,))]
+        if attn.dt_norms:
+            ws += [Weight("norm", f"{mx}.dt_layernorm", NORM, (attn.dt_rank,)),
+                   Weight("norm", f"{mx}.b_layernorm", NORM, (attn.state_size,)),
+                   Weight("norm", f"{mx}.c_layernorm", NORM, (attn.state_size,))]
+        ws += _linear("out", f"{mx}.out_proj", attn.hidden, attn.intermediate, attn.proj_bias)
+    elif isinstance(attn, ShortConv):
+        # transformers lfm2 Lfm2ShortConv: in_proj (B, C, x), depthwise conv, out_proj; biases from conv_bias
+        sc = attn.module
+        ws += _linear("in", f"{sc}.in_proj", 3 * attn.hidden, attn.hidden, attn.bias)
+        ws.append(Weight("core", f"{sc}.conv", WeightKind.CONV, (attn.hidden, attn.conv_kernel)))
+        if attn.bias:
+            ws.append(Weight("core", f"{sc}.conv", BIAS, (attn.hidden,)))
+        ws += _linear("out", f"{sc}.out_proj", attn.hidden, attn.hidden, attn.bias)
     elif isinstance(attn, RecurrentMixer):
         ws += attn.weights  # every parameter, listed by its builder (graphsim/work/builders/linear_attn.py)
     elif isinstance(attn, NoAttention):

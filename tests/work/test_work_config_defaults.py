@@ -25,7 +25,7 @@ from graphsim.work import accounting
 from graphsim.work.builders.modern_b import WRAPPERS
 from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
 from graphsim.work.registry import TRANSFORMERS_CLASS, build_model, language_model, supported_architectures
-from graphsim.work.specs import GqaAttention, Mamba2Mixer, MlaAttention, MoeFfn
+from graphsim.work.specs import GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, MoeFfn, ShortConv
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -50,6 +50,9 @@ _NOT_CONFIG_ARGS = ("architectures", "model_type", "transformers_version", "quan
 TRAITS = {
     "attention_bias", "attention_out_bias", "mlp_bias", "use_bias", "qkv_bias", "use_qk_norm", "use_post_norm",
     "tie_word_embeddings", "use_qkv_bias", "qk_layernorm", "use_parallel_residual",
+    # state-space and short-conv families (graphsim/work/builders/ssm.py)
+    "use_conv_bias", "mamba_conv_bias", "mamba_proj_bias", "conv_bias", "use_attention_gate", "use_sandwich_norm",
+    "use_expert_bias",
     # GPT-era classes (graphsim/work/builders/legacy.py): Falcon's and GPT-BigCode's attention layout, OPT's norms
     "multi_query", "parallel_attn", "new_decoder_architecture", "bias", "enable_bias", "do_layer_norm_before",
     "layer_norm_elementwise_affine", "_remove_final_layer_norm",
@@ -108,6 +111,9 @@ _UNBUILDABLE_DEFAULTS = {
     # NemotronConfig() leaves num_key_value_heads None, which NemotronAttention divides by; MHA (48) as the
     # accountant reads an absent field.
     "NemotronForCausalLM": {"num_key_value_heads": 48},
+    # Lfm2MoeConfig() leaves layer_types None, which Lfm2MoeDecoderLayer indexes; one entry per default layer (32),
+    # attention every 4th from layer 2, the spacing of LFM2-8B-A1B's config.json (attention at 2, 6, 10, 14, 18, 21).
+    "Lfm2MoeForCausalLM": {"layer_types": ["full_attention" if i % 4 == 2 else "conv" for i in range(32)]},
     # DbrxAttentionConfig() has no rope_theta, which DbrxAttention reads; dbrx-instruct's config.json states 500000.
     "DbrxForCausalLM": {"attn_config": {"kv_n_heads": 1, "rope_theta": 500000.0}},
 }
@@ -169,8 +175,9 @@ def _cases() -> list[Any]:
         for key in sorted(TRAITS & set(full)):
             if isinstance(full[key], bool) and (arch, key) not in _REFUSED_FLIPS:
                 cases.append(pytest.param(arch, dict(full, **{key: not full[key]}), id=f"{arch}-{key}-flipped"))
-        heads, kv = full[aliases.get("num_attention_heads", "num_attention_heads")], full.get("num_key_value_heads")
-        if kv is not None and heads % 4 == 0 and kv != heads // 4:
+        # (Mamba and Mamba2 configs have no attention heads)
+        heads, kv = full.get(aliases.get("num_attention_heads", "num_attention_heads")), full.get("num_key_value_heads")
+        if kv is not None and heads and heads % 4 == 0 and kv != heads // 4:
             cases.append(pytest.param(arch, dict(full, num_key_value_heads=heads // 4), id=f"{arch}-gqa"))
         if "word_embed_proj_dim" in full and full["word_embed_proj_dim"] == full["hidden_size"]:  # OPT-350m: project_in/out
             narrow = dict(full, word_embed_proj_dim=full["hidden_size"] // 2)
@@ -212,6 +219,15 @@ def _layer_attr(hf: Any, i: int, name: str) -> Any:
         if type(e).__name__ != "AmbiguousGlobalPerLayerAttributeError":
             raise
         return getattr(hf.per_layer_config[i], name)
+
+
+# The layer types transformers gives a layer with a Mamba mixer or a short conv (legacy names included)
+_MIXER_TYPES = ("linear_attention", "mamba", "conv")
+
+
+def _first(hf: Any, *names: str) -> Any:
+    """The first of several attribute names the config class has (families name one dimension differently)."""
+    return next(getattr(hf, n) for n in names if hasattr(hf, n))
 
 
 @pytest.mark.parametrize(("arch", "cfg"), _cases())
@@ -261,8 +277,24 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             assert got == want, f"layer {i}"
         elif isinstance(attn, Mamba2Mixer):
             got = (attn.heads, attn.head_dim, attn.state_size, attn.n_groups, attn.conv_kernel)
-            want = (hf.mamba_num_heads, hf.mamba_head_dim, hf.ssm_state_size, hf.n_groups, hf.conv_kernel)
+            # Nemotron-H, Bamba / Granite-4.0-H, Mamba2 name the same dimensions three ways
+            want = tuple(_first(hf, *names) for names in (
+                ("mamba_num_heads", "mamba_n_heads", "num_heads"), ("mamba_head_dim", "mamba_d_head", "head_dim"),
+                ("ssm_state_size", "mamba_d_state", "state_size"), ("mamba_n_groups", "n_groups"),
+                ("mamba_d_conv", "conv_kernel")))
             assert got == want, f"layer {i}"
+            assert layer_types is None or layer_types[i] in _MIXER_TYPES, f"layer {i}"
+        elif isinstance(attn, Mamba1Mixer):
+            # Jamba's intermediate_size is its MLP's; its mixer is mamba_expand × hidden (JambaMambaMixer)
+            inner = (int(hf.mamba_expand * hf.hidden_size) if hasattr(hf, "mamba_expand") else hf.intermediate_size)
+            got = (attn.intermediate, attn.state_size, attn.conv_kernel, attn.dt_rank)
+            want = (inner, _first(hf, "mamba_d_state", "state_size"), _first(hf, "mamba_d_conv", "conv_kernel"),
+                    _first(hf, "mamba_dt_rank", "time_step_rank"))
+            assert got == want, f"layer {i}"
+            assert layer_types is None or layer_types[i] in _MIXER_TYPES, f"layer {i}"
+        elif isinstance(attn, ShortConv):
+            assert (attn.hidden, attn.conv_kernel) == (hf.hidden_size, hf.conv_L_cache), f"layer {i}"
+            assert layer_types is not None and layer_types[i] == "conv", f"layer {i}"
         if isinstance(layer.ffn, MoeFfn):
             if arch == "DbrxForCausalLM":  # DbrxFFNConfig holds the MoE geometry
                 experts, top_k = hf.ffn_config.moe_num_experts, hf.ffn_config.moe_top_k

@@ -1,0 +1,226 @@
+"""State-space and short-conv families (graphsim/work/builders/ssm.py), by hand.
+
+Every expected number is arithmetic on the config's values written out here, never read back from
+the code under test. Parameter counts of every registered class against transformers' own model are
+in test_work_config_defaults.py (built on the meta device); here: hand goldens for a Mamba-2.8B-like
+Mamba-1 stack and for LFM2-1.2B, the per-request state as vLLM allocates it, and the schedules.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from work_helpers import check
+
+from graphsim.cli.app import main
+from graphsim.errors import ConfigError
+from graphsim.serving.kv_layout import KvKind, kv_layout, layer_kv
+from graphsim.work import accounting, build_model, parse_step
+from graphsim.work.dtypes import DType, Precision
+from graphsim.work.specs import DenseFfn, GqaAttention, Mamba1Mixer, Mamba2Mixer, MoeFfn, NoFfn, ShortConv
+
+BF16 = Precision(weight=DType.BFLOAT16, kv=DType.BFLOAT16, state=DType.BFLOAT16)
+
+
+def _buckets(cfg: dict, prefill=(), decode=()) -> dict:
+    r = accounting(cfg).step(parse_step(list(prefill), list(decode)))
+    t = r.total
+    return {"matmul_flops": r.matmul_flops, "attention_flops": r.attention_flops,
+            "param_read_bytes": t.param_read_bytes, "state_read_bytes": t.state_read_bytes,
+            "state_write_bytes": t.state_write_bytes}
+
+
+# --- Mamba-1: MambaForCausalLM class defaults at state-spaces/mamba-2.8b-hf's size -----------------
+# MambaConfig defaults (transformers models/mamba): state_size 16, conv_kernel 4, expand 2, time_step_rank
+# "auto", use_bias false, use_conv_bias true, tie_word_embeddings true, vocab 50280. Hidden 2560 and 64
+# layers as Mamba-2.8B.
+MAMBA = {"architectures": ["MambaForCausalLM"], "hidden_size": 2560, "num_hidden_layers": 64, "vocab_size": 50280}
+MH, ML, MV = 2560, 64, 50280
+D_IN = 2 * 2560  # intermediate = expand · hidden = 5120
+DT_RANK = 160  # ⌈2560 / 16⌉
+M_IN = 2 * D_IN * MH  # in_proj (x, z): 26,214,400
+M_X = (DT_RANK + 2 * 16) * D_IN  # x_proj (dt, B, C): 983,040
+M_DT = D_IN * DT_RANK  # dt_proj: 819,200
+M_OUT = MH * D_IN  # out_proj: 13,107,200
+M_MATRICES = M_IN + M_X + M_DT + M_OUT  # 41,123,840
+M_CONV = D_IN * 4  # depthwise conv weight: 20,480
+# conv bias 5120, dt_proj bias 5120, A_log 5120·16 = 81,920, D 5120, the layer's RMSNorm 2560
+M_OTHER = D_IN + D_IN + D_IN * 16 + D_IN + MH
+M_TABLE = MV * MH  # 128,716,800 (tied: also the head)
+M_TOTAL = ML * (M_MATRICES + M_CONV + M_OTHER) + M_TABLE + MH  # + norm_f
+# Per request and layer (vLLM mamba1_state_shape, bf16): conv (4 − 1) × 5120, ssm 5120 × 16
+M_STATE = (3 * D_IN + D_IN * 16) * 2  # 30,720 + 163,840 = 194,560 B
+
+
+def test_mamba_parameters_by_hand():
+    p = accounting(MAMBA).params()
+    assert M_TOTAL == 2_768_345_600  # 64 · 41,244,160 + 128,716,800 + 2,560, evaluated once by hand
+    assert p.total == M_TOTAL
+    # every layer is a Mamba mixer; the tied table counts as activated (the head multiplies by it)
+    assert p.activated == M_TOTAL
+    assert p.total == pytest.approx(2.8e9, rel=0.015)  # "mamba-2.8b"
+
+
+def test_mamba_spec_and_state_per_request():
+    spec = build_model(MAMBA)
+    mixer = spec.stack.layers[0].attn
+    assert isinstance(mixer, Mamba1Mixer) and isinstance(spec.stack.layers[0].ffn, NoFfn)
+    assert (mixer.intermediate, mixer.dt_rank, mixer.state_size, mixer.conv_kernel) == (D_IN, DT_RANK, 16, 4)
+    one = layer_kv(spec, 1, BF16)
+    assert {(k.kind, k.state_bytes) for k in one} == {(KvKind.STATE, M_STATE)} and len(one) == ML
+    assert kv_layout(spec, BF16, tp=1).state_bytes_per_request == ML * M_STATE == 12_451_840
+    # tp 2: both states split over the intermediate channels (2560 each)
+    assert {k.state_bytes for k in layer_kv(spec, 2, BF16)} == {(3 * 2560 + 2560 * 16) * 2}
+    # --state-dtype float32: conv and ssm (mamba_ssm_cache_dtype "auto" follows the conv state's dtype)
+    fp32 = Precision(weight=DType.BFLOAT16, kv=DType.BFLOAT16, state=DType.FLOAT32)
+    assert {k.state_bytes for k in layer_kv(spec, 1, fp32)} == {2 * M_STATE}
+
+
+def test_mamba_decode_one_sequence_after_1000():
+    # per token and layer: the scan 4 · 5120 · 16 (update and read-out) and the conv 2 · 5120 · 4
+    core = 4 * D_IN * 16 + 2 * D_IN * 4
+    check(_buckets(MAMBA, decode=["1x1000"]), {
+        "matmul_flops": 2 * ML * M_MATRICES + 2 * MV * MH,  # the tied head on the one sampled row
+        "attention_flops": ML * core,
+        "param_read_bytes": 2 * (MH + M_TOTAL),  # one embedding row + every weight (the head reads the table)
+        "state_read_bytes": ML * M_STATE,
+        "state_write_bytes": ML * M_STATE,
+    })
+
+
+def test_mamba_prefill_reads_no_state():
+    got = _buckets(MAMBA, prefill=["512@0"])
+    assert got["state_read_bytes"] == 0 and got["state_write_bytes"] == ML * M_STATE
+    assert got["attention_flops"] == ML * 512 * (4 * D_IN * 16 + 2 * D_IN * 4)
+
+
+# --- LFM2-1.2B ----------------------------------------------------------------------------------
+# LiquidAI/LFM2-1.2B config.json (huggingface.co/LiquidAI/LFM2-1.2B), as public repositories copy it
+# verbatim, less the fields no count reads. Its legacy keys: block_ff_dim (→ intermediate_size),
+# full_attn_idxs (→ layer_types) and tie_embedding (→ tie_word_embeddings), as Lfm2Config reads them.
+LFM2 = {
+    "architectures": ["Lfm2ForCausalLM"], "block_auto_adjust_ff_dim": True, "block_dim": 2048, "block_ff_dim": 12288,
+    "block_ffn_dim_multiplier": 1.0, "block_multiple_of": 256, "conv_L_cache": 3, "conv_bias": False,
+    "conv_dim": 2048, "full_attn_idxs": [2, 5, 8, 10, 12, 14], "hidden_size": 2048, "max_position_embeddings": 128000,
+    "model_type": "lfm2", "norm_eps": 1e-05, "num_attention_heads": 32, "num_heads": 32, "num_hidden_layers": 16,
+    "num_key_value_heads": 8, "rope_theta": 1000000.0, "torch_dtype": "bfloat16", "vocab_size": 65536,
+    "tie_embedding": True,
+}
+H, V = 2048, 65536
+N_CONV, N_ATTN = 10, 6
+FF = 8192  # int(2 · 12288 / 3) = 8192, × 1.0, rounded up to a multiple of 256: 8192
+C_MATRICES = 3 * H * H + H * H  # in_proj (B, C, x) 12,582,912 + out_proj 4,194,304
+C_CONV = H * 3  # depthwise conv, conv_L_cache taps, no bias
+A_MATRICES = H * H + 2 * H * (8 * 64) + H * H  # q, k, v (8 kv heads · 64), out_proj: 10,485,760
+A_NORMS = 2 * 64  # q_layernorm, k_layernorm over one head
+F_MATRICES = 3 * H * FF  # w1, w3, w2: 50,331,648
+TABLE = V * H  # 134,217,728, tied
+L_TOTAL = (N_CONV * (C_MATRICES + C_CONV) + N_ATTN * (A_MATRICES + A_NORMS) + 16 * (F_MATRICES + 2 * H)
+           + TABLE + H)  # + operator_norm and ffn_norm per layer, + embedding_norm (the final norm)
+C_STATE = H * (3 - 1) * 2  # per conv layer and request: 2048 channels × (L_cache − 1) × 2 B = 8,192 B
+A_KV = 2 * 8 * 64 * 2  # K and V, 8 kv heads × 64 × 2 B = 2,048 B per token and layer
+
+
+def test_lfm2_parameters_by_hand_and_against_the_model_card():
+    p = accounting(LFM2).params()
+    assert L_TOTAL == 1_170_340_608  # the sum above, evaluated once by hand
+    assert p.total == L_TOTAL
+    assert p.total == pytest.approx(1.17e9, rel=0.005)  # model card: 1.17 B parameters
+
+
+def test_lfm2_schedule():
+    spec = build_model(LFM2)
+    kinds = [type(layer.attn) for layer in spec.stack.layers]
+    assert [i for i, k in enumerate(kinds) if k is GqaAttention] == [2, 5, 8, 10, 12, 14]
+    assert kinds.count(ShortConv) == N_CONV
+    ffn = spec.stack.layers[0].ffn
+    assert isinstance(ffn, DenseFfn) and ffn.intermediate == FF
+    assert spec.tie_embeddings
+
+
+def test_lfm2_short_conv_state_and_kv():
+    spec = build_model(LFM2)
+    one = layer_kv(spec, 1, BF16)
+    assert sorted((k.kind.value, k.bytes_per_token, k.state_bytes) for k in one) == sorted(
+        [("state", 0, C_STATE)] * N_CONV + [("full", A_KV, 0)] * N_ATTN)
+    lay = kv_layout(spec, BF16, tp=1)
+    assert lay.state_bytes_per_request == N_CONV * C_STATE == 81_920
+    assert lay.bytes_per_token == N_ATTN * A_KV == 12_288
+    # tp 2: 1024 conv channels per rank; 4 of the 8 kv heads
+    assert {(k.kind, k.bytes_per_token, k.state_bytes) for k in layer_kv(spec, 2, BF16)} == {
+        (KvKind.STATE, 0, C_STATE // 2), (KvKind.FULL, A_KV // 2, 0)}
+    with pytest.raises(Exception, match="not divisible by tp = 3"):
+        layer_kv(spec, 3, BF16)
+
+
+def test_lfm2_decode_one_sequence_after_1000():
+    token_matrices = N_CONV * C_MATRICES + N_ATTN * A_MATRICES + 16 * F_MATRICES  # 1,035,993,088
+    check(_buckets(LFM2, decode=["1x1000"]), {
+        "matmul_flops": 2 * token_matrices + 2 * V * H,  # the tied head on the one sampled row
+        # conv layers: the depthwise conv 2 · 2048 · 3; attention: 1001 positions × 32 heads × (64 + 64) × 2
+        "attention_flops": N_CONV * 2 * H * 3 + N_ATTN * 2 * 1001 * 32 * 128,
+        "param_read_bytes": 2 * (H + L_TOTAL),
+        "state_read_bytes": N_CONV * C_STATE + N_ATTN * 1000 * A_KV,
+        "state_write_bytes": N_CONV * C_STATE + N_ATTN * A_KV,
+    })
+
+
+def test_kv_cli_gives_a_state_layout(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    (tmp_path / "lfm2").mkdir()
+    (tmp_path / "lfm2" / "config.json").write_text(json.dumps(LFM2))
+    assert main(["kv", str(tmp_path / "lfm2" / "config.json"), "--gpu", "h100", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["layout"]["state_bytes_per_request_per_rank"] == 81_920
+    assert d["layout"]["bytes_per_token_per_rank"] == 12_288
+    # Mamba's config states no max_position_embeddings: the length comes from --max-model-len
+    (tmp_path / "mamba").mkdir()
+    (tmp_path / "mamba" / "config.json").write_text(json.dumps(MAMBA))
+    args = ["kv", str(tmp_path / "mamba" / "config.json"), "--gpu", "h100", "--max-model-len", "8192", "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["layout"]["state_bytes_per_request_per_rank"] == 12_451_840
+    assert d["capacity"]["blocks_per_request"] == 1  # one state page per request
+
+
+# --- schedules and refusals ---------------------------------------------------------------------
+def test_jamba_schedule_attention_every_period_moe_every_other():
+    # JambaConfig defaults: attention where i % 8 == 4, experts where i % 2 == 1 (16 experts, top 2)
+    cfg = {"architectures": ["JambaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 16,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "intermediate_size": 96}
+    spec = build_model(cfg)
+    attn = [i for i, la in enumerate(spec.stack.layers) if isinstance(la.attn, GqaAttention)]
+    moe = [i for i, la in enumerate(spec.stack.layers) if isinstance(la.ffn, MoeFfn)]
+    assert attn == [4, 12] and moe == list(range(1, 16, 2))
+    mixer = spec.stack.layers[0].attn
+    assert isinstance(mixer, Mamba1Mixer) and mixer.dt_norms and mixer.intermediate == 128 and mixer.dt_rank == 4
+
+
+def test_granite_hybrid_legacy_layer_names_and_dense_variant():
+    cfg = {"architectures": ["GraniteMoeHybridForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4,
+           "num_attention_heads": 4, "vocab_size": 100, "mamba_n_heads": 8, "mamba_d_state": 16,
+           "layer_types": ["mamba", "attention", "mamba", "mamba"], "num_local_experts": 0,
+           "shared_intermediate_size": 96}
+    spec = build_model(cfg)
+    kinds = [type(la.attn) for la in spec.stack.layers]
+    assert kinds == [Mamba2Mixer, GqaAttention, Mamba2Mixer, Mamba2Mixer]
+    ffn = spec.stack.layers[0].ffn
+    assert isinstance(ffn, DenseFfn) and ffn.intermediate == 96  # no experts: the shared MLP alone
+    mixer = spec.stack.layers[0].attn
+    assert isinstance(mixer, Mamba2Mixer) and mixer.ssm_dtype is None  # vLLM: mamba_ssm_cache_dtype "auto"
+    assert (mixer.heads, mixer.head_dim) == (8, 16)  # mamba_d_head "auto" = 2 · 64 / 8
+
+
+def test_refusals_are_one_line_config_errors():
+    bad_mamba2 = {"architectures": ["Mamba2ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+                  "vocab_size": 100, "num_heads": 3, "head_dim": 16, "n_groups": 1}
+    with pytest.raises(ConfigError, match=r"num_heads 3 × head dim 16 != expand × hidden_size 128"):
+        build_model(bad_mamba2)
+    no_types = {"architectures": ["Lfm2MoeForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "vocab_size": 100}
+    with pytest.raises(ConfigError, match="missing 'layer_types'"):
+        build_model(no_types)
+    bad_types = dict(LFM2, layer_types=["conv"] * 15 + ["mamba"])
+    with pytest.raises(ConfigError, match=r"layer_types\[15\] is 'mamba'"):
+        build_model(bad_types)
