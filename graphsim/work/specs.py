@@ -183,7 +183,9 @@ class MlaAttention:
     q_gate: bool = False
     block_norms: int = 1
     indexer: DsaIndexer | None = None  # DeepSeek sparse attention: the core attends to top-k positions
-    output_gate: bool = False  # g_proj (hidden → heads·v_head_dim), a sigmoid gate before o_proj (Kimi-K3)
+    # g_proj's width, a sigmoid gate on the heads' output before o_proj (Kimi-K3: heads·v_head_dim; Ling/Bailing
+    # hybrid: one per head); 0: none
+    output_gate: int = 0
 
     kind = AttentionKind.MLA
 

@@ -111,8 +111,8 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         kv_b_out = attn.heads * (attn.qk_nope_head_dim + attn.v_head_dim)
         ws += _linear("kv", f"{sa}.kv_b_proj", kv_b_out, attn.kv_lora_rank, False)
         ws += _linear("out", f"{sa}.o_proj", attn.hidden, attn.heads * attn.v_head_dim, attn.bias)
-        if attn.output_gate:  # Kimi-K3 gated MLA: g_proj, a sigmoid gate on the heads' output
-            ws += _linear("gate", f"{sa}.g_proj", attn.heads * attn.v_head_dim, attn.hidden, False)
+        if attn.output_gate:  # gated MLA (Kimi-K3, Bailing hybrid): g_proj, a sigmoid gate on the heads' output
+            ws += _linear("gate", f"{sa}.g_proj", attn.output_gate, attn.hidden, False)
         if attn.indexer is not None and not attn.indexer.shared:
             ix, ia = attn.indexer, f"{sa}.indexer"
             ws += _linear("index", f"{ia}.wq_b", ix.heads * ix.head_dim, ix.q_lora_rank, False)

@@ -223,3 +223,41 @@ def test_bad_configs_fail_in_one_line():
         build_model(text)
     with pytest.raises(ConfigError, match="moe_layer_freq"):
         build_model(dict(M3, moe_layer_freq=60))  # the NVFP4 export's scalar, not a per-layer list
+
+
+# --- OLMo Hybrid ---------------------------------------------------------------------------------------
+# OlmoHybridConfig() defaults (allenai/Olmo-Hybrid-7B): hidden 3840, 32 layers (full attention where i % 4 == 3:
+# 8 layers, gated delta net elsewhere: 24), 30 heads of 128 (MHA), vocabulary 100,352, MLP 11,008. Gated delta net:
+# 30 key and value heads, key head int(0.75·3840/30) = 96, value head 2·96 = 192; key width 2880, value width 5760.
+OLMO = {"architectures": ["OlmoHybridForCausalLM"], "hidden_size": 3840, "num_hidden_layers": 32,
+        "num_attention_heads": 30, "vocab_size": 100352}
+H3 = 3840
+GDN_W = (2880 * H3 * 2 + 5760 * H3 + 2 * 30 * H3 + 5760 * H3 + H3 * 5760  # q, k, v, a, b, g, o
+         + 11520 * 4 + 30 + 30 + 192)  # conv over 2·2880 + 5760 channels, A_log, dt_bias, o_norm
+OLMO_FULL_W = 4 * H3 * H3 + 2 * H3  # q, k, v, o (30 heads of 128) and the full-width q/k norms
+OLMO_TOTAL = 24 * GDN_W + 8 * OLMO_FULL_W + 32 * (3 * H3 * 11008 + 2 * H3) + 2 * 100352 * H3 + H3
+
+
+def test_olmo_hybrid_counts_and_state_by_hand():
+    assert accounting(OLMO).params().total == OLMO_TOTAL  # 7,430,870,688 (the "7B" of the checkpoint's name)
+    parts = layer_kv(build_model(OLMO), 2, PREC)
+    state = [x for x in parts if x.kind is KvKind.STATE]
+    assert len(state) == 24
+    # vLLM gated_delta_net_state_shape at tp 2: conv 11520/2 channels × 3 taps, recurrent 15 heads × 96 × 192, bf16
+    assert state[0].state_bytes == (5760 * 3 + 15 * 96 * 192) * 2
+    assert [x.bytes_per_token for x in parts if x.kind is KvKind.FULL] == [2 * 15 * 128 * 2] * 8
+
+
+def test_bailing_hybrid_gates():
+    spec = build_model({"architectures": ["BailingHybridForCausalLM"], "hidden_size": 2560, "num_hidden_layers": 12,
+                        "num_attention_heads": 32, "vocab_size": 157184, "head_dim": 128})
+    # BailingHybridConfig: layer_group_size 6 (every 6th layer MLA), first_k_dense_replace 2
+    kinds = [type(layer.attn) for layer in spec.stack.layers]
+    assert kinds == ([RecurrentMixer] * 5 + [MlaAttention]) * 2
+    mla = spec.stack.layers[5].attn
+    assert isinstance(mla, MlaAttention) and mla.output_gate == 32  # one sigmoid gate per head
+    kda = spec.stack.layers[0].attn
+    assert isinstance(kda, RecurrentMixer)
+    shapes = {w.module: w.shape for w in kda.weights}
+    # full-rank forget and output gates, KDA heads of the stated head_dim 128
+    assert shapes["self_attn.forget_gate.f_proj"] == shapes["self_attn.g_proj"] == (32 * 128, 2560)

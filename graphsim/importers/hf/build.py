@@ -38,6 +38,24 @@ def config_dtype(cfg: dict[str, Any], override: str | None = None) -> torch.dtyp
     raise ConfigError(f"unsupported dtype '{name}'; use one of bfloat16, float16, float32")
 
 
+# Legacy keyword spellings a config class's __post_init__ takes for a field (BloomConfig, FalconConfig: n_embed)
+_LEGACY_NAMES = {"hidden_size": ("n_embed",)}
+
+
+def _field_names(cfg: dict[str, Any], field: str) -> tuple[str, ...]:
+    """`field` and the names its config class stores it under: the class's attribute_map (GPT2Config keeps
+    hidden_size as n_embd) and legacy keywords."""
+    names = (field, *_LEGACY_NAMES.get(field, ()))
+    model_type = cfg.get("model_type")
+    if isinstance(model_type, str):
+        from transformers import CONFIG_MAPPING
+
+        if model_type in CONFIG_MAPPING:
+            stored = CONFIG_MAPPING[model_type].attribute_map.get(field)
+            names += (stored,) if stored else ()
+    return names
+
+
 def check_config(cfg: dict[str, Any]) -> str:
     archs = cfg.get("architectures")
     if not archs or not isinstance(archs, list) or not isinstance(archs[0], str):
@@ -45,7 +63,7 @@ def check_config(cfg: dict[str, Any]) -> str:
     if "model_type" not in cfg:
         raise ConfigError("config has no 'model_type'; add the model_type of the architecture (e.g. \"llama\")")
     text_cfg = cfg.get("text_config", cfg)
-    missing = [f for f in REQUIRED_FIELDS if f not in text_cfg]
+    missing = [f for f in REQUIRED_FIELDS if not any(n in text_cfg for n in _field_names(text_cfg, f))]
     if missing:
         raise ConfigError(f"config is missing required field(s) {', '.join(missing)}; add them to config.json")
     return archs[0]

@@ -64,8 +64,8 @@ from graphsim.work.builders.common import dense_ffn, finish, read_frame
 from graphsim.work.config import ConfigView
 from graphsim.work.dtypes import parse_dtype
 from graphsim.work.specs import (
-    AttentionSpec, BlockSparseIndexer, DenseFfn, FfnSpec, GqaAttention, LayerSpec, MlaAttention, ModelSpec, MoeFfn,
-    RecurrentMixer, StatePart, Weight, WeightKind,
+    AttentionSpec, BlockSparseIndexer, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, LayerSpec, MlaAttention,
+    ModelSpec, MoeFfn, RecurrentMixer, StatePart, Weight, WeightKind,
 )
 
 M, NORM, VEC, CONV = WeightKind.MATRIX, WeightKind.NORM, WeightKind.VECTOR, WeightKind.CONV
@@ -114,15 +114,21 @@ def _check_types(view: ConfigView, types: list[str] | tuple[str, ...], allowed: 
 # --- Kimi Linear / Kimi-K3 ------------------------------------------------------------------------
 
 
-def kda_mixer(hidden: int, heads: int, head_dim: int, kernel: int, full_rank_gate: bool) -> RecurrentMixer:
+def kda_mixer(
+    hidden: int, heads: int, head_dim: int, kernel: int, full_rank_gate: bool, full_rank_forget: bool = False
+) -> RecurrentMixer:
     """Kimi Delta Attention (transformers kimi_linear KimiLinearDeltaAttention; K3's full-rank gate from vLLM
-    kimi_linear.py, whose in_proj_qkvgfab stacks q, k, v, g_proj, f_a_proj and b_proj)."""
+    kimi_linear.py, whose in_proj_qkvgfab stacks q, k, v, g_proj, f_a_proj and b_proj; the Bailing hybrid's
+    full-rank forget gate f_proj from transformers bailing_hybrid BailingHybridForgetGate)."""
     sa, p = "self_attn", heads * head_dim
     ws = [Weight("qkv", f"{sa}.{name}_proj", M, (p, hidden)) for name in ("q", "k", "v")]
+    ws.append(Weight("core", f"{sa}.conv1d", CONV, (3 * p, kernel)))
+    if full_rank_forget:
+        ws.append(Weight("qkv", f"{sa}.forget_gate.f_proj", M, (p, hidden)))
+    else:
+        ws += [Weight("qkv", f"{sa}.forget_gate.f_a_proj", M, (head_dim, hidden)),
+               Weight("qkv", f"{sa}.forget_gate.f_b_proj", M, (p, head_dim))]
     ws += [
-        Weight("core", f"{sa}.conv1d", CONV, (3 * p, kernel)),
-        Weight("qkv", f"{sa}.forget_gate.f_a_proj", M, (head_dim, hidden)),
-        Weight("qkv", f"{sa}.forget_gate.f_b_proj", M, (p, head_dim)),
         Weight("core", f"{sa}.forget_gate.dt_bias", VEC, (p,)),
         Weight("core", f"{sa}.forget_gate.A_log", VEC, (heads,)),
         Weight("qkv", f"{sa}.b_proj", M, (heads, hidden)),
@@ -164,9 +170,8 @@ def _kimi_mlp_types(view: ConfigView, layers: int) -> list[str]:
                               "fix the config")
         types = list(stated)
     else:  # KimiLinearConfig.__post_init__: first_k_dense_replace (default 1) dense layers, then MoE
-        first = view.cfg.get("first_k_dense_replace", 1)
-        if isinstance(first, bool) or not isinstance(first, int) or first < 0:
-            raise ConfigError(f"config.json ({view.arch}) field 'first_k_dense_replace' is {first!r}; fix the config")
+        # (KimiLinearConfig reads it from the kwargs with 1 as its default; BailingHybridConfig's field defaults to 2)
+        first = view.opt_int("first_k_dense_replace", 1, minimum=0)
         types = ["dense" if i < first else "sparse" for i in range(layers)]
     _check_types(view, types, ("dense", "sparse"), "mlp_layer_types")
     return types
@@ -189,7 +194,7 @@ def build_kimi_linear(view: ConfigView) -> ModelSpec:
         qk_rope_head_dim=view.req_int("qk_rope_head_dim"),
         v_head_dim=view.req_int("v_head_dim"),
         bias=view.opt_bool("attention_bias", False),
-        output_gate=view.opt_bool("mla_use_output_gate", False),
+        output_gate=frame.heads * view.req_int("v_head_dim") if view.opt_bool("mla_use_output_gate", False) else 0,
     )
     experts, top_k = view.req_int("num_local_experts"), view.req_int("num_experts_per_tok")
     if top_k > experts:
@@ -233,6 +238,100 @@ def build_kimi_linear(view: ConfigView) -> ModelSpec:
         notes.append(f"{mtp} multi-token-prediction layer(s) (num_nextn_predict_layers) not counted")
     # KimiLinearForCausalLM declares no tied weights (_tied_weights_keys = {})
     return replace(spec, tie_embeddings=False, notes=(*spec.notes, *notes))
+
+
+# --- OLMo Hybrid ------------------------------------------------------------------------------------
+
+
+def build_olmo_hybrid(view: ConfigView) -> ModelSpec:
+    """OLMo Hybrid (transformers olmo_hybrid): gated-delta-net layers (pre-norms) and OLMo-3 attention layers
+    (full-width q/k norms, post-norms), a dense MLP everywhere.
+
+    OlmoHybridGatedDeltaNet holds the gated delta net's elements under other names (q/k/v_proj, a/b_proj,
+    g_proj, o_proj for Qwen3-Next's in_proj_qkvz / in_proj_ba / out_proj; one conv over 2·key + value
+    channels, A_log and dt_bias per value head, o_norm of the value head width), so it is a `GatedDeltaNet`
+    (state: vLLM gated_delta_net_state_shape). OlmoHybridConfig.__post_init__ defaults: key and value heads
+    = num_attention_heads, key head dim int(0.75·hidden / key heads), value head dim twice that, full
+    attention on layers with i % 4 == 3 (the last layer when none is), and it refuses a stack without
+    both layer kinds.
+    """
+    frame = read_frame(view)
+    k_heads = view.opt_int("linear_num_key_heads", None) or frame.heads
+    v_heads = view.opt_int("linear_num_value_heads", None) or frame.heads
+    k_dim = view.opt_int("linear_key_head_dim", None) or int(0.75 * frame.hidden / k_heads)
+    v_dim = view.opt_int("linear_value_head_dim", None) or 2 * k_dim
+    linear = GatedDeltaNet(hidden=frame.hidden, k_heads=k_heads, v_heads=v_heads, k_head_dim=k_dim, v_head_dim=v_dim,
+                           conv_kernel=view.req_int("linear_conv_kernel_dim"))
+    bias = view.opt_bool("attention_bias", False)
+    full = GqaAttention(hidden=frame.hidden, heads=frame.heads, kv_heads=view.kv_heads(frame.heads),
+                        head_dim=view.head_dim(frame.heads, frame.hidden), q_bias=bias, kv_bias=bias, o_bias=bias,
+                        qk_norm=True, qk_norm_full=True)
+    types = view.layer_types(frame.layers)
+    if types is None:
+        listed = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(frame.layers)]
+        if "full_attention" not in listed:
+            listed[-1] = "full_attention"
+        types = tuple(listed)
+    _check_types(view, types, ("full_attention", "linear_attention"), "layer_types")
+    if len(set(types)) != 2:
+        raise ConfigError(f"config.json ({view.arch}): layer_types must hold both linear_attention and full_attention "
+                          "layers (OlmoHybridConfig.validate_architecture); fix the config")
+    mlp = dense_ffn(view, frame.hidden)
+    attns: dict[str, AttentionSpec] = {"full_attention": full, "linear_attention": linear}
+    return finish(view, frame, [LayerSpec(attns[t], mlp) for t in types], tie_default=False)
+
+
+# --- Ling / Bailing hybrid ----------------------------------------------------------------------------
+
+
+def build_bailing_hybrid(view: ConfigView) -> ModelSpec:
+    """Bailing (Ling) hybrid (transformers bailing_hybrid): KDA layers with a full-rank forget gate (f_proj)
+    and a full-rank output gate (g_proj), MLA layers with a per-head sigmoid gate (g_proj, heads × hidden),
+    DeepSeek-V3 MoE after `first_k_dense_replace`.
+
+    BailingHybridConfig.__post_init__: the KDA layers have num_attention_heads heads of the stated
+    `head_dim` and a conv of `short_conv_kernel_size` taps; full attention on layers with
+    (i + 1) % layer_group_size == 0 unless `layer_types` is stated; `mlp_layer_types` else dense below
+    first_k_dense_replace. The router's weight is kept in float32 by the class (counted like the others);
+    the multi-token-prediction layers (num_mtp_layers) are not built by transformers and not counted.
+    """
+    frame = read_frame(view)
+    # __post_init__ sets linear_head_dim / linear_num_heads / linear_conv_kernel_dim from head_dim,
+    # num_attention_heads and short_conv_kernel_size, then lets the same names win when the config states them
+    head_dim = view.opt_int("linear_head_dim", None) or view.req_int("head_dim")
+    heads = view.opt_int("linear_num_heads", None) or frame.heads
+    kernel = view.opt_int("linear_conv_kernel_dim", None) or view.req_int("short_conv_kernel_size")
+    kda = kda_mixer(frame.hidden, heads, head_dim, kernel, full_rank_gate=True, full_rank_forget=True)
+    mla = MlaAttention(
+        hidden=frame.hidden, heads=frame.heads, q_lora_rank=view.opt_int("q_lora_rank", None),
+        kv_lora_rank=view.req_int("kv_lora_rank"), qk_nope_head_dim=view.req_int("qk_nope_head_dim"),
+        qk_rope_head_dim=view.req_int("qk_rope_head_dim"), v_head_dim=view.req_int("v_head_dim"),
+        bias=view.opt_bool("attention_bias", False), output_gate=frame.heads,
+    )
+    types = view.layer_types(frame.layers)
+    if types is None:
+        group = view.req_int("layer_group_size")
+        types = tuple("full_attention" if (i + 1) % group == 0 else "linear_attention" for i in range(frame.layers))
+    _check_types(view, types, ("full_attention", "linear_attention"), "layer_types")
+    experts, top_k = view.req_int("num_local_experts"), view.req_int("num_experts_per_tok")
+    if top_k > experts:
+        raise ConfigError(f"config.json ({view.arch}): num_experts_per_tok {top_k} exceeds num_local_experts {experts}; "
+                          "fix the config")
+    width = view.req_int("moe_intermediate_size")
+    moe = MoeFfn(hidden=frame.hidden, expert_intermediate=width, experts=experts, top_k=top_k, router_score_bias=True,
+                 shared_intermediate=(view.opt_int("n_shared_experts", 0, minimum=0) or 0) * width)
+    ffns: dict[str, FfnSpec] = {"dense": dense_ffn(view, frame.hidden), "sparse": moe}
+    attns: dict[str, AttentionSpec] = {"full_attention": mla, "linear_attention": kda}
+    layers = [LayerSpec(attns[a], ffns[f])
+              for a, f in zip(types, _kimi_mlp_types(view, frame.layers), strict=True)]
+    notes: list[str] = []
+    mtp = view.opt_int("num_mtp_layers", 0, minimum=0)
+    if mtp:
+        notes.append(f"{mtp} multi-token-prediction layer(s) (num_mtp_layers) not counted")
+    if view.opt_bool("tie_word_embeddings", False):
+        # BailingHybridForCausalLM declares no tied weights: lm_head is its own matrix
+        notes.append("tie_word_embeddings is ignored: BailingHybridForCausalLM never ties lm_head to the embedding")
+    return replace(finish(view, frame, layers, tie_default=False, notes=tuple(notes)), tie_embeddings=False)
 
 
 # --- MiniMax-Text-01 ------------------------------------------------------------------------------
@@ -353,6 +452,8 @@ ARCHITECTURES = {
     # The MiniMax-M3 checkpoint's config.json names this class (remote code); transformers builds the same
     # text model as MiniMaxM3VLForCausalLM (registry.TRANSFORMERS_CLASS maps it for the cross-checks).
     "MiniMaxM3ForCausalLM": build_minimax_m3,
+    "OlmoHybridForCausalLM": build_olmo_hybrid,
+    "BailingHybridForCausalLM": build_bailing_hybrid,
 }
 # architectures[0] spellings whose transformers class has another name
 TRANSFORMERS_CLASS = {"MiniMaxM3ForCausalLM": M3_CLASS}
