@@ -150,6 +150,8 @@ def language_model(cfg: dict[str, Any], arch: str) -> tuple[str, dict[str, Any]]
 def language_model_config(cfg: dict[str, Any]) -> dict[str, Any]:
     """The config the accountant builds from: a wrapper's registered language model, else `cfg` itself."""
     arch = architecture_of(cfg)
+    if arch in modern_b.WRAPPERS:  # a registered wrapper (builders/modern_b.py): its text_config
+        return modern_b.text_config_of(cfg) or cfg
     if arch in BUILDERS:
         return cfg
     inner = language_model(cfg, arch)

@@ -31,12 +31,14 @@ from functools import partial
 from typing import Any
 
 from graphsim.errors import ConfigError
-from graphsim.work.builders import gemma4, gqa
+from graphsim.work.builders import gemma4, gqa, mla
 from graphsim.work.builders.common import ALWAYS, MLP_BIAS, MoeFields, ffn_schedule, finish, read_frame
 from graphsim.work.builders.gqa import ATTN_BIAS, GqaProfile
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
-from graphsim.work.specs import GatedDeltaNet, GqaAttention, LayerSpec, LayerStack, ModelSpec, Weight, WeightKind
+from graphsim.work.specs import (
+    DenseFfn, GatedDeltaNet, GqaAttention, LayerSpec, LayerStack, MlaAttention, ModelSpec, Weight, WeightKind,
+)
 
 Builder = Callable[[ConfigView], ModelSpec]
 
@@ -202,6 +204,127 @@ def build_lara_mini(view: ConfigView) -> ModelSpec:
     return finish(view, frame, layers, tie_default=True)
 
 
+# --- HY-V4 (models/hy_v4) -------------------------------------------------------------------------
+# HYV4Attention is GlmMoeDsaAttention (DeepSeek MLA: q_a_proj/q_a_layernorm/q_b_proj, kv_a_proj_with_mqa/
+# kv_a_layernorm/kv_b_proj, o_proj; biases from attention_bias) with DSA's lightning indexer
+# (HYV4Indexer: wq_b, wk, a LayerNorm k_norm with bias, weights_proj, the last two fp32) on the layers
+# indexer_types calls "full" (a "shared" layer reuses the previous full layer's top-k and has no
+# indexer), plus an output gate gate_proj (hidden → heads·v_head_dim, no bias) and one fp32 sink logit per
+# head (`sinks`). HYV4DecoderLayer (a DeepseekV4DecoderLayer): two norms and two hyper-connections
+# (attn_hc, ffn_hc: HYV4HyperConnection fn (2·hc_mult × hc_mult·hidden), base (2·hc_mult), scale (2), all
+# fp32; fn is a matmul on every token, the stream mixing elementwise); the model a hc_head
+# (HYV4HyperHead: hc_fn (hc_mult × hc_mult·hidden), hc_base (hc_mult), hc_scale (1)). MLPs are
+# Glm4MoeLite's (no biases); HYV4MoE on the "sparse" mlp_layer_types (router with e_score_correction_bias,
+# n_routed_experts experts of moe_intermediate_size, n_shared_experts × moe_intermediate_size shared).
+# HYV4Config.__post_init__: without mlp_layer_types the first layer is dense; layer_types are all
+# "indexed_attention"; without indexer_types layer 0 and every (i − 1) % 4 == 0 run their own indexer.
+def _hc(prefix: str, streams: int, hidden: int, outputs: int, scales: int, names: tuple[str, str, str]) -> tuple[Weight, ...]:
+    fn, base, scale = names
+    return (
+        Weight("hc", f"{prefix}.{fn}", WeightKind.MATRIX, (outputs, streams * hidden), quantizable=False, element_bytes=4),
+        Weight("hc", f"{prefix}.{base}", WeightKind.VECTOR, (outputs,), element_bytes=4),
+        Weight("hc", f"{prefix}.{scale}", WeightKind.VECTOR, (scales,), element_bytes=4),
+    )
+
+
+def build_hy_v4(view: ConfigView) -> ModelSpec:
+    n = read_frame(view).layers
+    types = view.layer_types(n)
+    if types is not None and any(t != "indexed_attention" for t in types):
+        raise ConfigError(f"config.json ({view.arch}): layer_types must be 'indexed_attention' on every layer (the "
+                          "only attention HYV4 builds); fix the config")
+    indexers = ["full" if i == 0 or (i - 1) % 4 == 0 else "shared" for i in range(n)]
+    spec = mla.build_mla_decoder(
+        mla.DEEPSEEK_V32, _derive(view, mlp_layer_types=_first_dense(n, min(1, n)), indexer_types=indexers),
+    )
+    streams = view.opt_int("hc_mult", 4)
+    attn_hc = _hc("attn_hc", streams, spec.hidden, 2 * streams, 2, ("fn", "base", "scale"))
+    ffn_hc = _hc("ffn_hc", streams, spec.hidden, 2 * streams, 2, ("fn", "base", "scale"))
+    layers = []
+    for layer in spec.stack.layers:
+        attn = layer.attn
+        assert isinstance(attn, MlaAttention)
+        gate = (
+            Weight("gate", "self_attn.gate_proj", WeightKind.MATRIX, (attn.heads * attn.v_head_dim, attn.hidden)),
+            Weight("core", "self_attn.sinks", WeightKind.VECTOR, (attn.heads,), element_bytes=4),
+        )
+        layers.append(replace(layer, attn_extras=gate + attn_hc, ffn_extras=ffn_hc))
+    head = _hc("hc_head", streams, spec.hidden, streams, 1, ("hc_fn", "hc_base", "hc_scale"))
+    return replace(spec, stack=LayerStack(tuple(layers)), final_extras=head)
+
+
+# --- Gemma-3n text (models/gemma3n, Gemma3nForCausalLM) ---------------------------------------------
+# Gemma3nTextAttention: q/k/v/o biased by attention_bias, per-head q_norm/k_norm, a v_norm without
+# weight; the last num_kv_shared_layers layers reuse an earlier layer's K/V (Gemma3nTextConfig.
+# kv_sharing_modes "reuse": no k/v projections or norms). layer_types (else full every 5th layer,
+# Gemma3nTextConfig.__post_init__); sliding layers over sliding_window. Gemma3nTextMLP: gated, no bias,
+# intermediate_size per layer (a list, or one value for all). Gemma3nTextDecoderLayer: four norms;
+# AltUp (correct_output_scale (hidden), correction_coefs (n × n), prediction_coefs (n² × n), modality_router
+# (n × hidden), router_norm) over altup_num_inputs = n streams; Laurel (linear_left (rank × hidden),
+# linear_right (hidden × rank), post_laurel_norm); the per-layer-input gate (ple × hidden), projection
+# (hidden × ple) and post_per_layer_input_norm. Gemma3nTextModel: the per-layer embedding table
+# (vocab_size_per_layer_input × layers·ple), per_layer_model_projection (layers·ple × hidden) and
+# per_layer_projection_norm (ple) with the embedding; n − 1 altup_projections (hidden × hidden) at the
+# start and n − 1 altup_unembed_projections at the end. The routers' and projections' matmuls run on every
+# token; AltUp's stream predictions and corrections are elementwise mixes (no weights). The KV producer
+# layers HF marks "store" keep their usual cache in vLLM (the accountant's layout).
+def build_gemma3n_text(view: ConfigView) -> ModelSpec:
+    frame = read_frame(view)
+    hidden, n = frame.hidden, frame.layers
+    types = view.layer_types(n) or tuple("full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n))
+    shared = view.opt_int("num_kv_shared_layers", 0, minimum=0) or 0
+    if shared > n:
+        raise ConfigError(f"config.json ({view.arch}): num_kv_shared_layers {shared} exceeds num_hidden_layers {n}")
+    if 0 < shared < n and set(types[: n - shared]) != set(types):
+        raise ConfigError(f"config.json ({view.arch}): the layers sharing K/V use a layer type no earlier layer "
+                          "produces; fix layer_types or num_kv_shared_layers")
+    widths_raw = view.cfg.get("intermediate_size", view.defaults.get("intermediate_size"))
+    widths = list(view.opt_int_list("intermediate_size")) if isinstance(widths_raw, list) else \
+        [view.req_int("intermediate_size")] * n
+    if len(widths) != n or min(widths) < 1:
+        raise ConfigError(f"config.json ({view.arch}): intermediate_size must give one positive width or one per "
+                          f"layer ({n}); fix the config")
+    bias = view.opt_bool("attention_bias", False)
+    head_dim, kv_heads = view.head_dim(frame.heads, hidden), view.kv_heads(frame.heads)
+    layers = []
+    for i, kind in enumerate(types):
+        if kind not in ("sliding_attention", "full_attention"):
+            raise ConfigError(f"config.json ({view.arch}): layer_types[{i}] '{kind}' is not sliding_attention or "
+                              "full_attention")
+        attn = GqaAttention(
+            hidden=hidden, heads=frame.heads, kv_heads=kv_heads, head_dim=head_dim,
+            window=view.req_int("sliding_window") if kind == "sliding_attention" else None,
+            q_bias=bias, kv_bias=bias, o_bias=bias, qk_norm=True, block_norms=2, kv_shared=i >= n - shared,
+        )
+        layers.append(LayerSpec(attn, DenseFfn(hidden=hidden, intermediate=widths[i], block_norms=2)))
+    streams, rank = view.req_int("altup_num_inputs"), view.req_int("laurel_rank")
+    ple, ple_vocab = view.req_int("hidden_size_per_layer_input"), view.req_int("vocab_size_per_layer_input")
+    m, v, norm = WeightKind.MATRIX, WeightKind.VECTOR, WeightKind.NORM
+    extras = (
+        Weight("altup", "altup.correct_output_scale", v, (hidden,)),
+        Weight("altup", "altup.correction_coefs", m, (streams, streams)),
+        Weight("altup", "altup.prediction_coefs", m, (streams * streams, streams)),
+        Weight("altup", "altup.modality_router", m, (streams, hidden)),
+        Weight("altup", "altup.router_norm", norm, (hidden,)),
+        Weight("laurel", "laurel.linear_left", m, (rank, hidden)),
+        Weight("laurel", "laurel.linear_right", m, (hidden, rank)),
+        Weight("laurel", "laurel.post_laurel_norm", norm, (hidden,)),
+        Weight("ple", "per_layer_input_gate", m, (ple, hidden)),
+        Weight("ple", "per_layer_projection", m, (hidden, ple)),
+        Weight("ple", "post_per_layer_input_norm", norm, (hidden,)),
+    )
+    embed_extras = (
+        Weight("embed", "embed_tokens_per_layer", WeightKind.EMBEDDING, (ple_vocab, n * ple), quantizable=False),
+        Weight("embed", "per_layer_model_projection", m, (n * ple, hidden)),
+        Weight("embed", "per_layer_projection_norm", norm, (ple,)),
+        *(Weight("embed", f"altup_projections.{j}", m, (hidden, hidden)) for j in range(streams - 1)),
+    )
+    final_extras = tuple(Weight("final_norm", f"altup_unembed_projections.{j}", m, (hidden, hidden))
+                         for j in range(streams - 1))
+    spec = finish(view, frame, layers, tie_default=True)
+    return replace(spec, layer_extras=extras, embed_extras=embed_extras, final_extras=final_extras)
+
+
 # --- Multimodal wrappers: the language model in text_config ----------------------------------------
 
 # Qwen3-VL's text config classes (models/qwen3_vl Qwen3VLTextConfig, models/qwen3_vl_moe
@@ -243,7 +366,9 @@ class LanguageModelOf:
     text_aliases: Mapping[str, str] | None = None
 
 
-def build_language_model(wrapper: LanguageModelOf, registered: Mapping[str, Builder], view: ConfigView) -> ModelSpec:
+def _text_view(wrapper: LanguageModelOf, registered: Mapping[str, Builder], view: ConfigView) -> ConfigView:
+    """The view of a wrapper's language model: its text_config under the text class, read with the text
+    config class's defaults."""
     text = view.cfg.get("text_config")
     if not isinstance(text, dict):
         raise ConfigError(f"config.json ({view.arch}) has no text_config object (the language model's config); add it")
@@ -268,10 +393,28 @@ def build_language_model(wrapper: LanguageModelOf, registered: Mapping[str, Buil
         for alias, target in (wrapper.text_aliases or {}).items():
             text_view.names[target] = (target, alias)
             text_view.names[alias] = (alias, target)
-    builder = wrapper.builder or registered[text_arch]
-    spec = builder(text_view)
-    note = f"{view.arch}: accounts its language model ({text_arch}, from text_config); other towers are not counted"
+    return text_view
+
+
+def build_language_model(wrapper: LanguageModelOf, registered: Mapping[str, Builder], view: ConfigView) -> ModelSpec:
+    text_view = _text_view(wrapper, registered, view)
+    spec = (wrapper.builder or registered[text_view.arch])(text_view)
+    note = (f"{view.arch}: accounts its language model ({text_view.arch}, from text_config); other towers are not "
+            "counted")
     return replace(spec, notes=(*spec.notes, note))
+
+
+def text_config_of(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """A registered wrapper's language-model config (architectures naming the text class), else None: what the
+    engine reads a wrapper's context length and rotary cache from (registry.language_model_config)."""
+    archs = cfg.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if arch not in WRAPPERS:
+        return None
+    from graphsim.work.registry import BUILDERS
+
+    text_view = _text_view(WRAPPERS[arch], BUILDERS, ConfigView(cfg, arch))
+    return dict(text_view.cfg, architectures=[text_view.arch])
 
 
 WRAPPERS: dict[str, LanguageModelOf] = {
@@ -311,6 +454,8 @@ TEXT_MODELS: dict[str, Builder] = {
     "BeamForCausalLM": build_beam,
     "LaraMiniForCausalLM": build_lara_mini,
     "AriaTextForCausalLM": partial(gqa.build_gqa_decoder, ARIA_TEXT),
+    "HYV4ForCausalLM": build_hy_v4,
+    "Gemma3nForCausalLM": build_gemma3n_text,
     # Gemma4UnifiedForCausalLM: Gemma4UnifiedTextModel is Gemma-4's text model without the MoE block and
     # per-layer inputs (Gemma4UnifiedTextConfig has neither; Gemma4UnifiedTextDecoderLayer is Gemma-2's
     # four-norm layer with Gemma-4's attention and MLP and a layer_scalar buffer): gemma4.py's builder
