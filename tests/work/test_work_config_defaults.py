@@ -116,6 +116,8 @@ _UNBUILDABLE_DEFAULTS = {
     "Lfm2MoeForCausalLM": {"layer_types": ["full_attention" if i % 4 == 2 else "conv" for i in range(32)]},
     # DbrxAttentionConfig() has no rope_theta, which DbrxAttention reads; dbrx-instruct's config.json states 500000.
     "DbrxForCausalLM": {"attn_config": {"kv_n_heads": 1, "rope_theta": 500000.0}},
+    # CohereCompassTextConfig() keeps rope_parameters None, but its rotary embedding reads one entry per layer type.
+    "CohereCompassForCausalLM": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
 }
 
 

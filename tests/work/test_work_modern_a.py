@@ -161,6 +161,10 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("DbrxForCausalLM", {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 100,
                          "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
                          "ffn_config": {"ffn_hidden_size": 48, "moe_num_experts": 8, "moe_top_k": 2}}),
+    ("CohereCompassForCausalLM", _SMALL | {"layer_types": ["sliding_attention", "full_attention"] * 2,
+                                            "sliding_window": 8, "attention_bias": True,
+                                            "rope_parameters": {t: {"rope_type": "default", "rope_theta": 10000.0}
+                                                                for t in ("sliding_attention", "full_attention")}}),
     ("JetMoeForCausalLM", {"hidden_size": 64, "num_hidden_layers": 2, "num_key_value_heads": 2, "kv_channels": 16,
                            "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48, "vocab_size": 100,
                            "tie_word_embeddings": False}),

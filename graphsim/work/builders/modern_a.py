@@ -308,6 +308,14 @@ def build_dbrx(view: ConfigView) -> ModelSpec:
     return finish(view, frame, [LayerSpec(attn, moe)] * frame.layers, tie_default=False)
 
 
+# --- Cohere Compass / North (CohereCompassForCausalLM, the text model) --------------------------------
+# models/cohere_compass: CohereCompassTextModel is Cohere-2's decoder (parallel attention and MLP on one
+# LayerNorm without bias, q/k/v/o bias from attention_bias, a gated MLP without bias) with per-layer-type
+# rope (NoPE layers change no weights); without layer_types every layer is full attention
+# (CohereCompassTextConfig.__post_init__), sliding_window applies to layers the config names sliding.
+COHERE_COMPASS = GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, ffn_norms=0, mlp_bias=NEVER, window_rule=WindowRule.NONE)
+
+
 # --- JetMoE (JetMoeForCausalLM) -------------------------------------------------------------------
 def build_jetmoe(view: ConfigView) -> ModelSpec:
     """models/jetmoe: mixture of attention heads (JetMoeMoA, arXiv:2404.07413) — num_local_experts routed
@@ -426,4 +434,5 @@ ARCHITECTURES: dict[str, Callable[[ConfigView], ModelSpec]] = {
     "JetMoeForCausalLM": build_jetmoe,
     "LongcatFlashForCausalLM": build_longcat_flash,
     "AXK2ForCausalLM": build_axk2,
+    "CohereCompassForCausalLM": partial(gqa.build_gqa_decoder, COHERE_COMPASS),
 }
