@@ -18,6 +18,9 @@ state, and applies vLLM's per-rank cache shapes to their attributes:
 - `Op.LINEAR_ATTENTION` "mamba2_ssd": temporal state `num_v_heads / tp × v_head_dim × k_head_dim` in the node's
   `state_dtype` plus the conv state, n_groups (`num_k_heads`) not divisible by tp extended to tp
   (`mamba2_state_shape`, `extra_groups_for_head_shards`).
+- an `Op.CONV1D` alone in its layer (no attention, no linear attention: LFM2's gated short conv), depthwise
+  (groups == channels): its conv state `channels / tp × (kernel_size − 1)` per request in the state dtype
+  (vLLM `MambaStateShapeCalculator.short_conv_state_shape`, `ShortConvSpec`).
 
 Paging (groups, block sizes, hybrid alignment) is `kv_layout._groups`, the same as for accountant layouts.
 Not derived here (refused or stated, never guessed): chunked local attention (Llama-4) is not distinguishable
@@ -124,6 +127,26 @@ def _state(node: Node, conv: Node | None, tp: int, state: DType) -> LayerKv:
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
+def _short_conv(convs: list[Node], tp: int, state: DType) -> LayerKv:
+    """A layer whose only state-keeping node is a depthwise causal conv (LFM2's short conv): vLLM keeps its last
+    kernel_size − 1 inputs per request (`short_conv_state_shape(tp, hidden_size, conv_L_cache)`)."""
+    from graphsim.ir import ConvAttrs
+
+    node = convs[0]
+    c = node.attrs_as(ConvAttrs)
+    if len(convs) > 1 or c.groups != c.channels:
+        raise KvLayoutError(f"{node.scope}: {len(convs)} conv node(s), groups {c.groups} of {c.channels} channels; "
+                            "graphsim lays out one depthwise short conv per layer")
+    if c.channels % tp:
+        raise KvLayoutError(f"{node.scope}: {c.channels} short-conv channels are not divisible by tp = {tp}; "
+                            "pick a tp that divides them")
+    channels = c.channels // tp
+    nbytes = channels * (c.kernel_size - 1) * state.bytes_per_element
+    detail = (f"short conv {channels} channels × {c.kernel_size - 1} (kernel − 1) × {state.bytes_per_element:g} B "
+              "per request")
+    return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
+
+
 def graph_layer_kv(graph: Graph, tp: int, kv: DType, state: DType) -> tuple[LayerKv, ...]:
     """One entry per decoder layer that keeps KV or state, from the graph's semantic nodes."""
     from graphsim.ir import Op
@@ -141,6 +164,8 @@ def graph_layer_kv(graph: Graph, tp: int, kv: DType, state: DType) -> tuple[Laye
             out.append(_attention(attn[0], idx[0] if idx else None, tp, kv))
         elif lin:
             out.append(_state(lin[0], conv[0] if conv else None, tp, state))
+        elif conv:
+            out.append(_short_conv(conv, tp, state))
     return tuple(out)
 
 

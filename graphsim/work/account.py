@@ -66,7 +66,7 @@ def account_step(model: ModelSpec, step: Step, precision: Precision) -> WorkRepo
     longest = max(g.cached_tokens + g.new_tokens for g in step.groups)
     if model.max_positions is not None and longest > model.max_positions:
         raise WorkloadError(
-            f"a sequence of {longest} tokens exceeds the {model.max_positions} positions {model.architecture}'s learned "
+            f"a sequence of {longest} tokens exceeds the {model.max_positions} positions {model.architecture}'s "
             "position table holds; shorten the workload"
         )
     def add(work: SegmentWork) -> None:

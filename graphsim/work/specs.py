@@ -687,6 +687,7 @@ class ModelSpec:
     head_width: int | None = None
     codebooks: int = 1
     head_extras: tuple[Weight, ...] = ()
-    # Positions a learned absolute position table can index (GPT-2's n_positions, OPT's max_position_embeddings):
-    # a step whose sequences reach beyond it is refused, as the model cannot run it; None: no such limit
+    # Positions an absolute position table can index (GPT-2's learned n_positions, OPT's max_position_embeddings,
+    # CTRL's fixed sinusoidal table): a step whose sequences reach beyond it is refused, as the model cannot run
+    # it; None: no such limit
     max_positions: int | None = None

@@ -122,6 +122,23 @@ def test_nemotron_h_mamba2_state_matches_accountant():
     assert got.bytes_per_token == 32
 
 
+@pytest.mark.slow
+def test_lfm2_short_conv_state_matches_accountant():
+    cfg = {"architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 4,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 97, "intermediate_size": 192,
+           "conv_L_cache": 3, "max_position_embeddings": 256, "layer_types": ["conv", "full_attention", "conv", "conv"],
+           "torch_dtype": "bfloat16"}
+    model = ResolvedModel("tiny-lfm2", cfg, "path", "test")
+    for tp in (1, 2):
+        got, want = both(model, tp)
+        same_layers(got, want)
+    got, _ = both(model, 2)
+    # tp 2, per conv layer: 64/2 channels × (3 − 1) × 2 B = 128 B per request (vLLM short_conv_state_shape);
+    # 3 conv layers; the attention layer keeps 1 kv head × (16 K + 16 V) × 2 B = 64 B per token
+    assert got.state_bytes_per_request == 3 * 32 * 2 * 2 == 384
+    assert got.bytes_per_token == 64
+
+
 # OPT stands for a causal LM transformers ships and the work accountant lacks: the accountant registers OPT
 # (graphsim/work/builders/legacy.py), so the fixture takes it out of the registry for these tests. 2 layers of 4 heads
 # of 64 / 4 = 16.

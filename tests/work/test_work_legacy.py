@@ -76,6 +76,12 @@ def test_gpt2_refuses_a_sequence_beyond_its_position_table():
     # OPT's table has max_position_embeddings + 2 rows, but indexes max_position_embeddings positions
     with pytest.raises(WorkloadError):
         _step(OPT_350M, prefill=("2049@0",))
+    # CTRL's sinusoidal table is a buffer of n_positions rows (no parameters) indexed by position id: same bound
+    ctrl = {"architectures": ["CTRLLMHeadModel"], "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 96,
+            "n_positions": 256, "dff": 128}
+    assert accounting(ctrl).params().segment("embed").params == 96 * 64  # the token table only
+    with pytest.raises(WorkloadError):
+        _step(ctrl, prefill=("257@0",))
 
 
 def test_bloom_560m_parameters():

@@ -63,6 +63,7 @@ class Decoder:
     tie_default: bool = True
     positions: int = 0  # positions a learned absolute position table indexes (0: no position parameters)
     position_offset: int = 0  # extra rows before them (OPT, BioGPT: position ids + 2)
+    table_positions: int = 0  # a fixed (sinusoidal) table's rows: no parameters, but the same bound (CTRL)
     embed_norm: bool = False  # a LayerNorm on the embedding output (BLOOM)
     embed_width: int | None = None  # word-embedding width when project_in/out map it to hidden (OPT)
     windows: tuple[int | None, ...] | None = None  # per layer, a local window (GPT-Neo); None: all full
@@ -129,7 +130,7 @@ def _assemble(view: ConfigView, frame: Frame, d: Decoder) -> ModelSpec:
                    Weight("embed", "embed_layernorm", WeightKind.BIAS, (frame.hidden,))]
     width = d.embed_width if d.embed_width is not None and d.embed_width != frame.hidden else None
     return replace(spec, embed_extras=tuple(extras), head_bias=d.head_bias, final_norm=d.final_norm,
-                   embed_width=width, max_positions=d.positions or None)
+                   embed_width=width, max_positions=d.positions or d.table_positions or None)
 
 
 def _inner(view: ConfigView, frame: Frame, key: str) -> int:
@@ -323,12 +324,13 @@ def xglm(view: ConfigView) -> ModelSpec:
 
 def ctrl(view: ConfigView) -> ModelSpec:
     """models/ctrl (CTRLModel, EncoderLayer, MultiHeadAttention): sinusoidal positions (pos_encoding, a
-    non-persistent buffer), biased Wq/Wk/Wv/dense, layernorm1/layernorm2, a biased Linear → ReLU → Linear
+    non-persistent buffer of n_positions rows indexed by position id: no parameters, but no position past
+    them; XGLM's table grows instead), biased Wq/Wk/Wv/dense, layernorm1/layernorm2, a biased Linear → ReLU → Linear
     FFN of dff, the final layernorm, an lm_head with a bias (tied matrix)."""
     frame = read_frame(view)
     return _assemble(view, frame, Decoder(
         kv_heads=frame.heads, intermediate=view.req_int("dff"), qkv_bias=True, o_bias=True, mlp_bias=True,
-        head_bias=True,
+        head_bias=True, table_positions=view.req_int("max_position_embeddings"),
     ))
 
 
