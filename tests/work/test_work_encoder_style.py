@@ -129,6 +129,24 @@ def test_unexpressed_options_are_refused_by_name(arch, field, value, fix):
     assert "\n" not in str(err.value) and field in str(err.value)
 
 
+def test_git_image_encoder_is_counted_but_idle():
+    # GitConfig defaults: text hidden 768, 6 layers, vocab 30522, 1024 positions; one decoded token reads one row of
+    # the word and position tables (2 · 768 · 2 B = 3,072 B) and the embedding LayerNorm (2 · 768 · 2 B = 3,072 B);
+    # the image encoder (GitVisionConfig: 768 wide, 12 layers, 224 px / 16 px patches) reads nothing
+    cfg = {"architectures": ["GitForCausalLM"], "model_type": "git", "hidden_size": 768, "num_hidden_layers": 6,
+           "num_attention_heads": 12, "vocab_size": 30522}
+    report = _step(cfg, decode=("1x10",))
+    assert report.segment("embed").param_read_bytes == 3_072 + 3_072
+    # the image side: class embedding 768; patch conv 768·3·16·16 = 589,824; positions (14² + 1)·768 = 151,296;
+    #   pre/post LayerNorms 2·2·768 = 3,072; per layer 4·(768·768 + 768) + 2·2·768 + (768·3072 + 3072)
+    #   + (3072·768 + 768) = 2,362,368 + 3,072 + 2,362,368 + 2,360,064 = 7,087,872, 12 layers 85,054,464;
+    #   visual_projection 768·768 + 768 + 2·768 = 592,128 → 86,391,552 idle
+    # activated: total − idle − the text position table 1024·768 = 786,432 − the untied word table 30522·768 =
+    #   23,440,896 (lookups)
+    params = accounting(cfg).params()
+    assert params.activated == params.total - 86_391_552 - 786_432 - 23_440_896
+
+
 def test_stored_position_tables_bound_the_sequence():
     # BART: max_position_embeddings 1024 (the table's 1026 rows include the offset of 2): 1024 tokens run, 1025 do not
     _step(BART, prefill=("1024@0",))
@@ -179,6 +197,9 @@ TRAIT_CASES = [
                            "decoder_start_token_id": 0}),
     ("BlenderbotForCausalLM", {"encoder_layers": 2, "decoder_layers": 3}),
     ("MusicgenForCausalLM", {"num_codebooks": 8}),
+    ("GitForCausalLM", {"num_image_with_embedding": 6, "vision_config": {
+        "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+        "image_size": 384, "patch_size": 14}}),
 ]
 
 

@@ -443,6 +443,56 @@ def build_musicgen(style: EncoderStyle, view: ConfigView) -> ModelSpec:
                "heads on each sampled row",)))
 
 
+# GitVisionConfig's keyword defaults (transformers 5.24 models/git/configuration_git.py): GitConfig's
+# vision_config defaults to None, which GitConfig.__post_init__ replaces with GitVisionConfig()
+_GIT_VISION = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12, "num_channels": 3,
+               "image_size": 224, "patch_size": 16}
+GIT = EncoderStyle(token_types=False, bert_decoder=False)
+
+
+def build_git(view: ConfigView) -> ModelSpec:
+    """GIT (GitForCausalLM): a BERT-style post-LN text stack (word and position tables, embeddings.LayerNorm,
+    no token types) with a biased `output` head, beside a CLIP-style image encoder (GitVisionModel: class
+    embedding, unbiased patch Conv2d, position table, pre/post LayerNorms, q/k/v/out and fc1/fc2 with biases,
+    two LayerNorms a layer), GitProjection (Linear + LayerNorm) and, with num_image_with_embedding, one
+    temporal vector per image. A text-only forward runs no image: the image side is `idle` here, and an
+    image's num_patches + 1 tokens that GIT prepends to the sequence are the workload's to count."""
+    stated = view.cfg.get("vision_config") or {}
+    if not isinstance(stated, dict):
+        raise ConfigError(f"config.json ({view.arch}): vision_config is not an object; fix the config")
+    vision = _GIT_VISION | {k: stated[k] for k in _GIT_VISION if k in stated}
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in vision.values()):
+        raise ConfigError(f"config.json ({view.arch}): vision_config's sizes must be integers (a square image and "
+                          "patch); fix the config")
+    hv, iv, lv = vision["hidden_size"], vision["intermediate_size"], vision["num_hidden_layers"]
+    patch, channels = vision["patch_size"], vision["num_channels"]
+    positions = (vision["image_size"] // patch) ** 2 + 1
+    hidden = view.req_int("hidden_size")
+    image = [Weight("image", "image_encoder.class_embedding", WeightKind.VECTOR, (hv,), idle=True),
+             Weight("image", "image_encoder.patch_embedding", M, (hv, channels * patch * patch), idle=True),
+             Weight("image", "image_encoder.position_embedding", EMB, (positions, hv), idle=True),
+             *_norm("image", "image_encoder.pre_layrnorm", hv, True, idle=True),
+             *_norm("image", "image_encoder.post_layernorm", hv, True, idle=True),
+             *_linear("image", "visual_projection.0", hidden, hv, True, idle=True),
+             *_norm("image", "visual_projection.1", hidden, True, idle=True)]
+    layer = [*_linear("image", "image_encoder.layers.q_proj", hv, hv, True, idle=True),
+             *_linear("image", "image_encoder.layers.k_proj", hv, hv, True, idle=True),
+             *_linear("image", "image_encoder.layers.v_proj", hv, hv, True, idle=True),
+             *_linear("image", "image_encoder.layers.out_proj", hv, hv, True, idle=True),
+             *_norm("image", "image_encoder.layers.layer_norm1", hv, True, idle=True),
+             *_norm("image", "image_encoder.layers.layer_norm2", hv, True, idle=True),
+             *_linear("image", "image_encoder.layers.fc1", iv, hv, True, idle=True),
+             *_linear("image", "image_encoder.layers.fc2", hv, iv, True, idle=True)]
+    image += [replace(w, copies=lv) for w in layer]
+    temporal = view.opt_int("num_image_with_embedding", None)
+    if temporal:
+        image.append(Weight("image", "img_temporal_embedding", WeightKind.VECTOR, (hv,), copies=temporal, idle=True))
+    idle = sum(w.elements for w in image)
+    note = (f"{view.arch}: the image encoder and projection ({idle:,} parameters) are counted but idle: the work "
+            f"shown is a text-only forward; each image adds {positions} tokens ahead of the text",)
+    return build_encoder_style(GIT, view, Extras(embed=tuple(image), notes=note))
+
+
 def _style(style: EncoderStyle):
     return partial(build_encoder_style, style)
 
@@ -481,4 +531,5 @@ ARCHITECTURES = {
     "WhisperForCausalLM": _style(WHISPER),
     "MusicgenForCausalLM": partial(build_musicgen, MUSICGEN),
     "MusicgenMelodyForCausalLM": partial(build_musicgen, MUSICGEN_MELODY),
+    "GitForCausalLM": build_git,
 }
