@@ -13,14 +13,14 @@ Wrappers (`…ForConditionalGeneration`, Fuyu): the accountant counts the langua
 `tie_word_embeddings` is the wrapper config's own (transformers PreTrainedModel.tie_weights reads
 `self.config.tie_word_embeddings`, the top-level config), not its text config's.
 
-Not registered (their math is not expressed by the specs; see docs/work.md): HY-V4 (hyper-connection
-residual streams), Dory (looped nGPT layers: weights reused across loops), Dots3-Note (sliding-window
-MLA with per-layer latent widths), Inkling / Inkling2 / Inkling2-Loop (short convolutions on K/V and on
-the residual stream, relative-position logits, attention residual blocks, looped layers), HRM-Text
-(hierarchical cycles over shared layer stacks), Qwen4-Exp (hyper-connections, n-gram embeddings, its
-class defaults do not build), Gemma-3n (AltUp / Laurel streams), the Gemma-4 assistant drafters (they
-read the target model's KV), Mllama's text model (cross-attention layers), Phi-4-multimodal (vision and
-speech LoRA adapters inside the language model's layers).
+Not registered (their math is not expressed by the specs; see docs/work.md): Dory (looped nGPT layers:
+weights reused across loops), Dots3-Note (sliding-window MLA with per-layer latent widths), Inkling /
+Inkling2 / Inkling2-Loop (short convolutions on K/V and on the residual stream, relative-position logits,
+attention-residual blocks, looped layers), HRM-Text (hierarchical cycles over shared layer stacks),
+Qwen4-Exp (hyper-connections, n-gram embeddings, a QSA indexer; its class defaults do not build),
+Gemma3nForConditionalGeneration (its vision tower needs timm, absent here: no meta-model cross-check),
+the Gemma-4 assistant drafters (they read the target model's KV), Mllama's text model (cross-attention
+layers), Phi-4-multimodal (vision and speech LoRA adapters inside the language model's layers).
 """
 
 from __future__ import annotations
