@@ -261,3 +261,48 @@ def test_bailing_hybrid_gates():
     shapes = {w.module: w.shape for w in kda.weights}
     # full-rank forget and output gates, KDA heads of the stated head_dim 128
     assert shapes["self_attn.forget_gate.f_proj"] == shapes["self_attn.g_proj"] == (32 * 128, 2560)
+
+
+# --- RecurrentGemma and RWKV-4 --------------------------------------------------------------------------
+# google/recurrentgemma-2b config.json: hidden 2560, 26 layers cycling (recurrent, recurrent, attention) → 18 RG-LRU
+# + 8 local-attention layers, 10 heads of 256, lru_width 2560, conv1d_width 4, intermediate_size 15360 (the MLP is
+# 15360 // 2 = 7680 wide), vocabulary 256,000, tied embeddings.
+RG = {"architectures": ["RecurrentGemmaForCausalLM"], "hidden_size": 2560, "num_hidden_layers": 26,
+      "num_attention_heads": 10, "vocab_size": 256000, "intermediate_size": 15360, "lru_width": 2560,
+      "attention_window_size": 2048, "conv1d_width": 4, "block_types": ["recurrent", "recurrent", "attention"]}
+R = 2560
+RG_LRU_W = (2 * (R * R + R)  # linear_y, linear_x with biases
+            + R * 4 + R + R  # conv_1d and its bias, recurrent_param
+            + 2 * (10 * 256 * 256 + R)  # block-diagonal input and recurrent gates with biases
+            + R * R + R)  # linear_out with its bias
+RG_ATTN_W = 4 * R * R + R  # q, k, v (10 KV heads of 256), o with its bias
+RG_MLP_W = 3 * R * 7680 + 2 * 7680 + R  # gate, up, down with biases
+RG_TOTAL = 18 * RG_LRU_W + 8 * RG_ATTN_W + 26 * (RG_MLP_W + 2 * R) + 256000 * R + R
+
+
+def test_recurrent_gemma_counts_and_state_by_hand():
+    p = accounting(RG).params()
+    assert p.total == RG_TOTAL  # 2,777,233,920 (no published total to hold it to was at hand offline)
+    parts = layer_kv(build_model(RG), 1, PREC)
+    state = [x for x in parts if x.kind is KvKind.STATE]
+    local = [x for x in parts if x.kind is KvKind.SLIDING]
+    assert (len(state), len(local)) == (18, 8)
+    assert state[0].state_bytes == 2560 * 3 * 2 + 2560 * 4  # conv state (bf16) + the float32 recurrent state
+    assert local[0].bytes_per_token == 2 * 10 * 256 * 2 and local[0].window == 2048
+
+
+# RWKV/rwkv-4-169m-pile config.json: hidden 768, 12 layers, vocabulary 50,277; attention_hidden_size and
+# intermediate_size absent (768 and 4·768), untied head.
+RWKV = {"architectures": ["RwkvForCausalLM"], "hidden_size": 768, "num_hidden_layers": 12, "vocab_size": 50277}
+D = 768
+RWKV_LAYER = (4 * D * D + 2 * D + 3 * D  # key, value, receptance, output; time_decay, time_first; 3 time-mix vectors
+              + 2 * D * 3072 + D * D + 2 * D  # channel mix key, value, receptance; 2 time-mix vectors
+              + 4 * D)  # ln1, ln2 with biases
+RWKV_TOTAL = 12 * RWKV_LAYER + 2 * 50277 * D + 2 * D + 2 * D  # tables, ln_out and blocks[0].pre_ln with biases
+
+
+def test_rwkv_counts_and_state_by_hand():
+    assert accounting(RWKV).params().total == RWKV_TOTAL  # 169,342,464: the checkpoint's "169m"
+    parts = layer_kv(build_model(RWKV), 1, PREC)
+    assert len(parts) == 12 and all(x.kind is KvKind.STATE and x.bytes_per_token == 0 for x in parts)
+    assert parts[0].state_bytes == 2 * D * 2 + 3 * D * 4  # token shifts in bf16, WKV num/den/max in float32

@@ -60,7 +60,7 @@ from dataclasses import replace
 from typing import Any
 
 from graphsim.errors import ConfigError
-from graphsim.work.builders.common import dense_ffn, finish, read_frame
+from graphsim.work.builders.common import Frame, dense_ffn, finish, read_frame
 from graphsim.work.config import ConfigView
 from graphsim.work.dtypes import parse_dtype
 from graphsim.work.specs import (
@@ -68,7 +68,7 @@ from graphsim.work.specs import (
     ModelSpec, MoeFfn, RecurrentMixer, StatePart, Weight, WeightKind,
 )
 
-M, NORM, VEC, CONV = WeightKind.MATRIX, WeightKind.NORM, WeightKind.VECTOR, WeightKind.CONV
+M, NORM, VEC, CONV, BIAS = WeightKind.MATRIX, WeightKind.NORM, WeightKind.VECTOR, WeightKind.CONV, WeightKind.BIAS
 FP32 = parse_dtype("float32", "state")
 
 
@@ -445,6 +445,99 @@ def build_minimax_m3(view: ConfigView) -> ModelSpec:
     return replace(spec, architecture=arch)
 
 
+# --- RecurrentGemma (Griffin) and RWKV-4 -----------------------------------------------------------------
+# vLLM implements neither; their per-request state is the one transformers' own caches keep (cited per builder).
+
+
+def build_recurrent_gemma(view: ConfigView) -> ModelSpec:
+    """RecurrentGemma / Griffin (transformers recurrent_gemma). Layers cycle through `block_types`
+    (RecurrentGemmaConfig.layers_block_type: (block_types × 100)[:layers]):
+
+    - "recurrent": RecurrentGemmaRecurrentBlock: linear_y and linear_x (lru_width × hidden, with biases), a
+      depthwise conv_1d over lru_width channels (conv1d_width taps, with a bias), the RG-LRU
+      (recurrent_param (lru_width), block-diagonal input and recurrent gates: heads blocks of
+      (lru_width/heads)² with biases, applied as matmuls), linear_out (hidden × lru_width, with a bias).
+      The recurrence h = a·h + √(1 − a²)·(i·x) is diagonal: elementwise, no core FLOPs. State per request
+      (RecurrentGemmaRecurrentBlock.conv1d_state, RecurrentGemmaRglru.recurrent_states): lru_width ×
+      (conv1d_width − 1) conv elements in the model dtype and lru_width recurrent elements in float32 (the
+      scan's acc_dtype).
+    - "attention": local attention over `attention_window_size` positions, head_dim = hidden/heads whatever
+      the config states (RecurrentGemmaConfig.__post_init__), q/k/v biases from attention_bias, o_proj with a
+      bias.
+    The MLP is gated with biases, of width intermediate_size // 2 (RecurrentGemmaMlp).
+    """
+    frame = read_frame(view)
+    lru = view.opt_int("lru_width", None) or frame.hidden
+    if lru % frame.heads:
+        raise ConfigError(f"config.json ({view.arch}): lru_width {lru} is not divisible by num_attention_heads "
+                          f"{frame.heads}; fix the config")
+    block, kernel, h = lru // frame.heads, view.req_int("conv1d_width"), frame.hidden
+    tb, rg = "temporal_block", "temporal_block.rg_lru"
+    ws = (
+        Weight("qkv", f"{tb}.linear_y", M, (lru, h)), Weight("qkv", f"{tb}.linear_y", BIAS, (lru,)),
+        Weight("qkv", f"{tb}.linear_x", M, (lru, h)), Weight("qkv", f"{tb}.linear_x", BIAS, (lru,)),
+        Weight("core", f"{tb}.conv_1d", CONV, (lru, kernel)), Weight("core", f"{tb}.conv_1d", BIAS, (lru,)),
+        Weight("core", f"{rg}.recurrent_param", VEC, (lru,)),
+        Weight("core", f"{rg}.input_gate_weight", M, (lru, block), quantizable=False),
+        Weight("core", f"{rg}.input_gate_bias", BIAS, (lru,)),
+        Weight("core", f"{rg}.recurrent_gate_weight", M, (lru, block), quantizable=False),
+        Weight("core", f"{rg}.recurrent_gate_bias", BIAS, (lru,)),
+        Weight("out", f"{tb}.linear_out", M, (h, lru)), Weight("out", f"{tb}.linear_out", BIAS, (h,)),
+    )
+    recurrent = RecurrentMixer(
+        hidden=h, mechanism="RG-LRU", weights=ws, flops_per_token=0,
+        state=(StatePart("conv", lru, kernel - 1), StatePart("recurrent", lru, 1, FP32)),
+        state_source="transformers RecurrentGemmaRecurrentBlock.conv1d_state, RecurrentGemmaRglru.recurrent_states",
+        activation_width=3 * lru,
+    )
+    bias = view.opt_bool("attention_bias", False)
+    local = GqaAttention(hidden=h, heads=frame.heads, kv_heads=view.kv_heads(frame.heads), head_dim=h // frame.heads,
+                         window=view.req_int("attention_window_size"), q_bias=bias, kv_bias=bias, o_bias=True)
+    cycle = view.opt_str_list("block_types") or ("recurrent", "recurrent", "attention")
+    _check_types(view, cycle, ("recurrent", "attention"), "block_types")
+    mlp = DenseFfn(hidden=h, intermediate=view.req_int("intermediate_size") // 2, bias=True)
+    attns: dict[str, AttentionSpec] = {"recurrent": recurrent, "attention": local}
+    layers = [LayerSpec(attns[cycle[i % len(cycle)]], mlp) for i in range(frame.layers)]
+    return finish(view, frame, layers, tie_default=True)
+
+
+def build_rwkv(view: ConfigView) -> ModelSpec:
+    """RWKV-4 (transformers rwkv RwkvForCausalLM). Per block: LayerNorms ln1/ln2 with biases (blocks[0] adds
+    pre_ln, counted with the embedding); time mixing (RwkvSelfAttention): key, value, receptance
+    (attention_hidden_size × hidden), output (hidden × attention_hidden_size), time_decay and time_first
+    (attention_hidden_size), three time-mix vectors (hidden); channel mixing (RwkvFeedForward): key
+    (intermediate × hidden), value (hidden × intermediate), receptance (hidden × hidden), two time-mix
+    vectors. The WKV recurrence is per channel: elementwise, no core FLOPs. State per request and layer
+    (RwkvModel.forward: five hidden-size vectors, the two token-shift states in the model dtype and the
+    WKV numerator, denominator and running max in float32). The config has no attention heads.
+    """
+    hidden, layers, vocab = view.req_int("hidden_size"), view.req_int("num_hidden_layers"), view.req_int("vocab_size")
+    inner = view.opt_int("attention_hidden_size", None) or hidden
+    inter = view.opt_int("intermediate_size", None) or 4 * hidden
+    at = "attention"
+    ws = (
+        *(Weight("qkv", f"{at}.{name}", M, (inner, hidden)) for name in ("key", "value", "receptance")),
+        Weight("core", f"{at}.time_decay", VEC, (inner,)), Weight("core", f"{at}.time_first", VEC, (inner,)),
+        *(Weight("qkv", f"{at}.time_mix_{name}", VEC, (hidden,)) for name in ("key", "value", "receptance")),
+        Weight("out", f"{at}.output", M, (hidden, inner)),
+    )
+    mixer = RecurrentMixer(
+        hidden=hidden, mechanism="RWKV-4 time mixing", weights=ws, flops_per_token=0,
+        state=(StatePart("token shift", 2 * hidden, 1), StatePart("wkv", 3 * hidden, 1, FP32)),
+        state_source="transformers RwkvModel.forward state (vLLM does not implement RWKV)",
+        activation_width=4 * inner,
+    )
+    ffn = DenseFfn(hidden=hidden, intermediate=inter, gated=False, module="feed_forward")
+    frame = Frame(hidden=hidden, layers=layers, heads=0, vocab=vocab)
+    spec = finish(view, frame, [LayerSpec(mixer, ffn)] * layers, tie_default=False, norm_bias=True)
+    ff = "feed_forward"
+    layer_extras = (Weight("mlp", f"{ff}.receptance", M, (hidden, hidden)),
+                    Weight("mlp", f"{ff}.time_mix_key", VEC, (hidden,)),
+                    Weight("mlp", f"{ff}.time_mix_receptance", VEC, (hidden,)))
+    embed_extras = (Weight("embed", "blocks.0.pre_ln", NORM, (hidden,)), Weight("embed", "blocks.0.pre_ln", BIAS, (hidden,)))
+    return replace(spec, layer_extras=layer_extras, embed_extras=embed_extras)
+
+
 ARCHITECTURES = {
     "KimiLinearForCausalLM": build_kimi_linear,
     "MiniMaxForCausalLM": build_minimax,
@@ -454,6 +547,8 @@ ARCHITECTURES = {
     "MiniMaxM3ForCausalLM": build_minimax_m3,
     "OlmoHybridForCausalLM": build_olmo_hybrid,
     "BailingHybridForCausalLM": build_bailing_hybrid,
+    "RecurrentGemmaForCausalLM": build_recurrent_gemma,
+    "RwkvForCausalLM": build_rwkv,
 }
 # architectures[0] spellings whose transformers class has another name
 TRANSFORMERS_CLASS = {"MiniMaxM3ForCausalLM": M3_CLASS}
