@@ -35,7 +35,8 @@ MODULE = "aiconfigurator_core"
 INSTALL_HINT = "pip install 'graphsim[aiconfigurator]'"
 MLA_REFERENCE_MODEL = "deepseek-ai/DeepSeek-V3"  # the model aiconfigurator's plain MLA tables were collected for
 COLLECTOR = ("aiconfigurator collector: each case captured in a CUDA graph, 3 warm-ups, 6 timed replays with "
-             "CUDA events, mean kept (bf16/fp8 GEMMs: 6 layer instances per replay, divided by 6)")
+             "CUDA events, mean kept (bf16/fp8 GEMMs: 6 layer instances per replay, divided by 6; vLLM fp8_block "
+             "GEMMs: one instance, timed without a CUDA graph, read as in costing/eager_rows.py)")
 
 ProgressFn = Callable[[str, int, int], None]  # (what is happening, steps done, total steps)
 

@@ -158,10 +158,13 @@ def profile_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
 def rowless_note(db: ProfileDB, spec: HardwareSpec) -> str:
     """What kernels without rows are priced at, with this profile's figures (for a data note:
     cost_model.profile_data, predict.default_data)."""
+    from graphsim.costing.eager_rows import describe, eager_floors
+
+    eager = "".join(f"; {describe(d, f)}" for d, f in eager_floors(db).items())  # host-time rows (eager_rows.py)
     rates = profile_rates(db, spec)
     if rates is None:
-        return "kernels without rows: roofline (too few bandwidth-bound rows in the profile for a derived price)"
-    return f"kernels without rows: derived where memory-bound, {rates.describe()}; roofline otherwise"
+        return "kernels without rows: roofline (too few bandwidth-bound rows in the profile for a derived price)" + eager
+    return f"kernels without rows: derived where memory-bound, {rates.describe()}; roofline otherwise" + eager
 
 
 def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: np.ndarray,

@@ -28,9 +28,14 @@ import numpy as np
 
 from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.derived import ProfileRates, derived_us, profile_rates
+from graphsim.costing.eager_rows import EAGER_BAND
+from graphsim.costing.eager_rows import describe as describe_eager
+from graphsim.costing.eager_rows import eager_floors
 from graphsim.costing.geometry_interp import geometry_curve
 from graphsim.costing.hardware import HardwareSpec, load_hardware
-from graphsim.costing.kernels import AttentionPrefillPoint, CollectiveKey, KernelKey, Point, check_point, point_coords
+from graphsim.costing.kernels import (
+    AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, Point, check_point, point_coords,
+)
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
 from graphsim.costing.timing import TimeSource, Timing
@@ -202,6 +207,7 @@ class KernelPricer:
     def __post_init__(self) -> None:
         self._curves: dict[KernelKey, Evaluator | None] = {}
         self._rates: tuple[ProfileRates | None] | None = None  # (rates,) once read
+        self._eager: dict[str, float] | None = None  # GEMM dtype → dispatch floor of its eagerly timed rows
         if self.hardware is None and self.db is not None and self.db.meta.hardware:
             self.hardware = load_hardware(self.db.meta.hardware)
 
@@ -228,6 +234,13 @@ class KernelPricer:
                 if t1[0] > timing.time_us:
                     timing = Timing(float(t1[0]), TimeSource.EXTRAPOLATED,
                                     f"{timing.detail}; held at the best share of the roofline its rows achieve".lstrip("; "))
+            eager = self._eager_floor(key)
+            if (eager is not None and isinstance(key, GemmKey) and timing.time_us is not None
+                    and timing.time_us < EAGER_BAND * eager):
+                t, src = self._fallback(key, q1)
+                if src[0] in (DERIVED, ROOFLINE):  # the row is host dispatch time (costing/eager_rows.py)
+                    return Timing(min(float(t[0]), timing.time_us), SOURCES[src[0]],
+                                  f"{describe_eager(key.dtype.value, eager)} (row {timing.time_us:.3g} µs)")
             if not timing.is_missing:
                 floor = self._floor_us(key, q1)
                 if floor is not None and timing.time_us is not None and timing.time_us < floor[0]:
@@ -252,6 +265,7 @@ class KernelPricer:
         if curve is not None:
             t, s = curve.evaluate(q)
             t, s = self._ceiling(key, curve, q, t, s)
+            t, s = self._eager_rows(key, q, t, s)
         else:
             t, s = np.full(len(q), np.nan), np.full(len(q), MISSING, dtype=np.int8)
         floor = self._floor_us(key, q)
@@ -309,6 +323,31 @@ class KernelPricer:
             return t, s
         t = t.copy()
         t[ext] = np.maximum(t[ext], rt / best)
+        return t, s
+
+    def _eager_floor(self, key: KernelKey) -> float | None:
+        """The dispatch floor of `key`'s rows when the profile timed its dtype without CUDA graphs, else None."""
+        if not isinstance(key, GemmKey) or self.db is None:
+            return None
+        if self._eager is None:
+            self._eager = eager_floors(self.db)
+        return self._eager.get(key.dtype.value)
+
+    def _eager_rows(self, key: KernelKey, q: np.ndarray, t: np.ndarray,
+                    s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Times read off eagerly timed GEMM rows within EAGER_BAND of their dispatch floor are host time, not
+        GPU time (costing/eager_rows.py): such a point is priced as one without rows, never above the row."""
+        floor = self._eager_floor(key)
+        if floor is None or self.hardware is None:
+            return t, s
+        low = np.flatnonzero((s != MISSING) & (t < EAGER_BAND * floor))
+        if not len(low):
+            return t, s
+        t2, s2 = self._fallback(key, q[low])
+        ok = s2 != MISSING
+        t, s = t.copy(), s.copy()
+        t[low[ok]] = np.minimum(t[low[ok]], t2[ok])
+        s[low[ok]] = s2[ok]
         return t, s
 
     def _floor_us(self, key: KernelKey, q: np.ndarray) -> np.ndarray | None:

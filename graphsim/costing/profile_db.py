@@ -321,6 +321,11 @@ class ProfileDB:
     def count(self, kind: TableKind) -> int:
         return int(self._exec(f"SELECT COUNT(*) FROM {TABLES[kind].name}").fetchone()[0])
 
+    def min_time_by_dtype(self, kind: TableKind) -> dict[str, float]:
+        """dtype → the smallest positive time of `kind`'s rows of that dtype (tables with a `dtype` column)."""
+        data = self._exec(f"SELECT dtype, MIN(time_us) FROM {TABLES[kind].name} WHERE time_us > 0 GROUP BY dtype")
+        return {str(d): float(t) for d, t in data.fetchall() if t is not None}
+
     def counts(self) -> dict[TableKind, int]:
         return {kind: self.count(kind) for kind in TableKind}
 
