@@ -196,3 +196,37 @@ def test_configs_transformers_would_not_build_are_refused_in_one_line(cfg, words
     with pytest.raises(ConfigError) as err:
         build_model(cfg)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+# Layout variants the class defaults and single flag flips do not reach (tiny shapes); each must equal the
+# transformers model built on the meta device from the same config.
+VARIANTS = [
+ ("FalconForCausalLM", dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=8, num_kv_heads=2, new_decoder_architecture=True, num_ln_in_parallel_attn=1)),
+ ("FalconForCausalLM", dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=8, parallel_attn=False, multi_query=False, bias=True)),
+ ("FalconForCausalLM", dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=8, alibi=True, num_ln_in_parallel_attn=2)),
+ ("FalconForCausalLM", dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=8, ffn_hidden_size=100)),
+ ("GPTNeoForCausalLM", dict(vocab_size=96, hidden_size=64, num_layers=3, num_heads=4, attention_types=[[["local"],2],[["global"],1]], window_size=5, intermediate_size=96, max_position_embeddings=64)),
+ ("MptForCausalLM", dict(vocab_size=96, d_model=64, n_layers=2, n_heads=4, attn_config={"alibi": True, "clip_qkv": 8.0}, max_seq_len=64)),
+ ("GPTBigCodeForCausalLM", dict(vocab_size=96, n_embd=64, n_layer=2, n_head=4, multi_query=False, n_inner=100)),
+ ("GPTNeoXJapaneseForCausalLM", dict(vocab_size=96, hidden_size=64, num_hidden_layers=3, num_attention_heads=4, intermediate_multiple_size=2)),
+ ("GPT2LMHeadModel", dict(vocab_size=96, n_embd=64, n_layer=2, n_head=4, n_inner=100, tie_word_embeddings=False)),
+ ("OPTForCausalLM", dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=100, word_embed_proj_dim=32, do_layer_norm_before=True, _remove_final_layer_norm=True, enable_bias=False)),
+ ("BioGptForCausalLM", dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=100, max_position_embeddings=64, tie_word_embeddings=False)),
+ ("CodeGenForCausalLM", dict(vocab_size=96, n_embd=64, n_layer=2, n_head=4, n_inner=100, tie_word_embeddings=True, rotary_dim=8)),
+ ("XGLMForCausalLM", dict(vocab_size=96, d_model=64, num_layers=2, attention_heads=4, ffn_dim=100, tie_word_embeddings=False)),
+ ("CTRLLMHeadModel", dict(vocab_size=96, n_embd=64, n_layer=2, n_head=4, dff=100, tie_word_embeddings=False)),
+ ("OpenAIGPTLMHeadModel", dict(vocab_size=96, n_embd=64, n_layer=2, n_head=4, tie_word_embeddings=False)),
+ ("BloomForCausalLM", dict(vocab_size=96, n_embed=64, n_layer=2, n_head=4, tie_word_embeddings=False)),
+]
+
+
+@pytest.mark.parametrize(("arch", "cfg"), VARIANTS, ids=[f"{a}-{i}" for i, (a, _) in enumerate(VARIANTS)])
+def test_layout_variants_match_the_meta_model(arch: str, cfg: dict[str, Any]):
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    cls = getattr(transformers, arch)
+    with torch.device("meta"):
+        model = cls(cls.config_class(**cfg))
+    persistent = set(model.state_dict(keep_vars=True))
+    buffers = sum(b.numel() for name, b in model.named_buffers() if name in persistent)
+    assert accounting(dict(cfg, architectures=[arch])).params().total == sum(p.numel() for p in model.parameters()) + buffers
