@@ -10,7 +10,7 @@ import pytest
 
 from graphsim.errors import ConfigError
 from graphsim.serving.kv_layout import layer_kv
-from graphsim.work import accounting, build_model
+from graphsim.work import accounting, build_model, parse_step
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.specs import DenseFfn, GqaAttention, MoeFfn
 
@@ -202,3 +202,42 @@ def test_variant_parameter_count_equals_the_meta_model(arch: str, cfg: dict[str,
     kinds = getattr(hf, "mlp_layer_types", None)
     if kinds is not None:
         assert [isinstance(la.ffn, MoeFfn) for la in spec.stack.layers] == [k == "sparse" for k in kinds]
+
+
+def test_jetmoe_decode_work_by_hand():
+    # One layer: hidden 8, 1 KV head of kv_channels 4, 4 attention experts and 4 MLP experts, top-2, MLP width 6,
+    # vocab 10 (tied). One sequence decodes 1 token after 3 cached.
+    cfg = {"architectures": ["JetMoeForCausalLM"], "hidden_size": 8, "num_hidden_layers": 1,
+           "num_attention_heads": 2, "num_key_value_heads": 1, "kv_channels": 4, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "intermediate_size": 6, "vocab_size": 10}
+    report = accounting(cfg).step(parse_step(decode=["1x3"]))
+    flops = {s.name: s.flops for s in report.segments}
+    # attention router 4×8: 2·32 = 64; q experts 2 of 4, each 4×8: 2·2·32 = 128; k and v 4×8 each: 2·2·32 = 128
+    assert flops["layers.attn.router"] == 64
+    assert flops["layers.attn.qkv"] == 128 + 128
+    # o experts 2 of 4, each 8×4: 2·2·32 = 128
+    assert flops["layers.attn.out"] == 128
+    # 2 query heads (2 experts × 1 KV head) over 3 + 1 positions, d 4: 2·4·2·(4 + 4) = 128
+    assert flops["layers.attn.core"] == 128
+    # MLP: router 4×8 → 64; 2 experts × (gate, up 6×8, down 8×6 = 144 elements): 2·2·144 = 576
+    assert (flops["layers.ffn.router"], flops["layers.ffn.routed"]) == (64, 576)
+    # KV: 1 head · (4 + 4) · 2 B = 16 B per token: 3 cached read (48 B), 1 written (16 B)
+    core = report.segment("layers.attn.core")
+    assert (core.state_read_bytes, core.state_write_bytes) == (48, 16)
+
+
+def test_longcat_zero_experts_decode_work_by_hand():
+    # One decoder layer (two MLA sublayers): hidden 8, 4 real experts of width 3 and 2 zero experts, top-3.
+    cfg = {"architectures": ["LongcatFlashForCausalLM"], "hidden_size": 8, "num_layers": 1,
+           "num_attention_heads": 2, "vocab_size": 10, "q_lora_rank": 4, "kv_lora_rank": 4, "qk_nope_head_dim": 2,
+           "qk_rope_head_dim": 2, "v_head_dim": 2, "ffn_hidden_size": 6, "n_routed_experts": 4,
+           "zero_expert_num": 2, "moe_topk": 3, "expert_ffn_hidden_size": 3}
+    acc = accounting(cfg)
+    assert len(acc.spec.stack.layers) == 2
+    report = acc.step(parse_step(decode=["1x3"]))
+    routed, router = report.segment("layers[moe].ffn.routed"), report.segment("layers[moe].ffn.router")
+    # the router scores 4 + 2 = 6 slots: 6×8 = 48 → 2·48 = 96 FLOPs; its score bias 6 more parameters
+    assert (router.flops, router.params) == (96, 48 + 6)
+    # 3 picks over 6 slots land on 3·4/6 = 2 real experts: 2 × (gate, up 3×8, down 8×3 = 72) → 2·2·72 = 288 FLOPs;
+    # one token touches 4·(1 − (1 − 2/4)^1) = 2 experts: 2 × 72 × 2 B = 288 B read
+    assert (routed.flops, routed.param_read_bytes, routed.params) == (288, 288, 4 * 72)
