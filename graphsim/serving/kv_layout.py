@@ -41,7 +41,7 @@ from graphsim.errors import GraphsimError
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.specs import (
     CompressedAttention, GatedDeltaNet, GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention,
-    RecurrentMixer, ShortConv,
+    ParallelMixers, RecurrentMixer, ShortConv,
 )
 
 
@@ -416,6 +416,8 @@ def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, .
             out.append(_mamba1_layer(attn, tp, precision.state))
         elif isinstance(attn, ShortConv):
             out.append(_short_conv_layer(attn, tp, precision.state))
+        elif isinstance(attn, ParallelMixers):  # vLLM: an attention KV cache and a Mamba2 state, each its own spec
+            out += [_gqa_layer(attn.attn, tp, precision.kv), _mamba2_layer(attn.mamba, tp, precision.state)]
         elif isinstance(attn, RecurrentMixer):
             out.append(recurrent_state_layer(attn, tp, precision.state))
         elif isinstance(attn, GqaAttention):

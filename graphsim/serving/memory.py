@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
     CompressedAttention, DenseFfn, GatedDeltaNet, GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec,
-    MoeFfn, NoAttention, NoFfn, RecurrentMixer, ShortConv, WeightKind,
+    MoeFfn, NoAttention, NoFfn, ParallelMixers, RecurrentMixer, ShortConv, WeightKind,
 )
 from graphsim.work.weights import model_weights, stored_bytes_per_copy
 
@@ -94,6 +94,8 @@ def weight_bytes_per_rank(spec: ModelSpec, precision: Precision, tp: int, expert
     kv_share: dict[str, float] = {}
     for group in spec.stack.groups():
         attn = group.spec.attn
+        if isinstance(attn, ParallelMixers):
+            attn = attn.attn  # Falcon-H1: its attention's K/V projections
         if isinstance(attn, GqaAttention):
             kv_share[f"model.layers.{group.first_index}."] = max(1, attn.kv_heads // tp) / attn.kv_heads
     total = 0.0
@@ -126,7 +128,7 @@ def rotary_cache_bytes(spec: ModelSpec, cfg: dict, precision: Precision) -> int:
     dims = set()
     factor = float(cfg.get("partial_rotary_factor", 1.0) or 1.0)
     for layer in spec.stack.layers:
-        a = layer.attn
+        a = layer.attn.attn if isinstance(layer.attn, ParallelMixers) else layer.attn
         if isinstance(a, GqaAttention):
             dims.add(int(a.head_dim * factor))
         elif isinstance(a, MlaAttention):
@@ -159,6 +161,11 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
             cand = [((2 * a.intermediate + a.intermediate) // tp, "Mamba in_proj (x, z) + scan output")]
         elif isinstance(a, ShortConv):
             cand = [((3 * a.hidden + a.hidden) // tp, "short-conv in_proj (B, C, x) + conv output")]
+        elif isinstance(a, ParallelMixers):
+            g, m = a.attn, a.mamba
+            w = ((2 * (g.heads // tp) + 2 * max(1, g.kv_heads // tp)) * g.head_dim
+                 + (m.in_proj_width + m.intermediate) // tp)
+            cand = [(w, "attention q/k/v + output beside Mamba2 in_proj + scan output")]
         elif isinstance(a, NoAttention):
             cand = []
         elif isinstance(a, RecurrentMixer):

@@ -80,7 +80,7 @@ from graphsim.work.dtypes import Precision
 from graphsim.work.linear_work import block_sparse_core, recurrent_core
 from graphsim.work.specs import (
     AttentionSpec, CompressedAttention, GatedDeltaNet, GqaAttention, KvCompressor, Mamba1Mixer, Mamba2Mixer,
-    MlaAttention, NoAttention, RecurrentMixer, ShortConv,
+    MlaAttention, NoAttention, ParallelMixers, RecurrentMixer, ShortConv,
 )
 from graphsim.workload import SeqGroup
 
@@ -145,6 +145,10 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
     if isinstance(attn, ShortConv):
         state = attn.conv_state_elements * precision.state.bytes_per_element
         return CoreWork(0, (state if p > 0 else 0.0) * c, state * c)
+    if isinstance(attn, ParallelMixers):  # both mixers' work and caches, side by side
+        a, m = attention_core(attn.attn, group, precision), attention_core(attn.mamba, group, precision)
+        return CoreWork(a.flops + m.flops, a.state_read_bytes + m.state_read_bytes,
+                        a.state_write_bytes + m.state_write_bytes)
     if isinstance(attn, RecurrentMixer):
         return CoreWork(*recurrent_core(attn, n, p, c, precision))
     if isinstance(attn, NoAttention):

@@ -77,6 +77,7 @@ class AttentionKind(Enum):
     LINEAR = "linear"
     MAMBA = "mamba"
     CONV = "conv"  # a gated short convolution (LFM2: Lfm2ShortConv)
+    PARALLEL = "parallel"  # attention and a Mamba2 mixer side by side (Falcon-H1)
     NONE = "none"  # a layer without a mixer block (Nemotron-H's MLP-only and MoE-only layers)
     CSA = "csa"  # DeepSeek-V4 compressed sparse attention: sliding window + top-k of compressed entries
     HCA = "hca"  # DeepSeek-V4 heavily compressed attention: sliding window + every compressed entry
@@ -262,6 +263,8 @@ class Mamba2Mixer:
     proj_bias: bool = False  # use_bias: in_proj and out_proj
     block_norms: int = 1
     module: str = "mixer"  # the mixer's module in its layer (Bamba, Granite-4.0-H: "mamba")
+    gated_norm: bool = True  # the gated RMSNorm over intermediate (Falcon-H1: only with mamba_rms_norm)
+    out_bias: bool | None = None  # out_proj's bias when it differs from in_proj's (Falcon-H1: projectors_bias)
 
     kind = AttentionKind.MAMBA
 
@@ -407,6 +410,25 @@ class ShortConv:
 
 
 @dataclass(frozen=True)
+class ParallelMixers:
+    """Softmax attention and a Mamba2 mixer side by side on the same normed input, their outputs summed
+    (Falcon-H1: transformers models/falcon_h1 FalconH1DecoderLayer, one input_layernorm for both). Weights,
+    core work and caches are the two mixers'; the layer keeps the attention's KV and the Mamba2 state (vLLM
+    falcon_h1.py FalconH1ParallelHybrid holds a FalconH1AttentionDecoderLayer's Attention and a MambaMixer2,
+    each with its own KV-cache spec). The block's norms are the attention's (`attn.block_norms`)."""
+
+    attn: GqaAttention
+    mamba: Mamba2Mixer
+    block_norms: int = 0  # the inner mixers own theirs
+
+    kind = AttentionKind.PARALLEL
+
+    @property
+    def hidden(self) -> int:
+        return self.attn.hidden
+
+
+@dataclass(frozen=True)
 class NoAttention:
     """No mixer in this layer: the layer is a single FFN block (Nemotron-H's `mlp` / `moe` layers).
     No weights, no core work, no KV."""
@@ -501,6 +523,7 @@ AttentionSpec = (
     GqaAttention | MlaAttention | GatedDeltaNet
     | Mamba2Mixer | RecurrentMixer | NoAttention | CompressedAttention
     | Mamba1Mixer | ShortConv
+    | ParallelMixers
 )
 
 

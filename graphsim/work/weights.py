@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
     AttentionSpec, CompressedAttention, DenseFfn, FfnSpec, GatedDeltaNet, GqaAttention, KvCompressor, LayerSpec,
-    Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn, RecurrentMixer, ShortConv, Weight,
-    WeightKind,
+    Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec, MoeFfn, NoAttention, NoFfn, ParallelMixers, RecurrentMixer,
+    ShortConv, Weight, WeightKind,
 )
 
 M, NORM, BIAS, VEC = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.VECTOR
@@ -138,8 +138,12 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         if attn.conv_bias:
             ws.append(Weight("core", f"{mx}.conv1d", BIAS, (attn.conv_dim,)))
         ws += [Weight("core", f"{mx}.{name}", VEC, (attn.heads,)) for name in ("dt_bias", "A_log", "D")]
-        ws.append(Weight("norm", f"{mx}.norm", NORM, (attn.intermediate,)))
-        ws += _linear("out", f"{mx}.out_proj", attn.hidden, attn.intermediate, attn.proj_bias)
+        if attn.gated_norm:
+            ws.append(Weight("norm", f"{mx}.norm", NORM, (attn.intermediate,)))
+        out_bias = attn.proj_bias if attn.out_bias is None else attn.out_bias
+        ws += _linear("out", f"{mx}.out_proj", attn.hidden, attn.intermediate, out_bias)
+    elif isinstance(attn, ParallelMixers):
+        ws += [*attention_weights(attn.attn), *attention_weights(attn.mamba)]  # the attention owns the norm
     elif isinstance(attn, Mamba1Mixer):
         # transformers mamba MambaMixer / jamba JambaMambaMixer: in_proj (x, z), depthwise conv1d over x,
         # x_proj (dt, B, C), dt_proj with its bias, A_log (intermediate × state), D, out_proj

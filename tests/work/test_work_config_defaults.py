@@ -25,7 +25,7 @@ from graphsim.work import accounting
 from graphsim.work.builders.modern_b import WRAPPERS
 from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
 from graphsim.work.registry import TRANSFORMERS_CLASS, build_model, language_model, supported_architectures
-from graphsim.work.specs import GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, MoeFfn, ShortConv
+from graphsim.work.specs import GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, MoeFfn, ParallelMixers, ShortConv
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -52,7 +52,7 @@ TRAITS = {
     "tie_word_embeddings", "use_qkv_bias", "qk_layernorm", "use_parallel_residual",
     # state-space and short-conv families (graphsim/work/builders/ssm.py)
     "use_conv_bias", "mamba_conv_bias", "mamba_proj_bias", "conv_bias", "use_attention_gate", "use_sandwich_norm",
-    "use_expert_bias",
+    "use_expert_bias", "mamba_rms_norm", "projectors_bias",
     # GPT-era classes (graphsim/work/builders/legacy.py): Falcon's and GPT-BigCode's attention layout, OPT's norms
     "multi_query", "parallel_attn", "new_decoder_architecture", "bias", "enable_bias", "do_layer_norm_before",
     "layer_norm_elementwise_affine", "_remove_final_layer_norm",
@@ -294,6 +294,14 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
                     _first(hf, "mamba_dt_rank", "time_step_rank"))
             assert got == want, f"layer {i}"
             assert layer_types is None or layer_types[i] in _MIXER_TYPES, f"layer {i}"
+        elif isinstance(attn, ParallelMixers):  # Falcon-H1: attention and a Mamba2 mixer in every layer
+            head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+            got = (attn.attn.heads, attn.attn.kv_heads, attn.attn.head_dim, attn.mamba.heads, attn.mamba.head_dim,
+                   attn.mamba.state_size, attn.mamba.n_groups, attn.mamba.conv_kernel, attn.mamba.intermediate)
+            want = (hf.num_attention_heads, hf.num_key_value_heads, head_dim, hf.mamba_n_heads, hf.mamba_d_head,
+                    hf.mamba_d_state, hf.mamba_n_groups, hf.mamba_d_conv,
+                    hf.mamba_d_ssm or int(hf.mamba_expand * hf.hidden_size))
+            assert got == want, f"layer {i}"
         elif isinstance(attn, ShortConv):
             assert (attn.hidden, attn.conv_kernel) == (hf.hidden_size, hf.conv_L_cache), f"layer {i}"
             assert layer_types is not None and layer_types[i] == "conv", f"layer {i}"

@@ -224,3 +224,40 @@ def test_refusals_are_one_line_config_errors():
     bad_types = dict(LFM2, layer_types=["conv"] * 15 + ["mamba"])
     with pytest.raises(ConfigError, match=r"layer_types\[15\] is 'mamba'"):
         build_model(bad_types)
+
+
+# --- Falcon-H1: attention and Mamba2 side by side, FalconH1Config's class defaults -------------------
+# hidden 4096, 32 layers, 32 heads / 8 kv heads (head_dim 4096 / 32 = 128), MLP 14336, vocab 128000, untied;
+# Mamba2: mamba_d_ssm 1024 wide, 128 heads of 1024 / 128 = 8, d_state 256, 1 group, conv 4; no gated norm
+# (mamba_rms_norm false), no projection biases.
+FALCON_H1 = {"architectures": ["FalconH1ForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+             "num_attention_heads": 32, "vocab_size": 128000}
+FH, FV = 4096, 128000
+F_ATTN = 4096 * 4096 + 2 * 1024 * 4096 + 4096 * 4096  # q, k, v (8 · 128), o: 41,943,040
+F_CONV_DIM = 1024 + 2 * 1 * 256  # 1536
+F_MAMBA_M = (1024 + F_CONV_DIM + 128) * FH + FH * 1024  # in_proj (z, xBC, dt) 11,010,048 + out_proj 4,194,304
+F_MAMBA_OTHER = F_CONV_DIM * 4 + F_CONV_DIM + 3 * 128  # conv weight and bias, dt_bias / A_log / D
+F_MLP = 3 * FH * 14336  # 176,160,768
+F_LAYER = F_ATTN + F_MAMBA_M + F_MAMBA_OTHER + F_MLP + 2 * FH  # + input_layernorm, pre_ff_layernorm
+F_TABLE = FV * FH
+F_TOTAL = 32 * F_LAYER + 2 * F_TABLE + FH
+F_STATE = F_CONV_DIM * 3 * 2 + 128 * 8 * 256 * 2  # conv 9,216 + ssm 524,288 (bf16: vLLM's "auto") per layer
+F_KV = 2 * 8 * 128 * 2  # 4,096 B per token and layer
+
+
+def test_falcon_h1_parameters_state_and_decode_by_hand():
+    assert F_TOTAL == 8_514_961_408  # 32 · 233,324,416 + 2 · 524,288,000 + 4,096, evaluated once by hand
+    assert accounting(FALCON_H1).params().total == F_TOTAL
+    spec = build_model(FALCON_H1)
+    lay = kv_layout(spec, BF16, tp=1)
+    # every layer keeps both: an attention KV cache and a Mamba2 state (vLLM: two cache specs per layer)
+    assert (lay.bytes_per_token, lay.state_bytes_per_request) == (32 * F_KV, 32 * F_STATE) == (131_072, 17_072_128)
+    check(_buckets(FALCON_H1, decode=["1x1000"]), {
+        "matmul_flops": 2 * 32 * (F_ATTN + F_MAMBA_M + F_MLP) + 2 * FV * FH,
+        # attention over 1001 positions × 32 heads × (128 + 128) × 2; the SSD update and read-out 4 · 128 · 8 · 256;
+        # the conv 2 · 1536 · 4
+        "attention_flops": 32 * (2 * 1001 * 32 * 256 + 4 * 128 * 8 * 256 + 2 * F_CONV_DIM * 4),
+        "param_read_bytes": 2 * (FH + F_TOTAL - F_TABLE),
+        "state_read_bytes": 32 * (F_STATE + 1000 * F_KV),
+        "state_write_bytes": 32 * (F_STATE + F_KV),
+    })

@@ -1,4 +1,4 @@
-"""State-space and short-convolution families: Mamba, Mamba2, Jamba, Bamba, Granite-4.0-H, LFM2.
+"""State-space and short-convolution families: Mamba, Mamba2, Jamba, Bamba, Granite-4.0-H, Falcon-H1, LFM2.
 
 Each builder is an explicit mapping read off the architecture's transformers modelling and
 configuration files (transformers 5.24, `models/<family>/`); the per-request state is what vLLM
@@ -46,10 +46,12 @@ only Nemotron-H and Qwen3.5 carry a config hook that changes it
   per head (`g_proj`, hidden → heads: a layer extra); sandwich norms (a post-norm after each block)
   when use_sandwich_norm.
 
+- `FalconH1ForCausalLM` (models/falcon_h1): attention and a Mamba2 mixer side by side in every layer
+  (`ParallelMixers`), then a gated MLP; see `build_falcon_h1`.
+
 Not registered (they fail by name): Zamba / Zamba2 (a transformer block whose weights are shared
 by several layers, with per-layer LoRA adapters and, in Zamba2, per-layer linear projections: the
-specs place every weight in one layer group), Falcon-H1 (attention and a Mamba2 mixer side by side in
-every layer: a layer holds one mixer).
+specs place every weight in one layer group, so a shared block would be counted once per layer).
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from graphsim.work.builders.common import Frame, finish
 from graphsim.work.config import ConfigView
 from graphsim.work.specs import (
     AttentionSpec, DenseFfn, FfnSpec, GqaAttention, LayerSpec, Mamba1Mixer, Mamba2Mixer, ModelSpec, MoeFfn, NoFfn,
-    ShortConv, Weight, WeightKind,
+    ParallelMixers, ShortConv, Weight, WeightKind,
 )
 
 # configuration_utils._LEGACY_LAYER_TYPE_REMAP (the entries a Granite-4.0-H list can hold)
@@ -129,12 +131,13 @@ def build_mamba(view: ConfigView) -> ModelSpec:
 
 
 # --- Mamba2 -------------------------------------------------------------------------------------
-def _mamba2(view: ConfigView, hidden: int, prefix: str, module: str) -> Mamba2Mixer:
-    """A Mamba2 mixer from `<prefix>n_heads`-style keys (Bamba, Granite-4.0-H: prefix "mamba_") or
-    Mamba2Config's own names (prefix "")."""
+def _mamba2(view: ConfigView, hidden: int, prefix: str, module: str, d_ssm: bool = False) -> Mamba2Mixer:
+    """A Mamba2 mixer from `<prefix>n_heads`-style keys (Bamba, Granite-4.0-H, Falcon-H1: prefix "mamba_") or
+    Mamba2Config's own names (prefix ""). `d_ssm`: a stated `mamba_d_ssm` is the intermediate width (Falcon-H1)."""
     if prefix:
         heads, expand = view.req_int("mamba_n_heads"), _number(view, "mamba_expand")
-        intermediate = int(expand * hidden)
+        stated = view.opt_int("mamba_d_ssm", None) if d_ssm else None
+        intermediate = stated if stated is not None else int(expand * hidden)
         head_dim = _auto(view, "mamba_d_head", intermediate // heads)
         state, groups, kernel = (view.req_int("mamba_d_state"), view.req_int("mamba_n_groups"),
                                  view.req_int("mamba_d_conv"))
@@ -327,6 +330,26 @@ def build_lfm3(view: ConfigView) -> ModelSpec:
     return _finish_lfm(view, frame, layers)
 
 
+# --- Falcon-H1 -----------------------------------------------------------------------------------
+def build_falcon_h1(view: ConfigView) -> ModelSpec:
+    """FalconH1ForCausalLM (models/falcon_h1): every layer runs attention and a Mamba2 mixer side by side on
+    one input_layernorm (FalconH1DecoderLayer: outputs summed, muP multipliers are scalars), then a gated MLP
+    (pre_ff_layernorm, mlp_bias). The mixer's width is mamba_d_ssm when stated, else mamba_expand · hidden
+    (FalconH1Mixer.intermediate_size); mamba_d_head "auto" = that width / mamba_n_heads; in_proj takes
+    mamba_proj_bias, out_proj projectors_bias; the gated RMSNorm exists only with mamba_rms_norm; attention
+    projections take attention_bias; head_dim is the config's or hidden / heads."""
+    frame = _frame(view)
+    mamba = replace(
+        _mamba2(view, frame.hidden, "mamba_", "mamba", d_ssm=True),
+        block_norms=0, gated_norm=view.opt_bool("mamba_rms_norm", False),
+        out_bias=view.opt_bool("projectors_bias", False),
+    )
+    mixers = ParallelMixers(_attention(view, frame, bias=view.opt_bool("attention_bias", False)), mamba)
+    mlp = DenseFfn(hidden=frame.hidden, intermediate=view.req_int("intermediate_size"),
+                   bias=view.opt_bool("mlp_bias", False), module="feed_forward")
+    return finish(view, frame, [LayerSpec(mixers, mlp)] * frame.layers, tie_default=False)
+
+
 ARCHITECTURES = {
     "MambaForCausalLM": build_mamba,
     "FalconMambaForCausalLM": build_mamba,
@@ -337,4 +360,5 @@ ARCHITECTURES = {
     "Lfm2ForCausalLM": build_lfm2,
     "Lfm2MoeForCausalLM": build_lfm2,
     "Lfm3ForCausalLM": build_lfm3,
+    "FalconH1ForCausalLM": build_falcon_h1,
 }
