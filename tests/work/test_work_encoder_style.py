@@ -147,6 +147,24 @@ def test_git_image_encoder_is_counted_but_idle():
     assert params.activated == params.total - 86_391_552 - 786_432 - 23_440_896
 
 
+def test_mllama_text_skips_its_cross_attention_layers():
+    # MllamaTextConfig defaults (Llama-3.2-11B-Vision's text model): hidden 4096, 40 layers of which 8 are
+    # cross-attention layers (3, 8, …, 38), 32 heads, 8 KV heads of 128, intermediate 14336, vocab 128256
+    cfg = {"architectures": ["MllamaForCausalLM"], "model_type": "mllama_text_model", "hidden_size": 4096,
+           "num_hidden_layers": 40, "num_attention_heads": 32, "vocab_size": 128256}
+    # parameters: embed (128256 + 8)·4096 = 525,369,344; lm_head 128256·4096 = 525,336,576; final norm 4,096
+    #   self layer: q/o 2·4096·4096 = 33,554,432, k/v 2·1024·4096 = 8,388,608, MLP 3·4096·14336 = 176,160,768,
+    #   norms 8,192 → 218,112,000; 32 of them 6,979,584,000
+    #   cross layer: the same matrices and norms, q_norm/k_norm 2·128 = 256, two gates 2 → 218,112,258; 8 of them
+    #   1,744,898,064
+    # 525,369,344 + 525,336,576 + 4,096 + 6,979,584,000 + 1,744,898,064 = 9,775,192,080
+    assert accounting(cfg).params().total == 9_775_192_080
+    # one decoded token writes K and V in the 32 self-attention layers only: 32 · 2 · 8 · 128 · 2 B = 131,072 B
+    report = _step(cfg, decode=("1x100",))
+    assert report.total.state_write_bytes == 131_072
+    assert report.sum(lambda name: ".cross" in name).flops == 0
+
+
 def test_stored_position_tables_bound_the_sequence():
     # BART: max_position_embeddings 1024 (the table's 1026 rows include the offset of 2): 1024 tokens run, 1025 do not
     _step(BART, prefill=("1024@0",))

@@ -30,7 +30,9 @@ The traits, and how they are expressed:
 - cross-attention (BERT-family `add_cross_attention`, every BART-style decoder's encoder_attn and its
   LayerNorm): the weights exist but a decoder-only forward has no encoder states, so they do no
   work: `LayerSpec.attn_extras` marked `idle` (parameters and stored bytes, no reads, no FLOPs, not
-  activated), stated in a note. BigBird's pooler is idle the same way (its output is not the logits).
+  activated), stated in a note. BigBird's pooler is idle the same way (its output is not the logits),
+  as are GIT's image encoder (a text-only forward) and Mllama's cross-attention layers, which its text
+  model skips whole without image states (no mixer, no FFN, no KV: `NoAttention` / `NoFfn` layers).
 - KV per token is the self-attention's K and V only (multi-head: heads × head_dim each).
 
 Module paths in the weight tables keep the GQA names (`self_attn.q_proj`, `mlp.up_proj`), not these
@@ -44,9 +46,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from graphsim.errors import ConfigError
-from graphsim.work.builders.common import ALWAYS, NEVER, Flag, Frame, finish
+from graphsim.work.builders.common import ALWAYS, NEVER, Flag, Frame, finish, read_frame
 from graphsim.work.config import ConfigView
-from graphsim.work.specs import DenseFfn, GqaAttention, LayerSpec, ModelSpec, Weight, WeightKind
+from graphsim.work.specs import DenseFfn, GqaAttention, LayerSpec, ModelSpec, NoAttention, NoFfn, Weight, WeightKind
 
 M, NORM, BIAS, EMB = WeightKind.MATRIX, WeightKind.NORM, WeightKind.BIAS, WeightKind.EMBEDDING
 ADD_CROSS = Flag("add_cross_attention", False)  # the BERT family's cross-attention switch
@@ -493,6 +495,50 @@ def build_git(view: ConfigView) -> ModelSpec:
     return build_encoder_style(GIT, view, Extras(embed=tuple(image), notes=note))
 
 
+# MllamaTextConfig.__post_init__: cross_attention_layers None becomes these layer indices
+_MLLAMA_CROSS_LAYERS = (3, 8, 13, 18, 23, 28, 33, 38)
+
+
+def build_mllama_text(view: ConfigView) -> ModelSpec:
+    """Mllama's text model (MllamaForCausalLM, models/mllama): Llama layers (GQA, no biases, RMSNorms, a gated
+    SiLU MLP) except at `cross_attention_layers`, where a MllamaCrossAttentionDecoderLayer holds a
+    cross-attention (q/k/v/o without biases, per-head q_norm/k_norm), its tanh gate, an MLP and its gate, two
+    RMSNorms. Without image states MllamaTextModel skips those layers entirely (`continue` when
+    cross_attention_states is None and their cache is empty): they are `idle` (no mixer, no FFN, no KV here).
+    The token table has vocab_size + 8 rows; the class declares no tied weights."""
+    frame = read_frame(view)
+    kv_heads, head_dim = view.kv_heads(frame.heads), view.head_dim(frame.heads, frame.hidden)
+    inter = view.req_int("intermediate_size")
+    stated = view.cfg.get("cross_attention_layers")
+    cross = _MLLAMA_CROSS_LAYERS if stated is None else stated
+    if not isinstance(cross, (list, tuple)) or not all(isinstance(i, int) and 0 <= i < frame.layers for i in cross):
+        raise ConfigError(f"config.json ({view.arch}): cross_attention_layers must list layer indices below "
+                          f"num_hidden_layers {frame.layers}; fix the config")
+    h, q, kv = frame.hidden, frame.heads * head_dim, kv_heads * head_dim
+    attn_idle = (*_norm("cross", "input_layernorm", h, False, idle=True),
+                 *_linear("cross", "cross_attn.q_proj", q, h, False, idle=True),
+                 *_linear("cross", "cross_attn.k_proj", kv, h, False, idle=True),
+                 *_linear("cross", "cross_attn.v_proj", kv, h, False, idle=True),
+                 *_linear("cross", "cross_attn.o_proj", h, q, False, idle=True),
+                 *_norm("cross", "cross_attn.q_norm", head_dim, False, idle=True),
+                 *_norm("cross", "cross_attn.k_norm", head_dim, False, idle=True),
+                 Weight("cross", "cross_attn_attn_gate", WeightKind.VECTOR, (1,), idle=True))
+    ffn_idle = (*_norm("cross", "post_attention_layernorm", h, False, idle=True),
+                *_linear("cross", "mlp.gate_proj", inter, h, False, idle=True),
+                *_linear("cross", "mlp.up_proj", inter, h, False, idle=True),
+                *_linear("cross", "mlp.down_proj", h, inter, False, idle=True),
+                Weight("cross", "cross_attn_mlp_gate", WeightKind.VECTOR, (1,), idle=True))
+    self_layer = LayerSpec(GqaAttention(hidden=h, heads=frame.heads, kv_heads=kv_heads, head_dim=head_dim),
+                           DenseFfn(hidden=h, intermediate=inter))
+    cross_layer = LayerSpec(NoAttention(hidden=h), NoFfn(hidden=h), attn_extras=attn_idle, ffn_extras=ffn_idle)
+    layers = [cross_layer if i in cross else self_layer for i in range(frame.layers)]
+    idle = len(set(cross)) * sum(w.elements for w in (*attn_idle, *ffn_idle))
+    note = (f"{view.arch}: {len(set(cross))} cross-attention layers ({idle:,} parameters) are counted but skipped: "
+            "a text-only forward runs them not at all (MllamaTextModel); with an image they attend to its states",)
+    spec = finish(view, frame, layers, False, note)
+    return replace(spec, tie_embeddings=False, embed_rows=frame.vocab + 8)
+
+
 def _style(style: EncoderStyle):
     return partial(build_encoder_style, style)
 
@@ -532,4 +578,5 @@ ARCHITECTURES = {
     "MusicgenForCausalLM": partial(build_musicgen, MUSICGEN),
     "MusicgenMelodyForCausalLM": partial(build_musicgen, MUSICGEN_MELODY),
     "GitForCausalLM": build_git,
+    "MllamaForCausalLM": build_mllama_text,
 }
