@@ -70,6 +70,29 @@ def test_laguna_per_layer_heads_and_gate():
     assert [k.bytes_per_token for k in layer_kv(build_model(cfg), 1, BF16)] == [128, 128, 128]
 
 
+# databricks/dbrx-instruct's config.json (the geometry fields; nested attn_config / ffn_config as published).
+DBRX_INSTRUCT = {
+    "architectures": ["DbrxForCausalLM"], "d_model": 6144, "n_heads": 48, "n_layers": 40, "vocab_size": 100352,
+    "max_seq_len": 32768, "attn_config": {"clip_qkv": 8, "kv_n_heads": 8, "rope_theta": 500000},
+    "ffn_config": {"ffn_act_fn": {"name": "silu"}, "ffn_hidden_size": 10752, "moe_num_experts": 16, "moe_top_k": 4},
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}
+
+
+def test_dbrx_golden_at_its_published_size():
+    params = accounting(DBRX_INSTRUCT).params()
+    # Per layer: Wqkv (6144 + 2·8·128)·6144 = 50,331,648; out_proj 6144·6144 = 37,748,736; norm_1, norm_2 12,288;
+    # router 16·6144 = 98,304; experts 16 × 3 × 6144·10752 = 16 × 198,180,864 = 3,170,893,824 → 3,259,084,800,
+    # × 40 = 130,363,392,000; wte and lm_head 100352·6144 = 616,562,688 each; norm_f 6,144.
+    # Total 131,596,523,520 (Databricks' DBRX announcement: 132 B total, −0.3 %).
+    assert params.total == 131_596_523_520
+    # Activated: 4 of 16 experts, 792,723,456 per layer → 880,914,432 per layer, × 40 = 35,236,577,280; + lm_head
+    # 616,562,688 + norm_f 6,144 = 35,853,146,112; with wte 36,469,708,800 (the announcement: 36 B active).
+    assert (params.activated, params.activated_with_embedding) == (35_853_146_112, 36_469_708_800)
+    # KV per token and layer: 2 · 8 · 128 · 2 B = 4,096 B.
+    assert {k.bytes_per_token for k in layer_kv(build_model(DBRX_INSTRUCT), 1, BF16)} == {4096}
+
+
 def test_dbrx_refuses_tied_embeddings():
     cfg = {"architectures": ["DbrxForCausalLM"], "d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 100,
            "tie_word_embeddings": True}
@@ -165,6 +188,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
                                             "sliding_window": 8, "attention_bias": True,
                                             "rope_parameters": {t: {"rope_type": "default", "rope_theta": 10000.0}
                                                                 for t in ("sliding_attention", "full_attention")}}),
+    ("DbrxForCausalLM", {k: v for k, v in DBRX_INSTRUCT.items() if k != "architectures"}),
     ("JetMoeForCausalLM", {"hidden_size": 64, "num_hidden_layers": 2, "num_key_value_heads": 2, "kv_channels": 16,
                            "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 48, "vocab_size": 100,
                            "tie_word_embeddings": False}),
