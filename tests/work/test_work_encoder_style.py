@@ -107,6 +107,21 @@ def test_musicgen_codebooks():
     assert report.segment("head").flops == 16_777_216
 
 
+def test_factorised_tables_size_the_head():
+    # ELECTRA (ElectraConfig defaults): hidden 256, embedding_size 128, vocab 30522, tied. One sampled row:
+    # generator_predictions.dense 2·256·128 = 65,536, then the tied table 2·30522·128 = 7,813,632 → 7,879,168
+    electra = {"architectures": ["ElectraForCausalLM"], "model_type": "electra", "hidden_size": 256,
+               "num_hidden_layers": 12, "num_attention_heads": 4, "vocab_size": 30522}
+    assert _step(electra, decode=("1x10",)).segment("head").flops == 7_879_168
+    # and the new token's embeddings_project (128 → 256) runs in `embed`: 2·256·128 = 65,536
+    assert _step(electra, decode=("1x10",)).segment("embed").flops == 65_536
+    # RemBERT (RemBertConfig defaults): hidden 1152, output_embedding_size 1664, vocab 250300, untied. One row:
+    # dense 2·1152·1664 = 3,833,856, decoder 2·250300·1664 = 832,998,400 → 836,832,256
+    rembert = {"architectures": ["RemBertForCausalLM"], "model_type": "rembert", "hidden_size": 1152,
+               "num_hidden_layers": 32, "num_attention_heads": 18, "vocab_size": 250300}
+    assert _step(rembert, decode=("1x10",)).segment("head").flops == 836_832_256
+
+
 def test_whisper_v_bias_without_k_bias():
     # whisper-tiny's decoder: d_model 384, 4 layers, 6 heads; k_proj has no bias, q/v/out do
     cfg = {"architectures": ["WhisperForCausalLM"], "model_type": "whisper", "d_model": 384, "encoder_layers": 4,
