@@ -93,6 +93,13 @@ def test_dbrx_golden_at_its_published_size():
     assert {k.bytes_per_token for k in layer_kv(build_model(DBRX_INSTRUCT), 1, BF16)} == {4096}
 
 
+def test_diffllama_refuses_odd_kv_heads():
+    cfg = {"architectures": ["DiffLlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 1, "vocab_size": 100}
+    with pytest.raises(ConfigError, match="num_key_value_heads must be even"):
+        build_model(cfg)
+
+
 def test_dbrx_refuses_tied_embeddings():
     cfg = {"architectures": ["DbrxForCausalLM"], "d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 100,
            "tie_word_embeddings": True}

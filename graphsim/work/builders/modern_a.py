@@ -237,6 +237,10 @@ def build_diffllama(view: ConfigView) -> ModelSpec:
     which is the value work of plain GQA (H/2 pairs × 2·head_dim), so the core counts as GQA. KV cache:
     plain GQA (k and v of kv_heads·head_dim)."""
     spec = gqa.build_gqa_decoder(GqaProfile(qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, mlp_bias=NEVER), view)
+    kv_heads = {la.attn.kv_heads for la in spec.stack.layers if isinstance(la.attn, GqaAttention)}
+    if any(k % 2 for k in kv_heads):
+        raise ConfigError(f"config.json ({view.arch}): differential attention splits V over the KV heads, so "
+                          f"num_key_value_heads must be even (DiffLlamaAttention), not {min(kv_heads)}; fix the config")
 
     def lambdas(_: int, layer: LayerSpec) -> LayerSpec:
         attn = layer.attn
