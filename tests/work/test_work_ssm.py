@@ -261,3 +261,44 @@ def test_falcon_h1_parameters_state_and_decode_by_hand():
         "state_read_bytes": 32 * (F_STATE + 1000 * F_KV),
         "state_write_bytes": 32 * (F_STATE + F_KV),
     })
+
+
+# `graphsim kv` at each family's class defaults (the config states only the frame fields), tp 2: state per request
+# and KV per token per rank, by hand (vLLM's state shapes; groups not divisible by tp extended to tp).
+KV_AT_CLASS_DEFAULTS = {
+    # 32 layers × (conv 1536/2 × 3 + ssm 1536/2 × 16) × 2 B; hidden 768, d_inner 1536
+    "MambaForCausalLM": (32 * (768 * 3 + 768 * 16) * 2, 0),
+    "FalconMambaForCausalLM": (32 * (768 * 3 + 768 * 16) * 2, 0),
+    # 64 layers × (conv (8192 + 2·8·128)/2 × 3 + 64 heads × 64 × 128) × 2 B
+    "Mamba2ForCausalLM": (64 * (5120 * 3 + 64 * 64 * 128) * 2, 0),
+    # 28 Mamba layers × (4096 × 3 + 4096 × 16) × 2 B; 4 attention layers × 2 × 4 kv heads × 128 × 2 B
+    "JambaForCausalLM": (28 * (4096 * 3 + 4096 * 16) * 2, 4 * 2 * 4 * 128 * 2),
+    # 32 Mamba2 layers: 1 group extended to 2 → conv (8192 + 2·2·256)/2 × 3, ssm 64 heads × 64 × 256; × 2 B
+    "BambaForCausalLM": (32 * (4608 * 3 + 64 * 64 * 256) * 2, 0),
+    "GraniteMoeHybridForCausalLM": (32 * (4608 * 3 + 64 * 64 * 256) * 2, 0),
+    # every layer attention (full_attn_idxs absent): 32 × 2 × 4 kv heads × 80 × 2 B
+    "Lfm2ForCausalLM": (0, 32 * 2 * 4 * 80 * 2),
+    # layer_types below: 24 conv layers × 1024 channels × 2 × 2 B; 8 attention × 2 × 4 × 64 × 2 B
+    "Lfm2MoeForCausalLM": (24 * 1024 * 2 * 2, 8 * 2 * 4 * 64 * 2),
+    # 13 conv layers × 1024 × (7 − 1) × 2 B; 6 full + 5 sliding layers × 2 × 2 kv heads × 128 × 2 B
+    "Lfm3ForCausalLM": (13 * 1024 * 6 * 2, 11 * 2 * 2 * 128 * 2),
+    # 32 layers: Mamba2 (1 group → 2) conv (1024 + 2·2·256)/2 × 3 + 64 heads × 8 × 256, × 2 B; KV 2 × 4 × 128 × 2 B
+    "FalconH1ForCausalLM": (32 * (1024 * 3 + 64 * 8 * 256) * 2, 32 * 2 * 4 * 128 * 2),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(KV_AT_CLASS_DEFAULTS))
+def test_kv_cli_at_class_defaults(arch, tmp_path, capsys, monkeypatch):
+    from graphsim.work.config_defaults import class_defaults
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    d = class_defaults(arch)
+    cfg = {"architectures": [arch], **{k: d[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                          "vocab_size") if k in d}}
+    if arch == "Lfm2MoeForCausalLM":  # the class has no default list
+        cfg["layer_types"] = ["full_attention" if i % 4 == 2 else "conv" for i in range(32)]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    args = ["kv", str(tmp_path / "config.json"), "--gpu", "h100", "--tp", "2", "--max-model-len", "4096", "--json"]
+    assert main(args) == 0
+    lay = json.loads(capsys.readouterr().out)["layout"]
+    assert (lay["state_bytes_per_request_per_rank"], lay["bytes_per_token_per_rank"]) == KV_AT_CLASS_DEFAULTS[arch]
