@@ -44,7 +44,8 @@ only Nemotron-H and Qwen3.5 carry a config hook that changes it
   from Lfm3Config.__post_init__: full where i % 4 == 2, sliding where i % 4 == 0 and i > 0, else
   conv); attention with head_dim, q/k norms per head and, with use_attention_gate, a sigmoid gate
   per head (`g_proj`, hidden → heads: a layer extra); sandwich norms (a post-norm after each block)
-  when use_sandwich_norm.
+  when use_sandwich_norm. The vLLM snapshot read here has no LFM3 model: its conv state is laid out as
+  vLLM lays out LFM2's (the same Lfm2ShortConv-style mixer), a derivation, not a vLLM citation.
 
 - `FalconH1ForCausalLM` (models/falcon_h1): attention and a Mamba2 mixer side by side in every layer
   (`ParallelMixers`), then a gated MLP; see `build_falcon_h1`.
