@@ -247,6 +247,9 @@ def _gqa_layer(attn: GqaAttention, tp: int, kv: DType) -> LayerKv:
     if tp > kvh and tp % kvh:
         raise KvLayoutError(f"tp = {tp} is not a multiple of num_key_value_heads = {kvh}; pick a tp that divides "
                             "or is a multiple of it")
+    if attn.heads % tp:  # vLLM shards query heads evenly (vllm/model_executor/models/llama.py LlamaAttention, falcon.py
+        # FalconAttention: assert total_num_heads % tp_size == 0); Falcon-7B's 71 heads take no tp > 1
+        raise KvLayoutError(f"num_attention_heads = {attn.heads} is not divisible by tp = {tp}; pick a tp that divides it")
     per_rank = max(1, kvh // tp)
     nbytes = per_rank * (attn.head_dim + attn.v_head_dim) * kv.bytes_per_element
     rep = f" (replicated: {kvh} kv heads over {tp} ranks)" if tp > kvh else ""

@@ -139,6 +139,17 @@ def test_falcon_7b_multi_query_kv_and_parameters():
     assert accounting(FALCON_7B).params().total == 6_921_720_704
 
 
+def test_falcon_7b_query_heads_take_no_tensor_parallelism():
+    # 71 query heads: vLLM shards query heads evenly (FalconAttention asserts total_num_heads % tp_size == 0), so
+    # no tp > 1 lays out, though the single KV head would replicate
+    from graphsim.serving.kv_layout import KvLayoutError, kv_layout
+
+    acc = accounting(FALCON_7B)
+    assert kv_layout(acc.spec, acc.precision, tp=1).bytes_per_token == 8_192
+    with pytest.raises(KvLayoutError, match="num_attention_heads = 71 is not divisible by tp = 2"):
+        kv_layout(acc.spec, acc.precision, tp=2)
+
+
 def test_falcon_new_decoder_architecture_groups_kv_heads():
     # Falcon-40B's shape: hidden 8192, 128 heads of 64, num_kv_heads 8, 60 layers, two norms (ln_attn, ln_mlp)
     # per layer under new_decoder_architecture. KV: 8·(64 + 64)·2 B = 2,048 B per token and layer, 60 layers
