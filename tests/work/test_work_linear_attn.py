@@ -306,3 +306,25 @@ def test_rwkv_counts_and_state_by_hand():
     parts = layer_kv(build_model(RWKV), 1, PREC)
     assert len(parts) == 12 and all(x.kind is KvKind.STATE and x.bytes_per_token == 0 for x in parts)
     assert parts[0].state_bytes == 2 * D * 2 + 3 * D * 4  # token shifts in bf16, WKV num/den/max in float32
+
+
+# NX-AI/xLSTM-7b (xLSTMConfig() defaults): hidden 4096, 32 mLSTM blocks, 8 heads, vocabulary 50,304; q/k width
+# 0.5·4096 = 2048 (256 a head), v width 4096 (512 a head); FFN round_up(4096·2.667 = 10924.03, 64) = 10944.
+XLSTM = {"architectures": ["xLSTMForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32, "num_heads": 8,
+         "vocab_size": 50304}
+X = 4096
+MLSTM_W = (2 * 2048 * X + 2 * 4096 * X  # q, k, v, the output-gate pre-activation
+           + 2 * (8 * X + 8)  # input and forget gates, one biased output per head
+           + 4096 + X * 4096)  # the per-head LayerNorm over v, out_proj
+XLSTM_TOTAL = 32 * (MLSTM_W + 3 * X * 10944 + 2 * X) + 2 * 50304 * X + X
+
+
+def test_xlstm_counts_state_and_work_by_hand():
+    acc = accounting(XLSTM)
+    assert acc.params().total == XLSTM_TOTAL  # 6,865,424,896: the checkpoint's "7b"
+    parts = layer_kv(build_model(XLSTM), 1, PREC)
+    # (C, n, m) per head in float32 (inference_state_dtype): 8·(256·512 + 256 + 1)·4 B
+    assert parts[0].state_bytes == 8 * (256 * 512 + 256 + 1) * 4
+    r = acc.step(parse_step([], ["2x1000"]))
+    # H·(4·d_qk·d_v + 2·d_qk) per token: 2 new tokens, 32 layers
+    assert r.segment("layers.attn.core").flops == 32 * 2 * 8 * (4 * 256 * 512 + 2 * 256)

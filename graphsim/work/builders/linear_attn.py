@@ -538,6 +538,69 @@ def build_rwkv(view: ConfigView) -> ModelSpec:
     return replace(spec, layer_extras=layer_extras, embed_extras=embed_extras)
 
 
+def build_xlstm(view: ConfigView) -> ModelSpec:
+    """xLSTM-7B style mLSTM stacks (transformers xlstm, the classes it defines when the `xlstm` package is absent).
+
+    Each block: norm_mlstm, the mLSTM layer (xLSTMLayer: q, k of qk_dim = int(hidden·qk_dim_factor), v and the
+    output-gate pre-activation of v_dim = int(hidden·v_dim_factor), input and forget gates with one biased
+    output per head; `weight_mode` "fused" stacks the same elements; biases on the others with use_bias; a
+    per-head LayerNorm over v_dim; out_proj), norm_ffn and a gated FFN of round_up(hidden·ffn_proj_factor,
+    ffn_round_up_to_multiple_of) (xLSTMFeedForward). Recurrence per token and head (mLSTM, arXiv:2405.04517
+    eq. 19-27): the matrix memory C (d_qk × d_v) takes the rank-1 update v·kᵀ (2·d_qk·d_v) and is read with q
+    (2·d_qk·d_v); the normalizer n·q adds 2·d_qk: H·(4·d_qk·d_v + 2·d_qk) FLOPs. State per request (the mLSTM
+    backend's (C, n, m) in `inference_state_dtype`, float32 by default): H·(d_qk·d_v + d_qk + 1). vLLM does not
+    implement xLSTM. The config names its heads `num_heads`.
+    """
+    hidden, layers, vocab = view.req_int("hidden_size"), view.req_int("num_hidden_layers"), view.req_int("vocab_size")
+    heads = view.req_int("num_heads")
+    qk = int(hidden * float(view.cfg.get("qk_dim_factor", view.defaults.get("qk_dim_factor", 0.5))))
+    v = int(hidden * float(view.cfg.get("v_dim_factor", view.defaults.get("v_dim_factor", 1.0))))
+    if qk % heads or v % heads:
+        raise ConfigError(f"config.json ({view.arch}): q/k width {qk} and v width {v} must divide into num_heads {heads}; "
+                          "fix the config")
+    bias = view.opt_bool("use_bias", False)
+    ml = "mlstm_layer"
+    ws: list[Weight] = []
+    for name, width in (("q", qk), ("k", qk), ("v", v), ("ogate_preact", v)):
+        ws.append(Weight("qkv", f"{ml}.{name}", M, (width, hidden)))
+        if bias:
+            ws.append(Weight("qkv", f"{ml}.{name}", BIAS, (width,)))
+    for name in ("igate_preact", "fgate_preact"):
+        ws += [Weight("qkv", f"{ml}.{name}", M, (heads, hidden), quantizable=False),
+               Weight("qkv", f"{ml}.{name}", BIAS, (heads,))]
+    ws.append(Weight("norm", f"{ml}.multihead_norm", NORM, (v,)))
+    if bias:
+        ws.append(Weight("norm", f"{ml}.multihead_norm", BIAS, (v,)))
+    ws.append(Weight("out", f"{ml}.out_proj", M, (hidden, v)))
+    if bias:
+        ws.append(Weight("out", f"{ml}.out_proj", BIAS, (hidden,)))
+    dqk, dv = qk // heads, v // heads
+    state_dtype = parse_dtype(view.opt_str("inference_state_dtype", "float32"), "inference_state_dtype")
+    mixer = RecurrentMixer(
+        hidden=hidden, mechanism="mLSTM", weights=tuple(ws), flops_per_token=heads * (4 * dqk * dv + 2 * dqk),
+        state=(StatePart("C", heads, dqk * dv, state_dtype), StatePart("n", heads, dqk, state_dtype),
+               StatePart("m", heads, 1, state_dtype)),
+        state_source="transformers xLSTM mLSTM backend state (C, n, m) in inference_state_dtype; vLLM does not implement xLSTM",
+        activation_width=2 * qk + 2 * v,
+    )
+    factor = float(view.cfg.get("ffn_proj_factor", view.defaults.get("ffn_proj_factor", 2.667)))
+    multiple = view.opt_int("ffn_round_up_to_multiple_of", 64)
+    up = int(((hidden * factor + multiple - 1) // multiple) * multiple)  # configuration_xlstm round_up_to_next_multiple_of
+    ffn = DenseFfn(hidden=hidden, intermediate=up, bias=bias, module="ffn")
+    frame = Frame(hidden=hidden, layers=layers, heads=heads, vocab=vocab)
+    # norm_mlstm / norm_ffn carry biases with use_bias; the final out_norm never does (xLSTMRMSNorm's default)
+    notes: tuple[str, ...] = ()
+    if view.opt_bool("tie_word_embeddings", False):
+        # xLSTMForCausalLM declares no tied weights (_tied_weights_keys None): lm_head is its own matrix
+        notes = ("tie_word_embeddings is ignored: xLSTMForCausalLM never ties lm_head to the embedding",)
+    spec = replace(finish(view, frame, [LayerSpec(mixer, ffn)] * layers, tie_default=False, notes=notes),
+                   tie_embeddings=False)
+    if bias:
+        extras = (Weight("norm", "norm_mlstm", BIAS, (hidden,)), Weight("norm", "norm_ffn", BIAS, (hidden,)))
+        spec = replace(spec, layer_extras=extras)
+    return spec
+
+
 ARCHITECTURES = {
     "KimiLinearForCausalLM": build_kimi_linear,
     "MiniMaxForCausalLM": build_minimax,
@@ -549,6 +612,7 @@ ARCHITECTURES = {
     "BailingHybridForCausalLM": build_bailing_hybrid,
     "RecurrentGemmaForCausalLM": build_recurrent_gemma,
     "RwkvForCausalLM": build_rwkv,
+    "xLSTMForCausalLM": build_xlstm,
 }
 # architectures[0] spellings whose transformers class has another name
 TRANSFORMERS_CLASS = {"MiniMaxM3ForCausalLM": M3_CLASS}
