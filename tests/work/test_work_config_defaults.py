@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from graphsim.work import accounting
-from graphsim.work.builders.modern_b import WRAPPERS
+from graphsim.work.builders.modern_b import TEXT_CONFIG_NESTED, TOWERS, WRAPPERS
 from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
 from graphsim.work.registry import TRANSFORMERS_CLASS, build_model, language_model, supported_architectures
 from graphsim.work.specs import GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, MoeFfn, ParallelMixers, ShortConv
@@ -130,15 +130,26 @@ def _default_config(arch: str) -> dict[str, Any]:
     return dict(_config_class(arch)().to_dict(), **_UNBUILDABLE_DEFAULTS.get(arch, {}))
 
 
+# Gemma4AssistantConfig() fails its own validation (its default text config, Gemma4TextConfig(), has per-layer
+# inputs and no KV-shared layers; an assistant has neither per-layer inputs nor a layer of its own K/V: every one
+# of the 30 default layers reuses the target's).
+_NESTED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "Gemma4AssistantForCausalLM": {"model_type": "gemma4_text", "hidden_size_per_layer_input": 0,
+                                   "vocab_size_per_layer_input": 0, "num_kv_shared_layers": 30},
+}
+
+
 def _wrapper_cases(arch: str) -> list[Any]:
     """A multimodal wrapper's cases: its class defaults, its text_config stripped to the frame fields (and
     model_type, which picks an AutoConfig text class, and the KV heads: GOT-OCR2's 16 heads are no model
     with Qwen2Config's default 32 KV heads), its own tie_word_embeddings flipped (the wrapper's decides:
     PreTrainedModel.tie_weights reads the top-level config) and each boolean trait of its text config
     flipped."""
-    full = _default_config(arch)
+    full = _config_class(arch)(text_config=_NESTED_DEFAULTS.get(arch)).to_dict()
     text = full["text_config"]
-    stripped = {"text_config": {k: text[k] for k in (*FRAME_KEYS, "model_type", "num_key_value_heads") if k in text}}
+    # (an assistant's text config must keep num_kv_shared_layers == num_hidden_layers)
+    kept = (*FRAME_KEYS, "model_type", "num_key_value_heads", "num_kv_shared_layers")
+    stripped = {"text_config": {k: text[k] for k in kept if k in text} | _NESTED_DEFAULTS.get(arch, {})}
     cases = [pytest.param(arch, full, id=f"{arch}-class-defaults"),
              pytest.param(arch, stripped, id=f"{arch}-frame-only")]
     if isinstance(full.get("tie_word_embeddings"), bool):
@@ -163,7 +174,7 @@ def _language_model_count(model: Any, persistent: set[str]) -> int:
 def _cases() -> list[Any]:
     cases = []
     for arch in supported_architectures():
-        if arch in WRAPPERS:  # a multimodal wrapper: its language model
+        if arch in TEXT_CONFIG_NESTED:  # a multimodal wrapper or a drafter: the text model is in text_config
             cases += _wrapper_cases(arch)
             continue
         full = _default_config(arch)
@@ -236,7 +247,7 @@ def _first(hf: Any, *names: str) -> Any:
 def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
     spec = build_model(dict(cfg, architectures=[arch]))
     top = _hf_config(arch, cfg)
-    hf = top.get_text_config() if arch in WRAPPERS else top  # a wrapper: its language model's config
+    hf = top.get_text_config() if arch in TEXT_CONFIG_NESTED else top  # a wrapper: its language model's config
     # The decoder half of an encoder–decoder model (BartForCausalLM) has its own depth and heads; there the
     # config's num_hidden_layers / num_attention_heads name the encoder's (BartConfig.attribute_map)
     dec_layers, dec_heads = getattr(hf, "decoder_layers", None), getattr(hf, "decoder_attention_heads", None)
@@ -352,4 +363,8 @@ def test_parameter_count_equals_the_meta_model(arch: str, cfg: dict[str, Any]):
     meta_total = sum(p.numel() for p in model.parameters()) + buffers - _UNREAD_ROWS.get(arch, lambda _: 0)(hf)
     if arch in WRAPPERS:  # its language-model submodule and LM head only
         meta_total = _language_model_count(model, persistent)
+    if arch in TOWERS:  # one class holding towers the accountant does not count (Phi-4-multimodal's encoders)
+        inside = tuple(f"{t}." for t in TOWERS[arch])
+        held = [*model.named_parameters(), *((n, b) for n, b in model.named_buffers() if n in persistent)]
+        meta_total -= sum(t.numel() for n, t in held if n.startswith(inside))
     assert accounting(dict(cfg, architectures=[arch])).params().total == meta_total

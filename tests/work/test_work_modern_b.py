@@ -181,3 +181,29 @@ def test_wrapper_refusals_are_one_line():
         fuyu = {"architectures": ["FuyuForCausalLM"], "text_config": dict(text, model_type=model_type)}
         with pytest.raises(ConfigError, match=rf"model_type '{model_type}' names no language model"):
             build_model(fuyu)
+
+
+def test_gemma4_assistant_is_a_drafter_without_a_cache():
+    text = {"model_type": "gemma4_text", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 16, "global_head_dim": 32, "vocab_size": 100,
+            "intermediate_size": 96, "sliding_window": 8, "hidden_size_per_layer_input": 0,
+            "vocab_size_per_layer_input": 0, "num_kv_shared_layers": 3}
+    cfg = {"architectures": ["Gemma4AssistantForCausalLM"], "backbone_hidden_size": 48, "text_config": text}
+    spec = build_model(cfg)
+    assert layer_kv(spec, 1, BF16) == ()  # every layer reads the target's K/V
+    # pre_projection (64, 2·48) with the embedding, post_projection (48, 64) at the end
+    assert [(w.module, w.shape) for w in spec.embed_extras] == [("pre_projection", (64, 96))]
+    assert [(w.module, w.shape) for w in spec.final_extras] == [("post_projection", (48, 64))]
+    with pytest.raises(ConfigError, match=r"use_ordered_embeddings .* not expressed"):
+        build_model(dict(cfg, use_ordered_embeddings=True))
+
+
+def test_phi4_multimodal_counts_its_language_model_only():
+    cfg = {"architectures": ["Phi4MultimodalForCausalLM"], "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "intermediate_size": 96}
+    params = accounting(cfg).params()
+    # Per layer: q 64·64 = 4,096, k and v 32·64 = 2,048 each, o 4,096, MLP 3·64·96 = 18,432, two norms 128
+    # → 30,848; × 2 = 61,696. Embedding and lm_head (untied by default) 100·64 = 6,400 each, final norm 64:
+    # 74,560 (model.embed_tokens_extend, the image/audio towers, not counted).
+    assert params.total == 74_560
+    assert any("embed_tokens_extend" in n for n in build_model(cfg).notes)

@@ -18,9 +18,8 @@ weights reused across loops), Dots3-Note (sliding-window MLA with per-layer late
 Inkling2 / Inkling2-Loop (short convolutions on K/V and on the residual stream, relative-position logits,
 attention-residual blocks, looped layers), HRM-Text (hierarchical cycles over shared layer stacks),
 Qwen4-Exp (hyper-connections, n-gram embeddings, a QSA indexer; its class defaults do not build),
-Gemma3nForConditionalGeneration (its vision tower needs timm, absent here: no meta-model cross-check),
-the Gemma-4 assistant drafters (they read the target model's KV), Mllama's text model (cross-attention
-layers), Phi-4-multimodal (vision and speech LoRA adapters inside the language model's layers).
+Gemma3nForConditionalGeneration (its vision tower needs timm, absent here: no meta-model cross-check).
+(MllamaForCausalLM is registered in builders/encoder_style.py.)
 """
 
 from __future__ import annotations
@@ -325,6 +324,23 @@ def build_gemma3n_text(view: ConfigView) -> ModelSpec:
     return replace(spec, layer_extras=extras, embed_extras=embed_extras, final_extras=final_extras)
 
 
+# --- Phi-4-multimodal (models/phi4_multimodal, Phi4MultimodalForCausalLM) ------------------------------
+# One class with a flat config: Phi4MultimodalModel is Phi-3's decoder (fused qkv_proj and gate_up_proj
+# without biases, two RMSNorms per layer, sliding_window on every layer when set) plus
+# `embed_tokens_extend` (Phi4MultimodalFeatureEmbedding: the image and audio encoders and projectors that
+# write their embeddings into the token sequence): the accountant counts the language model, not those
+# towers (TOWERS names them for the meta-model cross-check). The checkpoints' vision/speech LoRA adapters
+# are separate files transformers loads with PEFT; vLLM applies them only to multimodal requests.
+TOWERS: dict[str, tuple[str, ...]] = {"Phi4MultimodalForCausalLM": ("model.embed_tokens_extend",)}
+
+
+def build_phi4_multimodal(view: ConfigView) -> ModelSpec:
+    spec = gqa.build_gqa_decoder(gqa.PHI3, view)
+    note = (f"{view.arch}: accounts its language model; the image/audio embedding towers (model.embed_tokens_extend) "
+            "are not counted")
+    return replace(spec, notes=(*spec.notes, note))
+
+
 # --- Multimodal wrappers: the language model in text_config ----------------------------------------
 
 # Qwen3-VL's text config classes (models/qwen3_vl Qwen3VLTextConfig, models/qwen3_vl_moe
@@ -446,6 +462,38 @@ WRAPPERS: dict[str, LanguageModelOf] = {
 }
 
 
+# --- Gemma-4 assistants (models/gemma4_assistant, gemma4_unified_assistant) ---------------------------
+# Gemma4(Unified)AssistantForCausalLM is a drafter for speculative decoding: `model` is the text model its
+# text_config names (AutoModel.from_config: Gemma4TextModel / Gemma4UnifiedTextModel) in which every layer
+# reuses K/V (Gemma4AssistantConfig.validate_architecture: num_kv_shared_layers == num_hidden_layers,
+# no per-layer inputs, no MoE block, no double-wide MLP): its attention reads the target model's caches
+# (shared_kv_states) and keeps none. Its input is pre_projection (2·backbone_hidden_size → hidden, no
+# bias) of the target's token embedding and hidden state, its output the logits (lm_head, tied to
+# model.embed_tokens by default) and post_projection (hidden → backbone_hidden_size) of the last hidden
+# state, both matmuls on every drafted token. use_ordered_embeddings (a centroid head that computes the
+# logits of the top centroid_intermediate_top_k clusters only) is not expressed: refused.
+ASSISTANTS = ("Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM")
+
+
+def build_gemma4_assistant(view: ConfigView) -> ModelSpec:
+    if view.opt_bool("use_ordered_embeddings", False):
+        raise ConfigError(f"config.json ({view.arch}): use_ordered_embeddings (a centroid head that scores the top "
+                          "clusters' tokens only) is not expressed by the work accountant; it counts a full lm_head")
+    from graphsim.work.registry import BUILDERS
+
+    text_view = _text_view(LanguageModelOf(None), BUILDERS, view)
+    spec = BUILDERS[text_view.arch](text_view)
+    backbone = view.req_int("backbone_hidden_size")
+    m = WeightKind.MATRIX
+    note = (f"{view.arch}: a drafter; every layer reads the target model's K/V (no cache of its own); its input is "
+            "the target's embedding and hidden state (pre_projection), the target's work is not counted")
+    return replace(
+        spec, notes=(*spec.notes, note),
+        embed_extras=(*spec.embed_extras, Weight("embed", "pre_projection", m, (spec.hidden, 2 * backbone))),
+        final_extras=(*spec.final_extras, Weight("final_norm", "post_projection", m, (backbone, spec.hidden))),
+    )
+
+
 # The causal-LM classes (each built by its own config class's defaults).
 TEXT_MODELS: dict[str, Builder] = {
     "HYV3ForCausalLM": build_hy_v3,
@@ -456,6 +504,8 @@ TEXT_MODELS: dict[str, Builder] = {
     "AriaTextForCausalLM": partial(gqa.build_gqa_decoder, ARIA_TEXT),
     "HYV4ForCausalLM": build_hy_v4,
     "Gemma3nForCausalLM": build_gemma3n_text,
+    "Phi4MultimodalForCausalLM": build_phi4_multimodal,
+    **dict.fromkeys(ASSISTANTS, build_gemma4_assistant),
     # Gemma4UnifiedForCausalLM: Gemma4UnifiedTextModel is Gemma-4's text model without the MoE block and
     # per-layer inputs (Gemma4UnifiedTextConfig has neither; Gemma4UnifiedTextDecoderLayer is Gemma-2's
     # four-norm layer with Gemma-4's attention and MLP and a layer_scalar buffer): gemma4.py's builder
@@ -474,3 +524,6 @@ def _wrapper_builder(name: str) -> Builder:
 
 
 ARCHITECTURES: dict[str, Builder] = {**TEXT_MODELS, **{name: _wrapper_builder(name) for name in WRAPPERS}}
+# The classes whose config nests the text model's fields in text_config (the meta-model sweep reads their
+# dimensions there); of these, WRAPPERS count their language-model submodule only.
+TEXT_CONFIG_NESTED = frozenset(WRAPPERS) | frozenset(ASSISTANTS)
