@@ -288,6 +288,9 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             got = (attn.q_lora_rank, attn.kv_lora_rank, attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim)
             want = (hf.q_lora_rank, hf.kv_lora_rank, hf.qk_nope_head_dim, hf.qk_rope_head_dim, hf.v_head_dim)
             assert got == want, f"layer {i}"
+            if attn.indexer is not None:  # DSA: the indexer's heads, width and top-k
+                ix = attn.indexer
+                assert (ix.heads, ix.head_dim, ix.topk) == (hf.index_n_heads, hf.index_head_dim, hf.index_topk)
         elif isinstance(attn, Mamba2Mixer):
             got = (attn.heads, attn.head_dim, attn.state_size, attn.n_groups, attn.conv_kernel)
             # Nemotron-H, Bamba / Granite-4.0-H, Mamba2 name the same dimensions three ways
@@ -324,6 +327,9 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
                                if getattr(hf, k, None))
                 top_k = getattr(hf, "num_experts_per_tok", None) or getattr(hf, "top_k_experts", None) or hf.moe_topk
             assert (layer.ffn.experts, layer.ffn.top_k) == (experts, top_k), f"layer {i}"
+            assert layer.ffn.zero_experts == (getattr(hf, "zero_expert_num", None) or 0), f"layer {i}"  # LongCat
+        if isinstance(attn, GqaAttention) and attn.moa_experts:  # JetMoE: attention experts share the MLP's count
+            assert (attn.moa_experts, attn.moa_top_k) == (hf.num_local_experts, hf.num_experts_per_tok), f"layer {i}"
 
 
 # Persistent buffers that are derived constants, not weights: MiniMaxLightningAttention's decay tables
