@@ -12,6 +12,9 @@ TP1, 1 to 500 prompts, so 1 to 256 sequences a step), minimising Σ ln²(predict
 (per step 0–1,600 µs in 200 µs steps, per sequence 0–30 µs in 2.5 µs steps, then a finer grid around the best).
 Every other run is held out: the same model at another memory setting (test 5), Qwen2.5-32B at TP1 (test 7), the
 TP2 runs, and vLLM 0.19 on H100 with async scheduling (kvcached), whose host time overlaps the GPU step.
+
+Superseded for the shipped per-sequence constant by benchmarks/fit_engine_links.py, which fits the per-sequence engine time and
+the PCIe share together (fitted apart, each absorbed what the other left out); kept to show that result.
 """
 
 from __future__ import annotations

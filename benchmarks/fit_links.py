@@ -15,6 +15,9 @@ held-out runs (median |TPOT error| 8.7 % against 3.9 %, docs/serving.md). Held o
 single-node TP2 runs without P2P (tests 3, 6, 8: Qwen2-7B at another memory setting, Qwen2.5-32B, Qwen2-72B);
 the script prints their median |error| with the fit and with the PCIe datasheet figures (share 1, the spec's
 link latency).
+
+Superseded for the shipped share (its latency, 60 µs, stands) by benchmarks/fit_engine_links.py, which fits the per-sequence engine time and
+the PCIe share together (fitted apart, each absorbed what the other left out); kept to show that result.
 """
 
 from __future__ import annotations

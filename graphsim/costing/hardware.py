@@ -56,10 +56,12 @@ class LinkKind(str, Enum):
 # NCCL between GPUs without peer-to-peer access (LinkKind.PCIE) uses its SHM transport: every byte is staged
 # through host memory by a proxy thread, at a fraction of the PCIe link and with a larger latency than a direct
 # path. Public nccl-tests runs put it at a quarter of the link or below (NVIDIA/nccl issue 384: all-reduce bus
-# bandwidth 3.9 GB/s on 2 GPUs over PCIe Gen3 x16, 15.75 GB/s per direction, NCCL_P2P_DISABLE=1). The two figures
-# below are FITTED by benchmarks/fit_links.py on the vLLM TP2-without-P2P runs of its training set, the rest
-# held out (docs/serving.md); a spec or --link-bandwidth that states the link's bandwidth is used as given.
-PCIE_SHM_BANDWIDTH_SHARE = 0.15  # of the spec's PCIe bandwidth per direction
+# bandwidth 3.9 GB/s on 2 GPUs over PCIe Gen3 x16, 15.75 GB/s per direction, NCCL_P2P_DISABLE=1). The share is
+# FITTED by benchmarks/fit_engine_links.py together with the engine's per-sequence host time
+# (serving/host.py V1_ENGINE_PER_SEQ_US) on the vLLM TP1 and TP2-without-P2P runs of its training set, the rest
+# held out (docs/serving.md); the latency by benchmarks/fit_links.py (the link alone). A spec or --link-bandwidth
+# that states the link's bandwidth is used as given.
+PCIE_SHM_BANDWIDTH_SHARE = 0.25  # of the spec's PCIe bandwidth per direction
 PCIE_SHM_LATENCY_US = 60.0  # per collective, replaces the spec's link latency
 
 

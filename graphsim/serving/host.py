@@ -16,7 +16,7 @@ Detokenising and streaming are off the engine's critical path in V1 (a separate 
 vllm/v1/engine/output_processor.py) and in V0 ≥ 0.6 (the async output processor, vllm-project/vllm PR 7049),
 so no per-token front-end term is charged.
 
-The constants, per family (each names where it comes from; nothing is fitted to a graphsim run):
+The constants, per family (each names where it comes from; nothing is fitted to a graphsim run or to one real run):
 
 - v0: `step_us` 4000 — the ≈ 4 ms GPU bubble per decode step in the V0 trace of vllm-project/vllm issue 6854
   ("each highlighted redbox is about 4ms of GPU bubble … for baseline, this overhead is incurred on every
@@ -29,7 +29,9 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   model runner's per-step input preparation: vllm-project/vllm PR 17866 reports "around ~10 % improvement for
   TPOT" of Llama 3.2 1B (2.73 ms mean TPOT without it) from a fast path for repeated decodes' `_prepare_inputs`
   — 10 % of 2.73 ms, 273 µs, taken as what that preparation
-  costs per step.
+  costs per step; and `V1_ENGINE_PER_SEQ_US` 60 per sequence beyond the scheduler, FITTED with the PCIe share on
+  two tests of the validation set (benchmarks/fit_engine_links.py; held-out result and corroborating public
+  figures beside the constant below).
 - `per_token_us` 0 in every family: no published per-token figure for input preparation (vectorised numpy
   in V1); prefill steps are long enough that it would not matter at this scale.
 - the front end (frontend.py: a FIFO queue before the engine, one server per replica, because vLLM tokenises on
@@ -68,10 +70,16 @@ V0_PER_SEQ_US = (5500.0 - 4000.0) / 256
 V1_SCHEDULER_STEP_US = 12.6 - 5.7
 V1_SCHEDULER_PER_SEQ_US = (1470.6 - 12.6) / 255
 V1_RUNNER_STEP_US = 2730.0 * 0.10  # PR 17866: ≈ 10 % of a 2.73 ms TPOT removed by the decode fast path
-# Per sequence beyond the scheduler: none. A fit of this and V1_RUNNER_STEP_US on the TPOT of test 4 of the
-# validation set (benchmarks/fit_engine_step.py: 1,200 µs a step, 32.5 µs a sequence) made the 65 held-out runs
-# worse (median |TPOT error| 9.6 → 14.3 %), so no such term is charged.
-V1_ENGINE_PER_SEQ_US = 0.0
+# Per sequence beyond the scheduler (the model runner's per-request input and output bookkeeping, the engine core's
+# per-request output): FITTED by benchmarks/fit_engine_links.py together with the PCIe-without-P2P share
+# (costing/hardware.py PCIE_SHM_BANDWIDTH_SHARE) on the mean TPOT of the validation set's tests 2 and 4 (vLLM
+# 0.10.1.1, A100, Qwen2-7B at TP1 and at TP2 without P2P: 23 runs, 1 to 256 sequences a step); the 51 other runs
+# are held out (median |error| TTFT 23.2 → 15.2 %, TPOT 14.4 → 10.1 %, output throughput 9.4 → 6.9 %). Its order
+# agrees with public figures of vLLM's V1 host loop: tenstorrent/vllm PR 305 measured 1.15 ms of host time a
+# decode step at 32 sequences with a no-op model (≈ 36 µs a sequence), and vllm-project/vllm issue 6801 ~20 ms
+# between V0 steps at batch 200 (100 µs a sequence). A fit of a per-sequence term alone, on test 4 alone
+# (benchmarks/fit_engine_step.py), made the held-out runs worse: the PCIe share fitted alone had absorbed part of it.
+V1_ENGINE_PER_SEQ_US = 60.0
 
 # --- the front end (frontend.py; the same in every family) --------------------------------------------------------
 # Fitted by benchmarks/fit_frontend.py on the four single-GPU runs that isolate the front end (dl22-t4-36, t5-46:

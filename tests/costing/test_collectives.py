@@ -130,11 +130,11 @@ def test_rows_from_another_link_are_not_used(a100_db):
     hw = InterconnectOverrides(link=LinkKind.PCIE).apply(load_hardware("a100"))
     pricer = KernelPricer(a100_db, hw)
     key, part, t, src = _price(_attrs(8192), "prefill:1x1024", pricer)
-    # PCIe without peer access: NCCL through host memory, at PCIE_SHM_BANDWIDTH_SHARE (0.15) of a100's PCIe Gen4
-    # 32 GB/s per direction = 4.8 GB/s, PCIE_SHM_LATENCY_US (60) µs:
-    # 60 + 2·3/4 · 16 MiB / 4.8e9 s = 60 + 1.5 · 16777216 / 4.8e9 · 1e6 = 60 + 5242.88 = 5302.88 µs
-    assert (hw_mod.PCIE_SHM_BANDWIDTH_SHARE, hw_mod.PCIE_SHM_LATENCY_US) == (0.15, 60.0)  # fitted: fit_links.py
-    assert src is TimeSource.ROOFLINE and t == pytest.approx(5302.88)
+    # PCIe without peer access: NCCL through host memory, at PCIE_SHM_BANDWIDTH_SHARE (0.25) of a100's PCIe Gen4
+    # 32 GB/s per direction = 8 GB/s, PCIE_SHM_LATENCY_US (60) µs:
+    # 60 + 2·3/4 · 16 MiB / 8e9 s = 60 + 1.5 · 16777216 / 8e9 · 1e6 = 60 + 3145.728 = 3205.728 µs
+    assert (hw_mod.PCIE_SHM_BANDWIDTH_SHARE, hw_mod.PCIE_SHM_LATENCY_US) == (0.25, 60.0)  # fitted: fit_engine_links.py
+    assert src is TimeSource.ROOFLINE and t == pytest.approx(3205.728)
     assert key.implementation == "nccl@pcie"  # a name no imported rows carry
     assert "no rows" in part.note and "nvswitch" in part.note
 
@@ -157,10 +157,10 @@ def test_pcie_without_p2p_tp2():
     assert l40s.topology().link is LinkKind.PCIE
     plan = plan_collective(CollectiveOp.ALL_REDUCE, 2, D.BF16, 16 * MiB, 1024, CollectiveContext(l40s.topology(), "8.9"))
     assert plan.key.implementation == "nccl" and "peer-to-peer" in plan.note
-    # its datasheet PCIe 32 GB/s through host memory: 0.15 · 32e9 = 4.8e9 B/s, 60 µs (hardware.PCIE_SHM_*):
-    # 60 + 2·1/2 · 16 MiB / 4.8e9 s = 60 + 16777216 / 4.8e9 · 1e6 = 60 + 3495.2533 = 3555.2533 µs
+    # its datasheet PCIe 32 GB/s through host memory: 0.25 · 32e9 = 8e9 B/s, 60 µs (hardware.PCIE_SHM_*):
+    # 60 + 2·1/2 · 16 MiB / 8e9 s = 60 + 16777216 / 8e9 · 1e6 = 60 + 2097.152 = 2157.152 µs
     t = _roofline_us(l40s, plan.key, 16 * MiB)
-    assert t == pytest.approx(3555.25333)
+    assert t == pytest.approx(2157.152)
 
 
 def test_a_measured_pcie_link_is_taken_as_given():
