@@ -89,7 +89,7 @@ def coverage() -> str:
 
 
 def main() -> None:
-    from graphsim.work.registry import supported_architectures
+    from graphsim.work.registry import TRANSFORMERS_CLASS, supported_architectures
 
     if sys.argv[1:] == ["--coverage"]:
         print(coverage())
@@ -98,7 +98,8 @@ def main() -> None:
     path = str(resources.files("graphsim.work").joinpath(TABLE))
     # Every causal-LM class transformers ships (so registering one needs no new table), plus any
     # registered class outside that mapping.
-    table = write_table(sorted(set(causal_lm_classes()) | set(supported_architectures())))
+    # (a checkpoint's own spelling of a class, registry.TRANSFORMERS_CLASS, reads its class's entry)
+    table = write_table(sorted(set(causal_lm_classes()) | set(supported_architectures()) - set(TRANSFORMERS_CLASS)))
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(table, f, indent=1, sort_keys=True)
         f.write("\n")
