@@ -127,8 +127,9 @@ def test_qwen3_vl_8b_language_model_golden():
     params = accounting(QWEN3_VL_8B).params()
     # Per layer: q 4096·4096 = 16,777,216, k and v 1024·4096 = 4,194,304 each, o 16,777,216, q/k norms
     # 128 + 128, two norms 8,192, MLP 3 · 4096·12288 = 150,994,944 → 192,946,432; × 36 = 6,946,071,552.
-    # Embedding and lm_head 151936·4096 = 622,329,856 each, final norm 4,096: 8,190,735,360 (the model card's
-    # 8.77B includes the ~0.58B vision tower, which the accountant does not count).
+    # Embedding and lm_head 151936·4096 = 622,329,856 each, final norm 4,096: 8,190,735,360. (The transformers
+    # model of the full config, its 576,388,336-parameter vision tower included, holds 8,767,123,696: the
+    # model page's 8.77B; the accountant does not count the tower.)
     assert params.total == 8_190_735_360
     assert any("other towers are not counted" in n for n in build_model(QWEN3_VL_8B).notes)
 
