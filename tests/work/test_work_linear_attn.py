@@ -9,6 +9,7 @@ configs against their published totals and the state / sparse-attention work.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -328,3 +329,26 @@ def test_xlstm_counts_state_and_work_by_hand():
     r = acc.step(parse_step([], ["2x1000"]))
     # H·(4·d_qk·d_v + 2·d_qk) per token: 2 new tokens, 32 layers
     assert r.segment("layers.attn.core").flops == 32 * 2 * 8 * (4 * 256 * 512 + 2 * 256)
+
+
+def test_kv_command_lays_out_kimi_k3_and_minimax_m3(tmp_path, capsys, monkeypatch):
+    from graphsim.cli.app import main
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+
+    def kv_layout_of(cfg: dict[str, Any]) -> dict[str, Any]:
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(cfg))
+        code = main(["kv", str(path), "--gpu", "h200", "-tp", "8", "--max-model-len", "131072", "--json"])
+        out = capsys.readouterr()
+        assert code == 0, out.err
+        return json.loads(out.out)["layout"]
+
+    k3 = kv_layout_of(K3)
+    # 69 KDA layers × (4608 × 3 × 2 B conv + 12 × 128 × 128 × 4 B recurrent) per request; 24 MLA layers × 1152 B a token
+    assert k3["state_bytes_per_request_per_rank"] == 69 * (4608 * 3 * 2 + 12 * 128 * 128 * 4)
+    assert k3["bytes_per_token_per_rank"] == 24 * 1152
+    m3 = kv_layout_of(M3)
+    # 4 KV heads replicated to one per rank at tp 8: K + V of 128 in bf16 (512 B) on every layer, + the 256-B index
+    # key on the 57 sparse layers
+    assert m3["bytes_per_token_per_rank"] == 60 * 512 + 57 * 256
