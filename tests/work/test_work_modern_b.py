@@ -12,7 +12,7 @@ import pytest
 
 from graphsim.errors import ConfigError
 from graphsim.serving.kv_layout import layer_kv
-from graphsim.work import accounting, build_model
+from graphsim.work import accounting, build_model, parse_step
 from graphsim.work.builders.modern_b import QWEN3_VL_MOE_TEXT_DEFAULTS, QWEN3_VL_TEXT_DEFAULTS
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.registry import language_model_config
@@ -208,3 +208,18 @@ def test_phi4_multimodal_counts_its_language_model_only():
     # 74,560 (model.embed_tokens_extend, the image/audio towers, not counted).
     assert params.total == 74_560
     assert any("embed_tokens_extend" in n for n in build_model(cfg).notes)
+
+
+def test_beam_decode_golden_gate_and_core():
+    # Decode 2 sequences, one new token each after 16 cached, bf16 (the default with no dtype stated).
+    report = accounting(_beam()).step(parse_step([], ["2x16"]))
+    work = {s.name: s for s in report.segments}
+    # The gate on each of the 3 sliding layers: 2 tokens × 2·(64·64) = 16,384 FLOPs per layer → 49,152; its
+    # weights read once: (4,096 + 4 bias) × 2 B = 8,200 per layer → 24,600.
+    gate = work["layers[sliding].attn.gate"]
+    assert (gate.flops, gate.param_read_bytes) == (49_152, 24_600)
+    # Core, sliding (window 8: a query sees the 8 newest positions, itself included): QKᵀ and PV,
+    # 2 · 4 heads · (16 + 16) · 8 positions · 2 tokens = 4,096 per layer → 12,288; the full last layer sees
+    # 17 positions: 2 · 4 · 32 · 17 · 2 = 8,704.
+    assert work["layers[sliding].attn.core"].flops == 12_288
+    assert work["layers[full].attn.core"].flops == 8_704
