@@ -134,6 +134,18 @@ def test_minimax_text_01_counts_by_hand_and_against_the_paper():
     assert activated - 200064 * H6 == pytest.approx(45.9e9, rel=0.025)
 
 
+def test_minimax_text_01_own_config_spelling():
+    # The checkpoint's own config (vLLM MiniMaxText01ForCausalLM) lists the layer kinds in attn_type_list (0 lightning,
+    # 1 softmax): the same model as MINIMAX above.
+    own = {k: v for k, v in MINIMAX.items() if k != "layer_types"}
+    own |= {"architectures": ["MiniMaxText01ForCausalLM"], "attn_type_list": ([0] * 7 + [1]) * 10}
+    assert accounting(own).params().total == MINIMAX_TOTAL
+    # with shared_intermediate_size: a gated shared MLP (3·h·w) and its coefficient (h → 1) in each of the 80 layers
+    shared = accounting(dict(own, shared_intermediate_size=1024)).params().total
+    assert shared == MINIMAX_TOTAL + 80 * (3 * H6 * 1024 + H6)
+    with pytest.raises(ConfigError, match="attn_type_list"):
+        build_model(dict(own, attn_type_list=[0, 1]))
+
 def test_minimax_lightning_state_and_work():
     spec = build_model(MINIMAX)
     assert [type(layer.attn) for layer in spec.stack.layers[:8]] == [RecurrentMixer] * 7 + [GqaAttention]

@@ -357,13 +357,38 @@ def lightning_mixer(hidden: int, heads: int, head_dim: int) -> RecurrentMixer:
     )
 
 
-def build_minimax(view: ConfigView) -> ModelSpec:
+def build_minimax_text01(view: ConfigView) -> ModelSpec:
+    """MiniMax-Text-01's own config (remote code; vLLM minimax_text_01.py MiniMaxText01ForCausalLM): the same
+    model as transformers' MiniMaxForCausalLM, its layer kinds in `attn_type_list` (0 lightning, 1 softmax; vLLM
+    MiniMaxText01Model also reads `decoder_attention_types`), and, where `shared_intermediate_size` > 0, a shared
+    MLP beside the experts mixed by a sigmoid/softmax coefficient (hidden → 1) (MiniMaxText01DecoderLayer)."""
+    arch = view.arch
+    view = ConfigView(view.cfg, "MiniMaxForCausalLM")  # MiniMaxConfig's defaults
+    layers = view.req_int("num_hidden_layers")
+    kinds = view.cfg.get("attn_type_list") or view.cfg.get("decoder_attention_types")
+    types: tuple[str, ...] | None = None
+    if kinds:
+        if not isinstance(kinds, list) or len(kinds) != layers or any(k not in (0, 1) for k in kinds):
+            raise ConfigError(f"config.json ({arch}): attn_type_list must hold 0 (lightning) or 1 (softmax) for each of "
+                              f"the {layers} layers; fix the config")
+        types = tuple("full_attention" if k == 1 else "linear_attention" for k in kinds)
+    shared = view.cfg.get("shared_intermediate_size", 0) or 0
+    if isinstance(shared, (list, bool)) or not isinstance(shared, int) or shared < 0:
+        raise ConfigError(f"config.json ({arch}): shared_intermediate_size {shared!r} is not supported (one width for "
+                          "every layer); fix the config")
+    # the checkpoint's module names (vLLM's weight loader): block_sparse_moe, shared_mlp, coefficient
+    return replace(build_minimax(view, types, shared, moe_module="block_sparse_moe"), architecture=arch)
+
+
+def build_minimax(
+    view: ConfigView, types: tuple[str, ...] | None = None, shared: int = 0, moe_module: str = "mlp"
+) -> ModelSpec:
     frame = read_frame(view)
     head_dim = view.head_dim(frame.heads, frame.hidden)
     full = GqaAttention(hidden=frame.hidden, heads=frame.heads, kv_heads=view.kv_heads(frame.heads), head_dim=head_dim,
                         window=view.opt_int("sliding_window", None))
     linear = lightning_mixer(frame.hidden, frame.heads, head_dim)
-    types = view.layer_types(frame.layers)
+    types = types or view.layer_types(frame.layers)
     if types is None:  # MiniMaxConfig.__post_init__
         types = tuple("full_attention" if (i + 1) % 2 else "linear_attention" for i in range(frame.layers))
     _check_types(view, types, ("full_attention", "linear_attention"), "layer_types")
@@ -371,7 +396,9 @@ def build_minimax(view: ConfigView) -> ModelSpec:
     if top_k > experts:
         raise ConfigError(f"config.json ({view.arch}): num_experts_per_tok {top_k} exceeds num_local_experts {experts}; "
                           "fix the config")
-    moe = MoeFfn(hidden=frame.hidden, expert_intermediate=view.req_int("intermediate_size"), experts=experts, top_k=top_k)
+    moe = MoeFfn(hidden=frame.hidden, expert_intermediate=view.req_int("intermediate_size"), experts=experts, top_k=top_k,
+                 shared_intermediate=shared, shared_gate=bool(shared), module=moe_module,
+                 shared_module="shared_mlp")
     attns: dict[str, AttentionSpec] = {"full_attention": full, "linear_attention": linear}
     layers = [LayerSpec(attns[t], moe) for t in types]
     note = ("lightning-attention decay tables (slope_rate, query/key/diagonal_decay buffers) are derived constants, "
@@ -604,6 +631,7 @@ def build_xlstm(view: ConfigView) -> ModelSpec:
 ARCHITECTURES = {
     "KimiLinearForCausalLM": build_kimi_linear,
     "MiniMaxForCausalLM": build_minimax,
+    "MiniMaxText01ForCausalLM": build_minimax_text01,
     M3_CLASS: build_minimax_m3,
     # The MiniMax-M3 checkpoint's config.json names this class (remote code); transformers builds the same
     # text model as MiniMaxM3VLForCausalLM (registry.TRANSFORMERS_CLASS maps it for the cross-checks).
@@ -615,4 +643,4 @@ ARCHITECTURES = {
     "xLSTMForCausalLM": build_xlstm,
 }
 # architectures[0] spellings whose transformers class has another name
-TRANSFORMERS_CLASS = {"MiniMaxM3ForCausalLM": M3_CLASS}
+TRANSFORMERS_CLASS = {"MiniMaxM3ForCausalLM": M3_CLASS, "MiniMaxText01ForCausalLM": "MiniMaxForCausalLM"}
