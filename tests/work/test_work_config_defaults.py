@@ -25,7 +25,9 @@ from graphsim.work import accounting
 from graphsim.work.builders.modern_b import TEXT_CONFIG_NESTED, TOWERS, WRAPPERS
 from graphsim.work.config_defaults import FRAME_KEYS, class_defaults
 from graphsim.work.registry import TRANSFORMERS_CLASS, build_model, language_model, supported_architectures
-from graphsim.work.specs import GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, MoeFfn, ParallelMixers, ShortConv
+from graphsim.work.specs import (
+    CompressedAttention, GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, MoeFfn, ParallelMixers, ShortConv,
+)
 
 transformers = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
@@ -319,6 +321,17 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
         elif isinstance(attn, ShortConv):
             assert (attn.hidden, attn.conv_kernel) == (hf.hidden_size, hf.conv_L_cache), f"layer {i}"
             assert layer_types is not None and layer_types[i] == "conv", f"layer {i}"
+        elif isinstance(attn, CompressedAttention):  # DeepSeek-V4: the window, the compressor's rate, the indexer
+            got = (attn.heads, attn.head_dim, attn.rope_dim, attn.q_lora_rank, attn.o_groups, attn.o_lora_rank,
+                   attn.window, attn.ratio)
+            want = (hf.num_attention_heads, hf.head_dim, hf.qk_rope_head_dim, hf.q_lora_rank, hf.o_groups,
+                    hf.o_lora_rank, hf.sliding_window, hf.compress_rates.get(hf.layer_types[i], 0))
+            assert got == want, f"layer {i}"
+            indexed = attn.index_compressor is not None
+            assert indexed == (hf.layer_types[i] == "compressed_sparse_attention"), f"layer {i}"
+            if attn.index_compressor is not None:
+                got = (attn.index_heads, attn.index_compressor.head_dim, attn.index_topk)
+                assert got == (hf.index_n_heads, hf.index_head_dim, hf.index_topk), f"layer {i}"
         if isinstance(layer.ffn, MoeFfn):
             if arch == "DbrxForCausalLM":  # DbrxFFNConfig holds the MoE geometry
                 experts, top_k = hf.ffn_config.moe_num_experts, hf.ffn_config.moe_top_k
