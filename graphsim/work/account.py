@@ -51,7 +51,7 @@ def _weight_work(placed: PlacedWeight, step: Step, precision: Precision, vocab: 
             flops = 2 * tokens * w.elements_per_copy * w.copies
     return SegmentWork(
         placed.segment,
-        flops=flops * layers,
+        flops=flops * layers * w.uses,
         param_read_bytes=read * layers,
         param_read_bytes_worst=worst * layers,
         params=w.elements * layers,

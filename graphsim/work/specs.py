@@ -49,6 +49,9 @@ class Weight:
     # its hyper-connection mixes, sinks and compressor position biases in fp32, its hash table in int64);
     # None: the model dtype
     element_bytes: float | None = None
+    # times one token passes through this weight in a forward (Zamba2's shared transformer block, applied at
+    # every hybrid layer it serves): FLOPs × uses; stored, read and counted once
+    uses: int = 1
 
 
     @property
@@ -420,6 +423,9 @@ class ParallelMixers:
     attn: GqaAttention
     mamba: Mamba2Mixer
     block_norms: int = 0  # the inner mixers own theirs
+    # False: the attention's weights are shared by several layers and listed once, on the first layer that
+    # uses them, with `Weight.uses` (Zamba2's shared transformer); this layer keeps only its core work and KV
+    attn_weights: bool = True
 
     kind = AttentionKind.PARALLEL
 

@@ -143,7 +143,8 @@ def attention_weights(attn: AttentionSpec) -> tuple[Weight, ...]:
         out_bias = attn.proj_bias if attn.out_bias is None else attn.out_bias
         ws += _linear("out", f"{mx}.out_proj", attn.hidden, attn.intermediate, out_bias)
     elif isinstance(attn, ParallelMixers):
-        ws += [*attention_weights(attn.attn), *attention_weights(attn.mamba)]  # the attention owns the norm
+        own = attention_weights(attn.attn) if attn.attn_weights else ()  # (shared weights: listed elsewhere)
+        ws += [*own, *attention_weights(attn.mamba)]  # the attention owns the norm when it has weights
     elif isinstance(attn, Mamba1Mixer):
         # transformers mamba MambaMixer / jamba JambaMambaMixer: in_proj (x, z), depthwise conv1d over x,
         # x_proj (dt, B, C), dt_proj with its bias, A_log (intermediate × state), D, out_proj

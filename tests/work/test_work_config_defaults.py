@@ -54,7 +54,7 @@ TRAITS = {
     "tie_word_embeddings", "use_qkv_bias", "qk_layernorm", "use_parallel_residual",
     # state-space and short-conv families (graphsim/work/builders/ssm.py)
     "use_conv_bias", "mamba_conv_bias", "mamba_proj_bias", "conv_bias", "use_attention_gate", "use_sandwich_norm",
-    "use_expert_bias", "mamba_rms_norm", "projectors_bias",
+    "use_expert_bias", "mamba_rms_norm", "projectors_bias", "add_bias_linear", "use_shared_attention_adapter",
     # GPT-era classes (graphsim/work/builders/legacy.py): Falcon's and GPT-BigCode's attention layout, OPT's norms
     "multi_query", "parallel_attn", "new_decoder_architecture", "bias", "enable_bias", "do_layer_norm_before",
     "layer_norm_elementwise_affine", "_remove_final_layer_norm",
@@ -125,7 +125,8 @@ _UNBUILDABLE_DEFAULTS = {
 
 # Flips the config class itself refuses (DbrxConfig.validate_architecture: no tied embeddings); the
 # accountant refuses them too (tests/work/test_work_modern_a.py).
-_REFUSED_FLIPS = {("DbrxForCausalLM", "tie_word_embeddings")}
+# Zamba2 untied: transformers then unties its shared transformer blocks too (graphsim/work/builders/ssm.py refuses it)
+_REFUSED_FLIPS = {("DbrxForCausalLM", "tie_word_embeddings"), ("Zamba2ForCausalLM", "tie_word_embeddings")}
 
 
 def _default_config(arch: str) -> dict[str, Any]:
@@ -297,8 +298,9 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
             got = (attn.heads, attn.head_dim, attn.state_size, attn.n_groups, attn.conv_kernel)
             # Nemotron-H, Bamba / Granite-4.0-H, Mamba2 name the same dimensions three ways
             want = tuple(_first(hf, *names) for names in (
-                ("mamba_num_heads", "mamba_n_heads", "num_heads"), ("mamba_head_dim", "mamba_d_head", "head_dim"),
-                ("ssm_state_size", "mamba_d_state", "state_size"), ("mamba_n_groups", "n_groups"),
+                ("mamba_num_heads", "mamba_n_heads", "n_mamba_heads", "num_heads"),
+                ("mamba_head_dim", "mamba_d_head", "mamba_headdim", "head_dim"),
+                ("ssm_state_size", "mamba_d_state", "state_size"), ("mamba_n_groups", "mamba_ngroups", "n_groups"),
                 ("mamba_d_conv", "conv_kernel")))
             assert got == want, f"layer {i}"
             assert layer_types is None or layer_types[i] in _MIXER_TYPES, f"layer {i}"
@@ -310,14 +312,17 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
                     _first(hf, "mamba_dt_rank", "time_step_rank"))
             assert got == want, f"layer {i}"
             assert layer_types is None or layer_types[i] in _MIXER_TYPES, f"layer {i}"
-        elif isinstance(attn, ParallelMixers):  # Falcon-H1: attention and a Mamba2 mixer in every layer
-            head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        elif isinstance(attn, ParallelMixers):  # Falcon-H1, Zamba2's hybrid layers: attention beside a Mamba2 mixer
+            head_dim = (getattr(hf, "attention_head_dim", None) or getattr(hf, "head_dim", None)
+                        or hf.hidden_size // hf.num_attention_heads)
             got = (attn.attn.heads, attn.attn.kv_heads, attn.attn.head_dim, attn.mamba.heads, attn.mamba.head_dim,
                    attn.mamba.state_size, attn.mamba.n_groups, attn.mamba.conv_kernel, attn.mamba.intermediate)
-            want = (hf.num_attention_heads, hf.num_key_value_heads, head_dim, hf.mamba_n_heads, hf.mamba_d_head,
-                    hf.mamba_d_state, hf.mamba_n_groups, hf.mamba_d_conv,
-                    hf.mamba_d_ssm or int(hf.mamba_expand * hf.hidden_size))
+            want = (hf.num_attention_heads, hf.num_key_value_heads, head_dim, _first(hf, "mamba_n_heads", "n_mamba_heads"),
+                    _first(hf, "mamba_d_head", "mamba_headdim"), hf.mamba_d_state,
+                    _first(hf, "mamba_n_groups", "mamba_ngroups"), hf.mamba_d_conv,
+                    getattr(hf, "mamba_d_ssm", None) or int(hf.mamba_expand * hf.hidden_size))
             assert got == want, f"layer {i}"
+            assert layer_types is None or layer_types[i] in ("hybrid", "parallel_hybrid"), f"layer {i}"
         elif isinstance(attn, ShortConv):
             assert (attn.hidden, attn.conv_kernel) == (hf.hidden_size, hf.conv_L_cache), f"layer {i}"
             assert layer_types is not None and layer_types[i] == "conv", f"layer {i}"

@@ -284,6 +284,9 @@ KV_AT_CLASS_DEFAULTS = {
     "Lfm3ForCausalLM": (13 * 1024 * 6 * 2, 11 * 2 * 2 * 128 * 2),
     # 32 layers: Mamba2 (1 group → 2) conv (1024 + 2·2·256)/2 × 3 + 64 heads × 8 × 256, × 2 B; KV 2 × 4 × 128 × 2 B
     "FalconH1ForCausalLM": (32 * (1024 * 3 + 64 * 8 * 256) * 2, 32 * 2 * 4 * 128 * 2),
+    # 54 Mamba2 mixers: 1 group → 2, conv (5120 + 2·2·64)/2 × 3 + 4 heads × 640 × 64, × 2 B; 9 hybrid layers' KV:
+    # 2 × 16 heads × 160 × 2 B
+    "Zamba2ForCausalLM": (54 * (2688 * 3 + 4 * 640 * 64) * 2, 9 * 2 * 16 * 160 * 2),
 }
 
 
@@ -302,3 +305,56 @@ def test_kv_cli_at_class_defaults(arch, tmp_path, capsys, monkeypatch):
     assert main(args) == 0
     lay = json.loads(capsys.readouterr().out)["layout"]
     assert (lay["state_bytes_per_request_per_rank"], lay["bytes_per_token_per_rank"]) == KV_AT_CLASS_DEFAULTS[arch]
+
+
+# --- Zamba2: Mamba2 layers and hybrid layers around one shared transformer block, class defaults -----
+# Zamba2Config(): hidden 2560, 54 layers of which 9 hybrid (6, 12, …, 42, 47, 51), 32 heads = 32 kv heads of
+# 2·2560 / 32 = 160, MLP 4·2560 = 10240, vocab 32000 tied; Mamba2 inner 2·2560 = 5120 in 8 heads of 640, d_state
+# 64, 1 group, conv 4; adapter rank 128; one shared block (num_mem_blocks 1).
+ZAMBA2 = {"architectures": ["Zamba2ForCausalLM"], "hidden_size": 2560, "num_hidden_layers": 54,
+          "num_attention_heads": 32, "vocab_size": 32000}
+Z_CONV_DIM = 5120 + 2 * 64  # 5248
+Z_MAMBA_M = (5120 + Z_CONV_DIM + 8) * 2560 + 2560 * 5120  # in_proj 26,562,560 + out_proj 13,107,200
+Z_MAMBA = Z_MAMBA_M + Z_CONV_DIM * 4 + Z_CONV_DIM + 3 * 8 + 5120 + 2560  # + conv, vectors, gated norm, layer norm
+Z_SHARED_M = 3 * 5120 * 5120 + 2560 * 5120 + 2 * 10240 * 2560 + 2560 * 10240  # q, k, v, o, gate_up, down
+Z_SHARED = Z_SHARED_M + 5120 + 2560  # + its two norms: 170,401,280
+Z_OWN = 2560 * 2560 + 128 * 2560 + 2 * 10240 * 128  # per hybrid layer: linear + gate_up adapter = 9,502,720
+Z_TABLE = 32000 * 2560
+Z_TOTAL = 54 * Z_MAMBA + Z_SHARED + 9 * Z_OWN + Z_TABLE + 2560
+Z_STATE = Z_CONV_DIM * 3 * 2 + 8 * 640 * 64 * 2  # 31,488 + 655,360 per Mamba2 mixer and request
+Z_KV = 2 * 32 * 160 * 2  # 20,480 B per token and hybrid layer (vLLM: one KV cache per hybrid layer)
+
+
+def test_zamba2_shared_block_counted_once_used_nine_times():
+    assert Z_TOTAL == 2_481_848_336  # 54 · 39,703,704 + 170,401,280 + 9 · 9,502,720 + 81,920,000 + 2,560, by hand
+    assert accounting(ZAMBA2).params().total == Z_TOTAL
+    lay = kv_layout(build_model(ZAMBA2), BF16, tp=1)
+    assert (lay.bytes_per_token, lay.state_bytes_per_request) == (9 * Z_KV, 54 * Z_STATE) == (184_320, 37_089_792)
+    check(_buckets(ZAMBA2, decode=["1x1000"]), {
+        # every Mamba2 mixer once; the shared block's matrices at each of the 9 hybrid layers; each hybrid layer's
+        # own linear and adapter; the tied head on the sampled row
+        "matmul_flops": 2 * (54 * Z_MAMBA_M + 9 * Z_SHARED_M + 9 * Z_OWN) + 2 * Z_TABLE,
+        "attention_flops": 54 * (4 * 8 * 640 * 64 + 2 * Z_CONV_DIM * 4) + 9 * 2 * 1001 * 32 * 320,
+        "param_read_bytes": 2 * (2560 + Z_TOTAL),  # the shared block read once per step
+        "state_read_bytes": 54 * Z_STATE + 9 * 1000 * Z_KV,
+        "state_write_bytes": 54 * Z_STATE + 9 * Z_KV,
+    })
+    with pytest.raises(ConfigError, match="tie_word_embeddings false makes transformers untie"):
+        build_model(dict(ZAMBA2, tie_word_embeddings=False))
+
+
+def test_zamba2_two_memory_blocks_against_the_meta_model():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    # 5 hybrid layers; hybrid layer k uses block k mod 2: block 0 serves 3, block 1 serves 2; each block holds the
+    # adapters of the layers it serves (Zamba2MLP / Zamba2Attention: i % num_mem_blocks == block_id)
+    cfg = transformers.Zamba2Config(num_mem_blocks=2, use_shared_attention_adapter=True, hidden_size=256,
+                                    num_attention_heads=8, vocab_size=500, adapter_rank=16, n_mamba_heads=4,
+                                    num_hidden_layers=10, layers_block_type=["linear_attention", "hybrid"] * 5)
+    with torch.device("meta"):
+        model = transformers.Zamba2ForCausalLM(cfg)
+    spec = build_model(dict(cfg.to_dict(), architectures=["Zamba2ForCausalLM"]))
+    assert accounting(dict(cfg.to_dict(), architectures=["Zamba2ForCausalLM"])).params().total == sum(
+        p.numel() for p in model.parameters())
+    uses = sorted({w.uses for layer in spec.stack.layers for w in layer.attn_extras if w.uses > 1})
+    assert uses == [2, 3]

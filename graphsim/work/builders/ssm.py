@@ -1,4 +1,4 @@
-"""State-space and short-convolution families: Mamba, Mamba2, Jamba, Bamba, Granite-4.0-H, Falcon-H1, LFM2.
+"""State-space and short-convolution families: Mamba, Mamba2, Jamba, Bamba, Granite-4.0-H, Falcon-H1, Zamba2, LFM2.
 
 Each builder is an explicit mapping read off the architecture's transformers modelling and
 configuration files (transformers 5.24, `models/<family>/`); the per-request state is what vLLM
@@ -50,9 +50,11 @@ only Nemotron-H and Qwen3.5 carry a config hook that changes it
 - `FalconH1ForCausalLM` (models/falcon_h1): attention and a Mamba2 mixer side by side in every layer
   (`ParallelMixers`), then a gated MLP; see `build_falcon_h1`.
 
-Not registered (they fail by name): Zamba / Zamba2 (a transformer block whose weights are shared
-by several layers, with per-layer LoRA adapters and, in Zamba2, per-layer linear projections: the
-specs place every weight in one layer group, so a shared block would be counted once per layer).
+- `Zamba2ForCausalLM` (models/zamba2): Mamba2 layers and hybrid layers that run a shared transformer
+  block (weights tied across the layers it serves: listed once with `Weight.uses`); see `build_zamba2`.
+
+Not registered (it fails by name): Zamba (v1: per-head Mamba-1 mixers, ZambaMambaMixer's x_proj_weight /
+dt_proj_weight parameters per mamba head; no vLLM model in the snapshot read, so no state layout to cite).
 """
 
 from __future__ import annotations
@@ -351,6 +353,93 @@ def build_falcon_h1(view: ConfigView) -> ModelSpec:
     return finish(view, frame, [LayerSpec(mixers, mlp)] * frame.layers, tie_default=False)
 
 
+# --- Zamba2 ---------------------------------------------------------------------------------------
+def build_zamba2(view: ConfigView) -> ModelSpec:
+    """Zamba2ForCausalLM (models/zamba2). `layers_block_type` (default list from Zamba2Config.__post_init__;
+    legacy names remapped) holds Mamba2 layers ("linear_attention": Zamba2MambaDecoderLayer, input_layernorm +
+    mixer) and hybrid layers ("hybrid": Zamba2HybridLayer): a shared transformer block, a per-layer `linear`
+    (hidden → hidden, no bias), then a Mamba2 layer. The shared block (Zamba2AttentionDecoderLayer) reads
+    concat(hidden, the embedding) of width 2·hidden: input_layernorm (2·hidden), attention (heads of
+    2·hidden / heads, k/v of num_key_value_heads, no biases, o_proj to hidden), pre_ff_layernorm, a gated MLP
+    (gate_up_proj, down_proj; add_bias_linear) of intermediate_size (4·hidden when absent). There are
+    num_mem_blocks such blocks, hybrid layer k using block k mod num_mem_blocks; their weights are tied
+    (Zamba2Model.get_layers), so each block is listed once, on its first hybrid layer, with `uses` = the
+    hybrid layers it serves. Per hybrid layer the block holds LoRA-style adapters: gate_up (hidden → rank →
+    2·intermediate) and, with use_shared_attention_adapter, q/k/v (2·hidden → rank → 2·hidden each).
+    Mamba2: n_mamba_heads of int(mamba_expand · hidden) / n_mamba_heads, mamba_ngroups, the conv always
+    biased (Zamba2MambaMixer: bias=True), in/out projections biased by add_bias_linear. vLLM keeps one
+    attention KV cache per hybrid layer (vllm/model_executor/models/zamba2.py Zamba2Attention.dpa_list: "KV
+    cache is unique for every attention layer") and a Mamba2 state per layer."""
+    hidden, heads = view.req_int("hidden_size"), view.req_int("num_attention_heads")
+    frame = Frame(hidden=hidden, layers=view.req_int("num_hidden_layers"), heads=heads, vocab=view.req_int("vocab_size"))
+    if not view.opt_bool("tie_word_embeddings", True):
+        # transformers ties every _tied_weights_keys entry, the shared blocks included, only with
+        # tie_word_embeddings (PreTrainedModel.get_expanded_tied_weights_keys); vLLM shares the blocks regardless
+        raise ConfigError(f"config.json ({view.arch}): tie_word_embeddings false makes transformers untie the shared "
+                          "transformer blocks too (one per hybrid layer) while vLLM keeps them shared; graphsim does not "
+                          "account that model: set tie_word_embeddings true, as the Zamba2 checkpoints do")
+    types = view.opt_str_list("layers_block_type")
+    if types is None:  # Zamba2Config.__post_init__
+        types = (("linear_attention",) + (("linear_attention",) * 5 + ("hybrid",)) * 7 + ("linear_attention",) * 4
+                 + ("hybrid",) + ("linear_attention",) * 3 + ("hybrid",) + ("linear_attention",) * 2)
+    types = tuple(_LEGACY.get(t, t) for t in types)
+    _check_layers(view, types, frame.layers, ("linear_attention", "hybrid"), key="layers_block_type")
+    bias = view.opt_bool("add_bias_linear", False)
+    expand, n_heads = _number(view, "mamba_expand"), view.req_int("n_mamba_heads")
+    inner = int(expand * hidden)
+    groups = view.req_int("mamba_ngroups")
+    if inner % n_heads or n_heads % groups:
+        raise ConfigError(f"config.json ({view.arch}): n_mamba_heads {n_heads} must divide mamba_expand × hidden_size "
+                          f"{inner} and be a multiple of mamba_ngroups {groups}; fix the config")
+    mamba = Mamba2Mixer(hidden=hidden, heads=n_heads, head_dim=inner // n_heads, state_size=view.req_int("mamba_d_state"),
+                        n_groups=groups, conv_kernel=view.req_int("mamba_d_conv"), ssm_dtype=None, conv_bias=True,
+                        proj_bias=bias, module="mamba")
+    wide = 2 * hidden  # Zamba2Config.attention_hidden_size
+    if wide % heads:
+        raise ConfigError(f"config.json ({view.arch}): 2 × hidden_size {wide} is not divisible by num_attention_heads "
+                          f"{heads}; fix the config")
+    head_dim = wide // heads  # Zamba2Config.attention_head_dim
+    kv_heads = view.kv_heads(heads)
+    attn = GqaAttention(hidden=wide, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    inter = view.opt_int("intermediate_size", None) or 4 * hidden
+    rank = view.req_int("adapter_rank")
+    blocks = view.req_int("num_mem_blocks")
+    hybrids = [i for i, t in enumerate(types) if t == "hybrid"]
+    st, M = "shared_transformer", WeightKind.MATRIX
+
+    def shared_block(uses: int) -> tuple[Weight, ...]:
+        ws = [Weight("norm", f"{st}.input_layernorm", WeightKind.NORM, (wide,)),
+              Weight("qkv", f"{st}.self_attn.q_proj", M, (heads * head_dim, wide), uses=uses),
+              Weight("qkv", f"{st}.self_attn.k_proj", M, (kv_heads * head_dim, wide), uses=uses),
+              Weight("qkv", f"{st}.self_attn.v_proj", M, (kv_heads * head_dim, wide), uses=uses),
+              Weight("out", f"{st}.self_attn.o_proj", M, (hidden, heads * head_dim), uses=uses),
+              Weight("norm", f"{st}.pre_ff_layernorm", WeightKind.NORM, (hidden,)),
+              Weight("mlp", f"{st}.feed_forward.gate_up_proj", M, (2 * inter, hidden), uses=uses),
+              Weight("mlp", f"{st}.feed_forward.down_proj", M, (hidden, inter), uses=uses)]
+        if bias:
+            ws += [Weight("mlp", f"{st}.feed_forward.gate_up_proj", WeightKind.BIAS, (2 * inter,)),
+                   Weight("mlp", f"{st}.feed_forward.down_proj", WeightKind.BIAS, (hidden,))]
+        return tuple(ws)
+
+    # per hybrid layer: its linear, its gate_up adapter and, with use_shared_attention_adapter, q/k/v adapters
+    own = [Weight("out", "linear", M, (hidden, hidden)),
+           Weight("mlp", f"{st}.feed_forward.gate_up_proj_adapter.0", M, (rank, hidden)),
+           Weight("mlp", f"{st}.feed_forward.gate_up_proj_adapter.1", M, (2 * inter, rank))]
+    if view.opt_bool("use_shared_attention_adapter", False):
+        for x in "qkv":
+            own += [Weight("qkv", f"{st}.self_attn.linear_{x}_adapter.0", M, (rank, wide)),
+                    Weight("qkv", f"{st}.self_attn.linear_{x}_adapter.1", M, (wide, rank))]
+    hybrid = ParallelMixers(attn, replace(mamba, block_norms=1), attn_weights=False)
+    carriers = {i: shared_block(len(hybrids[k::blocks])) for k, i in enumerate(hybrids[:blocks])}
+    layers = []
+    for i, t in enumerate(types):
+        if t == "hybrid":
+            layers.append(LayerSpec(hybrid, NoFfn(hidden), attn_extras=carriers.get(i, ()) + tuple(own)))
+        else:
+            layers.append(LayerSpec(mamba, NoFfn(hidden)))
+    return finish(view, frame, layers, tie_default=True)
+
+
 ARCHITECTURES = {
     "MambaForCausalLM": build_mamba,
     "FalconMambaForCausalLM": build_mamba,
@@ -362,4 +451,5 @@ ARCHITECTURES = {
     "Lfm2MoeForCausalLM": build_lfm2,
     "Lfm3ForCausalLM": build_lfm3,
     "FalconH1ForCausalLM": build_falcon_h1,
+    "Zamba2ForCausalLM": build_zamba2,
 }
