@@ -38,8 +38,10 @@ def config_dtype(cfg: dict[str, Any], override: str | None = None) -> torch.dtyp
     raise ConfigError(f"unsupported dtype '{name}'; use one of bfloat16, float16, float32")
 
 
-# Legacy keyword spellings a config class's __post_init__ takes for a field (BloomConfig, FalconConfig: n_embed)
-_LEGACY_NAMES = {"hidden_size": ("n_embed",)}
+# Legacy keyword spellings a config class's __post_init__ takes for a field (BloomConfig, FalconConfig: n_embed), and
+# fields it derives the value from (NemotronHConfig.__post_init__: the depth is len(layers_block_type); the
+# Nemotron-3 Ultra configs carry no num_hidden_layers)
+_LEGACY_NAMES = {"hidden_size": ("n_embed",), "num_hidden_layers": ("layers_block_type",)}
 
 
 def _field_names(cfg: dict[str, Any], field: str) -> tuple[str, ...]:

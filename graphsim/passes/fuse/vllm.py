@@ -392,7 +392,11 @@ def _match_moe_router(ctx: FuseContext):
         # nodes that prepare the router GEMM's or the experts' input are not routing math
         heavy = [n for n in ctx.nodes_in_scope(block) if n.op is Op.LINEAR]
         hidden_in = ctx.producer(e.inputs[0])
-        feeds = {a.name for h in heavy for a in P.ancestors_within(ctx, h, {block})}
+        feeds: set[str] = set()
+        for h in heavy:
+            anc = {a.name for a in P.ancestors_within(ctx, h, {block})}
+            if e.name not in anc:  # a projection of the experts' output (latent MoE's fc2_latent_proj) is not fed by
+                feeds |= anc  # the routing math behind it (models/nemotron_h.py NemotronHMoE: fc2 after the experts)
         if hidden_in is not None:
             feeds |= {hidden_in.name} | {a.name for a in P.ancestors_within(ctx, hidden_in, {block})}
         nodes: dict[str, Node] = {}

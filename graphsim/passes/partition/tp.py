@@ -68,6 +68,8 @@ class TensorParallel(PartitionPass):
         used = {n.name for n in graph.nodes}
         params = dict(graph.params)
         deferred, sum_then_reduce = _shared_expert_sums(graph, users)
+        latent, latent_deferred, latent_adds = _latent_moe_projections(graph, users)
+        deferred, sum_then_reduce = deferred | latent_deferred, sum_then_reduce | latent_adds
         partial: set[str] = set()  # values that are per-rank partial sums awaiting one all-reduce
         whole_norms: dict[str, int] = {}  # producer -> whole-vector norms reading it
         for n in graph.nodes:
@@ -89,7 +91,14 @@ class TensorParallel(PartitionPass):
             where = f"tp{{size={t}}} at {n.name}"
             after: Node | None = None
             out_sharded = False
-            if a.kind is KernelKind.GEMM:
+            if a.kind is KernelKind.GEMM and n.name in latent:
+                # a latent MoE's projection into / out of the experts' width: whole on every rank (vLLM
+                # ReplicatedLinear); out of it, the routed partial sums stay partial (a linear map of each)
+                declared.replicated.add(n.name)
+                bump("replicated")
+                if in_partial:
+                    partial.update(_values(n))
+            elif a.kind is KernelKind.GEMM:
                 n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
                 if not in_sharded and not out_sharded and after is None:
                     declared.replicated.add(n.name)
@@ -288,6 +297,43 @@ def _shared_expert_sums(graph: Graph, users: dict[str, list[Node]]) -> tuple[set
         deferred.update((experts[0].name, shared.name))
         adds.add(n.name)
     return deferred, adds
+
+
+def _latent_moe_projections(graph: Graph, users: dict[str, list[Node]]) -> tuple[set[str], set[str], set[str]]:
+    """A latent MoE (models/nemotron_h.py NemotronHMoE with moe_latent_size, vLLM 0.24): `fc1_latent_proj` maps
+    the hidden state into the experts' width and `fc2_latent_proj` maps their combined output back, both
+    ReplicatedLinear; the experts are built with reduce_results=False and the shared expert's output is added
+    after fc2, then all-reduced once (`maybe_all_reduce_tensor_model_parallel`). Found as the GEMM whose output
+    an experts kernel reads as its hidden input, and the GEMM that is the experts' sole user and whose sole
+    user is an `add` with a GEMM (the shared expert's down projection) used only there. Returns (the latent
+    GEMMs, the experts and shared GEMMs whose reduce moves after the add, those adds)."""
+    producer = {v: n for n in graph.nodes for v in _values(n)}
+
+    def sole_user(n: Node) -> Node | None:
+        us = [u for v in _values(n) for u in users.get(v, [])]
+        return us[0] if len(us) == 1 else None
+
+    latent: set[str] = set()
+    deferred: set[str] = set()
+    adds: set[str] = set()
+    for e in graph.nodes:
+        if not (isinstance(e.attrs, KernelAttrs) and e.attrs.kind is KernelKind.MOE_EXPERTS):
+            continue
+        fc1 = producer.get(e.inputs[0]) if e.inputs else None
+        fc2 = sole_user(e)
+        if not (fc1 is not None and fc1.kernel.kind is KernelKind.GEMM and fc2 is not None
+                and isinstance(fc2.attrs, KernelAttrs) and fc2.attrs.kind is KernelKind.GEMM):
+            continue
+        add = sole_user(fc2)
+        if add is None or add.kernel.kind is not KernelKind.ELEMENTWISE or add.kernel.name != "add":
+            continue
+        shared = [m for m in _inputs_of(add, producer) if m is not fc2]
+        if len(shared) != 1 or shared[0].kernel.kind is not KernelKind.GEMM or sole_user(shared[0]) is not add:
+            continue
+        latent.update((fc1.name, fc2.name))
+        deferred.update((e.name, shared[0].name))
+        adds.add(add.name)
+    return latent, deferred, adds
 
 
 def _inputs_of(n: Node, producer: dict[str, Node]) -> list[Node]:
