@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import dsa, ssm
+from graphsim.costing import compressed, dsa, ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -252,6 +252,10 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
     key names the implementation vLLM runs for each step's message (`costing.collectives.plan_collective` with
     `coll`; without it, NCCL rows of the kernel's dtype)."""
     try:
+        if a.kind is KernelKind.ATTENTION and a.geometry_as(AttentionGeometry).kv_entry_bytes:
+            return _compressed_attention_rows(a, arr, dt)
+        if a.kind is KernelKind.SPARSE_INDEXER and a.geometry_as(IndexerGeometry).compress_ratio:
+            return _indexer_rows(a, arr, dt, a.geometry_as(IndexerGeometry).compress_ratio)
         if a.kind is KernelKind.ATTENTION and a.geometry_as(AttentionGeometry).index_topk:
             return _sparse_attention_rows(a, key_for(a, dt, prefill=False), arr, dt)
         if a.kind is KernelKind.SPARSE_INDEXER:
@@ -320,12 +324,16 @@ def indexer_shape(a: KernelAttrs) -> dsa.IndexerShape:
     return dsa.IndexerShape(g.num_heads, g.head_dim, g.topk)
 
 
-def _indexer_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+def _indexer_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, ratio: int = 0) -> KernelRows:
     """DSA's indexer (costing/dsa.py): its logits over every earlier key, per (query, key) pair of prefill and of
-    decode queries, and its per-token work."""
+    decode queries, and its per-token work. Over compressed keys (`ratio`, DeepSeek-V4: costing/compressed.py)
+    the pairs are each query's visible entries, Σ ⌊(t + 1)/m⌋."""
     shape, dtype, n_b = indexer_shape(a), dt.of(a.dtype), arr.n_steps
     dec = arr.g_new == 1
-    pairs = dsa.causal_pairs(arr.g_new, arr.g_cached) * arr.g_count
+    if ratio:
+        pairs = compressed.compressed_pairs(arr.g_new, arr.g_cached, ratio) * arr.g_count
+    else:
+        pairs = dsa.causal_pairs(arr.g_new, arr.g_cached) * arr.g_count
     per_step = {
         dsa.PREFILL: np.bincount(arr.g_step[~dec], weights=pairs[~dec], minlength=n_b),
         dsa.DECODE: np.bincount(arr.g_step[dec], weights=pairs[dec], minlength=n_b),
@@ -365,6 +373,34 @@ def _sparse_attention_rows(a: KernelAttrs, decode_key: KernelKey, arr: StepArray
                 op = dsa.attention_op_name(kernel, g.num_heads, g.kv_lora_rank, g.qk_rope_head_dim, topk)
                 key = ElementwiseKey(op, g.num_heads * g.kv_lora_rank, dt.kv if kernel == dsa.ATTN_KEYS else dt.of(a.dtype))
                 parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+    return KernelRows(tuple(parts))
+
+
+def _compressed_attention_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """Compressed-KV attention (costing/compressed.py): per step its (query, key) pairs over the sliding window
+    and the compressed entries, the keys read (a decode query its own; a prefill sequence its window and entries
+    once) and its query tokens."""
+    g = a.geometry_as(AttentionGeometry)
+    n, p, c = arr.g_new, arr.g_cached, arr.g_count
+    pairs = compressed.sliding_pairs(n, p, g.window)
+    if g.compress_ratio:
+        pairs = pairs + compressed.compressed_pairs(n, p, g.compress_ratio, g.index_topk)
+    dec = n == 1
+    entries = (p + n) // g.compress_ratio if g.compress_ratio else np.zeros_like(p)
+    gathered = (np.minimum(p, max(g.window - 1, 0)) if g.window else p) + n + entries
+    keys = np.where(dec, pairs, gathered)
+    per_step = {
+        compressed.ATTN_PAIRS: np.bincount(arr.g_step, weights=pairs * c, minlength=arr.n_steps),
+        compressed.ATTN_KEYS: np.bincount(arr.g_step, weights=keys * c, minlength=arr.n_steps),
+        compressed.ATTN_TOKENS: np.bincount(arr.g_step, weights=n * c, minlength=arr.n_steps),
+    }
+    parts = []
+    for kernel, rows in per_step.items():
+        steps = np.flatnonzero(rows > 0)
+        if len(steps):
+            op = compressed.attention_op(kernel, g.num_heads, g.head_dim, g.kv_entry_bytes)
+            key = ElementwiseKey(op, g.num_heads * g.head_dim, dt.kv if kernel == compressed.ATTN_KEYS else dt.of(a.dtype))
+            parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
     return KernelRows(tuple(parts))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import dsa, ssm
+from graphsim.costing import compressed, dsa, ssm
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
@@ -107,6 +107,8 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
             scan = dsa.work(key.op, c[:, 0])  # DSA indexer rows (costing/dsa.py)
         if scan is None:
             scan = dsa.attention_work(key.op, c[:, 0], key.dtype.activation_bytes)  # DSA sparse MLA prefill rows
+        if scan is None:  # compressed-KV attention, its compressor, hyper-connections (costing/compressed.py)
+            scan = compressed.work(key.op, c[:, 0], key.dtype.activation_bytes)
         if scan is not None:
             return KernelWork(*scan)
         nbytes = 2.0 * c[:, 0] * key.width * key.dtype.activation_bytes  # read once, write once

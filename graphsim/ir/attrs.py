@@ -44,6 +44,9 @@ class AttentionAttrs:
     kv_lora_rank: int | None = None  # MLA: compressed latent width (None for MHA/GQA)
     qk_rope_head_dim: int | None = None  # MLA: decoupled RoPE part of the key
     index_topk: int | None = None  # sparse (DSA) attention: each query attends to at most this many keys
+    # compressed-KV attention (DeepSeek-V4): besides its sliding window, each query attends to the compressed
+    # entries of every closed window of this many tokens (all, or the index_topk an indexer picks)
+    compress_ratio: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,7 @@ class IndexerAttrs:
     num_heads: int
     head_dim: int
     topk: int
+    compress_ratio: int | None = None  # DeepSeek-V4: the keys are compressed entries, one per this many tokens
 
 
 @dataclass(frozen=True)

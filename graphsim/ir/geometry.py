@@ -63,6 +63,9 @@ class GemmGeometry(Geometry):
     bias: bool = _opt(False)
     q_features: int | None = _opt(None)
     num_kv_heads: int | None = _opt(None)
+    # block-diagonal: `groups` independent blocks, each n/groups outputs over its own k inputs (DeepSeek-V4's
+    # grouped output projection); the tp pass gives each rank whole groups
+    groups: int = _opt(1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +85,12 @@ class AttentionGeometry(Geometry):
     qk_rope_head_dim: int = _opt(0)
     kv_replicas: int = _opt(1)
     index_topk: int = _opt(0)  # sparse (DSA) attention: keys attended per query at most; 0 = dense
+    # compressed-KV attention (DeepSeek-V4): + the entries of closed windows of this many tokens (top index_topk
+    # of them when set), one shared K=V head; 0 = none
+    compress_ratio: int = _opt(0)
+    # bytes of one cached entry when the engine packs a token's shared K=V (and its compressed entries) in one
+    # fixed-format row (vLLM's fp8_ds_mla for DeepSeek-V4: 584 B at head_dim 512); 0 = K and V in the kv dtype
+    kv_entry_bytes: int = _opt(0)
 
     @property
     def is_mla(self) -> bool:
@@ -111,6 +120,7 @@ class IndexerGeometry(Geometry):
     num_heads: int
     head_dim: int
     topk: int
+    compress_ratio: int = _opt(0)  # DeepSeek-V4: keys are compressed entries, one per this many tokens
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,6 +35,8 @@ class Op(str, Enum):
     ATTENTION = "attention"
     LINEAR_ATTENTION = "linear_attention"
     SPARSE_INDEXER = "sparse_indexer"  # DSA lightning indexer: top-k keys per query (attrs: IndexerAttrs)
+    KV_COMPRESS = "kv_compress"  # DeepSeek-V4's KV compressor: one pooled entry per window of m tokens (NoAttrs)
+    HYPER_CONNECTION = "hyper_connection"  # mHC stream mixing: pre (collapse), post (update) or head (NoAttrs)
     # norms
     RMS_NORM = "rms_norm"
     LAYER_NORM = "layer_norm"
@@ -115,12 +117,12 @@ class Op(str, Enum):
 
 _GROUP_MEMBERS: dict[OpGroup, tuple[Op, ...]] = {
     OpGroup.MATMUL: (Op.LINEAR, Op.MATMUL, Op.BMM, Op.GROUPED_MM),
-    OpGroup.ATTENTION: (Op.ATTENTION, Op.LINEAR_ATTENTION, Op.SPARSE_INDEXER),
+    OpGroup.ATTENTION: (Op.ATTENTION, Op.LINEAR_ATTENTION, Op.SPARSE_INDEXER, Op.KV_COMPRESS),
     OpGroup.NORM: (Op.RMS_NORM, Op.LAYER_NORM),
     OpGroup.ELEMENTWISE: (
         Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.NEG, Op.POW, Op.SQRT, Op.RSQRT, Op.EXP, Op.LOG, Op.FLOOR,
         Op.ABS, Op.SILU, Op.GELU, Op.RELU, Op.SIGMOID, Op.TANH, Op.SOFTPLUS, Op.SIN, Op.COS,
-        Op.WHERE, Op.CLAMP, Op.COMPARE, Op.LOGICAL, Op.CAST, Op.POLAR,
+        Op.WHERE, Op.CLAMP, Op.COMPARE, Op.LOGICAL, Op.CAST, Op.POLAR, Op.HYPER_CONNECTION,
     ),
     OpGroup.REDUCTION: (Op.MEAN, Op.SUM, Op.MAX, Op.SOFTMAX, Op.TOPK, Op.SORT, Op.CUMSUM, Op.HISTC),
     OpGroup.DATA_MOVEMENT: (

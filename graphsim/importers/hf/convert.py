@@ -150,6 +150,23 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
         w = _tensor(in_specs, 1, n)
         groups = _int(_arg(n, 8, "groups", 1) if packet_name(n.target) == "convolution" else _arg(n, 6, "groups", 1), 1)
         return ConvAttrs(int(w.shape[0]), int(w.shape[-1]), groups)
+    if op is Op.ATTENTION and packet_name(n.target) == "compressed_attention":
+        # graphsim::compressed_attention(q [B,H,T,D], kv [B,1,T,D], compressed, indices, sinks, scale, window, ratio,
+        # rope_dim)
+        q = _tensor(in_specs, 0, n)
+        indices = in_specs[3] if len(in_specs) > 3 else None
+        scale, window, ratio, rope = (tuple(n.args) + (None,) * 9)[5:9]
+        return AttentionAttrs(
+            num_heads=int(q.shape[1]), num_kv_heads=1, head_dim=int(q.shape[-1]), v_head_dim=int(q.shape[-1]),
+            causal=True, sliding_window=_int(window) or None, has_sinks=True, scale=_float(scale),
+            index_topk=int(indices.shape[-1]) if indices is not None else None, compress_ratio=_int(ratio) or None,
+            qk_rope_head_dim=_int(rope) or None,
+        )
+    if op is Op.SPARSE_INDEXER and packet_name(n.target) == "compressed_indexer":
+        q = _tensor(in_specs, 0, n)  # q [B, S, H, D]; args: q, keys, weights, topk, ratio, scale
+        topk, ratio = (tuple(n.args) + (None,) * 5)[3:5]
+        return IndexerAttrs(num_heads=int(q.shape[2]), head_dim=int(q.shape[3]), topk=_int(topk),
+                            compress_ratio=_int(ratio) or None)
     if op is Op.ATTENTION:
         q, k, v = _tensor(in_specs, 0, n), _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)
         sinks, scale, causal, window, softcap, lora, rope = (tuple(n.args) + (None,) * 10)[3:10]

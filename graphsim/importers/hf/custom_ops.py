@@ -22,6 +22,8 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
+from graphsim.importers.hf.compressed_ops import compressed_patches
+
 IMPL_NAME = "graphsim"
 
 
@@ -428,8 +430,8 @@ def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
                 patched.append((mod, fn_name, getattr(mod, fn_name)))
                 setattr(mod, fn_name, repl)
     try:
-        with _dsa_patches(model) as dsa:
-            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa
+        with _dsa_patches(model) as dsa, compressed_patches(model) as compressed:
+            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed
     finally:
         for mod, name, orig in patched:
             setattr(mod, name, orig)

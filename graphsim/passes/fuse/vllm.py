@@ -27,6 +27,10 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.passes.fuse.vllm_compressed import COMPRESSED_ATTENTION_TARGET
+from graphsim.passes.fuse.vllm_compressed import EARLY_RULES as COMPRESSED_EARLY_RULES
+from graphsim.passes.fuse.vllm_compressed import RULES as COMPRESSED_RULES
+from graphsim.passes.fuse.vllm_compressed import compressed_attention_kernel
 from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
 from graphsim.quantization import Quantization, parse_quant_config
 
@@ -259,7 +263,10 @@ def _build_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     name = "mla_attention" if aa.kv_lora_rank else "flash_attn_varlen"
     if aa.index_topk:  # DSA: FlashMLA's sparse kernels over the indexer's top-k keys
         name = "flashmla_sparse"
-    return KernelAttrs(KernelKind.ATTENTION, name, P.attention_geometry(aa), a.outputs[0].dtype.value,
+    geometry = P.attention_geometry(aa)
+    if a.target == COMPRESSED_ATTENTION_TARGET:  # DeepSeek-V4 (vllm_compressed.py): FlashMLA sparse, fp8_ds_mla rows
+        name, geometry = compressed_attention_kernel(aa, geometry)
+    return KernelAttrs(KernelKind.ATTENTION, name, geometry, a.outputs[0].dtype.value,
                        Rows.NONE, tuple(n.name for n in c.nodes), "attention")
 
 
@@ -337,8 +344,9 @@ TOKEN_ID_MASKS = Rule(
 def _build_indexer(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.info["indexer"]
     a = n.attrs_as(IndexerAttrs)
-    return KernelAttrs(KernelKind.SPARSE_INDEXER, "sparse_attn_indexer",
-                       IndexerGeometry(num_heads=a.num_heads, head_dim=a.head_dim, topk=a.topk), "f8e4m3", Rows.NONE,
+    geometry = IndexerGeometry(num_heads=a.num_heads, head_dim=a.head_dim, topk=a.topk,
+                               compress_ratio=a.compress_ratio or 0)
+    return KernelAttrs(KernelKind.SPARSE_INDEXER, "sparse_attn_indexer", geometry, "f8e4m3", Rows.NONE,
                        tuple(m.name for m in c.nodes), "sparse_indexer")
 
 
@@ -613,8 +621,9 @@ EMBEDDING = _kernel_rule(
 
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION, SPARSE_INDEXER,
-    MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS,
+    MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS, *COMPRESSED_EARLY_RULES,
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
+    *COMPRESSED_RULES,
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
 ]
 

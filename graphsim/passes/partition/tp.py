@@ -226,6 +226,15 @@ class TensorParallel(PartitionPass):
             bump("vocab_parallel")
             bump("all_gather")
             return n, self._reduce(n, KernelKind.ALL_GATHER, nn, "lm_head_logits", used, a.rows), False
+        if in_sharded and g.groups > 1:
+            # a block-diagonal projection over head groups: each rank keeps its heads' groups whole (vLLM's
+            # DeepseekV4 wo_a: n_local_groups = o_groups // tp, models/deepseek_v4 attention), no reduction
+            groups = split(g.groups, t, "groups (block-diagonal projection)", where)
+            n = n.with_(attrs=a.with_geometry(replace(g, n=nn // t, groups=groups)))
+            for w in weights:
+                params[w] = _shard_dim(graph.params[w], 0, t, "out_features (whole groups)", where)
+            bump("group_parallel")
+            return n, None, True
         if in_sharded:
             n = n.with_(attrs=a.with_geometry(replace(g, k=split(kk, t, "k (row-parallel input features)", where))))
             for w in weights:
@@ -347,7 +356,7 @@ def _values(n: Node) -> list[str]:
 def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
     """Router logits, per-token scalar gates and whole-vector-normalised latents are not split."""
     g = n.kernel.geometry_as(GemmGeometry)
-    if g.n == 1 or _feeds_indexer(n, users):
+    if g.n == 1 or _feeds_indexer(n, users) or _single_kv_head(n, users):
         return True
     for v in _values(n):
         for u in users.get(v, []):
@@ -373,9 +382,32 @@ def _feeds_indexer(n: Node, users: dict[str, list[Node]]) -> bool:
                 if u.name in seen or not isinstance(u.attrs, KernelAttrs):
                     continue
                 seen.add(u.name)
-                if u.attrs.kind is KernelKind.SPARSE_INDEXER:
+                if u.attrs.kind is KernelKind.SPARSE_INDEXER or u.attrs.rule == "kv_compress":
+                    # DeepSeek-V4's compressors too: deepseek_compressor.py fused_wkv_wgate is disable_tp
                     return True
                 if u.attrs.kind in (KernelKind.LAYER_NORM, KernelKind.RMS_NORM, KernelKind.ELEMENTWISE) and len(seen) < 16:
+                    todo.append(u)
+    return False
+
+
+def _single_kv_head(n: Node, users: dict[str, list[Node]]) -> bool:
+    """The projection of an attention's one shared KV head (its n = the head's width), reached through per-token
+    kernels: no tp splits it, every rank computes it whole (DeepSeek-V4's kv part of fused_wqa_wkv, which
+    vLLM's attention reads whole on each rank: models/deepseek_v4 attention, `qr, kv = qr_kv.split([q_lora_rank,
+    head_dim])`)."""
+    width = n.kernel.geometry_as(GemmGeometry).n
+    todo, seen = [n], {n.name}
+    while todo:
+        for v in _values(todo.pop()):
+            for u in users.get(v, []):
+                if u.name in seen or not isinstance(u.attrs, KernelAttrs):
+                    continue
+                seen.add(u.name)
+                if u.attrs.kind is KernelKind.ATTENTION:
+                    ag = u.attrs.geometry_as(AttentionGeometry)
+                    if ag.num_kv_heads == 1 and not ag.is_mla and width == ag.head_dim:
+                        return True
+                elif u.attrs.kind in _PASS_THROUGH | {KernelKind.RMS_NORM, KernelKind.LAYER_NORM} and len(seen) < 16:
                     todo.append(u)
     return False
 
