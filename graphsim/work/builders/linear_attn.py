@@ -1,5 +1,6 @@
-"""Linear-attention hybrids: Kimi Linear / Kimi-K3 (KDA + MLA), MiniMax-Text-01 (lightning attention
-+ softmax), and MiniMax-M3 (softmax attention with a block top-k indexer).
+"""Linear-attention and recurrent families: Kimi Linear / Kimi-K3 (KDA + MLA), MiniMax-Text-01 (lightning
+attention + softmax), MiniMax-M3 (softmax attention with a block top-k indexer), OLMo Hybrid, the Ling /
+Bailing hybrid, RecurrentGemma, RWKV-4 and xLSTM (each builder's docstring says what it read where).
 
 Each mapping is read off the transformers 5.24 modelling file named below; the per-request state
 follows vLLM's `MambaStateShapeCalculator` / `MambaStateDtypeCalculator`
@@ -51,7 +52,9 @@ q_proj index_n_heads·index_head_dim × hidden, k_proj index_head_dim × hidden,
 only keys the attention reads. `mlp_layer_types` (else `moe_layer_freq`): a dense gated MLP of
 dense_intermediate_size, or MoE (router with the score-correction buffer, experts of
 intermediate_size, ONE shared expert of shared_intermediate_size whatever n_shared_experts says, as
-MiniMaxM3VLSparseMoeBlock builds it). Multi-token-prediction modules are not counted.
+MiniMaxM3VLSparseMoeBlock builds it). Multi-token-prediction modules are not counted. The index key
+cache (one index_head_dim key per position, in the KV dtype) is the one transformers'
+MiniMaxM3VLSparseCacheLayer keeps: no vLLM MiniMax-M3 model file was among the sources read.
 """
 
 from __future__ import annotations
