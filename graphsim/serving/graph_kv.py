@@ -70,6 +70,10 @@ def _attention(node: Node, indexer: Node | None, tp: int, kv: DType) -> LayerKv:
 
     a = node.attrs_as(AttentionAttrs)
     b = kv.bytes_per_element
+    if a.compress_ratio or node.target == "graphsim::compressed_attention":
+        raise KvLayoutError(f"{node.scope}: compressed-KV attention (a sliding window plus compressed entries and their "
+                            "compressor state) is not laid out from the traced graph; register the architecture with "
+                            "the work accountant (graphsim/work/builders/deepseek_v4.py does for DeepseekV4ForCausalLM)")
     if a.kv_lora_rank:
         rope = a.qk_rope_head_dim or 0
         nbytes = (a.kv_lora_rank + rope) * b
