@@ -176,3 +176,13 @@ def test_work_by_hand():
     # mhc_post: 2·16·4096 + 2·4·4096 = 163,840 FLOPs; (2·4 + 1)·4096·2 = 73,728 B
     assert work("mhc_post/n4.d4096") == ([1638400.0], [737280.0])
     assert compressed.work("rms_norm", rows, 2.0) is None
+
+
+def test_graph_kv_refuses_compressed_attention(graph):
+    from graphsim.ir import DType
+    from graphsim.serving.graph_kv import graph_kv_layout
+    from graphsim.serving.kv_layout import KvLayoutError
+
+    g, _ = graph
+    with pytest.raises(KvLayoutError, match=r"compressed-KV attention .* work accountant"):
+        graph_kv_layout(g, DType.BFLOAT16, DType.BFLOAT16)
