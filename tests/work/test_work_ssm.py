@@ -358,3 +358,31 @@ def test_zamba2_two_memory_blocks_against_the_meta_model():
         p.numel() for p in model.parameters())
     uses = sorted({w.uses for layer in spec.stack.layers for w in layer.attn_extras if w.uses > 1})
     assert uses == [2, 3]
+
+
+# --- Jamba-v0.1: JambaConfig's class defaults are its shape ---------------------------------------
+# hidden 4096, 32 layers (attention where i % 8 == 4: 4 layers; Mamba-1 elsewhere: 28), 32 heads / 8 kv heads of
+# 128, experts where i % 2 == 1 (16 layers of 16 experts, top 2; dense MLP on the other 16), MLP 14336, vocab
+# 65536 untied; Mamba-1: d_inner 2·4096 = 8192, d_state 16, conv 4, dt_rank ⌈4096/16⌉ = 256.
+JAMBA = {"architectures": ["JambaForCausalLM"], "hidden_size": 4096, "num_hidden_layers": 32,
+         "num_attention_heads": 32, "vocab_size": 65536}
+J_MAMBA = (2 * 8192 * 4096 + 8192 * 4 + 8192 + (256 + 32) * 8192 + 8192 * 256 + 8192 + 8192 * 16 + 8192
+           + 8192 * 4096 + 256 + 16 + 16)  # in, conv (+bias), x_proj, dt_proj (+bias), A_log, D, out, dt/B/C norms
+J_ATTN = 4096 * 4096 + 2 * 1024 * 4096 + 4096 * 4096
+J_EXPERT = 3 * 4096 * 14336  # 176,160,768
+J_TABLE = 65536 * 4096
+J_TOTAL = (28 * J_MAMBA + 4 * J_ATTN + 32 * 2 * 4096 + 16 * J_EXPERT + 16 * (16 * 4096 + 16 * J_EXPERT)
+           + 2 * J_TABLE + 4096)
+
+
+def test_jamba_v01_parameters_kv_and_state_by_hand():
+    assert J_MAMBA == 105_308_448 and J_TOTAL == 51_570_323_328  # evaluated once by hand
+    p = accounting(JAMBA).params()
+    assert p.total == J_TOTAL
+    assert p.activated == J_TOTAL - J_TABLE - 16 * 14 * J_EXPERT == 11_841_875_840  # 2 of 16 experts
+    # model card (huggingface.co/ai21labs/Jamba-v0.1): 52 B total, 12 B active
+    assert p.total == pytest.approx(52e9, rel=0.01)
+    assert p.activated == pytest.approx(12e9, rel=0.025)
+    lay = kv_layout(build_model(JAMBA), BF16, tp=1)
+    # KV: 4 attention layers × 2 × 8 kv heads × 128 × 2 B; state: 28 × (8192 × 3 + 8192 × 16) × 2 B
+    assert (lay.bytes_per_token, lay.state_bytes_per_request) == (16_384, 28 * (8192 * 3 + 8192 * 16) * 2)
