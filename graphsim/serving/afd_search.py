@@ -101,7 +101,10 @@ def afd_steady(ctx: Any, c: Candidate) -> Any:
     att, _ = c.pools
     isl, osl = round(ctx.isl.mean), round(ctx.osl.mean)
     d = att.instances  # one instance's steady state; the unit runs d of them in lockstep
-    sp = aggregated_point(afd_cost(ctx, c), isl, osl, att.max_num_seqs, att.max_num_batched_tokens)
+    from graphsim.serving.search_eval import deployment
+
+    sp = aggregated_point(afd_cost(ctx, c), isl, osl, att.max_num_seqs, att.max_num_batched_tokens,
+                          host=deployment(ctx, att).engine_host())  # as its simulation (afd.py) charges it
     return Evaluation(c.id, "steady-state", sp.requests_per_s * d, sp.output_tokens_per_s * d / c.unit_gpus,
                       sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, "roofline",
                       sp.bound, sp.decode_batch, 0.0,

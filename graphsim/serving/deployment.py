@@ -84,6 +84,10 @@ class Deployment:
     def dtype(self) -> str | None:
         return self.config.dtype
 
+    def engine_host(self) -> EngineHost:
+        """The engine's host time and sampling bound to this deployment's vocabulary and GPU (host.py)."""
+        return EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s)
+
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
                          fast_forward: bool = True, host_time: bool = True) -> SimulationSetup:
         """The simulator's setup: `replicas` engines (default: the config's data_parallel_size × replicas, independent
@@ -103,8 +107,7 @@ class Deployment:
         parallel = ParallelConfig(tensor_parallel_size=self.tp, pipeline_parallel_size=p.pipeline_parallel_size,
                                   data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas,
                                   prefill_context_parallel_size=p.prefill_context_parallel_size)
-        host = EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s) \
-            if host_time else None
+        host = self.engine_host() if host_time else None
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
                                host=host)
 

@@ -27,6 +27,7 @@ from graphsim.costing.moe_routing import RoutingModel
 from graphsim.ir import Graph
 from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.disagg import DisaggSetup, KvLink, simulate_disagg
+from graphsim.serving.host import EngineHost
 from graphsim.serving.pricing import IterationCost, TreeCost
 from graphsim.serving.requests import ClosedLoop, Lengths
 from graphsim.serving.search_space import Candidate, PoolConfig, SearchSpec
@@ -241,7 +242,7 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
     if c.mode == "agg":
         (p,) = c.pools
         sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep, **_cp(p)) if p.pp == 1 else _cycle(ctx, p), isl, osl,
-                                           c.clients, p.max_num_batched_tokens)
+                                           c.clients, p.max_num_batched_tokens, host=_host(ctx, p))
         link_src = None
     else:
         pp, pd = c.pools
@@ -250,12 +251,17 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
         sp = disaggregated_point(cost_of(ctx, pp.tp, pp.ep, **_cp(pp)), cost_of(ctx, pd.tp, pd.ep, **_cp(pd)), isl, osl,
                                  pp.instances, pd.instances, pd.max_num_seqs, pp.max_num_batched_tokens,
                                  pd.max_num_batched_tokens, link.transfer_s(setup_bytes),
-                                 setup_bytes / link.bandwidth_bytes_per_s, pp.max_num_seqs)
+                                 setup_bytes / link.bandwidth_bytes_per_s, pp.max_num_seqs, _host(ctx, pp), _host(ctx, pd))
         link_src = link.source
     return Evaluation(c.id, "steady-state", sp.requests_per_s, sp.output_tokens_per_s / c.unit_gpus,
                       sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, link_src,
                       sp.bound, sp.decode_batch, sp.transfer_s * 1e3,
                       source_us={SOURCES[k].value: v for k, v in enumerate(sp.source_us) if v > 0})
+
+
+def _host(ctx: SearchContext, pool: PoolConfig) -> EngineHost:
+    """The pool's engine host time, as its simulation charges it (Deployment.simulation_setup)."""
+    return deployment(ctx, pool).engine_host()
 
 
 def _cp(pool: PoolConfig) -> dict[str, int]:

@@ -33,7 +33,9 @@ instance's utilisation as probability). The clients' cycle `TTFT + (osl − 1) �
 `D` (Little's law at the decode pool) is found by fixed-point iteration; a prefill pool, or a link,
 that cannot keep up caps the throughput and the clients queue at the prefill pool.
 
-Iteration times come from the same `IterationCost` the simulator uses; every figure carries the worst
+Iteration times come from the same `IterationCost` the simulator uses, plus the engine's sampling and host time
+per iteration when the caller gives the deployment's `EngineHost` (as the simulator adds them: host.py; the
+source split divides the kernels' time only); every figure carries the worst
 source of the iteration times it used (and of the link for disaggregated TTFT), and the point carries its
 predicted iteration time split by kernel source (`SteadyPoint.source_us`, for shares): aggregated, one period's
 iterations (`n_mix` mixed, `N − n_mix` decode-only; or the packed iteration when prefill-bound);
@@ -50,6 +52,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from graphsim.serving.host import EngineHost
 from graphsim.serving.pricing import NUM_SOURCES, IterationCost, TreeCost
 
 
@@ -78,8 +81,9 @@ class _Timer:
 
     _caches: ClassVar[weakref.WeakKeyDictionary] = weakref.WeakKeyDictionary()  # cost → (steps, decode tables, splits)
 
-    def __init__(self, cost: IterationCost) -> None:
+    def __init__(self, cost: IterationCost, host: EngineHost | None = None) -> None:
         self.cost = cost
+        self.host = host  # the engine's host time and sampling, as the simulator adds them (host.py)
         self.src = 0
         self._tree = isinstance(cost, TreeCost)
         caches = self._caches.get(cost)
@@ -88,6 +92,15 @@ class _Timer:
         self._memo, self._tables, self._splits = caches
 
     def step(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> float:
+        """An iteration's wall time (s): its kernels, then the engine's sampling and host time when a host is
+        given (`EngineHost.iteration_us`, as the simulator charges every iteration)."""
+        gpu = self.gpu(tokens, seqs, dec, ctx, chunks)
+        if self.host is None:
+            return gpu
+        return float(self.host.iteration_us(gpu * 1e6, int(tokens), int(seqs))) * 1e-6
+
+    def gpu(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> float:
+        """An iteration's kernel time (s): what the source shares (`split`) divide."""
         key = (int(tokens), int(seqs), int(dec), round(float(ctx), 3), tuple(chunks))
         hit = self._memo.get(key)
         if hit is None:
@@ -152,9 +165,11 @@ def _decode_ctx(isl: int, osl: int) -> float:
     return isl + max(osl - 2, 0) / 2
 
 
-def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_num_batched_tokens: int) -> SteadyPoint:
-    """One aggregated instance with `clients` requests always in flight (see the module docstring)."""
-    tm = _Timer(cost)
+def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_num_batched_tokens: int,
+                     host: EngineHost | None = None) -> SteadyPoint:
+    """One aggregated instance with `clients` requests always in flight (see the module docstring); `host`: the
+    engine's host time per iteration, as the simulator adds it (None: kernels only)."""
+    tm = _Timer(cost, host)
     C, mnbt = max(1, int(clients)), int(max_num_batched_tokens)
     ctx = _decode_ctx(isl, osl)
     dec_iters = max(osl - 1, 0)
@@ -179,9 +194,10 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         t_mix = tm.step(dm + ptok, dm + len(chunks), dm, ctx, chunks)
         t_dec = tm.step(d, d, d, ctx, []) if d else 0.0
         T = n_mix * t_mix + (N - n_mix) * t_dec
-        split = n_mix * t_mix * 1e6 * tm.split(dm + ptok, dm + len(chunks), dm, ctx, chunks)
+        split = n_mix * tm.gpu(dm + ptok, dm + len(chunks), dm, ctx, chunks) * 1e6 * tm.split(dm + ptok, dm + len(chunks),
+                                                                                              dm, ctx, chunks)
         if d:
-            split = split + (N - n_mix) * t_dec * 1e6 * tm.split(d, d, d, ctx, [])
+            split = split + (N - n_mix) * tm.gpu(d, d, d, ctx, []) * 1e6 * tm.split(d, d, d, ctx, [])
         rps = C / T
         # TTFT: a prompt's own iterations beside the decodes, after half a prompt's iterations when it arrives
         # while another prompt is in progress (closed-loop arrivals are paced: they rarely queue deeper)
@@ -197,7 +213,7 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
     L = max(mnbt - d, 1)
     chunks, ptok = _chunks(isl, L, C - d)
     t = tm.step(d + ptok, d + len(chunks), d, ctx, chunks)
-    split = t * 1e6 * tm.split(d + ptok, d + len(chunks), d, ctx, chunks)
+    split = tm.gpu(d + ptok, d + len(chunks), d, ctx, chunks) * 1e6 * tm.split(d + ptok, d + len(chunks), d, ctx, chunks)
     per_iter = L / isl  # completions per iteration
     rps = per_iter / t
     queued = max(C - D, per_iter)  # waiting or prefilling
@@ -223,12 +239,13 @@ def _prefill_split(tm: _Timer, isl: int, prompts: float, mnbt: int, seqs: int) -
 
 def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, osl: int, prefill_instances: int,
                         decode_instances: int, clients_per_decode: int, mnbt_p: int, mnbt_d: int,
-                        transfer_s: float, transfer_bytes_s: float, seqs_p: int = 1 << 30) -> SteadyPoint:
+                        transfer_s: float, transfer_bytes_s: float, seqs_p: int = 1 << 30,
+                        host_p: EngineHost | None = None, host_d: EngineHost | None = None) -> SteadyPoint:
     """One xPyD unit with `decode_instances × clients_per_decode` clients (see the module docstring).
 
     `transfer_s` is one request's KV transfer (latency + bytes / bandwidth), `transfer_bytes_s` its
-    bandwidth part (what occupies a link)."""
-    tp, td = _Timer(cost_p), _Timer(cost_d)
+    bandwidth part (what occupies a link); `host_p`/`host_d` the pools' engine host time (None: kernels only)."""
+    tp, td = _Timer(cost_p, host_p), _Timer(cost_d, host_d)
     x, y = int(prefill_instances), int(decode_instances)
     clients = y * max(1, int(clients_per_decode))
     ctx = _decode_ctx(isl, osl)
@@ -273,6 +290,6 @@ def disaggregated_point(cost_p: IterationCost, cost_d: IterationCost, isl: int, 
     src = max(tp.src, td.src)
     d = max(1, int(round(D)))  # one request's share of the iterations of both pools (module docstring)
     t_b, _ = _prefill_time(tp, isl, b, mnbt_p, seqs_p)
-    split = (t_b / b * 1e6 * _prefill_split(tp, isl, b, mnbt_p, seqs_p)
-             + (osl - 1) * td.step(d, d, d, ctx, []) / d * 1e6 * td.split(d, d, d, ctx, []))
+    split = (_prefill_time(_Timer(cost_p), isl, b, mnbt_p, seqs_p)[0] / b * 1e6 * _prefill_split(tp, isl, b, mnbt_p, seqs_p)
+             + (osl - 1) * td.gpu(d, d, d, ctx, []) / d * 1e6 * td.split(d, d, d, ctx, []))
     return SteadyPoint(rps, rps * osl, ttft, tpot, src, bound, D, transfer_s, tuple(split.tolist()))

@@ -108,8 +108,10 @@ def test_both_modes_are_searched_and_the_fast_path_agrees_with_the_simulation(sm
     assert {r.candidate.mode for r in res.rows} == {"agg", "disagg"}
     assert len(res.verified) >= 2
     cmp = res.fast_vs_sim()
-    # a prefill-bound closed loop is still settling in the simulated window (generations oscillate by a few %)
-    assert cmp["output_tokens_per_s_per_gpu_max_abs"] < 0.06
+    # a prefill-bound closed loop is still settling in the simulated window (generations oscillate by a few %); both
+    # paths charge the engine's host time per sequence (65.7 µs, host.py), which makes the steady state's decode batch
+    # (63.5 here, against the simulation's time-weighted 50) weigh more: 6.3 % apart at most on this search
+    assert cmp["output_tokens_per_s_per_gpu_max_abs"] < 0.07
     assert cmp["tpot_ms_max_abs"] < 0.10
     assert res.all_roofline  # no profile.db in the test home
     assert {r.final.source for r in res.rows} == {"roofline"}

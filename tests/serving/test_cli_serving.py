@@ -73,4 +73,4 @@ def test_simulate_end_to_end(capsys, tmp_path):
     assert rows[0].startswith("start_s,dur_s,tokens") and len(rows) == s["iterations"] + 1
     events = json.loads(trace.read_text())["traceEvents"]
     assert sum(e["ph"] == "X" for e in events) == s["iterations"]
-    assert {e["name"] for e in events if e.get("cat") == "request"} == {"queued", "prefill", "decode"}
+    assert {e["name"] for e in events if e.get("cat") == "request"} == {"front end", "queued", "prefill", "decode"}
