@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 
 from graphsim.render.cost_view import SOURCE_STYLE
@@ -84,6 +85,9 @@ def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router
     if dep.budget.given_available is None and dep.budget.source != "derived":
         head.append(f"[dim]KV memory {dep.capacity.available_bytes / (1 << 30):,.2f} GiB per rank is "
                     f"{dep.budget.source} (see graphsim kv; --kv-memory gives it)[/]")
+    if dep.graph is not None:  # no accountant model: layout and budget read off the traced graph
+        head.append(f"[dim]KV layout and memory budget: {dep.layout.source} ({escape(dep.graph.reason)}; "
+                    "docs/serving.md)[/]")
     tally = ", ".join(f"{_src(k)} {v:,}" for k, v in s.source_counts.items())  # iterations by their worst source
     lines = [f"{s.completed:,} of {s.requests:,} requests completed"
              + (f", {s.rejected} rejected (prompt ≥ max_model_len)" if s.rejected else "")

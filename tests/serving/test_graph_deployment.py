@@ -86,6 +86,10 @@ def test_simulate_and_search_run_for_an_unregistered_architecture(home, unregist
                  "--output-len", "8", "--max-model-len", "256", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert "traced graph" in json.dumps(out)  # the layout / budget source stated in the output
+    assert main(["simulate", str(d), "--gpu", "h100", "--tp", "2", "--rate", "20", "-n", "4", "--input-len", "64",
+                 "--output-len", "4", "--max-model-len", "256"]) == 0
+    assert "KV layout and memory budget: traced graph (the work accountant has no builder for LlamaForCausalLM" in \
+        " ".join(capsys.readouterr().out.split())
     assert main(["kv", str(d), "--tp", "2", "--kv-memory", "1GiB", "--json"]) == 0  # the kv command's own path
     assert json.loads(capsys.readouterr().out)["layout"]["source"] == "traced graph"
     assert main(["search", str(d), "--gpu", "h100", "--gpus", "2", "--isl", "64", "--osl", "8", "--ttft", "1000",
