@@ -7,7 +7,11 @@ Sources, by config shape (vLLM's loaders of each format, vllm/model_executor/lay
 
 - `quant_method: fp8` (fp8.py:Fp8Config): e4m3 weights; `weight_block_size [bo, bi]` gives one fp32
   scale per bo×bi block (DeepSeek-V3), none gives one fp32 scale per matrix; `modules_to_not_convert`
-  excluded. Activations are quantized to fp8 (dynamic or static per `activation_scheme`).
+  excluded. Activations are quantized to fp8 (dynamic or static per `activation_scheme`). An
+  `expert_dtype` (DeepSeek-V4's checkpoints; transformers' DeepseekV4Config.__post_init__ moves a top-level
+  one into the quantization config, and vLLM's DeepseekV4FP8Config reads it, "fp4" when a deepseek_v4 config
+  states none: vllm/model_executor/models/deepseek_v4.py) stores the routed experts as MXFP4 ("fp4",
+  Mxfp4MoEMethod) or as the fp8 blocks ("fp8").
 - `quant_method: modelopt` (modelopt.py:ModelOptQuantConfigBase.from_config), or NVIDIA ModelOpt's
   `hf_quant_config.json` (`{"quantization": {"quant_algo", "kv_cache_quant_algo", "group_size",
   "exclude_modules"}}`, also accepted flat): `quant_algo` FP8 (per-tensor), FP8_PER_CHANNEL_PER_TOKEN,
@@ -246,7 +250,16 @@ def _fp8(raw: Mapping[str, Any]) -> Quantization:
         scheme = WeightScheme(WeightFormat.FP8, Granularity.BLOCK, (block[0], block[1]), act_bits=8)
     else:
         scheme = WeightScheme(WeightFormat.FP8, Granularity.TENSOR, act_bits=8)
-    return Quantization("fp8", scheme, excluded=_names(raw.get("modules_to_not_convert"), "modules_to_not_convert"),
+    experts = raw.get("expert_dtype")
+    if experts not in (None, "fp4", "fp8"):
+        raise ConfigError(f"quantization_config.expert_dtype {experts!r} is not fp4 or fp8 (vLLM's DeepSeek-V4 "
+                          "loader takes only those); fix it")
+    layers: tuple[tuple[tuple[str, ...], WeightScheme | None], ...] = ()
+    if experts == "fp4":  # deepseek_v4.py DeepseekV4FP8Config.get_quant_method: Mxfp4MoEMethod for FusedMoE
+        layers = ((("experts",), WeightScheme(WeightFormat.MXFP4, Granularity.GROUP, group_size=MX_GROUP,
+                                              act_bits=16)),)
+    return Quantization("fp8", scheme, layers=layers,
+                        excluded=_names(raw.get("modules_to_not_convert"), "modules_to_not_convert"),
                         kv_dtype=_kv(raw))
 
 
@@ -401,6 +414,12 @@ def raw_quantization_config(cfg: Mapping[str, Any]) -> Any:
     text = cfg.get("text_config")
     if raw is None and isinstance(text, Mapping):
         raw = text.get("quantization_config")
+    if isinstance(raw, Mapping) and "expert_dtype" not in raw and str(raw.get("quant_method", "")).lower() == "fp8":
+        # DeepSeek-V4: a top-level expert_dtype belongs to the quantization (DeepseekV4Config.__post_init__);
+        # vLLM's DeepseekV4FP8Config takes "fp4" when a deepseek_v4 config states none
+        experts = cfg.get("expert_dtype", "fp4" if cfg.get("model_type") == "deepseek_v4" else None)
+        if experts is not None:
+            raw = {**raw, "expert_dtype": experts}
     return raw
 
 

@@ -61,10 +61,11 @@ def package_version(dist: str) -> str | None:
 
 def _source_digest() -> str:
     """sha256 over the source of the code that makes a traced graph: graphsim/importers/hf/*, the aten map,
-    and the IR with its serializer."""
+    the IR with its serializer, and the quantization reader (the graph's metadata holds the quantization
+    config it returns)."""
     pkg = Path(__file__).resolve().parent.parent
     files = sorted([*(pkg / "importers" / "hf").glob("*.py"), pkg / "importers" / "aten_map.py",
-                    *(pkg / "ir").glob("*.py")])
+                    *(pkg / "ir").glob("*.py"), pkg / "quantization.py"])
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode())

@@ -46,6 +46,8 @@ def _expected(name: str) -> set[str] | None:
         return {"nvfp4"}
     if "fp8" in n:
         return {"fp8"}
+    if n.startswith("deepseek-ai--deepseek-v4"):
+        return {"fp8", "mxfp4"}  # fp8 blocks, and `expert_dtype: fp4` experts (vLLM DeepseekV4FP8Config: MXFP4)
     if n.startswith(("minimaxai--minimax-m2", "deepseek-ai--", "xiaomimimo--mimo-v2", "moonshotai--kimi-k2-")):
         return {"fp8"}  # these upstream checkpoints ship fp8 block-scaled weights (their configs' quant_method)
     return None

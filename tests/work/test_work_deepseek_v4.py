@@ -175,3 +175,19 @@ def test_kv_layout_of_flash_by_hand():
 def test_bad_compress_ratio_is_one_line():
     with pytest.raises(ConfigError, match="compress_ratios holds 16"):
         build_model(FLASH | {"compress_ratios": [0, 16, *FLASH_RATIOS[2:]]})
+
+
+def test_fp4_experts_are_stored_as_mxfp4():
+    # config.json says quant_method fp8 (128 x 128 blocks) and expert_dtype fp4: vLLM's DeepseekV4FP8Config loads
+    # the routed experts as MXFP4 (4 bits + one e8m0 byte per 32 inputs). Per expert: gate and up 2048 x 4096
+    # = 2048·4096/2 + 2048·(4096/32) = 4,194,304 + 262,144 = 4,456,448 B each; down 4096 x 2048 = 4,194,304
+    # + 4096·(2048/32) = 4,456,448 B; 3 × 4,456,448 = 13,369,344 B × 256 experts × 43 layers
+    cfg = FLASH | {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                           "weight_block_size": [128, 128]}}
+    routed = next(s for s in accounting(cfg).params().segments if s.name == "layers.ffn.routed")
+    assert routed.stored_bytes == 13_369_344 * 256 * 43
+    # the same checkpoint with expert_dtype fp8: one byte per weight plus an fp32 scale per 128 x 128 block
+    # (16 x 32 blocks for 2048 x 4096): 3 × (8,388,608 + 512·4) = 25,171,968 B per expert
+    routed = next(s for s in accounting(cfg | {"expert_dtype": "fp8"}).params().segments
+                  if s.name == "layers.ffn.routed")
+    assert routed.stored_bytes == 25_171_968 * 256 * 43
