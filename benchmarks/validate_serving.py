@@ -7,7 +7,9 @@ The runs are facts stored under benchmarks/data/ (settings, measured metrics and
 `benchmarks/data/dennislee22_vllm_benchmarking.json`: vLLM 0.10.1.1 on A100, Qwen2-7B-Instruct at TP1/TP2
 on one node and TP2 across two nodes, Qwen2.5-32B at TP1/TP2, Qwen2-72B at TP2, gpt-oss-120b at TP4;
 `benchmarks/data/kvcached_h100_qwen3_0.6b.json`: vLLM 0.19.0 on one H100, Qwen3-0.6B, the vllm bench serve
-result files of kvcached's vanilla runs, at rate inf and 16). For each run the harness
+result files of kvcached's vanilla runs, at rate inf and 16; `benchmarks/data/gpustack_performance_lab.json`:
+vLLM 0.11.0 on one H100 or A100 80GB, Qwen3-14B and Qwen3-32B with vLLM's defaults, GPUStack's performance-lab
+baselines at 32000/100, 4000/200, 2000/100 and 128/4 tokens, rate inf). For each run the harness
 
 1. plans the deployment with the run's own numbers: GPU, TP, `--max-model-len`, the available KV cache
    memory its startup log printed (`--kv-memory`; without a log, its `--gpu-memory-utilization`), vLLM's
@@ -67,11 +69,15 @@ MODELS = {
     "Qwen2.5-32B": str(CONFIGS / "Qwen2.5-32B"),
     "Qwen2-72B": str(CONFIGS / "Qwen2-72B"),
     "Qwen3-0.6B": str(CONFIGS / "Qwen3-0.6B"),
+    "Qwen3-14B": str(CONFIGS / "Qwen3-14B"),
+    "Qwen3-32B": "qwen3-32b",
+    "DeepSeek-R1-0528": "deepseek-r1",  # the 0528 update kept DeepSeek-R1's config.json geometry (catalog entry)
     "gpt-oss-120b": "gpt-oss-120b",
 }
 # The runs' GPUs → (graphsim's --gpu, aiconfigurator's system for the tables). No A100 40GB spec or tables: priced as
 # the 80 GB SXM part (stated in its group label). "H100 80GB HBM3" is the SXM part's name.
-GPU = {"A100 80GB": ("a100", "a100_sxm"), "A100 40GB": ("a100", "a100_sxm"), "H100 80GB": ("h100", "h100_sxm")}
+GPU = {"A100 80GB": ("a100", "a100_sxm"), "A100 40GB": ("a100", "a100_sxm"), "H100 80GB": ("h100", "h100_sxm"),
+       "H200 141GB": ("h200", "h200_sxm")}
 METRICS = (("mean_ttft_ms", "TTFT"), ("mean_tpot_ms", "TPOT"), ("output_throughput", "out tok/s"))
 TARGET = {"mean_ttft_ms": 15.0, "mean_tpot_ms": 10.0, "output_throughput": 10.0}  # issue 13's done-when, %
 
