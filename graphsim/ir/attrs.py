@@ -47,6 +47,8 @@ class AttentionAttrs:
     # compressed-KV attention (DeepSeek-V4): besides its sliding window, each query attends to the compressed
     # entries of every closed window of this many tokens (all, or the index_topk an indexer picks)
     compress_ratio: int | None = None
+    # ALiBi (BLOOM, MPT, Falcon with `alibi`): a per-head linear bias on the key position instead of RoPE
+    alibi: bool = False
 
 
 @dataclass(frozen=True)

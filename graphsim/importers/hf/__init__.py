@@ -83,6 +83,7 @@ def _trace_failure(architecture: str, error: Exception) -> str:
 
 
 def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> tuple[Graph, ImportReport]:
+    from graphsim.importers.hf.alibi_ops import alibi_patches
     from graphsim.importers.hf.build import build_on_meta, text_model
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
     from graphsim.importers.hf.custom_ops import semantic_kernels
@@ -102,7 +103,8 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     kept = list(range(len(plan.tags))) if full_depth else keep_representatives(root, plan, built.config)
 
     t1 = time.perf_counter()
-    with semantic_kernels(m) as swapped:
+    with semantic_kernels(m) as swapped, alibi_patches(m) as alibi:
+        swapped = swapped + alibi
         try:
             traced = trace(root)
         except (KeyboardInterrupt, GraphsimError):

@@ -162,6 +162,12 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
             index_topk=int(indices.shape[-1]) if indices is not None else None, compress_ratio=_int(ratio) or None,
             qk_rope_head_dim=_int(rope) or None,
         )
+    if op is Op.ATTENTION and packet_name(n.target) == "alibi_attention":
+        # graphsim::alibi_attention(q [B,H,S,D], k, v, slopes [H], scale): causal MHA with ALiBi (alibi_ops.py)
+        q, v = _tensor(in_specs, 0, n), _tensor(in_specs, 2, n)
+        return AttentionAttrs(num_heads=int(q.shape[1]), num_kv_heads=int(_tensor(in_specs, 1, n).shape[1]),
+                              head_dim=int(q.shape[-1]), v_head_dim=int(v.shape[-1]), causal=True,
+                              scale=_float(n.args[4] if len(n.args) > 4 else None) or None, alibi=True)
     if op is Op.SPARSE_INDEXER and packet_name(n.target) == "compressed_indexer":
         q = _tensor(in_specs, 0, n)  # q [B, S, H, D]; args: q, keys, weights, topk, ratio, scale
         topk, ratio = (tuple(n.args) + (None,) * 5)[3:5]
@@ -195,6 +201,14 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
             kind="mamba2_ssd", num_k_heads=int(b.shape[2]), num_v_heads=int(x.shape[2]), k_head_dim=int(b.shape[3]),
             v_head_dim=int(x.shape[3]), chunked=True, chunk_size=_int(n.args[11] if len(n.args) > 11 else 0),
         )
+    if op is Op.LINEAR_ATTENTION and packet_name(n.target) == "kda":
+        k, v = _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)  # graphsim::kda: q, k, v, g, beta, state, …
+        # the recurrent state is float32 whatever the cache dtype (vLLM mamba_utils.py
+        # MambaStateDtypeCalculator.kda_state_dtype: (conv dtype, torch.float32))
+        return LinearAttentionAttrs(
+            kind="kda", num_k_heads=int(k.shape[2]), num_v_heads=int(v.shape[2]), k_head_dim=int(k.shape[3]),
+            v_head_dim=int(v.shape[3]), chunked=bool(n.args[7]), chunk_size=_int(n.args[8]), state_dtype="f32",
+        )
     if op is Op.LINEAR_ATTENTION:
         k, v = _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)
         return LinearAttentionAttrs(
@@ -204,6 +218,27 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
     if op is Op.OPAQUE:
         return OpaqueAttrs(qualified_name(n.target))
     return NoAttrs()
+
+
+def _transposed_linear(pname: str, n: torch.fx.Node, ref: Callable[[Any], list[str]],
+                       params: dict[str, TensorSpec]) -> tuple[list[str], LinearAttrs] | None:
+    """`addmm(bias, x, W)` / `mm(x, W)` with W a 2-D parameter stored [in_features, out_features] (transformers'
+    `Conv1D`: GPT-2, GPT-1, ImageGPT, Decision Transformer; pytorch_utils.py `Conv1D.forward` runs
+    `torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)`) is a projection: it becomes `Op.LINEAR` with
+    inputs `(x, W[, bias])` as `linear(x, W, bias)` orders them and its features read from W's [in, out] shape.
+    vLLM loads these weights transposed into `QKVParallelLinear` / `ColumnParallelLinear` / `RowParallelLinear`
+    ([out, in]; model_executor/models/gpt2.py `GPT2LMHeadModel.load_weights`: `loaded_weight.t()` for c_attn, c_proj,
+    c_fc), so the kernel is the same GEMM as any linear's."""
+    if pname not in ("addmm", "mm") or any(n.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or len(n.args) > 3:
+        return None
+    args = [ref(a) for a in n.args[:3]]
+    x, w, b = (args[1], args[2], args[0]) if pname == "addmm" else (args[0], args[1], [])
+    if len(x) != 1 or len(w) != 1 or w[0] not in params or params[w[0]].rank != 2:
+        return None
+    if pname == "addmm" and (len(b) != 1 or b[0] not in params or params[b[0]].rank != 1):
+        return None
+    spec = params[w[0]]
+    return [x[0], w[0], *b], LinearAttrs(int(spec.shape[0]), int(spec.shape[1]), bool(b))
 
 
 def _flatten_tensors(val: Any) -> list[Any]:
@@ -284,6 +319,9 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
             pos_specs = [specs.get(ref(a)[0]) if ref(a) else None for a in n.args]
             attrs = _attrs(op, n, pos_specs if op in (Op.ATTENTION, Op.MOE_EXPERTS, Op.LINEAR_ATTENTION, Op.SPARSE_INDEXER,
                                                        Op.LINEAR, Op.EMBEDDING, Op.CONV1D) else in_specs, outs[0])
+            conv1d = _transposed_linear(pname, n, ref, g.params)
+            if conv1d is not None:  # a projection whose weight is stored [in, out] (transformers' Conv1D)
+                op, inputs, attrs = Op.LINEAR, conv1d[0], conv1d[1]
             scope, cls, layer = _scope_of(n, ctx)
             g.nodes.append(Node(
                 name=base, op=op, inputs=tuple(inputs), outputs=tuple(outs), attrs=attrs, scope=scope,

@@ -32,6 +32,10 @@ from graphsim.passes.fuse.vllm_compressed import EARLY_RULES as COMPRESSED_EARLY
 from graphsim.passes.fuse.vllm_compressed import RULES as COMPRESSED_RULES
 from graphsim.passes.fuse.vllm_compressed import compressed_attention_kernel
 from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
+from graphsim.passes.fuse.vllm_legacy import EARLY_RULES as LEGACY_EARLY_RULES
+from graphsim.passes.fuse.vllm_legacy import LATE_RULES as LEGACY_LATE_RULES
+from graphsim.passes.fuse.vllm_legacy import RULES as LEGACY_RULES
+from graphsim.passes.fuse.vllm_legacy import qkv_split
 from graphsim.quantization import Quantization, parse_quant_config
 
 A = TypeVar("A")
@@ -231,8 +235,8 @@ GEMM = Rule(
     "gemm", "model_executor/layers/linear.py:UnquantizedLinearMethod.apply (F.linear → cuBLAS); a quantized "
     "checkpoint's linear method instead (quantization/fp8.py, modelopt.py, compressed_tensors, gptq/awq Marlin)",
     _match_linear,
-    lambda ctx, c: P.gemm_attrs(ctx, c.nodes, P.leaf(c.nodes[0].scope) or "gemm", "gemm",
-                                _quant_dtype(ctx, c.nodes)),
+    lambda ctx, c: qkv_split(ctx, c.nodes[0], P.gemm_attrs(ctx, c.nodes, P.leaf(c.nodes[0].scope) or "gemm", "gemm",
+                                                         _quant_dtype(ctx, c.nodes))),
 )
 
 
@@ -620,11 +624,12 @@ EMBEDDING = _kernel_rule(
     lambda a: EmbeddingGeometry(vocab=a.num_embeddings, width=a.embedding_dim), Rows.TOKENS)
 
 RULES: list[Rule] = [
-    ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION, SPARSE_INDEXER,
-    MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS, *COMPRESSED_EARLY_RULES,
+    ROTARY_CACHE, EMBEDDING, *LEGACY_EARLY_RULES, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY,
+    ATTENTION, SPARSE_INDEXER, MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS, *COMPRESSED_EARLY_RULES,
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, LINEAR_ATTENTION, CONV1D,
-    *COMPRESSED_RULES,
+    *COMPRESSED_RULES, *LEGACY_RULES,
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
+    *LEGACY_LATE_RULES,
 ]
 
 

@@ -47,6 +47,7 @@ class Declared:
 
     replicated: set[str] = field(default_factory=set)  # GEMMs left whole (router, gate, latent, indexer)
     partial: set[str] = field(default_factory=set)  # kernels whose KV heads are copied beyond num_kv_heads
+    row_bias: set[str] = field(default_factory=set)  # row-parallel GEMMs that keep their whole bias on every rank
 
 
 def kernel_flops(a: KernelAttrs) -> float:
@@ -151,6 +152,10 @@ def check_conservation(before: Graph, after: Graph, size: int, group: str, decla
         if kinds == {"split", "replicated"}:
             bad.append(f"{what}: FLOPs and weights are split differently ({f0:.4g} -> {f1:.4g} FLOPs, "
                        f"{w0:.4g} -> {w1:.4g} weight bytes)")
+            continue
+        if "partial" in kinds and n.name in declared.row_bias and _ratio_kind(f0, f1, size) == "split":
+            acc = replicated.setdefault("row-parallel biases", [0.0, 0.0])
+            acc[1] += w1 - w0 / size
             continue
         if "partial" in kinds:
             if n.name not in declared.partial:

@@ -105,6 +105,11 @@ class TensorParallel(PartitionPass):
                 qg = a.geometry_as(GemmGeometry)
                 if out_sharded and qg.num_kv_heads is not None and qg.num_kv_heads < t:
                     declared.partial.add(n.name)  # whole KV heads on every rank (QKVParallelLinear)
+                if in_sharded and a.rows is not Rows.SEQUENCES and qg.bias:
+                    # vLLM's RowParallelLinear keeps the whole bias on every rank and adds it on rank 0 only
+                    # (model_executor/layers/linear.py RowParallelLinear: bias of output_size; forward:
+                    # bias_ = None if self.tp_rank > 0 else self.bias): weights split, the bias whole
+                    declared.row_bias.add(n.name)
                 if after is not None and n.name in deferred and in_sharded:
                     after = None  # a shared expert's row-parallel output: reduced after the routed sum
                     partial.update(_values(n))
@@ -219,10 +224,16 @@ class TensorParallel(PartitionPass):
         nn, kk = g.n, g.k
         weights = [v for v in n.inputs if v in graph.params and len(graph.params[v].shape) == 2]
         biases = [v for v in n.inputs if v in graph.params and len(graph.params[v].shape) == 1]
+
+        def out_dim(w: str) -> int:  # a weight stored [in, out] (transformers' Conv1D: GPT-2's c_attn / c_fc /
+            shape = graph.params[w].shape  # c_proj; vLLM loads it transposed, gpt2.py load_weights) splits dim 1
+            return 1 if shape[0] == kk and shape[1] == nn and kk != nn else 0
         if a.rows is Rows.SEQUENCES or a.name == "lm_head":
             n = n.with_(attrs=a.with_geometry(replace(g, n=split(nn, t, "vocab_size (lm_head n)", where))))
             for w in weights:
                 params[w] = _shard_dim(graph.params[w], 0, t, "vocab_size", where)
+            for b in biases:  # ParallelLMHead's bias is vocab-sharded too (vocab_parallel_embedding.py ParallelLMHead)
+                params[b] = _shard_dim(graph.params[b], 0, t, "vocab_size", where)
             bump("vocab_parallel")
             bump("all_gather")
             return n, self._reduce(n, KernelKind.ALL_GATHER, nn, "lm_head_logits", used, a.rows), False
@@ -238,11 +249,11 @@ class TensorParallel(PartitionPass):
         if in_sharded:
             n = n.with_(attrs=a.with_geometry(replace(g, k=split(kk, t, "k (row-parallel input features)", where))))
             for w in weights:
-                params[w] = _shard_dim(graph.params[w], 1, t, "in_features", where)
+                params[w] = _shard_dim(graph.params[w], 1 - out_dim(w), t, "in_features", where)
             bump("row_parallel")
             bump("all_reduce")
             return n, self._reduce(n, KernelKind.ALL_REDUCE, nn, "row_parallel", used), False
-        if _stays_replicated(n, users):
+        if _stays_replicated(n, users) or _kda_low_rank_down(n, users, graph):
             bump("replicated")
             return n, None, False
         # fused QKV: q split by heads, whole KV heads per rank
@@ -253,14 +264,17 @@ class TensorParallel(PartitionPass):
             n = n.with_(attrs=a.with_geometry(replace(g, n=n_rank, q_features=q // t, num_kv_heads=kv_rank)))
             for w in weights + biases:
                 spec = graph.params[w]
-                rows = int(spec.shape[0])
-                params[w] = TensorSpec((rows // t if rows == q else rows * kv_rank // kv, *spec.shape[1:]),
-                                       spec.dtype)
+                d = out_dim(w) if w in weights else 0
+                rows = int(spec.shape[d])
+                shape = list(spec.shape)
+                # one fused q|k|v weight (GPT-2 / GPT-BigCode c_attn, BLOOM query_key_value) keeps n_rank rows
+                shape[d] = rows // t if rows == q else n_rank if rows == nn else rows * kv_rank // kv
+                params[w] = TensorSpec(tuple(shape), spec.dtype)
             bump("column_parallel")
             return n, None, True
         n = n.with_(attrs=a.with_geometry(replace(g, n=split(nn, t, "n (column-parallel output features)", where))))
         for w in weights:
-            params[w] = _shard_dim(graph.params[w], 0, t, "out_features", where)
+            params[w] = _shard_dim(graph.params[w], out_dim(w), t, "out_features", where)
         for b in biases:
             params[b] = _shard_dim(graph.params[b], 0, t, "out_features", where)
         bump("column_parallel")
@@ -372,6 +386,20 @@ def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
     return False
 
 
+def _kda_low_rank_down(n: Node, users: dict[str, list[Node]], graph: Graph) -> bool:
+    """The first half of a low-rank projection pair inside a Kimi Delta Attention module (a GEMM whose only users
+    are GEMMs that expand its n again, and a kda kernel in the same module): vLLM builds f_a_proj and g_a_proj as
+    ReplicatedLinear and their f_b_proj / g_b_proj as ColumnParallelLinear (model_executor/layers/kda.py
+    KimiDeltaAttention.__init__), so no all-reduce follows the pair."""
+    width = n.kernel.geometry_as(GemmGeometry).n
+    us = [u for v in _values(n) for u in users.get(v, [])]
+    if not us or not all(isinstance(u.attrs, KernelAttrs) and u.attrs.kind is KernelKind.GEMM
+                         and u.attrs.geometry_as(GemmGeometry).k == width for u in us):
+        return False
+    return any(isinstance(m.attrs, KernelAttrs) and isinstance(m.attrs.geometry, LinearAttentionGeometry)
+               and m.attrs.geometry.kind == "kda" and n.scope.startswith(m.scope + ".") for m in graph.nodes)
+
+
 def _feeds_indexer(n: Node, users: dict[str, list[Node]]) -> bool:
     """A projection of DSA's indexer (q, k through its norm, or the head weights): vLLM builds them as
     ReplicatedLinear (models/deepseek_v2.py Indexer: "no tensor parallel, just replicated")."""
@@ -469,6 +497,11 @@ def _shard_channel_params(n: Node, graph: Graph, params: dict[str, TensorSpec], 
             continue  # a per-head norm weight (the same for every head)
         if spec.shape[0] % t == 0:
             params[v] = _shard_dim(spec, 0, t, "per-channel parameter", where)
+        elif isinstance(g, ElementwiseGeometry) and g.num_v_heads and spec.shape.count(1) == len(spec.shape) - 1 \
+                and g.num_v_heads * t in spec.shape:
+            # one value per head in a broadcast layout (KDA's A_log [1, 1, H, 1]: vLLM kda.py loads it with
+            # sharded_weight_loader(2), num_heads // tp per rank)
+            params[v] = _shard_dim(spec, spec.shape.index(g.num_v_heads * t), t, "per-head parameter", where)
 
 
 def _variance_group(n: Node, a, graph: Graph) -> str | None:
