@@ -60,6 +60,8 @@ class KvKind(str, Enum):
 DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py)
 MLA_BLOCK_SIZE = 64  # FlashMLA's only kernel block size (vllm/v1/attention/backends/mla/flashmla.py)
 V4_BLOCK_SIZE = 256  # DeepSeek-V4 (vllm/v1/attention/backends/mla/sparse_swa.py get_preferred_block_size)
+V4_SWA_BLOCK = 64  # sparse_swa.py DeepseekV4SWACache.__init__: self.block_size = 64
+V4_STATE_BLOCKS = {4: 4, 128: 8}  # model_executor/layers/deepseek_compressor.py CompressorStateCache.__init__
 
 
 def cdiv(a: int, b: int) -> int:
@@ -78,6 +80,9 @@ class LayerKv:
     # tokens per stored entry: DeepSeek-V4's compressed caches keep one entry (`bytes_per_token` bytes) per
     # `ratio` tokens (vLLM MLAAttentionSpec compress_ratio)
     ratio: int = 1
+    # a block size the engine fixes for this cache whatever the scheduler's (vLLM's DeepSeek-V4 caches: 64-token
+    # SWA blocks, 4- or 8-token compressor-state blocks); its page is padded, never grown, to the largest page
+    block_size: int | None = None
 
     @property
     def label(self) -> str:
@@ -384,14 +389,17 @@ def compressed_attention_kv(attn: CompressedAttention) -> tuple[LayerKv, ...]:
       CompressorStateCache);
     - CSA only: the indexer's key cache, fp8 index_head_dim + an fp32 scale per 128, one per `ratio`
       tokens (DeepseekV4Indexer / DeepseekV4IndexerCache), and the indexer compressor's state.
-    vLLM's DeepSeek-V4 page planning (576-B alignment, 64-token SWA blocks against 256-token compressed
-    blocks) is not modelled: the groups below page them like any other layers."""
+    Block sizes are vLLM's: 64 tokens for the window (DeepseekV4SWACache.block_size, so that its page equals a
+    256-token block of 4-token entries), the scheduler's 256 for the compressed caches, 4 (ratio 4) or 8
+    (ratio 128) tokens for the compressor state (CompressorStateCache.__init__); pages are then padded to the
+    largest. The 576-B alignment of vLLM's DeepSeek-V4 pages is not modelled."""
     from graphsim.work.attention_work import v4_entry_bytes, v4_index_entry_bytes
 
     entry = v4_entry_bytes(attn.head_dim, attn.rope_dim)
     nope = attn.head_dim - attn.rope_dim
     how = f"{nope} fp8 nope + {attn.rope_dim} × 2 B rope + {nope // 64 + 1} scale/pad B = {entry} B"
-    out = [LayerKv(KvKind.SLIDING, entry, 0, attn.window, f"sliding-window K=V: {how} a token")]
+    out = [LayerKv(KvKind.SLIDING, entry, 0, attn.window, f"sliding-window K=V: {how} a token",
+                   block_size=V4_SWA_BLOCK)]
     for c, index in ((attn.compressor, False), (attn.index_compressor, True)):
         if c is None:
             continue
@@ -402,7 +410,8 @@ def compressed_attention_kv(attn: CompressedAttention) -> tuple[LayerKv, ...]:
         state = c.state_elements_per_token * 4
         out.append(LayerKv(KvKind.SLIDING, state, 0, c.coff * c.ratio,
                            f"{'indexer ' if index else ''}compressor state: kv + score 2 × {c.proj_width} fp32 = "
-                           f"{state} B a token over a window of {c.coff * c.ratio}"))
+                           f"{state} B a token over a window of {c.coff * c.ratio}",
+                           block_size=V4_STATE_BLOCKS.get(c.ratio)))
     return tuple(out)
 
 
@@ -454,13 +463,14 @@ def _groups(layers: tuple[LayerKv, ...], block_size: int) -> tuple[tuple[KvGroup
         if attn_bs != block_size:
             notes.append(f"attention block size raised to {attn_bs} tokens so that an attention page holds one "
                          f"linear-attention state page (vLLM _align_hybrid_block_size)")
-    pages = {b: (b.state_bytes if b.kind is KvKind.STATE else b.bytes_per_token * cdiv(attn_bs, b.ratio)) for b in buckets}
+    sizes = {b: b.block_size or attn_bs for b in buckets}
+    pages = {b: (b.state_bytes if b.kind is KvKind.STATE else b.bytes_per_token * cdiv(sizes[b], b.ratio))
+             for b in buckets}
     max_page = max(pages.values())
-    sizes = {b: attn_bs for b in buckets}
     for b, page in list(pages.items()):  # unify_kv_cache_spec_page_size
         if page == max_page:
             continue
-        if b.kind is not KvKind.STATE and max_page % page == 0:
+        if b.kind is not KvKind.STATE and b.block_size is None and max_page % page == 0:
             sizes[b] = attn_bs * (max_page // page)
         pages[b] = max_page
     counts = list(buckets.values())
@@ -493,9 +503,9 @@ def kv_layout(spec: ModelSpec, precision: Precision, tp: int = 1, block_size: in
         if any(layer.ratio > 1 for layer in layers):
             block_size = V4_BLOCK_SIZE
             notes.append("block size 256: vLLM's DeepSeek-V4 backend prefers 256-token blocks "
-                         "(sparse_swa.py DeepseekSparseSWABackend.get_preferred_block_size), a whole number of "
-                         "compressed entries per block; its own page planning (64-token SWA blocks, 576-B "
-                         "alignment) is not modelled")
+                         "(sparse_swa.py DeepseekSparseSWABackend.get_preferred_block_size) for its compressed "
+                         "caches; the window (64) and compressor state (4 / 8) fix their own; the 576-B page "
+                         "alignment is not modelled")
         elif any(layer.kind is KvKind.MLA for layer in layers):
             block_size = MLA_BLOCK_SIZE
             notes.append("block size 64: vLLM's FlashMLA backend (Hopper) takes only 64-token blocks; "
