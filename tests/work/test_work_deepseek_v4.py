@@ -170,6 +170,12 @@ def test_kv_layout_of_flash_by_hand():
     # + 20·128·4096 = 3,214,336 + 12,558,336 + 1,376,256 + 2,838,528 + 344,064 + 373,760 + 10,485,760
     assert layout.bytes_for_request(4096) == 31_191_040
     assert layout.block_size == 256
+    # vLLM's block sizes: the window 64 tokens (64 × 584 = 37,376 B, the largest page: every other page is padded
+    # to it), compressor state 4 (ratio 4: 4 × 8192 = 32,768 B) and 8 tokens (ratio 128: 8 × 4096 = 32,768 B),
+    # the compressed caches 256 (64 entries × 584 = 37,376 B; the HCA cache's 2 × 584 grows to 32 × 256 tokens)
+    assert {g.page_bytes for g in layout.groups} == {37_376}
+    sizes = {(g.window, g.block_size) for g in layout.groups}
+    assert sizes == {(128, 64), (8, 4), (128, 8), (None, 256), (None, 8192)}
 
 
 def test_bad_compress_ratio_is_one_line():
