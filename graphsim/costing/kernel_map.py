@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import compressed, dsa, ssm
+from graphsim.costing import compressed, dsa, kda, ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -145,6 +145,8 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return ElementwiseKey(dsa.op_name(dsa.PREFILL, indexer_shape(a)), g.num_heads * g.head_dim, dtype)
     if is_ssm_scan(a):  # the prefill kernel's key (kernel_rows prices decode and state rows besides)
         return ElementwiseKey(ssm.op_name(ssm.PREFILL, ssm_shape(a)), ssm_shape(a).io_elements, dtype)
+    if is_kda(a):  # chunk_kda's key (kernel_rows prices fused_recurrent_kda and state rows besides)
+        return ElementwiseKey(kda.op_name(kda.PREFILL, kda_shape(a)), kda_shape(a).io_elements, dtype)
     return ElementwiseKey(elementwise_op(a), per_token_width(a), dtype)
 
 
@@ -264,6 +266,8 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
             return _attention_rows(key_for(a, dt, prefill=False), key_for(a, dt, prefill=True), arr)
         if is_ssm_scan(a):
             return _ssm_rows(a, arr, dt)
+        if is_kda(a):
+            return _kda_rows(a, arr, dt)
         key = key_for(a, dt)
     except NoKernelKey as e:  # e.g. a bool mask op of the eager target: reported missing
         return KernelRows(missing=str(e))
@@ -316,6 +320,31 @@ def _ssm_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
             width = shape.state_elements if kernel == ssm.PREFILL_STATE else shape.io_elements
             key = ElementwiseKey(ssm.op_name(kernel, shape), width, dtype)
             parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+    return KernelRows(tuple(parts))
+
+
+def is_kda(a: KernelAttrs) -> bool:
+    """A Kimi Delta Attention kernel (priced per decode token, prefill-step token and sequence: costing/kda.py)."""
+    return isinstance(a.geometry, LinearAttentionGeometry) and a.geometry.kind == "kda"
+
+
+def kda_shape(a: KernelAttrs) -> kda.KdaShape:
+    g = a.geometry_as(LinearAttentionGeometry)
+    return kda.KdaShape(heads=g.num_v_heads, k_dim=g.k_head_dim, v_dim=g.v_head_dim,
+                        chunk=g.chunk_size or kda.DEFAULT_CHUNK, state_dtype=g.state_dtype or "f32")
+
+
+def _kda_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """fused_recurrent_kda rows in decode-only steps; chunk_kda rows for every token and state rows for every
+    sequence of a step with a prefill (costing/kda.py rows_per_step)."""
+    shape, dtype = kda_shape(a), dt.of(a.dtype)
+    parts = []
+    for kernel, rows in kda.rows_per_step(arr.g_step, arr.g_new, arr.g_count, arr.n_steps).items():
+        steps = np.flatnonzero(rows > 0)
+        if len(steps):
+            width = shape.state_elements if kernel == kda.PREFILL_STATE else shape.io_elements
+            parts.append(KeyRows(ElementwiseKey(kda.op_name(kernel, shape), width, dtype), rows[steps].reshape(-1, 1),
+                                 steps, steps))
     return KernelRows(tuple(parts))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import compressed, dsa, ssm
+from graphsim.costing import compressed, dsa, kda, ssm
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
@@ -103,6 +103,8 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
         return _moe(c[:, 0], key)
     if isinstance(key, ElementwiseKey):
         scan = ssm.work(key.op, c[:, 0], key.dtype.activation_bytes)  # Mamba2 scan rows (costing/ssm.py)
+        if scan is None:
+            scan = kda.work(key.op, c[:, 0], key.dtype.activation_bytes)  # Kimi Delta Attention rows (costing/kda.py)
         if scan is None:
             scan = dsa.work(key.op, c[:, 0])  # DSA indexer rows (costing/dsa.py)
         if scan is None:

@@ -15,6 +15,8 @@ state, and applies vLLM's per-rank cache shapes to their attributes:
 - `Op.LINEAR_ATTENTION` "gated_delta_rule": recurrent state `num_v_heads / tp × k_head_dim × v_head_dim` plus
   the layer's `Op.CONV1D` state `channels / tp × (kernel_size − 1)` per request (vLLM
   `MambaStateShapeCalculator.gated_delta_net_state_shape`, vllm/model_executor/layers/mamba/mamba_utils.py).
+- `Op.LINEAR_ATTENTION` "kda" (Kimi Delta Attention): the same shapes (vLLM `kda_state_shape`), the recurrent
+  state in the node's `state_dtype` (float32: `kda_state_dtype`).
 - `Op.LINEAR_ATTENTION` "mamba2_ssd": temporal state `num_v_heads / tp × v_head_dim × k_head_dim` in the node's
   `state_dtype` plus the conv state, n_groups (`num_k_heads`) not divisible by tp extended to tp
   (`mamba2_state_shape`, `extra_groups_for_head_shards`).
@@ -124,6 +126,11 @@ def _state(node: Node, conv: Node | None, tp: int, state: DType) -> LayerKv:
         nbytes = conv_el * state.bytes_per_element + rec_el * ssm.bytes_per_element
         detail = (f"Mamba2 conv {channels // tp} × {c.kernel_size - 1} × {state.bytes_per_element:g} B + ssm {heads} "
                   f"heads × {a.v_head_dim} × {a.k_head_dim} × {ssm.bytes_per_element:g} B per request")
+    elif a.state_dtype:  # KDA: the recurrent state in its own dtype (float32: mamba_utils.py kda_state_dtype)
+        rec = DType(a.state_dtype)
+        nbytes = conv_el * state.bytes_per_element + rec_el * rec.bytes_per_element
+        detail = (f"{a.kind} conv {channels // tp} × {c.kernel_size - 1} × {state.bytes_per_element:g} B + recurrent "
+                  f"{heads} heads × {a.k_head_dim} × {a.v_head_dim} × {rec.bytes_per_element:g} B per request")
     else:
         nbytes = (rec_el + conv_el) * state.bytes_per_element
         detail = (f"recurrent {heads} heads × {a.k_head_dim} × {a.v_head_dim} + conv {channels // tp} × "

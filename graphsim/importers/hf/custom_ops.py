@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from graphsim.importers.hf.compressed_ops import compressed_patches
+from graphsim.importers.hf.kda_ops import KDA_KERNELS
 
 IMPL_NAME = "graphsim"
 
@@ -413,6 +414,7 @@ LOOP_KERNELS = {
     "torch_chunk_gated_delta_rule": _make_delta_rule(chunked=True),
     "torch_recurrent_gated_delta_rule": _make_delta_rule(chunked=False),
     "mamba2_chunk_scan": _mamba2_chunk_scan,
+    **KDA_KERNELS,  # Kimi Delta Attention (kda_ops.py)
 }
 
 
