@@ -408,12 +408,53 @@ def parse_quant_config(raw: Any, source: str = "quantization_config") -> Quantiz
                       f"compressed-tensors, awq, gptq, mxfp4); {FIX}")
 
 
+# Checkpoints that name modules their own way: the mid-key renames transformers applies when it loads them
+# (transformers conversion_mapping.py, per model_type). A quantization config names the checkpoint's modules, so
+# its patterns are renamed the same way before they are matched against the model's (transformers') module names.
+CHECKPOINT_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
+    # "deepseek_v4": WeightRenaming(r"\.attn\.", ".self_attn."), (r"\.ffn\.", ".mlp."),
+    # (r"\.indexer\.compressor\.", ".compressor.indexer."); the NVFP4 checkpoints list "layers.0.ffn.experts"
+    # and ignore "*.attn.*", "*.ffn.shared_experts.*"
+    "deepseek_v4": ((".attn.", ".self_attn."), (".ffn.", ".mlp."), (".indexer.compressor.", ".compressor.indexer.")),
+}
+_PATTERN_LISTS = ("ignore", "exclude_modules", "modules_to_not_convert")
+
+
+def _rename(pattern: str, renames: tuple[tuple[str, str], ...]) -> str:
+    # the checkpoint's names are relative to the model ("layers.0.ffn.experts"): a leading name is mid-key too
+    padded = "." + pattern
+    for old, new in renames:
+        padded = padded.replace(old, new)
+    return padded[1:]
+
+
+def _renamed(raw: Mapping[str, Any], renames: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """`raw` with its module patterns (`quantized_layers` keys, ignore / exclude lists, also under `quantization`)
+    renamed into the model's module names."""
+    def fix(d: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(d)
+        for key in _PATTERN_LISTS:
+            if isinstance(out.get(key), list):
+                out[key] = [_rename(p, renames) if isinstance(p, str) else p for p in out[key]]
+        if isinstance(out.get("quantized_layers"), Mapping):
+            out["quantized_layers"] = {_rename(k, renames): v for k, v in out["quantized_layers"].items()}
+        return out
+
+    fixed = fix(raw)
+    if isinstance(fixed.get("quantization"), Mapping):
+        fixed["quantization"] = fix(fixed["quantization"])
+    return fixed
+
+
 def raw_quantization_config(cfg: Mapping[str, Any]) -> Any:
     """A config dict's `quantization_config`, or its text_config's for multimodal configs that state it there."""
     raw = cfg.get("quantization_config")
     text = cfg.get("text_config")
     if raw is None and isinstance(text, Mapping):
         raw = text.get("quantization_config")
+    renames = CHECKPOINT_RENAMES.get(str(cfg.get("model_type", "")))
+    if isinstance(raw, Mapping) and renames:
+        raw = _renamed(raw, renames)
     if isinstance(raw, Mapping) and "expert_dtype" not in raw and str(raw.get("quant_method", "")).lower() == "fp8":
         # DeepSeek-V4: a top-level expert_dtype belongs to the quantization (DeepseekV4Config.__post_init__);
         # vLLM's DeepseekV4FP8Config takes "fp4" when a deepseek_v4 config states none

@@ -197,3 +197,24 @@ def test_fp4_experts_are_stored_as_mxfp4():
     routed = next(s for s in accounting(cfg | {"expert_dtype": "fp8"}).params().segments
                   if s.name == "layers.ffn.routed")
     assert routed.stored_bytes == 25_171_968 * 256 * 43
+
+
+def test_nvfp4_checkpoint_names_are_renamed_to_the_model_modules():
+    # NVIDIA's NVFP4 DeepSeek-V4 (modelopt MIXED_PRECISION) names modules as the checkpoint does
+    # ("layers.0.ffn.experts"; ignore "*.attn.*", "*.ffn.shared_experts.*"); transformers loads them renamed
+    # (conversion_mapping.py deepseek_v4: .attn. → .self_attn., .ffn. → .mlp.), and so are the patterns
+    from graphsim.quantization import WeightFormat, parse_quantization
+
+    quant = {"quant_method": "fp8", "quant_algo": "MIXED_PRECISION", "group_size": 16,
+             "ignore": ["*.attn.*", "*.ffn.shared_experts.*", "head", "mtp.*"],
+             "quantized_layers": {"layers.0.ffn.experts": {"quant_algo": "NVFP4", "group_size": 16}}}
+    q = parse_quantization({"model_type": "deepseek_v4", "quantization_config": quant})
+    assert q is not None
+    scheme = q.scheme_for("model.layers.0.mlp.experts.gate_proj")
+    assert scheme is not None and scheme.format is WeightFormat.NVFP4
+    assert q.scheme_for("model.layers.0.self_attn.q_b_proj") is None  # "*.attn.*" kept unquantized
+    assert q.scheme_for("model.layers.0.mlp.shared_experts.up_proj") is None
+    assert q.scheme_for("model.layers.1.mlp.experts.gate_proj") is None  # only layer 0 listed here
+    # without the model_type the names stay as written and match nothing of the model
+    q = parse_quantization({"quantization_config": quant})
+    assert q is not None and q.scheme_for("model.layers.0.mlp.experts.gate_proj") is None
