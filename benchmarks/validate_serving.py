@@ -72,6 +72,7 @@ MODELS = {
     "Qwen3-14B": str(CONFIGS / "Qwen3-14B"),
     "Qwen3-32B": "qwen3-32b",
     "DeepSeek-R1-0528": "deepseek-r1",  # the 0528 update kept DeepSeek-R1's config.json geometry (catalog entry)
+    "Qwen3-235B-A22B-Instruct-2507": str(CONFIGS / "Qwen3-235B-A22B-Instruct-2507"),
     "gpt-oss-120b": "gpt-oss-120b",
 }
 # The runs' GPUs → (graphsim's --gpu, aiconfigurator's system for the tables). No A100 40GB spec or tables: priced as
