@@ -8,8 +8,10 @@ The runs are facts stored under benchmarks/data/ (settings, measured metrics and
 on one node and TP2 across two nodes, Qwen2.5-32B at TP1/TP2, Qwen2-72B at TP2, gpt-oss-120b at TP4;
 `benchmarks/data/kvcached_h100_qwen3_0.6b.json`: vLLM 0.19.0 on one H100, Qwen3-0.6B, the vllm bench serve
 result files of kvcached's vanilla runs, at rate inf and 16; `benchmarks/data/gpustack_performance_lab.json`:
-vLLM 0.11.0 on one H100 or A100 80GB, Qwen3-14B and Qwen3-32B with vLLM's defaults, GPUStack's performance-lab
-baselines at 32000/100, 4000/200, 2000/100 and 128/4 tokens, rate inf). For each run the harness
+GPUStack's performance-lab baselines with vLLM's defaults, held out: vLLM 0.11.0 with Qwen3-14B and Qwen3-32B on one
+H100 or A100 80GB, Qwen3-235B-A22B-Instruct-2507 on 8 H100 / 8 A100 at TP8, DeepSeek-R1-0528 on 8 H200 at TP8, and
+vLLM 0.13.0 with DeepSeek-V3.2 on 8 H200 at TP8; 32000/100, 4000/200, 2000/100 and 128/4 tokens, rate inf). For each
+run the harness
 
 1. plans the deployment with the run's own numbers: GPU, TP, `--max-model-len`, the available KV cache
    memory its startup log printed (`--kv-memory`; without a log, its `--gpu-memory-utilization`), vLLM's
@@ -73,6 +75,7 @@ MODELS = {
     "Qwen3-32B": "qwen3-32b",
     "DeepSeek-R1-0528": "deepseek-r1",  # the 0528 update kept DeepSeek-R1's config.json geometry (catalog entry)
     "Qwen3-235B-A22B-Instruct-2507": str(CONFIGS / "Qwen3-235B-A22B-Instruct-2507"),
+    "DeepSeek-V3.2": str(CONFIGS / "DeepSeek-V3.2"),
     "gpt-oss-120b": "gpt-oss-120b",
 }
 # The runs' GPUs → (graphsim's --gpu, aiconfigurator's system for the tables). No A100 40GB spec or tables: priced as

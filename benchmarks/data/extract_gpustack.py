@@ -17,10 +17,10 @@ four random-dataset workloads. What each page states, with the page line it was 
   input" / "4K" / "2K" / "128".
 
 Only the pages whose serving command is vLLM with no option other than the model and `-tp` (so the engine's
-defaults are the deployment) and whose model graphsim has a config for are taken (PAGES below). Not taken: the
+defaults are the deployment; DeepSeek-V3.2's page adds front-end options only) and whose model graphsim has a config for are taken (PAGES below). Not taken: the
 gpt-oss-20b / gpt-oss-120b pages (reasoning models whose outputs end at EOS long before the requested length:
 52,309 of 100,000 tokens in the 4K run on H100), GLM-4.5-Air / GLM-4.6 / GLM-5.2 and Qwen3.5 (no config here),
-DeepSeek-V3.2 (sparse attention), and every ShareGPT run (the dataset file is not here; the harness replays random
+and every ShareGPT run (the dataset file is not here; the harness replays random
 prompts only).
 """
 
@@ -34,8 +34,8 @@ from pathlib import Path
 REPO = "https://github.com/gpustack/gpustack"
 
 # Page → the deployment it states. tp: the serving command's -tp (none: 1); max_model_len: vLLM's default, the
-# model's max_position_embeddings (config.json: 40960 for Qwen3-14B / Qwen3-32B, 163840 for DeepSeek-R1-0528, 262144
-# for Qwen3-235B-A22B-Instruct-2507).
+# model's max_position_embeddings (config.json: 40960 for Qwen3-14B / Qwen3-32B, 163840 for DeepSeek-R1-0528 and
+# DeepSeek-V3.2, 262144 for Qwen3-235B-A22B-Instruct-2507).
 PAGES = {
     1: {"page": "qwen3-14b/h100.md", "tp": 1, "max_model_len": 40960,
         "model": "Qwen3-14B", "hf": "Qwen/Qwen3-14B", "gpu": "H100 80GB",
@@ -60,6 +60,10 @@ PAGES = {
     7: {"page": "qwen3-235b-a22b/a100.md", "model": "Qwen3-235B-A22B-Instruct-2507",
         "hf": "Qwen/Qwen3-235B-A22B-Instruct-2507", "gpu": "A100 80GB", "tp": 8, "max_model_len": 262144,
         "hardware": "8 × NVIDIA A100 SXM 80GB GPUs on a single node."},
+    8: {"page": "deepseek-v3.2/h200.md", "model": "DeepSeek-V3.2", "hf": "deepseek-ai/DeepSeek-V3.2", "gpu": "H200 141GB",
+        "tp": 8, "max_model_len": 163840, "hardware": "8 × NVIDIA H200 SXM GPUs on a single node.",
+        # front-end options only: how the API server tokenizes chat messages and splits reasoning from the answer
+        "front_end_options": "--tokenizer-mode deepseek_v32 --reasoning-parser deepseek_v3"},
 }
 # "# random <label> input" → (input len, output len) from the page's "Benchmark Dataset" list, and the prompts sent:
 # 500 for 4K is the page's command; 100 / 500 / 1000 for 32K / 2K / 128 are what every such run of the lab's pages
@@ -106,7 +110,7 @@ def baseline_runs(lines: list[str]) -> list[tuple[str, int, dict[str, float]]]:
     for i in range(start, end - 1):
         m = re.match(r"\s*# random (\S+) input", lines[i])
         if m:
-            label, at, res = m.group(1), i + 1, {}
+            label, at, res = m.group(1).upper(), i + 1, {}
             continue
         m = re.match(r"\s*([A-Za-z0-9 ()/]+?):\s+([0-9.]+)\s*$", lines[i])
         if m and label and m.group(1) in RESULT_KEYS:
@@ -149,7 +153,8 @@ def main() -> None:
         hw = line_of(lines, re.escape(p["hardware"]))
         ver_line = line_of(lines, r"^- vLLM: v")
         version = lines[ver_line - 1].split("v", 2)[-1].strip()
-        tp_opt = f" -tp {p['tp']}" if p["tp"] > 1 else ""
+        tp_opt = (f" -tp {p['tp']}" if p["tp"] > 1 else "") + (" " + p["front_end_options"] if "front_end_options" in p
+                                                               else "")
         serve = line_of(lines, r"vllm serve " + re.escape(p["hf"] + tp_opt) + r"\s*$",
                         line_of(lines, "Baseline serving script"))
         url = f"{REPO}/blob/{commit}/docs/performance-lab/{p['page']}"
@@ -157,7 +162,7 @@ def main() -> None:
         test = {"model": p["model"], "tp": p["tp"], "nodes": 1, "gpu": p["gpu"], "gpu_memory_utilization": 0.9,
                 "max_model_len": p["max_model_len"], "vllm": version, "log": f"{url}#L{hw}",
                 "note": (f"hardware (L{hw}): {p['hardware']!r}; vLLM v{version} (L{ver_line}); serving command "
-                         f"(L{serve}): 'vllm serve {p['hf']}{tp_opt}' with no other option, so TP {p['tp']}, "
+                         f"(L{serve}): 'vllm serve {p['hf']}{tp_opt}' with no other engine option, so TP {p['tp']}, "
                          f"--gpu-memory-utilization 0.9 and --max-model-len {p['max_model_len']} "
                          "(max_position_embeddings) are vLLM's defaults; no startup log published: the KV cache is "
                          "graphsim's budget at 0.9")}

@@ -81,4 +81,8 @@ def test_stored_facts_match_the_pages():
     t = doc["tests"]["5"]
     assert (t["tp"], t["gpu"], t["vllm"], t["max_model_len"]) == (8, "H200 141GB", "0.11.0", 163840)
     assert doc["tests"]["1"]["vllm"] == "0.11.0" and doc["tests"]["1"]["tp"] == 1
+    # deepseek-v3.2/h200.md heads its long run "# random 32k input" (lower case) and runs vLLM v0.13.0
+    assert runs["gps-t8-32k"]["bench"]["random_input_len"] == 32000 and doc["tests"]["8"]["vllm"] == "0.13.0"
+    # qwen3-235b-a22b/h100.md's 128-token run: 984 successful requests of the 1000 sent
+    assert runs["gps-t6-128"]["incomplete"].startswith("984 of 1000")
     assert all(r["source"].startswith(f"{x}/blob/{doc['commit']}/") for r in doc["runs"] for x in [doc["source"]])

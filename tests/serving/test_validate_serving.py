@@ -42,7 +42,7 @@ def test_left_out_runs_say_why(benchmark_script):
 def test_stored_runs_are_complete_facts(benchmark_script):
     h = benchmark_script("validate_serving")
     runs, tests = h.load_runs()
-    assert len(runs) == 115  # 81 dennislee22 runs + 6 kvcached runs + 28 GPUStack performance-lab runs
+    assert len(runs) == 119  # 81 dennislee22 runs + 6 kvcached runs + 32 GPUStack performance-lab runs
     for r in runs:
         t = tests[r["test_key"]]
         assert t["model"] in h.MODELS and t["gpu"] in h.GPU
