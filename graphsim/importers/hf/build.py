@@ -12,6 +12,7 @@ import torch
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.importers.hf import custom_ops
+from graphsim.importers.hf.wrappers import unknown_wrapper_text_config
 from graphsim.quantization import parse_quant_config, raw_quantization_config
 
 _TORCH_DTYPES = {
@@ -79,6 +80,7 @@ def make_hf_config(cfg: dict[str, Any]):
     raw = copy.deepcopy(cfg)
     raw.pop("quantization_config", None)  # weights are never loaded; quantisation is priced later
     model_type = raw.pop("model_type")
+    model_type = _transformers_model_type(arch, model_type)
     try:
         hf_cfg = AutoConfig.for_model(model_type, **raw)
     except ValueError as e:
@@ -97,10 +99,36 @@ def make_hf_config(cfg: dict[str, Any]):
     return hf_cfg
 
 
+def transformers_class_name(arch: str) -> str:
+    """The transformers class a checkpoint's `architectures[0]` spelling is built as: the accountant's alias table
+    (graphsim.work.registry.TRANSFORMERS_CLASS: MiniMax-M3's remote-code MiniMaxM3ForCausalLM is transformers'
+    MiniMaxM3VLForCausalLM, MiniMax-Text-01's MiniMaxText01ForCausalLM is MiniMaxForCausalLM), else itself."""
+    from graphsim.work.registry import TRANSFORMERS_CLASS
+
+    return TRANSFORMERS_CLASS.get(arch, arch)
+
+
+def _transformers_model_type(arch: str, model_type: str) -> str:
+    """The model_type to build the config with. A checkpoint's own model_type may be unknown to transformers while
+    the class it names is one transformers has (remote code reusing a class: Kimi-K2's "kimi_k2" with
+    DeepseekV3ForCausalLM; an aliased spelling: MiniMax-M3's "minimax_m3"): the class's config class's model_type,
+    as transformers itself would build that class."""
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    if model_type in CONFIG_MAPPING:
+        return model_type
+    cls = getattr(transformers, transformers_class_name(arch), None)
+    if not isinstance(cls, type) or getattr(cls, "config_class", None) is None:
+        return model_type
+    return str(getattr(cls.config_class, "model_type", model_type))
+
+
 def model_class(arch: str):
     import transformers
     from transformers.models.auto import modeling_auto
 
+    arch = transformers_class_name(arch)
     cls = getattr(transformers, arch, None)
     if cls is None or not isinstance(cls, type):
         raise UnsupportedArchitectureError(
@@ -136,8 +164,10 @@ def text_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
-    """Construct the model on the meta device with graphsim's semantic attention and experts."""
+    """Construct the model on the meta device with graphsim's semantic attention and experts (a wrapper class
+    transformers lacks around a language model it has: that language model, wrappers.py)."""
     custom_ops.register()
+    cfg = unknown_wrapper_text_config(cfg) or cfg
     arch = check_config(cfg)
     quant = quantization_of(cfg)
     hf_cfg = make_hf_config(cfg)
