@@ -40,10 +40,11 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   token at d = 512: fp8 nope, bf16 rope, scales) read for min(p, W − 1) positions and written for
   min(n, W − 1); the compressed cache (the same 584 B an entry) read for the visible cached entries
   (CSA: at most n·k) and written for the entries emitted; the indexer's key cache (fp8 + fp32 scale
-  per 128) likewise over all cached entries; the compressors' fp32 carried state
-  (`KvCompressor.carried_state_elements`) read when p > 0 and written once per sequence. The
+  per 128) likewise over all cached entries; the compressors' fp32 state (`KvCompressor.state_written`
+  / `state_read`: a token's kv and score are stored once if a later step needs them, and read back once,
+  by the step whose window closes). The
   hyper-connection mixing around each block (4 × 4 stream mixes, the Sinkhorn projection) is
-  elementwise and not counted; its weight matmul is (`layers.ffn.hc`).
+  elementwise and not counted; their weight matmuls are (`layers.attn.hc`, `layers.ffn.hc`).
 - Mamba-1 (selective scan; Gu & Dao 2023, arXiv:2312.00752 §3, Algorithm 2): per token the state h
   (d_inner × d_state) takes the update dt·x ⊗ B (2·d_inner·d_state) and the output reads it with C
   (2·d_inner·d_state): 4·d_inner·d_state, Mamba2's count with d_inner = H·d_head (the decay
@@ -202,8 +203,8 @@ def _compressed_core(attn: CompressedAttention, n: int, p: int, c: int) -> CoreW
             read += closed_entries(p, ix.ratio) * index_entry
             written += (closed_entries(p + n, ix.ratio) - closed_entries(p, ix.ratio)) * index_entry
             state.append(ix)
-        for s in state:  # the compressors' fp32 carried state (kv + score of tokens in open windows)
-            read += (s.carried_state_elements(p) * 4 if p > 0 else 0)
-            written += s.carried_state_elements(p + n) * 4
+        for s in state:  # the compressors' fp32 state: written once for later steps, read back when a window closes
+            read += s.state_read(p, n) * 4
+            written += s.state_written(p, n) * 4
     flops += 2 * pairs * h * 2 * d  # scores and values, both over the shared K = V of width d
     return CoreWork(flops * c, read * c, written * c)

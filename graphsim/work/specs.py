@@ -476,15 +476,27 @@ class KvCompressor:
         """fp32 kv + score state one source token keeps until its window(s) close."""
         return 2 * self.coff * self.head_dim
 
-    def carried_state_elements(self, position: int) -> int:
-        """State elements a request carries after `position` tokens: the open window's tokens (full
-        width) and, with overlap, the last closed window's first series (kv + score, head_dim each),
-        which the next entry pools."""
-        open_tokens = position % self.ratio
-        carried = open_tokens * self.state_elements_per_token
-        if self.overlap and position >= self.ratio:
-            carried += self.ratio * 2 * self.head_dim
-        return carried
+    def state_written(self, cached: int, new: int) -> int:
+        """fp32 state elements a step of `new` tokens after `cached` must store for later steps: each new token
+        in the window still open at the step's end (full width) and, with overlap, each new token of the last
+        closed window (its first series, kv + score of head_dim each, which the next entry pools)."""
+        end = cached + new
+        closed = end // self.ratio * self.ratio
+        written = (end - max(cached, closed)) * self.state_elements_per_token
+        if self.overlap and closed:
+            written += max(0, closed - max(cached, closed - self.ratio)) * 2 * self.head_dim
+        return written
+
+    def state_read(self, cached: int, new: int) -> int:
+        """fp32 state elements of earlier steps a step reads back: only when a window closes in it, the cached
+        tokens of that window (full width) and, with overlap, the window before's first series."""
+        first = cached // self.ratio  # the window the first new token falls in
+        if (cached + new) // self.ratio == first:
+            return 0  # no window closes in this step
+        read = (cached - first * self.ratio) * self.state_elements_per_token
+        if self.overlap and first:
+            read += self.ratio * 2 * self.head_dim
+        return read
 
 
 @dataclass(frozen=True)

@@ -130,12 +130,20 @@ def test_decode_core_work_by_hand():
     # pooling; the indexer scores 1024 entries × 64 heads × (2·128 + 2) = 16,908,288.
     assert core.flops == 83_886_080 + 16_908_288
     # read: 127 sliding entries × 584 B = 74,168; min(1024, 1·512) compressed × 584 = 299,008; 1024 index keys
-    # × (128 + 4) = 135,168; the compressors' carried state at p = 4096 (no open window; the last window's
-    # first series, 4 tokens × (512 kv + 512 score), and 4 × (128 + 128) for the indexer) × 4 B = 16,384 + 4,096
-    assert core.state_read_bytes == 74_168 + 299_008 + 135_168 + 16_384 + 4_096
-    # written: the new token's sliding entry 584; carried state at 4097: 1 open token × 2·2·512 + 4 × 1024
-    # = 6,144 elements → 24,576 B; indexer 1 × 2·2·128 + 4 × 256 = 1,536 → 6,144 B
-    assert core.state_write_bytes == 584 + 24_576 + 6_144
+    # × (128 + 4) = 135,168; no compressor state (no window closes: 4097 // 4 = 4096 // 4)
+    assert core.state_read_bytes == 74_168 + 299_008 + 135_168
+    # written: the new token's sliding entry 584; its compressor state, kv + score of both series,
+    # 2·2·512 fp32 = 8,192 B, and the indexer's 2·2·128 fp32 = 2,048 B (needed until its window closes)
+    assert core.state_write_bytes == 584 + 8_192 + 2_048
+    # the step that closes the window (p = 4099): reads back the 3 cached tokens' state (3 × 2,048 elements)
+    # and the window before's first series (4 × (512 + 512)), × 4 B = 24,576 + 16,384; the indexer's
+    # 3 × 512 + 4 × 256 = 2,560 elements → 10,240 B; nothing of the closed window stays but its first series
+    # for the next entry: the new token's 2 × 512 → 4,096 B (+ 2 × 128 → 1,024 B for the indexer)
+    assert isinstance(attn, CompressedAttention)
+    comp, ix = attn.compressor, attn.index_compressor
+    assert comp is not None and ix is not None
+    assert (comp.state_read(4099, 1), ix.state_read(4099, 1)) == (3 * 2048 + 4 * 1024, 3 * 512 + 4 * 256)
+    assert (comp.state_written(4099, 1), ix.state_written(4099, 1)) == (1024, 256)
 
 
 def test_prefill_pooling_and_hca_pairs_by_hand():
