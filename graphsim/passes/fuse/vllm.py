@@ -43,11 +43,15 @@ A = TypeVar("A")
 
 # model_executor/models/llama.py LlamaForCausalLM.packed_modules_mapping (same in qwen2/qwen3/
 # mistral/mixtral/…); model_executor/models/deepseek_v2.py fuses q_a_proj + kv_a_proj_with_mqa
-# into `fused_qkv_a_proj` when q_lora_rank is set.
+# into `fused_qkv_a_proj` when q_lora_rank is set; models/qwen3_5.py Qwen3_5Model.load_weights
+# (stacked_params_mapping, without LoRA) loads Qwen3.5's in_proj_qkv + in_proj_z into one
+# `in_proj_qkvz` and in_proj_b + in_proj_a into one `in_proj_ba` (GatedDeltaNetAttention).
 PACKED = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
     "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
+    "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"),
+    "in_proj_ba": ("in_proj_b", "in_proj_a"),
 }
 
 

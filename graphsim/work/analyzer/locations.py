@@ -4,8 +4,8 @@ A location is named `<region>/<scope role>/<kernel>`: the fold region (layer tag
 `full.moe`, or `outside` before and after the layers), the kernel's module scope relative to its
 layer (`self_attn`, `mlp.experts`, `input_layernorm`; `[layer]` for the layer itself, `[stack]`
 for a kernel whose ops span two layers, e.g. an input norm fused with the previous layer's residual
-add; the full scope outside the layers), and the name the fuse pass gave the kernel
-(`qkv_proj`, `fused_moe`). A kernel that repeats with the same role and name within a region gets
+add; the full scope outside the layers, the text model holding the layers called `model`), and the
+name the fuse pass gave the kernel (`qkv_proj`, `fused_moe`). A kernel that repeats with the same role and name within a region gets
 `#2`, `#3`, … in order. Names depend on how the fuse pass names kernels and on the module tree,
 never on the model's name.
 
@@ -22,9 +22,20 @@ LAYER_ROLE = "[layer]"
 STACK_ROLE = "[stack]"
 
 
+TEXT_MODEL = "model"  # the text model's scope outside the layers, whatever wrapper holds it
+
+
 def scope_role(scope: str, layer_stack: str, in_layer: bool) -> str:
-    """The scope relative to its decoder layer (`model.layers.3.mlp.gate` → `mlp.gate`)."""
+    """The scope relative to its decoder layer (`model.layers.3.mlp.gate` → `mlp.gate`).
+
+    Outside the layers the scope is kept whole, except that the text model holding the layer stack is
+    always called `model`: a multimodal wrapper's `model.language_model.embed_tokens` (Qwen3-VL, Qwen3.5,
+    Gemma-4: transformers' `*ForConditionalGeneration` holds the decoder as `model.language_model`) is
+    `model.embed_tokens`, as in the plain causal LM, so one map serves both spellings of one decoder."""
     if not in_layer:
+        root = layer_stack.rpartition(".")[0]
+        if root and root != TEXT_MODEL and (scope == root or scope.startswith(root + ".")):
+            scope = TEXT_MODEL + scope[len(root):]
         return scope or "[model]"
     m = re.match(re.escape(layer_stack) + r"(?:\.(\d+))?(?:\.(.+))?$", scope) if layer_stack else None
     if m is None:
