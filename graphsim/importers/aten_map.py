@@ -37,7 +37,7 @@ ATEN_OPS: dict[str, Op] = {
     "argmax": Op.MAX, "any": Op.MAX, "all": Op.MAX, "prod": Op.SUM,
     # data movement
     "view": Op.VIEW, "_unsafe_view": Op.VIEW, "reshape": Op.VIEW, "flatten": Op.VIEW,
-    "unflatten": Op.VIEW, "transpose": Op.TRANSPOSE, "t": Op.TRANSPOSE, "permute": Op.PERMUTE,
+    "unflatten": Op.VIEW, "transpose": Op.TRANSPOSE, "t": Op.TRANSPOSE, "numpy_T": Op.TRANSPOSE, "permute": Op.PERMUTE,
     "expand": Op.EXPAND, "expand_as": Op.EXPAND, "repeat": Op.EXPAND, "repeat_interleave": Op.EXPAND,
     "slice": Op.SLICE, "narrow": Op.SLICE, "select": Op.SELECT, "cat": Op.CAT, "stack": Op.CAT,
     "split": Op.SPLIT, "split_with_sizes": Op.SPLIT, "chunk": Op.SPLIT, "unbind": Op.SPLIT,

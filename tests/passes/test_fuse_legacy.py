@@ -40,6 +40,17 @@ TINY = {
             "word_embed_proj_dim": 64, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1},
     "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_head": 4,
               "n_layer": 2, "vocab_size": 96, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1},
+    # Falcon-40B's layout (new_decoder_architecture: GQA, two parallel norms) and Falcon-7B's (multi-query,
+    # parallel attention, one norm), both rotary; and an ALiBi Falcon (falcon-rw style: sequential, biases)
+    "falcon": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+               "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 96, "new_decoder_architecture": True,
+               "num_kv_heads": 2, "bos_token_id": 0, "eos_token_id": 0},
+    "falcon_mqa": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+                   "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 96, "multi_query": True,
+                   "parallel_attn": True, "bias": False, "bos_token_id": 0, "eos_token_id": 0},
+    "falcon_alibi": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
+                     "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 96, "multi_query": False,
+                     "alibi": True, "parallel_attn": False, "bias": True, "bos_token_id": 0, "eos_token_id": 0},
 }
 
 # per layer: (GEMMs, layer norms, adds, activation kernel) as vLLM's port launches them
@@ -57,6 +68,11 @@ EXPECTED = {
     # bloom.py BloomBlock.forward: input_layernorm, query_key_value, attn (ALiBi), dense, + residual,
     # post_attention_layernorm, dense_h_to_4h, gelu, dense_4h_to_h, + residual
     "bloom": (4, 2, 2, "gelu"),
+    # falcon.py FalconDecoderLayer.forward: ln_attn ‖ ln_mlp (new_decoder_architecture), query_key_value, rotary,
+    # attn, dense ‖ dense_h_to_4h, gelu, dense_4h_to_h; mlp_output += attention_output; + residual
+    "falcon": (4, 2, 2, "gelu"),
+    "falcon_mqa": (4, 1, 2, "gelu"),  # one input_layernorm shared by the parallel attention and MLP
+    "falcon_alibi": (4, 2, 2, "gelu"),  # sequential: input_layernorm, attn, + residual, post_attention_layernorm, MLP
 }
 
 
@@ -172,6 +188,40 @@ def test_bloom_alibi_op_gives_transformers_eager_logits():
             ours = model(input_ids=ids, use_cache=False).logits
     assert swapped == ["transformers.models.bloom.modeling_bloom.BloomAttention.forward"]
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["falcon", "falcon_mqa", "falcon_alibi"])
+def test_falcon_attention_op_gives_transformers_sdpa_logits(name):
+    # the reference is transformers' sdpa path: with `alibi`, FalconModel folds alibi × inv_norm_factor into the
+    # attention mask, and its eager path then adds the bias a second time in FalconAttention.forward
+    # (`attention_scores + alibi`, then `+ attention_mask`); vLLM (falcon.py) applies the scaled slopes once
+    from graphsim.importers.hf.alibi_ops import alibi_patches
+    from graphsim.importers.hf.build import make_hf_config, model_class
+
+    torch.manual_seed(0)
+    cfg = TINY[name]
+    model = model_class(cfg["architectures"][0])._from_config(make_hf_config(cfg), dtype=torch.float32,
+                                                              attn_implementation="sdpa").eval()
+    ids = torch.randint(0, 96, (1, 11))
+    with torch.no_grad():
+        ref = model(input_ids=ids, use_cache=False).logits
+        with alibi_patches(model) as swapped:
+            ours = model(input_ids=ids, use_cache=False).logits
+    assert swapped == ["transformers.models.falcon.modeling_falcon.FalconAttention.forward"]
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("name", "kv_heads", "n_rank"), [("falcon", 2, 64), ("falcon_mqa", 1, 64)])
+def test_falcon_qkv_keeps_whole_kv_heads_at_tp2(name, kv_heads, n_rank, graphs):
+    # vLLM falcon.py: query_key_value is QKVParallelLinear over total_num_kv_heads (num_kv_heads, or 1 for
+    # multi_query): at tp 2, q 64/2 = 32 plus whole KV heads: 2 heads → 1 per rank (32 + 2·16 = 64),
+    # 1 head → replicated (32 + 2·16 = 64)
+    fused = run_pipeline(graphs(name), "fold,fuse{target=vllm}").graph
+    qkv = next(n for n in _kernels(fused, 0) if n.scope.endswith("query_key_value"))
+    assert qkv.attrs_as(KernelAttrs).geometry_as(GemmGeometry).num_kv_heads == kv_heads
+    run = run_pipeline(graphs(name), "fold,fuse{target=vllm},tp{size=2}")
+    qkv = next(n for n in _kernels(run.graph, 0) if n.scope.endswith("query_key_value"))
+    assert qkv.attrs_as(KernelAttrs).geometry_as(GemmGeometry).n == n_rank
 
 
 def test_predict_gpt2_decode_has_no_elementwise_kernel_with_matmul_work(tmp_path):

@@ -83,7 +83,7 @@ def _trace_failure(architecture: str, error: Exception) -> str:
 
 
 def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> tuple[Graph, ImportReport]:
-    from graphsim.importers.hf.alibi_ops import alibi_patches
+    from graphsim.importers.hf.alibi_ops import alibi_patches, register_attention_tables
     from graphsim.importers.hf.build import build_on_meta, text_model
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
     from graphsim.importers.hf.custom_ops import semantic_kernels
@@ -92,6 +92,7 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
 
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
+    register_attention_tables()
     built = build_on_meta(resolved.config, dtype)
     timings["build_s"] = time.perf_counter() - t0
 

@@ -16,24 +16,36 @@ output projection and residual add as its module does. The slopes are computed i
 
 The reference CPU kernel adds `slope_h · j` (key position j) to the scores, BLOOM's bias (`build_alibi_tensor`:
 slopes × the cumulative key position; a per-query constant shift would not change the softmax), so a tiny random
-model gives transformers' eager logits (tests/importers/test_alibi.py).
+model gives transformers' eager logits (tests/passes/test_fuse_legacy.py).
+
+Falcon (`FalconAttention`, recognised by its fused `query_key_value`, `dense`, head counts and layout flags) picks its
+attention class from `FALCON_ATTENTION_CLASSES` by `config._attn_implementation`, which has no `graphsim` entry;
+`register_attention_tables` adds one (its eager class) so the model builds, and its forward is swapped the same way:
+its real KV heads (multi-query: 1; `new_decoder_architecture`: `num_kv_heads`, which its `_split_heads` broadcasts to
+every query head), RoPE then `graphsim::attention`, or `graphsim::alibi_attention` (tiny Falcons give transformers'
+sdpa logits, same test file).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import types
 from collections.abc import Iterator
 
 import torch
 
+from graphsim.importers.hf.custom_ops import IMPL_NAME
+
 
 @torch.library.custom_op("graphsim::alibi_attention", mutates_args=())
 def alibi_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor,
                        scale: float) -> torch.Tensor:
-    """q, k, v [B,H,S,D], slopes [H] → [B,S,H,D]: causal softmax(q·kᵀ·scale + slope_h·j) · v."""
-    s = q.shape[2]
+    """q [B,H,S,D], k, v [B,KVH,S,D], slopes [H] → [B,S,H,D]: causal softmax(q·kᵀ·scale + slope_h·j) · v."""
+    s, h = q.shape[2], q.shape[1]
+    k = k.repeat_interleave(h // k.shape[1], dim=1)
+    v = v.repeat_interleave(h // v.shape[1], dim=1)
     scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
     j = torch.arange(k.shape[2], device=q.device, dtype=torch.float32)
     scores = scores + slopes.float().reshape(1, -1, 1, 1) * j.reshape(1, 1, 1, -1)
@@ -82,12 +94,68 @@ def _alibi_attention_forward(self, hidden_states, residual, alibi, attention_mas
     return self.dense(context.reshape(b, s, -1)) + residual, None  # dropout_add at inference: the add
 
 
+def _is_falcon_attention(m: torch.nn.Module) -> bool:
+    """Falcon's attention (models/falcon/modeling_falcon.py `FalconAttention`): a fused `query_key_value`, `dense`,
+    the head counts and the two layout flags `_split_heads` reads."""
+    return (isinstance(getattr(m, "query_key_value", None), torch.nn.Linear)
+            and isinstance(getattr(m, "dense", None), torch.nn.Linear)
+            and all(isinstance(getattr(m, a, None), int) for a in ("num_heads", "num_kv_heads", "head_dim"))
+            and all(isinstance(getattr(m, a, None), bool) for a in ("new_decoder_architecture", "multi_query"))
+            and callable(getattr(m, "_split_heads", None)))
+
+
+def _falcon_attention_forward(self, hidden_states, alibi, attention_mask, position_ids=None, layer_past=None,
+                              use_cache=False, output_attentions=False, position_embeddings=None, **kwargs):
+    """FalconAttention.forward with its real KV heads (its `_split_heads` broadcasts them to every query head under
+    `new_decoder_architecture`; vLLM falcon.py `FalconAttention` keeps `total_num_kv_heads`) and one attention node:
+    `graphsim::attention` after RoPE, or `graphsim::alibi_attention` with the slopes scaled by `inv_norm_factor`
+    (transformers adds ALiBi before that scale; vLLM falcon.py: `alibi_slopes = _get_alibi_slopes(...) *
+    self.inv_norm_factor`)."""
+    fused = self.query_key_value(hidden_states)
+    b, s, _ = fused.shape
+    h, d = self.num_heads, self.head_dim
+    if self.new_decoder_architecture:
+        qkv = fused.view(b, s, -1, h // self.num_kv_heads + 2, d)
+        q, k, v = qkv[:, :, :, :-2].reshape(b, s, h, d), qkv[:, :, :, -2], qkv[:, :, :, -1]
+    elif self.multi_query:
+        qkv = fused.view(b, s, h + 2, d)
+        q, k, v = qkv[:, :, :-2], qkv[:, :, -2:-1], qkv[:, :, -1:]
+    else:
+        qkv = fused.view(b, s, h, 3, d)
+        q, k, v = qkv[..., 0, :], qkv[..., 1, :], qkv[..., 2, :]
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    if alibi is None:
+        rope = sys.modules[type(self).__module__].apply_rotary_pos_emb  # the modelling file's own RoPE
+        assert position_embeddings is not None, "Falcon's rotary attention is called with its cos/sin tables"
+        cos, sin = position_embeddings
+        q, k = rope(q, k, cos, sin)
+        out = torch.ops.graphsim.attention(q, k, v, None, float(self.inv_norm_factor), True, 0, 0.0, 0, 0, None)
+    else:
+        slopes = alibi_slopes(h, q.device) * float(self.inv_norm_factor)
+        out = torch.ops.graphsim.alibi_attention(q, k, v, slopes, float(self.inv_norm_factor))
+    return self.dense(out.reshape(b, s, h * d)), None
+
+
+def register_attention_tables() -> None:
+    """Modelling files that pick their attention class from a table keyed by `config._attn_implementation` (Falcon's
+    `FALCON_ATTENTION_CLASSES`) get a `graphsim` entry: their eager class, whose forward `alibi_patches` swaps while
+    tracing. Without it the model cannot be built with graphsim's attention implementation."""
+    import transformers.models.falcon.modeling_falcon as falcon
+
+    falcon.FALCON_ATTENTION_CLASSES.setdefault(IMPL_NAME, falcon.FALCON_ATTENTION_CLASSES["eager"])
+
+
 @contextlib.contextmanager
 def alibi_patches(model: torch.nn.Module) -> Iterator[list[str]]:
-    """Swap each fused-QKV ALiBi attention module's forward for the semantic one; restore after."""
-    swapped = [m for m in model.modules() if _is_fused_alibi_attention(m)]
-    for m in swapped:
-        m.forward = types.MethodType(_alibi_attention_forward, m)
+    """Swap each fused-QKV attention module's forward (BLOOM's ALiBi attention, Falcon's rotary or ALiBi one) for
+    the semantic one; restore after."""
+    swapped = []
+    for m in model.modules():
+        forward = (_alibi_attention_forward if _is_fused_alibi_attention(m)
+                   else _falcon_attention_forward if _is_falcon_attention(m) else None)
+        if forward is not None:
+            m.forward = types.MethodType(forward, m)
+            swapped.append(m)
     try:
         yield sorted({f"{type(m).__module__}.{type(m).__name__}.forward" for m in swapped})
     finally:

@@ -177,6 +177,9 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
         q, k, v = _tensor(in_specs, 0, n), _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)
         sinks, scale, causal, window, softcap, lora, rope = (tuple(n.args) + (None,) * 10)[3:10]
         indices = in_specs[10] if len(in_specs) > 10 else None  # DSA: [B, S, topk] keys per query
+        blocks = in_specs[11] if len(in_specs) > 11 else None  # MiniMax-M3: [B, Hi, S, topk] blocks per query
+        if indices is None and blocks is not None and len(n.args) > 12 and _int(n.args[12]):
+            indices = TensorSpec((int(blocks.shape[-1]) * _int(n.args[12]),), blocks.dtype)  # at most topk·block keys
         return AttentionAttrs(
             num_heads=int(q.shape[1]), num_kv_heads=int(k.shape[1]), head_dim=int(q.shape[-1]),
             v_head_dim=int(v.shape[-1]), causal=bool(causal), sliding_window=_int(window) or None,
@@ -184,6 +187,10 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
             kv_lora_rank=_int(lora) or None, qk_rope_head_dim=_int(rope) or None,
             index_topk=int(indices.shape[-1]) if indices is not None else None,
         )
+    if op is Op.SPARSE_INDEXER and packet_name(n.target) == "block_indexer":
+        q = _tensor(in_specs, 0, n)  # q [B, Hi, S, D]; args: q, k, block_size, topk, local
+        return IndexerAttrs(num_heads=int(q.shape[1]), head_dim=int(q.shape[3]), topk=_int(n.args[3]),
+                            block_size=_int(n.args[2]))
     if op is Op.SPARSE_INDEXER:
         q = _tensor(in_specs, 0, n)  # q [B, S, H, D]
         return IndexerAttrs(num_heads=int(q.shape[2]), head_dim=int(q.shape[3]), topk=_int(n.args[3]))
@@ -220,25 +227,53 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
     return NoAttrs()
 
 
+_TRANSPOSES = ("t", "numpy_T", "transpose", "permute")
+
+
 def _transposed_linear(pname: str, n: torch.fx.Node, ref: Callable[[Any], list[str]],
-                       params: dict[str, TensorSpec]) -> tuple[list[str], LinearAttrs] | None:
-    """`addmm(bias, x, W)` / `mm(x, W)` with W a 2-D parameter stored [in_features, out_features] (transformers'
-    `Conv1D`: GPT-2, GPT-1, ImageGPT, Decision Transformer; pytorch_utils.py `Conv1D.forward` runs
-    `torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)`) is a projection: it becomes `Op.LINEAR` with
-    inputs `(x, W[, bias])` as `linear(x, W, bias)` orders them and its features read from W's [in, out] shape.
-    vLLM loads these weights transposed into `QKVParallelLinear` / `ColumnParallelLinear` / `RowParallelLinear`
-    ([out, in]; model_executor/models/gpt2.py `GPT2LMHeadModel.load_weights`: `loaded_weight.t()` for c_attn, c_proj,
-    c_fc), so the kernel is the same GEMM as any linear's."""
-    if pname not in ("addmm", "mm") or any(n.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or len(n.args) > 3:
+                       params: dict[str, TensorSpec]) -> tuple[list[str], LinearAttrs, torch.fx.Node | None] | None:
+    """A projection written as a matrix product with a 2-D parameter, made `Op.LINEAR` with inputs `(x, W[, bias])`
+    as `linear(x, W, bias)` orders them and its features read from W's stored layout; vLLM runs each as its parallel
+    linear's one GEMM. Two spellings:
+
+    - `addmm(bias, x, W)` / `mm(x, W)` with W stored [in_features, out_features] (transformers' `Conv1D`: GPT-2,
+      GPT-1, ImageGPT; pytorch_utils.py `Conv1D.forward` runs `torch.addmm(self.bias, x.view(-1, x.size(-1)),
+      self.weight)`); vLLM loads these weights transposed ([out, in]; model_executor/models/gpt2.py
+      `GPT2LMHeadModel.load_weights`: `loaded_weight.t()` for c_attn, c_proj, c_fc);
+    - `matmul(x, W.T)` with W stored [out, in], and its bias `+ b` when that add is the product's only user
+      (Falcon's `FalconLinear.forward`: `input @ self.weight.T` then `+ self.bias`; vLLM falcon.py builds
+      QKVParallelLinear / ColumnParallelLinear / RowParallelLinear with the bias inside). The add is returned so the
+      converter forwards it to the linear's output."""
+    if any(n.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")) or len(n.args) > 3:
         return None
-    args = [ref(a) for a in n.args[:3]]
-    x, w, b = (args[1], args[2], args[0]) if pname == "addmm" else (args[0], args[1], [])
+    if pname in ("addmm", "mm"):
+        args = [ref(a) for a in n.args[:3]]
+        x, w, b = (args[1], args[2], args[0]) if pname == "addmm" else (args[0], args[1], [])
+        if len(x) != 1 or len(w) != 1 or w[0] not in params or params[w[0]].rank != 2:
+            return None
+        if pname == "addmm" and (len(b) != 1 or b[0] not in params or params[b[0]].rank != 1):
+            return None
+        spec = params[w[0]]
+        return [x[0], w[0], *b], LinearAttrs(int(spec.shape[0]), int(spec.shape[1]), bool(b)), None
+    if pname != "matmul" or len(n.args) != 2 or not isinstance(n.args[1], torch.fx.Node):
+        return None
+    t = n.args[1]
+    if packet_name(t.target) not in _TRANSPOSES or not t.args:
+        return None
+    if packet_name(t.target) == "permute" and (len(t.args) < 2 or t.args[1] not in ([1, 0], (1, 0))):
+        return None
+    x, w = ref(n.args[0]), ref(t.args[0])
     if len(x) != 1 or len(w) != 1 or w[0] not in params or params[w[0]].rank != 2:
         return None
-    if pname == "addmm" and (len(b) != 1 or b[0] not in params or params[b[0]].rank != 1):
-        return None
     spec = params[w[0]]
-    return [x[0], w[0], *b], LinearAttrs(int(spec.shape[0]), int(spec.shape[1]), bool(b))
+    users = list(n.users)
+    add, bias = None, []
+    if len(users) == 1 and packet_name(users[0].target) == "add" and len(users[0].args) == 2:
+        other = [ref(a) for a in users[0].args if a is not n]
+        if len(other) == 1 and len(other[0]) == 1 and other[0][0] in params and params[other[0][0]].rank == 1 \
+                and params[other[0][0]].shape[0] == spec.shape[0]:
+            add, bias = users[0], other[0]
+    return [x[0], w[0], *bias], LinearAttrs(int(spec.shape[1]), int(spec.shape[0]), bool(bias)), add
 
 
 def _flatten_tensors(val: Any) -> list[Any]:
@@ -254,6 +289,7 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
     env: dict[str, str | list[str | None] | None] = {}  # fx node name → IR value name(s)
     specs: dict[str, TensorSpec] = {}
     used_names: set[str] = set()
+    folded: dict[str, str] = {}  # fx bias-add node → the fx matrix product now a linear that includes it
 
     def ref(a: Any) -> list[str]:
         if isinstance(a, torch.fx.Node):
@@ -284,6 +320,9 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
                 continue
             pname = packet_name(n.target)
             if pname in DROPPED:
+                continue
+            if n.name in folded:  # a bias add taken into its linear
+                env[n.name] = env.get(folded[n.name])
                 continue
             val = n.meta.get("val")
             inputs = [r for a in list(n.args) + list(n.kwargs.values()) for r in ref(a)]
@@ -319,9 +358,11 @@ def convert_graph(gm_graph: torch.fx.Graph, name: str, placeholders: dict[str, t
             pos_specs = [specs.get(ref(a)[0]) if ref(a) else None for a in n.args]
             attrs = _attrs(op, n, pos_specs if op in (Op.ATTENTION, Op.MOE_EXPERTS, Op.LINEAR_ATTENTION, Op.SPARSE_INDEXER,
                                                        Op.LINEAR, Op.EMBEDDING, Op.CONV1D) else in_specs, outs[0])
-            conv1d = _transposed_linear(pname, n, ref, g.params)
-            if conv1d is not None:  # a projection whose weight is stored [in, out] (transformers' Conv1D)
-                op, inputs, attrs = Op.LINEAR, conv1d[0], conv1d[1]
+            product = _transposed_linear(pname, n, ref, g.params)
+            if product is not None:  # a projection written as a matrix product with a parameter (Conv1D, FalconLinear)
+                op, inputs, attrs = Op.LINEAR, product[0], product[1]
+                if product[2] is not None:
+                    folded[product[2].name] = n.name  # its bias add: forwarded to the linear's output
             scope, cls, layer = _scope_of(n, ctx)
             g.nodes.append(Node(
                 name=base, op=op, inputs=tuple(inputs), outputs=tuple(outs), attrs=attrs, scope=scope,

@@ -212,17 +212,29 @@ def qkv_split(ctx: FuseContext, linear: Node, attrs: KernelAttrs) -> KernelAttrs
     aa = attn.attrs_as(AttentionAttrs)
     if aa.kv_lora_rank:
         return attrs
-    for v in attn.inputs[:3]:  # q, k and v each come from this linear through data movement only
-        p = ctx.producer(v)
-        while p is not None and p is not linear and p.op.group is OpGroup.DATA_MOVEMENT and p.inputs:
-            p = ctx.producer(p.inputs[0])
-        if p is not linear:
+    for v in attn.inputs[:3]:  # q, k and v each come from this linear (through views, splits and RoPE)
+        if not _reaches(ctx, v, linear, attn.scope):
             return attrs
     g = attrs.geometry_as(GemmGeometry)
     q = aa.num_heads * aa.head_dim
     if g.n != q + aa.num_kv_heads * (aa.head_dim + aa.v_head_dim) or linear.attrs_as(LinearAttrs).out_features != g.n:
         return attrs
     return attrs.with_geometry(replace(g, q_features=q, num_kv_heads=aa.num_kv_heads))
+
+
+def _reaches(ctx: FuseContext, value: str, target: Node, scope: str) -> bool:
+    """True if `value` is computed from `target`'s output by nodes of `scope` (and below) alone."""
+    todo, seen = [value], set()
+    while todo:
+        p = ctx.producer(todo.pop())
+        if p is None or p.name in seen:
+            continue
+        if p is target:
+            return True
+        seen.add(p.name)
+        if p.op is not Op.LINEAR and (p.scope == scope or p.scope.startswith(scope + ".")):
+            todo.extend(p.inputs)
+    return False
 
 
 EARLY_RULES: list[Rule] = [TORCH_LAYER_NORM]  # before the fused add + RMSNorm rule takes the add
