@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import compressed, dsa, kda, ssm
+from graphsim.costing import block_sparse, compressed, dsa, kda, ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -141,6 +141,9 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype, dt.routing.table)
     if isinstance(g, CollectiveGeometry):
         return CollectiveKey(_COLLECTIVES[a.kind], g.num_gpus, dtype)
+    if isinstance(g, IndexerGeometry) and g.block_size:  # MiniMax-M3's block indexer: its prefill scores' key
+        return ElementwiseKey(block_sparse.op_name(block_sparse.PREFILL, block_indexer_shape(a)), g.num_heads * g.head_dim,
+                              dtype)
     if isinstance(g, IndexerGeometry):  # the prefill logits' key (kernel_rows prices decode and per-token rows too)
         return ElementwiseKey(dsa.op_name(dsa.PREFILL, indexer_shape(a)), g.num_heads * g.head_dim, dtype)
     if is_ssm_scan(a):  # the prefill kernel's key (kernel_rows prices decode and state rows besides)
@@ -256,6 +259,10 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
     try:
         if a.kind is KernelKind.ATTENTION and a.geometry_as(AttentionGeometry).kv_entry_bytes:
             return _compressed_attention_rows(a, arr, dt)
+        if a.kind is KernelKind.SPARSE_INDEXER and a.geometry_as(IndexerGeometry).block_size:
+            return _block_indexer_rows(a, arr, dt)
+        if a.kind is KernelKind.ATTENTION and a.geometry_as(AttentionGeometry).index_topk and not is_mla(a):
+            return _block_sparse_attention_rows(a, arr, dt)
         if a.kind is KernelKind.SPARSE_INDEXER and a.geometry_as(IndexerGeometry).compress_ratio:
             return _indexer_rows(a, arr, dt, a.geometry_as(IndexerGeometry).compress_ratio)
         if a.kind is KernelKind.ATTENTION and a.geometry_as(AttentionGeometry).index_topk:
@@ -346,6 +353,44 @@ def _kda_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
             parts.append(KeyRows(ElementwiseKey(kda.op_name(kernel, shape), width, dtype), rows[steps].reshape(-1, 1),
                                  steps, steps))
     return KernelRows(tuple(parts))
+
+
+def block_indexer_shape(a: KernelAttrs) -> block_sparse.BlockIndexerShape:
+    g = a.geometry_as(IndexerGeometry)
+    return block_sparse.BlockIndexerShape(g.num_heads, g.head_dim, g.block_size, g.topk)
+
+
+def _block_indexer_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """MiniMax-M3's block indexer (costing/block_sparse.py): its scores over every earlier index key, per (query,
+    key) pair of prefill and of decode queries, and its per-token work."""
+    shape, dtype, n_b = block_indexer_shape(a), dt.of(a.dtype), arr.n_steps
+    dec = arr.g_new == 1
+    pairs = dsa.causal_pairs(arr.g_new, arr.g_cached) * arr.g_count
+    per_step = {
+        block_sparse.PREFILL: np.bincount(arr.g_step[~dec], weights=pairs[~dec], minlength=n_b),
+        block_sparse.DECODE: np.bincount(arr.g_step[dec], weights=pairs[dec], minlength=n_b),
+        block_sparse.TOKENS: arr.tokens,
+    }
+    parts = []
+    for kernel, rows in per_step.items():
+        steps = np.flatnonzero(rows > 0)
+        if len(steps):
+            key = ElementwiseKey(block_sparse.op_name(kernel, shape), shape.heads * shape.head_dim, dtype)
+            parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+    return KernelRows(tuple(parts))
+
+
+def _block_sparse_attention_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """GQA over each query's picked key blocks, at most `index_topk` keys (costing/block_sparse.py): decode groups
+    on the dense decode key at min(context, index_topk) keys, prefill sequences on the prefill key with
+    index_topk as its window."""
+    g = a.geometry_as(AttentionGeometry)
+    dtype, cap = dt.of(a.dtype), g.index_topk
+    decode_key = AttentionDecodeKey(g.num_heads, g.num_kv_heads, g.head_dim, dtype, dt.kv, g.window)
+    prefill_key = AttentionPrefillKey(g.num_heads, g.num_kv_heads, g.head_dim, dtype, dt.kv, cap)
+    cached = np.where(arr.g_new == 1, np.minimum(arr.g_cached, cap - 1), arr.g_cached)
+    clipped = StepArrays(arr.tokens, arr.seqs, arr.g_step, arr.g_new, cached, arr.g_count)
+    return _attention_rows(decode_key, prefill_key, clipped)
 
 
 def indexer_shape(a: KernelAttrs) -> dsa.IndexerShape:

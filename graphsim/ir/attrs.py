@@ -75,6 +75,9 @@ class IndexerAttrs:
     head_dim: int
     topk: int
     compress_ratio: int | None = None  # DeepSeek-V4: the keys are compressed entries, one per this many tokens
+    # MiniMax-M3: scores are max-pooled per block of this many keys and `topk` BLOCKS are kept per query and index
+    # head (one index head per KV group)
+    block_size: int | None = None
 
 
 @dataclass(frozen=True)

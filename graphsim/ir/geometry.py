@@ -121,6 +121,7 @@ class IndexerGeometry(Geometry):
     head_dim: int
     topk: int
     compress_ratio: int = _opt(0)  # DeepSeek-V4: keys are compressed entries, one per this many tokens
+    block_size: int = _opt(0)  # MiniMax-M3: `topk` blocks of this many keys kept per query and index head
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
+from graphsim.importers.hf.block_sparse_ops import block_keep_mask, block_sparse_patches
 from graphsim.importers.hf.compressed_ops import compressed_patches
 from graphsim.importers.hf.kda_ops import KDA_KERNELS
 
@@ -42,9 +43,13 @@ def attention_op(
     kv_lora_rank: int,
     qk_rope_head_dim: int,
     indices: torch.Tensor | None = None,
+    block_indices: torch.Tensor | None = None,
+    block_size: int = 0,
 ) -> torch.Tensor:
     """q [B,H,S,D], k [B,KVH,S,D], v [B,KVH,S,Dv] → [B,S,H,Dv]. 0 means 'not set' for ints/floats. `indices`
-    [B,S,topk] (DSA's sparse attention): each query attends only to those keys (-1 = none)."""
+    [B,S,topk] (DSA's sparse attention): each query attends only to those keys (-1 = none). `block_indices`
+    [B,Hi,S,topk] (MiniMax-M3, block_sparse_ops.py): each query head only to the keys of its index head's picked
+    blocks of `block_size` keys."""
     b, h, s, _ = q.shape
     kvh = k.shape[1]
     k = k.repeat_interleave(h // kvh, dim=1)
@@ -65,6 +70,8 @@ def attention_op(
         idx = torch.where(indices < 0, k.shape[2], indices).long()
         picked[:, :s].scatter_(-1, idx, True)
         mask = mask | ~picked[:, None, :s, : k.shape[2]]
+    if block_indices is not None:
+        mask = mask | ~block_keep_mask(block_indices, block_size, h, k.shape[2])
     scores = scores.masked_fill(mask, float("-inf"))
     if sinks is not None:
         sink = sinks.float().reshape(1, h, 1, 1).expand(b, h, s, 1)
@@ -77,7 +84,7 @@ def attention_op(
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, sinks, scale, causal, sliding_window, softcap, kv_lora_rank, qk_rope_head_dim,
-                    indices=None):
+                    indices=None, block_indices=None, block_size=0):
     b, h, s, _ = q.shape
     return q.new_empty((b, s, h, v.shape[-1]))
 
@@ -90,7 +97,8 @@ def graphsim_attention_forward(module, query, key, value, attention_mask, scalin
     out = torch.ops.graphsim.attention(
         query, key, value, s_aux, scale, causal, int(sliding_window or 0), float(softcap or 0.0),
         int(getattr(module, "kv_lora_rank", 0) or 0), int(getattr(module, "qk_rope_head_dim", 0) or 0),
-        kwargs.get("indices"),
+        kwargs.get("indices"), kwargs.get("block_indices"),
+        int(getattr(getattr(module, "indexer", None), "block_size", 0) or 0),
     )
     return out, None
 
@@ -432,8 +440,8 @@ def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
                 patched.append((mod, fn_name, getattr(mod, fn_name)))
                 setattr(mod, fn_name, repl)
     try:
-        with _dsa_patches(model) as dsa, compressed_patches(model) as compressed:
-            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed
+        with _dsa_patches(model) as dsa, compressed_patches(model) as compressed, block_sparse_patches(model) as blocks:
+            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed + blocks
     finally:
         for mod, name, orig in patched:
             setattr(mod, name, orig)

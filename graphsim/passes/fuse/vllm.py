@@ -27,6 +27,8 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.passes.fuse.vllm_block_sparse import BLOCK_SPARSE_ATTENTION, BLOCK_SPARSE_INDEXER
+from graphsim.passes.fuse.vllm_block_sparse import indexer_prep as block_indexer_prep
 from graphsim.passes.fuse.vllm_compressed import COMPRESSED_ATTENTION_TARGET
 from graphsim.passes.fuse.vllm_compressed import EARLY_RULES as COMPRESSED_EARLY_RULES
 from graphsim.passes.fuse.vllm_compressed import RULES as COMPRESSED_RULES
@@ -272,6 +274,8 @@ def _build_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     name = "mla_attention" if aa.kv_lora_rank else "flash_attn_varlen"
     if aa.index_topk:  # DSA: FlashMLA's sparse kernels over the indexer's top-k keys
         name = "flashmla_sparse"
+    if aa.index_topk and not aa.kv_lora_rank:  # MiniMax-M3: GQA over its picked key blocks (vllm_block_sparse.py)
+        name = BLOCK_SPARSE_ATTENTION
     geometry = P.attention_geometry(aa)
     if a.target == COMPRESSED_ATTENTION_TARGET:  # DeepSeek-V4 (vllm_compressed.py): FlashMLA sparse, fp8_ds_mla rows
         name, geometry = compressed_attention_kernel(aa, geometry)
@@ -289,6 +293,8 @@ ATTENTION = Rule(
 def _indexer_unit(ctx: FuseContext, n: Node) -> Candidate:
     """The indexer node with the per-token ops its module runs on q and k before scoring (RoPE, concatenation):
     vLLM's Indexer applies its rotary_emb and fp8-quantises q and k inside the same op (priced per token)."""
+    if n.attrs_as(IndexerAttrs).block_size:  # MiniMax-M3: only the ops after its q / k norms
+        return Candidate([*block_indexer_prep(ctx, n), n], {"indexer": n})
     prep = [a for a in P.ancestors_within(ctx, n, {n.scope})
             if a.op.group in (OpGroup.ELEMENTWISE, OpGroup.DATA_MOVEMENT) and a.op is not Op.LINEAR]
     return Candidate(sorted([*prep, n], key=lambda m: ctx.pos[m.name]), {"indexer": n})
@@ -354,7 +360,10 @@ def _build_indexer(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.info["indexer"]
     a = n.attrs_as(IndexerAttrs)
     geometry = IndexerGeometry(num_heads=a.num_heads, head_dim=a.head_dim, topk=a.topk,
-                               compress_ratio=a.compress_ratio or 0)
+                               compress_ratio=a.compress_ratio or 0, block_size=a.block_size or 0)
+    if a.block_size:  # MiniMax-M3's block top-k indexer (vllm_block_sparse.py), in the activation dtype
+        return KernelAttrs(KernelKind.SPARSE_INDEXER, BLOCK_SPARSE_INDEXER, geometry, ctx.spec(n.inputs[0]).dtype.value,
+                           Rows.NONE, tuple(m.name for m in c.nodes), "sparse_indexer")
     return KernelAttrs(KernelKind.SPARSE_INDEXER, "sparse_attn_indexer", geometry, "f8e4m3", Rows.NONE,
                        tuple(m.name for m in c.nodes), "sparse_indexer")
 
