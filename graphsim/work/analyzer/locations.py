@@ -46,10 +46,14 @@ def scope_role(scope: str, layer_stack: str, in_layer: bool) -> str:
 
 
 def location_ids(keys: list[tuple[str, str, str]]) -> list[str]:
-    """`region/role/kernel` per (region, role, kernel) key, with `#k` on the k-th repeat (k ≥ 2)."""
+    """`region/role/kernel` per (region, role, kernel) key, with `#k` on the k-th repeat (k ≥ 2).
+
+    A `/` inside a kernel name (DeepSeek-V4's `mhc_pre/n4.d4096`: a semantic op named with its shape) is
+    written `:`, so a location always has exactly two separators and a map's `at` stays `role/kernel`."""
     seen: dict[tuple[str, str, str], int] = {}
     out = []
-    for key in keys:
+    for region, role, kernel in keys:
+        key = (region, role, kernel.replace("/", ":"))
         seen[key] = seen.get(key, 0) + 1
         k = seen[key]
         out.append("/".join(key) + (f"#{k}" if k > 1 else ""))
