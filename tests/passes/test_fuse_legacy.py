@@ -51,6 +51,9 @@ TINY = {
     "falcon_alibi": {"architectures": ["FalconForCausalLM"], "model_type": "falcon", "hidden_size": 64,
                      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 96, "multi_query": False,
                      "alibi": True, "parallel_attn": False, "bias": True, "bos_token_id": 0, "eos_token_id": 0},
+    # MPT-7B's layout (ALiBi always, fused Wqkv, no biases)
+    "mpt": {"architectures": ["MptForCausalLM"], "model_type": "mpt", "d_model": 64, "n_heads": 4, "n_layers": 2,
+            "max_seq_len": 256, "vocab_size": 96, "bos_token_id": 0, "eos_token_id": 0},
 }
 
 # per layer: (GEMMs, layer norms, adds, activation kernel) as vLLM's port launches them
@@ -73,6 +76,8 @@ EXPECTED = {
     "falcon": (4, 2, 2, "gelu"),
     "falcon_mqa": (4, 1, 2, "gelu"),  # one input_layernorm shared by the parallel attention and MLP
     "falcon_alibi": (4, 2, 2, "gelu"),  # sequential: input_layernorm, attn, + residual, post_attention_layernorm, MLP
+    # mpt.py MPTBlock.forward: norm_1, Wqkv, attn (ALiBi), out_proj, + residual, norm_2, up_proj, gelu, down_proj, +
+    "mpt": (4, 2, 2, "gelu"),
 }
 
 
@@ -208,6 +213,23 @@ def test_falcon_attention_op_gives_transformers_sdpa_logits(name):
         with alibi_patches(model) as swapped:
             ours = model(input_ids=ids, use_cache=False).logits
     assert swapped == ["transformers.models.falcon.modeling_falcon.FalconAttention.forward"]
+    torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_mpt_alibi_op_gives_transformers_eager_logits():
+    from graphsim.importers.hf.alibi_ops import alibi_patches
+    from graphsim.importers.hf.build import make_hf_config, model_class
+
+    torch.manual_seed(0)
+    cfg = TINY["mpt"]
+    model = model_class(cfg["architectures"][0])._from_config(make_hf_config(cfg), dtype=torch.float32,
+                                                              attn_implementation="eager").eval()
+    ids = torch.randint(0, 96, (1, 11))
+    with torch.no_grad():
+        ref = model(input_ids=ids, use_cache=False).logits
+        with alibi_patches(model) as swapped:
+            ours = model(input_ids=ids, use_cache=False).logits
+    assert swapped == ["transformers.models.mpt.modeling_mpt.MptAttention.forward"]
     torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-4)
 
 

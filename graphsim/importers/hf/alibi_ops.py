@@ -29,10 +29,12 @@ sdpa logits, same test file).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -76,12 +78,20 @@ def alibi_slopes(num_heads: int, device: torch.device | str = "cpu") -> torch.Te
     return slopes
 
 
+def _takes(m: torch.nn.Module, arg: str) -> bool:
+    """Whether the module's forward has a parameter named `arg` (through decorators such as deprecate_kwarg)."""
+    try:
+        return arg in inspect.signature(type(m).forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _is_fused_alibi_attention(m: torch.nn.Module) -> bool:
     return (isinstance(getattr(m, "query_key_value", None), torch.nn.Linear)
             and isinstance(getattr(m, "dense", None), torch.nn.Linear)
             and all(isinstance(getattr(m, a, None), (int, float)) for a in ("num_heads", "head_dim", "inv_norm_factor"))
             and callable(getattr(m, "_reshape", None)) and getattr(m, "pretraining_tp", 1) <= 1
-            and "alibi" in getattr(type(m).forward, "__code__", types.SimpleNamespace(co_varnames=())).co_varnames)
+            and _takes(m, "alibi"))
 
 
 def _alibi_attention_forward(self, hidden_states, residual, alibi, attention_mask, layer_past=None, use_cache=False,
@@ -136,6 +146,46 @@ def _falcon_attention_forward(self, hidden_states, alibi, attention_mask, positi
     return self.dense(out.reshape(b, s, h * d)), None
 
 
+def _is_mpt_attention(m: torch.nn.Module) -> bool:
+    """MPT's attention (models/mpt/modeling_mpt.py `MptAttention`): a fused `Wqkv`, `out_proj`, `n_heads`, `head_dim`,
+    `softmax_scale`, and a forward that takes the ALiBi `position_bias`."""
+    return (isinstance(getattr(m, "Wqkv", None), torch.nn.Linear)
+            and isinstance(getattr(m, "out_proj", None), torch.nn.Linear)
+            and all(isinstance(getattr(m, a, None), int) for a in ("n_heads", "head_dim"))
+            and isinstance(getattr(m, "softmax_scale", None), float)
+            and _takes(m, "position_bias"))
+
+
+def _mpt_attention_forward(self, hidden_states, position_bias, cache=None, attention_mask=None, **kwargs):
+    """MptAttention.forward with one graphsim::alibi_attention node. Its `position_bias` [H, 1, L] is
+    slope_h · (j - L + 1) over the config's max_seq_len L (`build_mpt_alibi_tensor`: the slopes of vLLM mpt.py
+    `_get_alibi_slopes(total_num_heads, alibi_bias_max)`, a power of two rounded up); the slopes are read back from its
+    second-to-last column (-slope_h), a constant the fuse pass absorbs. A per-query shift does not change the
+    softmax, so slope_h · j is the same bias."""
+    b, s = hidden_states.shape[:2]
+    qkv = self.Wqkv(hidden_states)
+    if self.clip_qkv:
+        qkv = qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)
+    q, k, v = (t.reshape(b, s, self.n_heads, self.head_dim).transpose(1, 2) for t in qkv.chunk(3, dim=2))
+    slopes = -position_bias[:, 0, -2].float()
+    out = torch.ops.graphsim.alibi_attention(q, k, v, slopes, float(self.softmax_scale))
+    return self.out_proj(out.reshape(b, s, -1)), None
+
+
+def _mask_never_none(create: Callable[..., Any]) -> Callable[..., Any]:
+    """`create_causal_mask` that returns a [1, 1, 1, 1] placeholder where graphsim's attention materialises none
+    (MptModel.forward calls `.to(torch.bool)` on it; the swapped attention never reads it)."""
+    def wrapped(*args, **kwargs):
+        mask = create(*args, **kwargs)
+        if mask is None:
+            embeds = kwargs.get("inputs_embeds")
+            device = embeds.device if isinstance(embeds, torch.Tensor) else None
+            return torch.zeros((1, 1, 1, 1), dtype=torch.bool, device=device)
+        return mask
+
+    return wrapped
+
+
 def register_attention_tables() -> None:
     """Modelling files that pick their attention class from a table keyed by `config._attn_implementation` (Falcon's
     `FALCON_ATTENTION_CLASSES`) get a `graphsim` entry: their eager class, whose forward `alibi_patches` swaps while
@@ -149,15 +199,24 @@ def register_attention_tables() -> None:
 def alibi_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap each fused-QKV attention module's forward (BLOOM's ALiBi attention, Falcon's rotary or ALiBi one) for
     the semantic one; restore after."""
-    swapped = []
+    swapped, patched = [], []
     for m in model.modules():
         forward = (_alibi_attention_forward if _is_fused_alibi_attention(m)
-                   else _falcon_attention_forward if _is_falcon_attention(m) else None)
+                   else _falcon_attention_forward if _is_falcon_attention(m)
+                   else _mpt_attention_forward if _is_mpt_attention(m) else None)
         if forward is not None:
             m.forward = types.MethodType(forward, m)
             swapped.append(m)
+            mod = sys.modules.get(type(m).__module__)
+            create = getattr(mod, "create_causal_mask", None)
+            if forward is _mpt_attention_forward and mod is not None and create is not None \
+                    and mod not in [p[0] for p in patched]:
+                patched.append((mod, create))
+                vars(mod)["create_causal_mask"] = _mask_never_none(create)
     try:
         yield sorted({f"{type(m).__module__}.{type(m).__name__}.forward" for m in swapped})
     finally:
         for m in swapped:
             del m.forward
+        for mod, create in patched:
+            vars(mod)["create_causal_mask"] = create
