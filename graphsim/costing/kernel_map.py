@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import block_sparse, compressed, dsa, kda, ssm
+from graphsim.costing import block_sparse, compressed, dsa, kda, lightning, ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -150,6 +150,9 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return ElementwiseKey(ssm.op_name(ssm.PREFILL, ssm_shape(a)), ssm_shape(a).io_elements, dtype)
     if is_kda(a):  # chunk_kda's key (kernel_rows prices fused_recurrent_kda and state rows besides)
         return ElementwiseKey(kda.op_name(kda.PREFILL, kda_shape(a)), kda_shape(a).io_elements, dtype)
+    if is_lightning(a):  # lightning_attention's key (kernel_rows prices decode and state rows besides)
+        shape = lightning_shape(a)
+        return ElementwiseKey(lightning.op_name(lightning.PREFILL, shape), shape.heads * shape.head_dim, dtype)
     return ElementwiseKey(elementwise_op(a), per_token_width(a), dtype)
 
 
@@ -275,6 +278,8 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
             return _ssm_rows(a, arr, dt)
         if is_kda(a):
             return _kda_rows(a, arr, dt)
+        if is_lightning(a):
+            return _lightning_rows(a, arr, dt)
         key = key_for(a, dt)
     except NoKernelKey as e:  # e.g. a bool mask op of the eager target: reported missing
         return KernelRows(missing=str(e))
@@ -391,6 +396,37 @@ def _block_sparse_attention_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) ->
     cached = np.where(arr.g_new == 1, np.minimum(arr.g_cached, cap - 1), arr.g_cached)
     clipped = StepArrays(arr.tokens, arr.seqs, arr.g_step, arr.g_new, cached, arr.g_count)
     return _attention_rows(decode_key, prefill_key, clipped)
+
+
+def is_lightning(a: KernelAttrs) -> bool:
+    """MiniMax-Text-01's lightning attention (per decode token, prefill token and prefill sequence: costing/lightning.py)."""
+    return isinstance(a.geometry, LinearAttentionGeometry) and a.geometry.kind == "lightning"
+
+
+def lightning_shape(a: KernelAttrs) -> lightning.LightningShape:
+    g = a.geometry_as(LinearAttentionGeometry)
+    return lightning.LightningShape(g.num_v_heads, g.v_head_dim, g.chunk_size or lightning.DEFAULT_BLOCK,
+                                    g.state_dtype or a.dtype)
+
+
+def _lightning_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """Decode tokens on linear_decode_forward_triton, prefill tokens on lightning_attention and each prefill
+    sequence's state read and written once (vLLM linear_attn.py _prefill_and_mix_infer runs both in one step)."""
+    shape, dtype, n_b = lightning_shape(a), dt.of(a.dtype), arr.n_steps
+    dec = arr.g_new == 1
+    per_step = {
+        lightning.DECODE: np.bincount(arr.g_step[dec], weights=arr.g_count[dec], minlength=n_b),
+        lightning.PREFILL: np.bincount(arr.g_step[~dec], weights=(arr.g_new * arr.g_count)[~dec], minlength=n_b),
+        lightning.PREFILL_STATE: np.bincount(arr.g_step[~dec], weights=arr.g_count[~dec], minlength=n_b),
+    }
+    parts = []
+    for kernel, rows in per_step.items():
+        steps = np.flatnonzero(rows > 0)
+        if len(steps):
+            width = shape.state_elements if kernel == lightning.PREFILL_STATE else shape.heads * shape.head_dim
+            parts.append(KeyRows(ElementwiseKey(lightning.op_name(kernel, shape), width, dtype),
+                                 rows[steps].reshape(-1, 1), steps, steps))
+    return KernelRows(tuple(parts))
 
 
 def indexer_shape(a: KernelAttrs) -> dsa.IndexerShape:

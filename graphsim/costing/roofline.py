@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import block_sparse, compressed, dsa, kda, ssm
+from graphsim.costing import block_sparse, compressed, dsa, kda, lightning, ssm
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
@@ -109,6 +109,8 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
             scan = dsa.work(key.op, c[:, 0])  # DSA indexer rows (costing/dsa.py)
         if scan is None:  # MiniMax-M3's block indexer rows (costing/block_sparse.py)
             scan = block_sparse.work(key.op, c[:, 0], key.dtype.activation_bytes)
+        if scan is None:  # MiniMax-Text-01's lightning attention rows (costing/lightning.py)
+            scan = lightning.work(key.op, c[:, 0])
         if scan is None:
             scan = dsa.attention_work(key.op, c[:, 0], key.dtype.activation_bytes)  # DSA sparse MLA prefill rows
         if scan is None:  # compressed-KV attention, its compressor, hyper-connections (costing/compressed.py)

@@ -208,6 +208,12 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
             kind="mamba2_ssd", num_k_heads=int(b.shape[2]), num_v_heads=int(x.shape[2]), k_head_dim=int(b.shape[3]),
             v_head_dim=int(x.shape[3]), chunked=True, chunk_size=_int(n.args[11] if len(n.args) > 11 else 0),
         )
+    if op is Op.LINEAR_ATTENTION and packet_name(n.target) == "lightning_attention":
+        q, v = _tensor(in_specs, 0, n), _tensor(in_specs, 2, n)  # q, k, v [B, H, S, D], slope, block_size
+        return LinearAttentionAttrs(
+            kind="lightning", num_k_heads=int(q.shape[1]), num_v_heads=int(v.shape[1]), k_head_dim=int(q.shape[3]),
+            v_head_dim=int(v.shape[3]), chunked=True, chunk_size=_int(n.args[4]),
+        )
     if op is Op.LINEAR_ATTENTION and packet_name(n.target) == "kda":
         k, v = _tensor(in_specs, 1, n), _tensor(in_specs, 2, n)  # graphsim::kda: q, k, v, g, beta, state, …
         # the recurrent state is float32 whatever the cache dtype (vLLM mamba_utils.py

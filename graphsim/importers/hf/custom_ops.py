@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from graphsim.importers.hf.block_sparse_ops import block_keep_mask, block_sparse_patches
 from graphsim.importers.hf.compressed_ops import compressed_patches
 from graphsim.importers.hf.kda_ops import KDA_KERNELS
+from graphsim.importers.hf.lightning_ops import lightning_patches
 
 IMPL_NAME = "graphsim"
 
@@ -440,8 +441,9 @@ def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
                 patched.append((mod, fn_name, getattr(mod, fn_name)))
                 setattr(mod, fn_name, repl)
     try:
-        with _dsa_patches(model) as dsa, compressed_patches(model) as compressed, block_sparse_patches(model) as blocks:
-            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed + blocks
+        with _dsa_patches(model) as dsa, compressed_patches(model) as compressed, block_sparse_patches(model) as blocks, \
+                lightning_patches(model) as lightning:
+            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed + blocks + lightning
     finally:
         for mod, name, orig in patched:
             setattr(mod, name, orig)

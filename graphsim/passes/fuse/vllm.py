@@ -39,6 +39,7 @@ from graphsim.passes.fuse.vllm_legacy import EARLY_RULES as LEGACY_EARLY_RULES
 from graphsim.passes.fuse.vllm_legacy import LATE_RULES as LEGACY_LATE_RULES
 from graphsim.passes.fuse.vllm_legacy import RULES as LEGACY_RULES
 from graphsim.passes.fuse.vllm_legacy import qkv_split
+from graphsim.passes.fuse.vllm_lightning import RULES as LIGHTNING_RULES
 from graphsim.quantization import Quantization, parse_quant_config
 
 A = TypeVar("A")
@@ -565,7 +566,9 @@ def _linear_attention(ctx: FuseContext, kind: str) -> list[Node]:
 # The kernel vLLM launches for each linear-attention kind (prefill's; decode steps run the recurrent form:
 # fused_recurrent_gated_delta_rule, selective_state_update, priced per row kind in costing/kernel_map.py).
 _LINEAR_ATTENTION_KERNELS = {"gated_delta_rule": "chunk_gated_delta_rule", "mamba2_ssd": "mamba_chunk_scan_combined",
-                             "kda": "chunk_kda"}  # KDA: model_executor/layers/kda.py (chunk_kda / fused_recurrent_kda)
+                             "kda": "chunk_kda",  # KDA: model_executor/layers/kda.py (chunk_kda / fused_recurrent_kda)
+                             # MiniMax-Text-01: layers/mamba/linear_attn.py (lightning_attention / linear_decode_forward_triton)
+                             "lightning": "lightning_attention"}
 
 
 def _build_linear_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
@@ -641,7 +644,8 @@ EMBEDDING = _kernel_rule(
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, *LEGACY_EARLY_RULES, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY,
     ATTENTION, SPARSE_INDEXER, MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS, *COMPRESSED_EARLY_RULES,
-    ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, *KDA_RULES, LINEAR_ATTENTION,
+    ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, *KDA_RULES, *LIGHTNING_RULES,
+    LINEAR_ATTENTION,
     CONV1D,
     *COMPRESSED_RULES, *LEGACY_RULES,
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
