@@ -57,13 +57,18 @@ def block_sparse_core(
     """(FLOPs, state read bytes, state write bytes) of one sparse layer for c sequences of n new after p."""
     pairs = block_sparse_pairs(n, p, ix.block, ix.topk)
     flops = 2 * pairs * attn.heads * (attn.head_dim + attn.v_head_dim)
-    flops += causal_pairs(n, p) * ix.heads * 2 * ix.head_dim  # the indexer's scores over every earlier key
-    kv = precision.kv.bytes_per_element
-    per_token = attn.kv_elements_per_token * kv
-    index_key = ix.cache_elements_per_token * kv
-    read = min(p, n * ix.topk * ix.block) * per_token + p * index_key
-    written = n * (per_token + index_key)
-    return flops * c, read * c, written * c
+    per_token = attn.kv_elements_per_token * precision.kv.bytes_per_element
+    ix_flops, ix_read, ix_written = block_indexer_core(ix, n, p, c, precision)
+    read = min(p, n * ix.topk * ix.block) * per_token
+    written = n * per_token
+    return flops * c + ix_flops, read * c + ix_read, written * c + ix_written
+
+
+def block_indexer_core(ix: BlockSparseIndexer, n: int, p: int, c: int, precision: Precision) -> tuple[int, float, float]:
+    """The indexer's part of `block_sparse_core`: its scores over every earlier key and its index-key cache
+    (read for the p cached positions, written for the n new ones), for c sequences."""
+    index_key = ix.cache_elements_per_token * precision.kv.bytes_per_element
+    return causal_pairs(n, p) * ix.heads * 2 * ix.head_dim * c, p * index_key * c, n * index_key * c
 
 
 def recurrent_core(attn: RecurrentMixer, n: int, p: int, c: int, precision: Precision) -> tuple[int, float, float]:

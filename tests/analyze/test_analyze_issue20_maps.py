@@ -74,6 +74,23 @@ def test_dsa_indexer_has_its_own_row_and_both_add_up_to_the_core():
     assert (seg.flops, seg.state_read_bytes, seg.state_write_bytes) == (2 * 5924, 2 * 1248, 2 * 180)
 
 
+def test_block_indexer_part_by_hand_and_inside_the_block_sparse_core():
+    # MiniMax-M3's block indexer, 2 index heads of 4, blocks of 2, top-2 blocks; 1 new token after 10 cached, bf16:
+    # scores over every earlier key 11 pairs × 2 heads × 2·4 = 176 FLOPs; index keys 4 · 2 B = 8 B/token:
+    # read 10 · 8 = 80, written 8.  The whole core adds GQA over ≤ 2·2 = 4 keys (pairs counted by the accountant).
+    from graphsim.work.dtypes import DType, Precision
+    from graphsim.work.linear_work import block_indexer_core, block_sparse_core
+    from graphsim.work.specs import BlockSparseIndexer, GqaAttention
+
+    bf16 = Precision(weight=DType.BFLOAT16, kv=DType.BFLOAT16, state=DType.BFLOAT16)
+    ix = BlockSparseIndexer(hidden=16, heads=2, head_dim=4, block=2, topk=2)
+    assert block_indexer_core(ix, 1, 10, 1, bf16) == (176, 80, 8)
+    attn = GqaAttention(hidden=16, heads=2, kv_heads=1, head_dim=8, block_indexer=ix)
+    f, r, w = block_sparse_core(attn, ix, 1, 10, 1, bf16)
+    # the rest is the sparse GQA: ≤ 4 keys read at (8 + 8) · 2 B = 32 B and 1 written
+    assert (r - 80, w - 8) == (4 * 32, 32) and f > 176
+
+
 def _fits(path: str, map_id: str, cases, batch: str = "mixed:1x512@1024+16x4096") -> dict:
     from graphsim.analysis import analyze_prepared, prepare_model
     from graphsim.importers.hf import import_hf
@@ -139,6 +156,7 @@ REAL = [
     ("XiaomiMiMo--MiMo-V2-Flash", "gqa-sinks-hybrid-moe-dense-first", (TP1, TP8, EP8)),
     ("Qwen--Qwen3-VL-8B-Instruct", "gqa-qknorm-dense", (TP1, TP8)),
     ("Qwen--Qwen3-VL-30B-A3B-Instruct", "gqa-qknorm-moe", (TP1, TP8, EP8)),
+    ("MiniMaxAI--MiniMax-M3", "gqa-qknorm-blocksparse-moe-dense-first", (TP1, TP8, EP8)),
 ]
 
 

@@ -20,15 +20,17 @@ from graphsim.errors import GraphsimError
 from graphsim.work.account import _weight_work  # the accountant's per-weight arithmetic, reused as is
 from graphsim.work.api import Accounting
 from graphsim.work.attention_work import CoreWork, attention_core
+from graphsim.work.dtypes import Precision
+from graphsim.work.linear_work import block_indexer_core
 from graphsim.work.report import SegmentWork, WorkReport
-from graphsim.work.specs import AttentionKind, AttentionSpec, LayerGroup, LayerSpec, MlaAttention
+from graphsim.work.specs import AttentionKind, AttentionSpec, GqaAttention, LayerGroup, LayerSpec, MlaAttention
 from graphsim.work.weights import PlacedWeight, layer_block_weights
-from graphsim.workload import Step
+from graphsim.workload import SeqGroup, Step
 
 OUTSIDE = "outside"  # the region of everything before and after the layer stack
 OUTSIDE_SEGMENTS = ("embed", "final_norm", "head")
 CORE_MODULE = "compute"  # module name of the weightless attention-core row
-INDEXER_MODULE = "indexer"  # DSA: the lightning indexer's scoring and key-cache traffic (`_without_indexer`)
+INDEXER_MODULE = "indexer"  # a DSA / block indexer's scoring and key-cache traffic (`_split_indexer`)
 WORK_NUMBERS = tuple(f.name for f in fields(SegmentWork) if f.name != "name")
 
 
@@ -84,19 +86,26 @@ def _group_of(groups: tuple[LayerGroup, ...], spec: LayerSpec) -> LayerGroup:
     raise AssertionError("layer spec without a group")  # pragma: no cover - groups cover every layer
 
 
-def _without_indexer(attn: AttentionSpec) -> AttentionSpec | None:
-    """A DSA layer's attention with its lightning indexer marked shared, or None for any other layer.
+def _split_indexer(attn: AttentionSpec, seqs: SeqGroup, precision: Precision, core: CoreWork) -> list[tuple[str, CoreWork]]:
+    """The core row, or the core without its indexer and the indexer's own row for a layer whose indexer
+    vLLM runs as its own kernel; the two always add up to the accountant's core.
 
-    The accountant counts the indexer's scoring of every (query, earlier position) pair and its key-cache
-    traffic in the attention core (`attention_core`); vLLM runs them in their own kernel
-    (models/deepseek_v2.py Indexer → sparse_attn_indexer), apart from the sparse MLA attention over the
-    top-k positions. The core of the same layer with the indexer marked shared (it then reuses another
-    layer's top-k: `DsaIndexer.shared`) is the core without that part, so the difference is the
-    indexer's row, from the accountant's own arithmetic, and the two rows add up to its core."""
-    ix = attn.indexer if isinstance(attn, MlaAttention) else None
-    if ix is None or ix.shared:
-        return None
-    return replace(attn, indexer=replace(ix, shared=True))
+    - DSA (DeepSeek-V3.2, GLM-5): vLLM models/deepseek_v2.py Indexer → sparse_attn_indexer, apart from the
+      sparse MLA over the top-k positions. The core of the same layer with the indexer marked shared (it
+      then reuses another layer's top-k: `DsaIndexer.shared`) is the core without the indexer's scoring
+      and key cache, from the accountant's own arithmetic.
+    - MiniMax-M3's block indexer (block_sparse_indexer): its part of the core is `block_indexer_core`,
+      the same function the accountant's `block_sparse_core` adds in."""
+    if isinstance(attn, MlaAttention) and attn.indexer is not None and not attn.indexer.shared:
+        rest = attention_core(replace(attn, indexer=replace(attn.indexer, shared=True)), seqs, precision)
+    elif isinstance(attn, GqaAttention) and attn.block_indexer is not None:
+        f, r, w = block_indexer_core(attn.block_indexer, seqs.new_tokens, seqs.cached_tokens, seqs.count, precision)
+        rest = CoreWork(core.flops - f, core.state_read_bytes - r, core.state_write_bytes - w)
+    else:
+        return [(CORE_MODULE, core)]
+    return [(CORE_MODULE, rest), (INDEXER_MODULE, CoreWork(core.flops - rest.flops,
+                                                          core.state_read_bytes - rest.state_read_bytes,
+                                                          core.state_write_bytes - rest.state_write_bytes))]
 
 
 def _add(rows: dict[str, Row], region: str, ref: str, segment: str, work: SegmentWork) -> None:
@@ -140,16 +149,9 @@ def necessary_rows(acc: Accounting, step: Step, layer_tags: tuple[str, ...] | li
                 _add(rows, region, f"{block}.{w.part}:{w.module}", segment,
                      _weight_work(placed, step, precision, spec.vocab))
         core_segment = group.segment("attn", "core")
-        unindexed = _without_indexer(layer.attn)
         for seqs in step.groups if layer.attn.kind is not AttentionKind.NONE else ():
             core = attention_core(layer.attn, seqs, precision)
-            parts = [(CORE_MODULE, core)]
-            if unindexed is not None:  # the indexer's scoring and key-cache traffic are their own row
-                rest = attention_core(unindexed, seqs, precision)
-                parts = [(CORE_MODULE, rest), (INDEXER_MODULE, CoreWork(
-                    core.flops - rest.flops, core.state_read_bytes - rest.state_read_bytes,
-                    core.state_write_bytes - rest.state_write_bytes))]
-            for module, w in parts:
+            for module, w in _split_indexer(layer.attn, seqs, precision, core):
                 _add(rows, region, f"attn.core:{module}", core_segment,
                      SegmentWork(core_segment, flops=w.flops * count, state_read_bytes=w.state_read_bytes * count,
                                  state_write_bytes=w.state_write_bytes * count))
