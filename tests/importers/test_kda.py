@@ -114,6 +114,8 @@ def test_fuse_to_vllm_kda_kernels_with_no_placeholders(graph):
         for name in ("fused_kda_gate", "sigmoid", "causal_conv1d", "chunk_kda", "rms_norm_gated"):
             assert names.count(name) == 1, (tag, name, names)
         assert "cat" not in names  # vLLM convolves q, k and v apart: no concatenation kernel
+        # and projects them apart (three ColumnParallelLinear, kda.py KimiDeltaAttention.__init__): not packed
+        assert all(names.count(p) == 1 for p in ("q_proj", "k_proj", "v_proj")) and "qkv_proj" not in names
     geo = next(k for k in _kernels(fused, "linear.dense") if k.name == "chunk_kda").geometry_as(LinearAttentionGeometry)
     assert (geo.kind, geo.num_v_heads, geo.k_head_dim, geo.v_head_dim, geo.chunk_size, geo.state_dtype) == (
         "kda", 4, 8, 8, 64, "f32")

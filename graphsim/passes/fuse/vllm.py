@@ -35,6 +35,7 @@ from graphsim.passes.fuse.vllm_compressed import RULES as COMPRESSED_RULES
 from graphsim.passes.fuse.vllm_compressed import compressed_attention_kernel
 from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
 from graphsim.passes.fuse.vllm_kda import RULES as KDA_RULES
+from graphsim.passes.fuse.vllm_kda import in_kda_module
 from graphsim.passes.fuse.vllm_legacy import EARLY_RULES as LEGACY_EARLY_RULES
 from graphsim.passes.fuse.vllm_legacy import LATE_RULES as LEGACY_LATE_RULES
 from graphsim.passes.fuse.vllm_legacy import RULES as LEGACY_RULES
@@ -107,7 +108,7 @@ RMS_NORM = Rule(
 
 
 def _match_packed(ctx: FuseContext):
-    return P.packed_linears(ctx, PACKED)
+    return [c for c in P.packed_linears(ctx, PACKED) if not in_kda_module(ctx, c.nodes[0])]
 
 
 

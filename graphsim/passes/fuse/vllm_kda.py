@@ -119,3 +119,9 @@ KDA_QKV_CAT = Rule(
 
 # before LINEAR_ATTENTION and the elementwise catch-alls
 RULES: list[Rule] = [KDA_GATE, KDA_BETA, KDA_QKV_CAT]
+
+
+def in_kda_module(ctx: FuseContext, n: Node) -> bool:
+    """A node inside a KDA module: vLLM builds its q_proj, k_proj and v_proj as three ColumnParallelLinear
+    (kda.py KimiDeltaAttention.__init__), so they are not packed into one qkv GEMM."""
+    return any(n.scope.startswith(la.scope + ".") for la in _kda_nodes(ctx))
