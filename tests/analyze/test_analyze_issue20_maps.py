@@ -110,7 +110,7 @@ def _fits(path: str, map_id: str, cases, batch: str = "mixed:1x512@1024+16x4096"
 
 # maps whose expert-parallel deployment drops the shared expert's input copy (the cost tree keeps the shared
 # expert on the main stream under EP: costing.streams.shared_expert_overlaps), so it has an `-ep` twin
-EP_VARIANT = {"gdn-hybrid-moe-packed", "mla-dsa-moe", "gqa-chunked-nope-moe"}
+EP_VARIANT = {"gdn-hybrid-moe-packed", "mla-dsa-moe", "gqa-chunked-nope-moe", "mla-moe"}
 
 
 @pytest.fixture(autouse=True)
@@ -157,6 +157,7 @@ REAL = [
     ("Qwen--Qwen3-VL-8B-Instruct", "gqa-qknorm-dense", (TP1, TP8)),
     ("Qwen--Qwen3-VL-30B-A3B-Instruct", "gqa-qknorm-moe", (TP1, TP8, EP8)),
     ("MiniMaxAI--MiniMax-M3", "gqa-qknorm-blocksparse-moe-dense-first", (TP1, TP8, EP8)),
+    ("moonshotai--Kimi-K2.5", "mla-moe", (TP1, TP8, EP8)),  # its text model is DeepseekV3ForCausalLM
 ]
 
 
