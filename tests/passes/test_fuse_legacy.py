@@ -246,16 +246,21 @@ def test_falcon_qkv_keeps_whole_kv_heads_at_tp2(name, kv_heads, n_rank, graphs):
     assert qkv.attrs_as(KernelAttrs).geometry_as(GemmGeometry).n == n_rank
 
 
-def test_predict_gpt2_decode_has_no_elementwise_kernel_with_matmul_work(tmp_path):
+@pytest.mark.parametrize("name", list(TINY))
+def test_predict_decode_has_no_elementwise_kernel_with_matmul_work(name, tmp_path):
     from typer.testing import CliRunner
 
     from graphsim.cli.app import _register, app
 
     _register()
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(TINY["gpt2"]))
+    cfg.write_text(json.dumps(TINY[name]))
     res = CliRunner().invoke(app, ["--no-cache", "predict", str(cfg), "--gpu", "h100", "-b", "decode:4x128", "--json"])
     assert res.exit_code == 0, res.output
-    text = res.output
-    assert '"matmul"' not in text and '"bmm"' not in text and "fused_add_rms_norm" not in text
-    assert "elementwise_placeholder" not in text
+    kernels = json.loads(res.output)["batches"][0]["kernels"]
+    assert not [k["kernel"] for k in kernels if k["approximate"]]
+    # every kernel with FLOPs is a GEMM or the attention (an elementwise kernel carries none)
+    assert {k["kind"] for k in kernels if k["flops"] > 0} <= {"gemm", "attention"}
+    layer = [k for k in kernels if "×" in k["region"]]
+    assert sum(k["kind"] == "gemm" for k in layer) == EXPECTED[name][0]
+    assert [k["kernel"] for k in layer if k["kind"] == "attention"] == ["flash_attn_varlen"]
