@@ -91,6 +91,9 @@ class AttentionGeometry(Geometry):
     # bytes of one cached entry when the engine packs a token's shared K=V (and its compressed entries) in one
     # fixed-format row (vLLM's fp8_ds_mla for DeepSeek-V4: 584 B at head_dim 512); 0 = K and V in the kv dtype
     kv_entry_bytes: int = _opt(0)
+    # ALiBi (BLOOM, MPT, Falcon with `alibi`): vLLM hands per-head slopes to the same kernel (flash_attn_varlen_func's
+    # alibi_slopes, v1/attention/backends/flash_attn.py); priced as the kernel without them (one add per score)
+    alibi: bool = _opt(False)
 
     @property
     def is_mla(self) -> bool:

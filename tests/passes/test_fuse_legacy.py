@@ -176,7 +176,8 @@ def test_bloom_alibi_attention_is_one_attention_node(graphs):
     assert (a.alibi, a.num_heads, a.num_kv_heads, a.head_dim, a.causal) == (True, 4, 4, 16, True)
     fused = run_pipeline(g, "fold,fuse{target=vllm}").graph
     geo = next(n for n in _kernels(fused, 0) if n.attrs_as(KernelAttrs).kind is KernelKind.ATTENTION)
-    assert geo.attrs_as(KernelAttrs).geometry_as(AttentionGeometry).num_heads == 4
+    attn_geo = geo.attrs_as(KernelAttrs).geometry_as(AttentionGeometry)
+    assert (attn_geo.num_heads, attn_geo.alibi) == (4, True)
 
 
 def test_bloom_alibi_op_gives_transformers_eager_logits():

@@ -169,7 +169,7 @@ def attention_geometry(a: AttentionAttrs) -> AttentionGeometry:
         num_heads=a.num_heads, num_kv_heads=a.num_kv_heads, head_dim=a.head_dim, v_head_dim=a.v_head_dim,
         window=a.sliding_window or 0, causal=a.causal, sinks=a.has_sinks, softcap=a.softcap or 0.0,
         kv_lora_rank=a.kv_lora_rank or 0, qk_rope_head_dim=(a.qk_rope_head_dim or 0) if mla else 0,
-        index_topk=a.index_topk or 0, compress_ratio=a.compress_ratio or 0,
+        index_topk=a.index_topk or 0, compress_ratio=a.compress_ratio or 0, alibi=a.alibi,
     )
 
 
