@@ -175,3 +175,14 @@ def test_kernel_rows_follow_vllms_prefill_switch():
     # decode only: 5 tokens on fused_recurrent_kda (kda.py KimiDeltaAttention._forward, num_prefills > 0)
     assert got == {"fused_recurrent_kda": ([5.0], [1]), "chunk_kda": ([23.0], [0]), "chunk_kda.state": ([5.0], [0])}
     assert all(op.endswith("/h2.k4.v6.c6.sf32") for op in ops)
+
+
+def test_graph_kv_keeps_the_recurrent_state_in_float32(graph):
+    from graphsim.ir.tensor import DType
+    from graphsim.serving.graph_kv import graph_layer_kv
+
+    g, _ = graph
+    layers = graph_layer_kv(g, 2, DType.BFLOAT16, DType.BFLOAT16)
+    # tp 2, per KDA layer: conv 96/2 channels × (4 − 1) × 2 B = 288 + recurrent 4/2 heads × 8 × 8 × 4 B (fp32,
+    # vLLM kda_state_dtype) = 512 → 800 B per request; the two traced KDA layers first, then the MLA layer
+    assert [layer.state_bytes for layer in layers[:2]] == [800, 800]
