@@ -135,6 +135,7 @@ def test_tiny_dsa_fits_mla_dsa_moe_and_the_indexer_kernel_holds_the_indexer_row(
     assert by["full.moe/self_attn/flashmla_sparse"].rows == ("attn.core:compute",)
 
 
+@pytest.mark.slow  # 5-8 s on a shared 2-core machine (the trace dominates)
 def test_tiny_qwen35_moe_packs_in_proj_and_fits_gdn_hybrid_moe_packed(tmp_path):
     # vLLM qwen3_5.py load_weights: in_proj_qkv + in_proj_z → in_proj_qkvz, in_proj_b + in_proj_a → in_proj_ba
     got = _fits(_write(tmp_path, "tiny-qwen35-moe", TINY_QWEN35_MOE), "gdn-hybrid-moe-packed", ((1, 1), (2, 2)))
