@@ -38,6 +38,11 @@ TINY = {
     "opt": {"architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 64, "ffn_dim": 128,
             "num_attention_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 256, "vocab_size": 96,
             "word_embed_proj_dim": 64, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1},
+    # OPT-350m's layout: post-LN (do_layer_norm_before false) and a 32-wide embedding projected in and out
+    "opt_350m": {"architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 64, "ffn_dim": 128,
+                 "num_attention_heads": 4, "num_hidden_layers": 2, "max_position_embeddings": 256, "vocab_size": 96,
+                 "word_embed_proj_dim": 32, "do_layer_norm_before": False, "bos_token_id": 0, "eos_token_id": 0,
+                 "pad_token_id": 1},
     "bloom": {"architectures": ["BloomForCausalLM"], "model_type": "bloom", "hidden_size": 64, "n_head": 4,
               "n_layer": 2, "vocab_size": 96, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 1},
     # Falcon-40B's layout (new_decoder_architecture: GQA, two parallel norms) and Falcon-7B's (multi-query,
@@ -68,6 +73,7 @@ EXPECTED = {
     # opt.py OPTDecoderLayer.forward (do_layer_norm_before): self_attn_layer_norm, qkv_proj, attn, out_proj, + residual,
     # final_layer_norm, fc1, relu, fc2, + residual
     "opt": (4, 2, 2, "relu"),
+    "opt_350m": (4, 2, 2, "relu"),  # the norms after each residual add; project_in / project_out outside the layers
     # bloom.py BloomBlock.forward: input_layernorm, query_key_value, attn (ALiBi), dense, + residual,
     # post_attention_layernorm, dense_h_to_4h, gelu, dense_4h_to_h, + residual
     "bloom": (4, 2, 2, "gelu"),
@@ -115,9 +121,12 @@ def test_layer_is_the_kernels_vllm_launches(name, graphs):
     assert [k.name for k in layer if k.kind is KernelKind.LAYER_NORM] == ["layer_norm"] * norms
     assert [k.name for k in layer if k.kind is KernelKind.ELEMENTWISE] == ["add"] * adds
     assert [k.name for k in layer if k.kind is KernelKind.ACTIVATION] == [act]
-    # outside the layers: the final norm is torch's layer_norm too, the token embedding a gather
-    top = [n.attrs_as(KernelAttrs) for n in _kernels(fused, None)]
-    assert "layer_norm" in [k.name for k in top] and "embedding" in [k.name for k in top]
+    # outside the layers: the final norm is torch's layer_norm too (post-LN OPT has none: opt.py OPTDecoder builds
+    # final_layer_norm only when do_layer_norm_before; BLOOM also norms its embeddings: bloom.py BloomModel
+    # word_embeddings_layernorm), the token embedding a gather
+    top = [k.name for k in (n.attrs_as(KernelAttrs) for n in _kernels(fused, None))]
+    assert top.count("layer_norm") == {"opt_350m": 0, "bloom": 2}.get(name, 1)
+    assert "embedding" in top
 
 
 def test_gpt2_conv1d_is_a_gemm_with_its_weight_read_as_in_by_out(graphs):

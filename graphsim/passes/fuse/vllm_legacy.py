@@ -100,14 +100,23 @@ def _from_embedding(ctx: FuseContext, v: str) -> bool:
 
 
 def _match_embedding_sum(ctx: FuseContext) -> list[Candidate]:
-    return [Candidate([n]) for n in ctx.graph.nodes
-            if n.op is Op.ADD and ctx.is_free(n) and len(n.inputs) == 2 and _has_tokens(n)
-            and all(_from_embedding(ctx, v) for v in n.inputs)]
+    """Before the layers: an add of two token tensors of one shape, one of them an embedding's gather (the other the
+    token embedding, or its projection: OPT-350m's project_in)."""
+    out = []
+    for n in ctx.graph.nodes:
+        if n.op is not Op.ADD or not ctx.is_free(n) or n.layer is not None or len(n.inputs) != 2 or not _has_tokens(n):
+            continue
+        producers = [ctx.producer(v) for v in n.inputs]
+        if all(p is not None and p.outputs[0].shape == n.outputs[0].shape for p in producers) \
+                and any(_from_embedding(ctx, v) for v in n.inputs):
+            out.append(Candidate([n]))
+    return out
 
 
 EMBEDDING_SUM = Rule(
     "position_embedding_add", "model_executor/models/gpt2.py:GPT2Model.forward (hidden_states = inputs_embeds + "
-    "position_embeds: one add kernel); opt.py OPTDecoder.forward (inputs_embeds + pos_embeds)",
+    "position_embeds: one add kernel); opt.py OPTDecoder.forward (inputs_embeds, after project_in when "
+    "word_embed_proj_dim differs, + pos_embeds)",
     _match_embedding_sum, _one_add("position_embedding_add"),
 )
 
