@@ -153,10 +153,6 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
             cand = [(w, "MLA q + decompressed k/v + output")]
         elif isinstance(a, Mamba2Mixer):
             cand = [((a.in_proj_width + a.intermediate) // tp, "Mamba2 in_proj (z, xBC, dt) + scan output")]
-        elif isinstance(a, CompressedAttention):
-            # vLLM shards the query heads over TP (deepseek_v4_attention.py: num_heads already TP-adjusted);
-            # the q latent and the shared K=V are whole on every rank
-            cand = [(a.q_lora_rank + a.head_dim + 2 * a.heads * a.head_dim // tp, "DeepSeek-V4 q latent + K=V + q and output")]
         elif isinstance(a, Mamba1Mixer):
             cand = [((2 * a.intermediate + a.intermediate) // tp, "Mamba in_proj (x, z) + scan output")]
         elif isinstance(a, ShortConv):
@@ -166,6 +162,10 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
             w = ((2 * (g.heads // tp) + 2 * max(1, g.kv_heads // tp)) * g.head_dim
                  + (m.in_proj_width + m.intermediate) // tp)
             cand = [(w, "attention q/k/v + output beside Mamba2 in_proj + scan output")]
+        elif isinstance(a, CompressedAttention):
+            # vLLM shards the query heads over TP (deepseek_v4_attention.py: num_heads already TP-adjusted);
+            # the q latent and the shared K=V are whole on every rank
+            cand = [(a.q_lora_rank + a.head_dim + 2 * a.heads * a.head_dim // tp, "DeepSeek-V4 q latent + K=V + q and output")]
         elif isinstance(a, NoAttention):
             cand = []
         elif isinstance(a, RecurrentMixer):

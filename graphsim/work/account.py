@@ -61,14 +61,14 @@ def _weight_work(placed: PlacedWeight, step: Step, precision: Precision, vocab: 
 
 def account_step(model: ModelSpec, step: Step, precision: Precision) -> WorkReport:
     """Necessary work of one step, per segment, in first-appearance order."""
-    segments: dict[str, SegmentWork] = {}
-
     longest = max(g.cached_tokens + g.new_tokens for g in step.groups)
     if model.max_positions is not None and longest > model.max_positions:
         raise WorkloadError(
             f"a sequence of {longest} tokens exceeds the {model.max_positions} positions {model.architecture}'s "
             "position table holds; shorten the workload"
         )
+    segments: dict[str, SegmentWork] = {}
+
     def add(work: SegmentWork) -> None:
         segments[work.name] = segments[work.name] + work if work.name in segments else work
 

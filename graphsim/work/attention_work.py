@@ -55,16 +55,6 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   state dtype, is read once when p > 0 and written once per sequence.
 - A Mamba temporal state whose `ssm_dtype` is None is held in the state dtype (vLLM's
   mamba_ssm_cache_dtype "auto"); Nemotron-H's is float32 unless its config says otherwise.
-- Mamba-1 (selective scan; Gu & Dao 2023, arXiv:2312.00752 §3, Algorithm 2): per token the state h
-  (d_inner × d_state) takes the update dt·x ⊗ B (2·d_inner·d_state) and the output reads it with C
-  (2·d_inner·d_state): 4·d_inner·d_state, Mamba2's count with d_inner = H·d_head (the decay
-  exp(dt·A) and the D skip are elementwise; x_proj and dt_proj are weights). Temporal state
-  d_inner·d_state and conv state d_inner·(kernel − 1), read once when p > 0 and written once.
-- Short conv (LFM2 `ShortConv`): the depthwise conv is a weight (`WeightKind.CONV`) and the two gates
-  are elementwise, so the core has no FLOPs; its conv state, hidden·(kernel − 1) elements in the
-  state dtype, is read once when p > 0 and written once per sequence.
-- A Mamba temporal state whose `ssm_dtype` is None is held in the state dtype (vLLM's
-  mamba_ssm_cache_dtype "auto"); Nemotron-H's is float32 unless its config says otherwise.
 - A layer without a mixer (`NoAttention`) has no core work. A layer reusing an earlier layer's K/V
   (Gemma-4 `kv_shared`) reads them like its own and writes none.
 """

@@ -94,13 +94,13 @@ BUILDERS: dict[str, Builder] = {
     "ExaoneMoeForCausalLM": partial(gqa.build_gqa_decoder, gqa.EXAONE_MOE),
     "HunYuanMoEV1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.HUNYUAN_MOE),
     "Dots1ForCausalLM": partial(gqa.build_gqa_decoder, gqa.DOTS1),
+    **deepseek_v4.ARCHITECTURES,
     **legacy.ARCHITECTURES,
     **modern_a.ARCHITECTURES,
+    **ssm.ARCHITECTURES,
     **linear_attn.ARCHITECTURES,
-    **deepseek_v4.ARCHITECTURES,
     **modern_b.ARCHITECTURES,
     **encoder_style.ARCHITECTURES,
-    **ssm.ARCHITECTURES,
 }
 
 # architectures[0] spellings a checkpoint uses for a transformers class of another name (the cross-checks build

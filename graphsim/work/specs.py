@@ -53,7 +53,6 @@ class Weight:
     # every hybrid layer it serves): FLOPs × uses; stored, read and counted once
     uses: int = 1
 
-
     @property
     def elements_per_copy(self) -> int:
         return prod(self.shape)
@@ -293,66 +292,6 @@ class Mamba2Mixer:
 
 
 @dataclass(frozen=True)
-class StatePart:
-    """One per-request state tensor of a `RecurrentMixer` layer, as vLLM allocates it.
-
-    `shards` is the dimension vLLM splits over TP ranks (heads or channels; it must divide tp),
-    `per_shard` the elements each of them holds; `dtype` None means the state dtype (vLLM's
-    mamba_cache_dtype, "auto" = the model dtype)."""
-
-    name: str
-    shards: int
-    per_shard: int
-    dtype: DType | None = None
-
-    @property
-    def elements(self) -> int:
-        return self.shards * self.per_shard
-
-
-@dataclass(frozen=True)
-class RecurrentMixer:
-    """A linear-attention / recurrent token mixer stated by its parts (Kimi Delta Attention,
-    MiniMax lightning attention, ...), for mechanisms whose weights follow no other spec.
-
-    The builder lists every parameter (`weights`, module paths as transformers names them, parts
-    `qkv`/`core`/`norm`/`out`), the recurrence's FLOPs per new token (`flops_per_token`: the work
-    without weights, with its formula in the builder), and the per-request state vLLM keeps
-    (`state`, read once when p > 0 and written once per sequence, like the gated delta net)."""
-
-    hidden: int
-    mechanism: str  # e.g. "KDA", "lightning attention"
-    weights: tuple[Weight, ...]
-    flops_per_token: int
-    state: tuple[StatePart, ...]
-    state_source: str  # the vLLM function the state layout is read from
-    activation_width: int  # per-token elements of its widest intermediate (projection outputs), split over TP
-    block_norms: int = 1
-
-    kind = AttentionKind.LINEAR
-
-
-@dataclass(frozen=True)
-class BlockSparseIndexer:
-    """MiniMax-M3's lightning indexer over blocks of keys (transformers minimax_m3_vl
-    MiniMaxM3VLIndexer): `heads` index heads (one per KV group) of `head_dim` score every earlier
-    key against one shared, cached index key per position; scores are max-pooled per block of
-    `block` keys and each query keeps `topk` blocks (the `local` blocks ending at its own always
-    among them), so the main attention attends to at most topk·block keys per query."""
-
-    hidden: int
-    heads: int
-    head_dim: int
-    block: int
-    topk: int
-    local: int = 1
-
-    @property
-    def cache_elements_per_token(self) -> int:
-        return self.head_dim  # one index key per position (MiniMaxM3VLSparseCacheLayer.idx_keys)
-
-
-@dataclass(frozen=True)
 class Mamba1Mixer:
     """A Mamba-1 selective-scan mixer (Gu & Dao 2023, arXiv:2312.00752; transformers models/mamba
     MambaMixer, models/jamba JambaMambaMixer).
@@ -410,6 +349,66 @@ class ShortConv:
     @property
     def conv_state_elements(self) -> int:
         return self.hidden * (self.conv_kernel - 1)
+
+
+@dataclass(frozen=True)
+class StatePart:
+    """One per-request state tensor of a `RecurrentMixer` layer, as vLLM allocates it.
+
+    `shards` is the dimension vLLM splits over TP ranks (heads or channels; it must divide tp),
+    `per_shard` the elements each of them holds; `dtype` None means the state dtype (vLLM's
+    mamba_cache_dtype, "auto" = the model dtype)."""
+
+    name: str
+    shards: int
+    per_shard: int
+    dtype: DType | None = None
+
+    @property
+    def elements(self) -> int:
+        return self.shards * self.per_shard
+
+
+@dataclass(frozen=True)
+class RecurrentMixer:
+    """A linear-attention / recurrent token mixer stated by its parts (Kimi Delta Attention,
+    MiniMax lightning attention, ...), for mechanisms whose weights follow no other spec.
+
+    The builder lists every parameter (`weights`, module paths as transformers names them, parts
+    `qkv`/`core`/`norm`/`out`), the recurrence's FLOPs per new token (`flops_per_token`: the work
+    without weights, with its formula in the builder), and the per-request state vLLM keeps
+    (`state`, read once when p > 0 and written once per sequence, like the gated delta net)."""
+
+    hidden: int
+    mechanism: str  # e.g. "KDA", "lightning attention"
+    weights: tuple[Weight, ...]
+    flops_per_token: int
+    state: tuple[StatePart, ...]
+    state_source: str  # the vLLM function the state layout is read from
+    activation_width: int  # per-token elements of its widest intermediate (projection outputs), split over TP
+    block_norms: int = 1
+
+    kind = AttentionKind.LINEAR
+
+
+@dataclass(frozen=True)
+class BlockSparseIndexer:
+    """MiniMax-M3's lightning indexer over blocks of keys (transformers minimax_m3_vl
+    MiniMaxM3VLIndexer): `heads` index heads (one per KV group) of `head_dim` score every earlier
+    key against one shared, cached index key per position; scores are max-pooled per block of
+    `block` keys and each query keeps `topk` blocks (the `local` blocks ending at its own always
+    among them), so the main attention attends to at most topk·block keys per query."""
+
+    hidden: int
+    heads: int
+    head_dim: int
+    block: int
+    topk: int
+    local: int = 1
+
+    @property
+    def cache_elements_per_token(self) -> int:
+        return self.head_dim  # one index key per position (MiniMaxM3VLSparseCacheLayer.idx_keys)
 
 
 @dataclass(frozen=True)
@@ -538,9 +537,7 @@ class CompressedAttention:
 
 
 AttentionSpec = (
-    GqaAttention | MlaAttention | GatedDeltaNet
-    | Mamba2Mixer | RecurrentMixer | NoAttention | CompressedAttention
-    | Mamba1Mixer | ShortConv
+    GqaAttention | MlaAttention | GatedDeltaNet | Mamba2Mixer | RecurrentMixer | NoAttention | Mamba1Mixer | ShortConv | CompressedAttention
     | ParallelMixers
 )
 
@@ -717,6 +714,10 @@ class ModelSpec:
     # word_embed_proj_dim): an unbiased project_in (width → hidden) follows the lookup (segment `embed`, every
     # new token) and an unbiased project_out (hidden → width) precedes the head (segment `head`, sampled rows)
     embed_width: int | None = None
+    # Positions an absolute position table can index (GPT-2's learned n_positions, OPT's max_position_embeddings,
+    # CTRL's fixed sinusoidal table): a step whose sequences reach beyond it is refused, as the model cannot run
+    # it; None: no such limit
+    max_positions: int | None = None
     # Encoder-style LMs and encoder–decoder decoders (builders/encoder_style.py): the token table's rows
     # and width when they differ from vocab / hidden with no implied projections (MusicGen's vocab + 1;
     # ELECTRA's embedding_size, whose biased projections the builder states in the extras), the untied
@@ -728,7 +729,3 @@ class ModelSpec:
     head_width: int | None = None
     codebooks: int = 1
     head_extras: tuple[Weight, ...] = ()
-    # Positions an absolute position table can index (GPT-2's learned n_positions, OPT's max_position_embeddings,
-    # CTRL's fixed sinusoidal table): a step whose sequences reach beyond it is refused, as the model cannot run
-    # it; None: no such limit
-    max_positions: int | None = None

@@ -265,9 +265,6 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
         attn = layer.attn
         if isinstance(attn, GqaAttention):
             kv = _layer_attr(hf, i, "num_key_value_heads") or hf.num_attention_heads  # GPT-NeoX has no such field
-            if arch == "MiMoV2FlashForCausalLM" and layer_types and layer_types[i] == "sliding_attention":
-                kv *= 2  # MiMoV2FlashAttention: sliding layers double num_key_value_heads
-            head_dim = _layer_attr(hf, i, "head_dim") or hf.hidden_size // (dec_heads or hf.num_attention_heads)
             if arch == "GPTBigCodeForCausalLM":  # GPTBigCodeAttention.kv_heads
                 kv = 1 if hf.multi_query else hf.num_attention_heads
             elif arch == "FalconForCausalLM":  # FalconAttention: qkv_out_dim and num_kv_heads
@@ -276,6 +273,9 @@ def test_resolved_dimensions_match_transformers(arch: str, cfg: dict[str, Any]):
                 kv = hf.attn_config.kv_n_heads
             elif dec_heads:  # multi-head decoders (WhisperConfig aliases num_key_value_heads to the encoder's heads)
                 kv = dec_heads
+            if arch == "MiMoV2FlashForCausalLM" and layer_types and layer_types[i] == "sliding_attention":
+                kv *= 2  # MiMoV2FlashAttention: sliding layers double num_key_value_heads
+            head_dim = _layer_attr(hf, i, "head_dim") or hf.hidden_size // (dec_heads or hf.num_attention_heads)
             heads = (getattr(hf, "num_attention_heads_per_layer", None)
                      or [dec_heads or hf.num_attention_heads] * (i + 1))[i]  # Laguna
             if arch == "JetMoeForCausalLM":  # JetMoeAttention: top_k experts of kv_heads query heads each (a
