@@ -19,7 +19,7 @@ from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.config import DeploymentConfig, ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.host import EngineHost
-from graphsim.serving.kv_layout import KvLayout, kv_layout
+from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mode
 from graphsim.serving.memory import MemoryBudget, memory_budget
 from graphsim.serving.pricing import IterationCost, iteration_cost
 from graphsim.serving.simulator import SimulationSetup
@@ -197,6 +197,8 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     if not eng.profile.is_vllm:  # SGLang / TensorRT-LLM: their own page size and KV budget (serving/engines.py)
         return _plan_other_engine(config, resolved, hw, acc, eng, cfg)
     layout = kv_layout(acc.spec, acc.precision, tp, e.block_size)
+    if eng.enable_prefix_caching and eng.profile.mamba_align_with_prefix_caching and layout.attention_and_state:
+        layout = with_mamba_cache_mode(layout, "align")  # hybrid: the state pages a request holds
     from graphsim.serving.dp_attention import expert_ranks
 
     budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.memory_bytes, e.gpu_memory_utilization,

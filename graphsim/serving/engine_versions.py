@@ -132,7 +132,19 @@ class EngineProfile:
     def kv_tokens_formula(self) -> str:
         if self.family == "v0" or not self.is_vllm:
             return "blocks"  # num_gpu_blocks × block_size (SGLang's max_total_num_tokens; TRT-LLM's max tokens)
-        return "concurrency" if self.version >= (0, 25, 0) else "groups"
+        # int(max_concurrency × max_model_len): first seen in the 0.25.0 wheel; vLLM 0.24.0 logs it too
+        # (github.com/noonghunna/club-3090/issues/612: "GPU KV cache size: 567,978 tokens" = int(299 / 69 × 131,072))
+        return "concurrency" if self.version >= (0, 24, 0) else "groups"
+
+    @property
+    def mamba_align_with_prefix_caching(self) -> bool:
+        """With prefix caching on, a hybrid model's state layers run in mamba_cache_mode "align": two state
+        pages a request (MambaModelConfig.verify_and_update_config sets "align" for models without
+        SupportsMambaPrefixCaching, vllm/model_executor/models/config.py; MambaSpec.max_memory_usage_bytes,
+        vllm/v1/kv_cache_interface.py). 0.11.0's MambaModelConfig disabled prefix caching for hybrid models
+        instead; the first evidence of "align" is vLLM 0.24.0's log (club-3090 issues 612 / 652: 69 blocks a
+        request = 63 full + 3 state groups × 2), the release between them where it began is not pinned."""
+        return self.is_vllm and self.version >= (0, 24, 0)
 
     @property
     def kv_log_one_line(self) -> bool:

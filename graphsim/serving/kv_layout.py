@@ -31,7 +31,7 @@ is raised until an attention page holds at least one state page
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
 
@@ -121,12 +121,15 @@ class KvGroup:
     block_size: int  # tokens per block in this group (STATE: irrelevant)
     page_bytes: int  # one layer's page (block) in bytes, padded
     window: int | None = None
+    # STATE: pages one request holds (vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes:
+    # mamba_cache_mode "none" 1, "align" 2, each + num_speculative_blocks); see `with_mamba_cache_mode`
+    state_pages: int = 1
 
     def admission_blocks(self, tokens: int, in_flight_tokens: int) -> int:
         """Blocks one request at `tokens` must be able to hold (vLLM `max_admission_blocks_per_request` /
         `max_memory_usage_bytes` in vllm/v1/kv_cache_interface.py)."""
         if self.kind is KvKind.STATE:
-            return 1  # mamba_cache_mode "none": one state page per request
+            return self.state_pages
         if self.kind is KvKind.SLIDING:
             assert self.window is not None
             return cdiv(min(self.window - 1 + in_flight_tokens, tokens), self.block_size) + 1
@@ -181,6 +184,13 @@ class KvLayout:
     def hybrid(self) -> bool:
         return len(self.groups) > 1 or any(g.kind in (KvKind.SLIDING, KvKind.CHUNKED, KvKind.STATE) for g in self.groups)
 
+    @property
+    def attention_and_state(self) -> bool:
+        """Attention groups and linear-attention state groups both (a hybrid model's layout; the one kind whose
+        mamba_cache_mode graphsim checked against vLLM logs, see `with_mamba_cache_mode`)."""
+        kinds = {g.kind for g in self.groups}
+        return KvKind.STATE in kinds and len(kinds) > 1
+
     @cached_property
     def single_block_size(self) -> int:
         """The block size when one full/MLA group holds every layer (blocks = cdiv(tokens, it)), else 0."""
@@ -225,7 +235,7 @@ class KvLayout:
         total = np.zeros(np.shape(computed), dtype=np.int64)
         for g in self.groups:
             if g.kind is KvKind.STATE:
-                total += 1
+                total += g.state_pages
                 continue
             blocks = -(-end // g.block_size)
             if g.kind is KvKind.SLIDING:
@@ -291,14 +301,24 @@ def _mla_layer(attn: MlaAttention, kv: DType) -> LayerKv:
 
 
 def _state_layer(attn: GatedDeltaNet, tp: int, state: DType) -> LayerKv:
+    """vLLM `MambaStateShapeCalculator.gated_delta_net_state_shape` and `gated_delta_net_state_dtype`
+    (vllm/model_executor/layers/mamba/mamba_utils.py): the conv state in the state dtype, the recurrent
+    (temporal) state in mamba_ssm_cache_dtype — "auto" the conv state's dtype, Qwen3.5's config hook its
+    `mamba_ssm_dtype` (the spec's `ssm_dtype`)."""
     if attn.v_heads % tp or attn.conv_dim % tp:
         raise KvLayoutError(f"linear_num_value_heads = {attn.v_heads} (conv channels {attn.conv_dim}) is not divisible "
                             f"by tp = {tp}; pick a tp that divides it")
     recurrent = (attn.v_heads // tp) * attn.k_head_dim * attn.v_head_dim
     conv = (attn.conv_dim // tp) * (attn.conv_kernel - 1)
-    nbytes = (recurrent + conv) * state.bytes_per_element
-    detail = (f"recurrent {attn.v_heads // tp} heads × {attn.k_head_dim} × {attn.v_head_dim} + conv "
-              f"{attn.conv_dim // tp} × {attn.conv_kernel - 1}, × {state.bytes_per_element:g} B per request")
+    ssm, ssm_from = _ssm_dtype(attn.ssm_dtype, state)
+    nbytes = recurrent * ssm.bytes_per_element + conv * state.bytes_per_element
+    if ssm == state:
+        detail = (f"recurrent {attn.v_heads // tp} heads × {attn.k_head_dim} × {attn.v_head_dim} + conv "
+                  f"{attn.conv_dim // tp} × {attn.conv_kernel - 1}, × {state.bytes_per_element:g} B per request")
+    else:
+        detail = (f"recurrent {attn.v_heads // tp} heads × {attn.k_head_dim} × {attn.v_head_dim} × "
+                  f"{ssm.bytes_per_element:g} B ({ssm.label}, {ssm_from}) + conv {attn.conv_dim // tp} × "
+                  f"{attn.conv_kernel - 1} × {state.bytes_per_element:g} B per request")
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
@@ -490,6 +510,25 @@ def _groups(layers: tuple[LayerKv, ...], block_size: int) -> tuple[tuple[KvGroup
     if padding:
         notes.append(f"{padding} padding layer(s) to make KV-cache groups equal (vLLM adds them too)")
     return tuple(groups), attn_bs, notes
+
+
+def with_mamba_cache_mode(layout: KvLayout, mode: str, speculative_blocks: int = 0) -> KvLayout:
+    """`layout` with its state groups holding the pages vLLM's mamba_cache_mode gives a request
+    (MambaSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py): "none" 1, "align" 2 (the running state
+    and the block-aligned checkpoint prefix caching reuses), each + `speculative_blocks`. "align" keeps the
+    attention block size of "none" (`Platform._align_hybrid_block_size`, vllm/platforms/interface.py: the
+    chunk-aligned block size belongs to "all"). "all" (a state page per block of tokens, models declaring
+    SupportsMambaPrefixCaching) is not modelled."""
+    pages = {"none": 1, "align": 2}.get(mode)
+    if pages is None:
+        raise KvLayoutError(f"mamba_cache_mode '{mode}' is not modelled; use none or align")
+    pages += speculative_blocks
+    if not any(g.kind is KvKind.STATE for g in layout.groups) or pages == 1:
+        return layout
+    groups = tuple(replace(g, state_pages=pages) if g.kind is KvKind.STATE else g for g in layout.groups)
+    note = (f"mamba_cache_mode {mode}: {pages} state pages a request per state group (prefix caching on; vLLM "
+            "MambaSpec.max_memory_usage_bytes)")
+    return replace(layout, groups=groups, notes=(*layout.notes, note))
 
 
 def kv_layout(spec: ModelSpec, precision: Precision, tp: int = 1, block_size: int | None = None) -> KvLayout:

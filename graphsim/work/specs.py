@@ -212,6 +212,9 @@ class GatedDeltaNet:
     v_head_dim: int
     conv_kernel: int
     block_norms: int = 1
+    # the recurrent state's dtype; None: vLLM's mamba_ssm_cache_dtype "auto", the conv-state dtype
+    # (MambaStateDtypeCalculator.gated_delta_net_state_dtype); Qwen3.5: its config's mamba_ssm_dtype
+    ssm_dtype: DType | None = None
 
     kind = AttentionKind.LINEAR
 
