@@ -14,7 +14,7 @@ from typing import Any
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.work.builders import (
     deepseek_v4, encoder_style, gemma4, gqa, hybrid, legacy, linear_attn, llama4, mimo, mla, modern_a, modern_b,
-    nemotron_h, ssm,
+    nas_step, nemotron_h, ssm,
 )
 from graphsim.work.config import ConfigView
 from graphsim.work.config_defaults import text_model_class
@@ -101,11 +101,15 @@ BUILDERS: dict[str, Builder] = {
     **linear_attn.ARCHITECTURES,
     **modern_b.ARCHITECTURES,
     **encoder_style.ARCHITECTURES,
+    **nas_step.ARCHITECTURES,
 }
 
 # architectures[0] spellings a checkpoint uses for a transformers class of another name (the cross-checks build
 # the transformers class; the accountant builds both names the same way)
 TRANSFORMERS_CLASS: dict[str, str] = {**linear_attn.TRANSFORMERS_CLASS}
+# registered architectures with no class in the pinned transformers (remote code only): no config-class defaults
+# and no meta model; each builder says what it was checked against instead (builders/nas_step.py)
+NO_TRANSFORMERS_CLASS: frozenset[str] = nas_step.NO_TRANSFORMERS_CLASS
 
 
 def supported_architectures() -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from work_helpers import catalog_stems, load_config
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.work import BUILDERS, accounting, build_model, config_defaults, parse_step, supported_architectures
-from graphsim.work.registry import TRANSFORMERS_CLASS
+from graphsim.work.registry import NO_TRANSFORMERS_CLASS, TRANSFORMERS_CLASS
 
 
 def test_registry_covers_every_catalog_architecture():
@@ -19,7 +19,9 @@ def test_registry_covers_every_catalog_architecture():
     # causal-LM class of the pinned transformers), so test_work_config_defaults.py cross-checks it.
     # (a checkpoint's own spelling of a class, registry.TRANSFORMERS_CLASS, reads that class's entry)
     table = set(config_defaults.table_architectures())
-    assert set(supported_architectures()) - set(TRANSFORMERS_CLASS) <= table
+    # (registry.NO_TRANSFORMERS_CLASS: remote-code-only architectures, held to their model cards instead)
+    assert set(supported_architectures()) - set(TRANSFORMERS_CLASS) - NO_TRANSFORMERS_CLASS <= table
+    assert not NO_TRANSFORMERS_CLASS & table
     assert set(TRANSFORMERS_CLASS.values()) <= table
     assert len(supported_architectures()) >= 36
 

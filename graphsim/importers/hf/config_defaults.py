@@ -89,7 +89,7 @@ def coverage() -> str:
 
 
 def main() -> None:
-    from graphsim.work.registry import TRANSFORMERS_CLASS, supported_architectures
+    from graphsim.work.registry import NO_TRANSFORMERS_CLASS, TRANSFORMERS_CLASS, supported_architectures
 
     if sys.argv[1:] == ["--coverage"]:
         print(coverage())
@@ -99,7 +99,9 @@ def main() -> None:
     # Every causal-LM class transformers ships (so registering one needs no new table), plus any
     # registered class outside that mapping.
     # (a checkpoint's own spelling of a class, registry.TRANSFORMERS_CLASS, reads its class's entry)
-    table = write_table(sorted(set(causal_lm_classes()) | set(supported_architectures()) - set(TRANSFORMERS_CLASS)))
+    # (registry.NO_TRANSFORMERS_CLASS: remote-code-only classes, which have no config class to read)
+    registered = set(supported_architectures()) - set(TRANSFORMERS_CLASS) - NO_TRANSFORMERS_CLASS
+    table = write_table(sorted(set(causal_lm_classes()) | registered))
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(table, f, indent=1, sort_keys=True)
         f.write("\n")
