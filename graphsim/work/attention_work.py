@@ -22,8 +22,8 @@ Conventions (per layer, per sequence of n new tokens after p cached; H query hea
   its per-token key cache (vLLM's fp8 layout, `DsaIndexer.cache_bytes_per_token`).
 - Gated delta net: per token and value head, 2·d_k·d_v each for reading the state with the key,
   the rank-1 state update and reading the output with the query: 6·H_v·d_k·d_v (decay and gates
-  are elementwise). The recurrent state (H_v·d_k·d_v) and the conv state (conv_dim·(kernel − 1))
-  are read once when p > 0 and written once per sequence.
+  are elementwise). The recurrent state (H_v·d_k·d_v, in the spec's `ssm_dtype` when set) and the conv
+  state (conv_dim·(kernel − 1)) are read once when p > 0 and written once per sequence.
 - Mamba2 (SSD, recurrent form; Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060 §3-4): per
   token and head the state h (d_head × d_state) takes the rank-1 update dt·x ⊗ B (2·d_head·d_state)
   and the output reads it with C (2·d_head·d_state): 4·H·d_head·d_state (the decay exp(dt·A)·h, the D
@@ -124,7 +124,9 @@ def attention_core(attn: AttentionSpec, group: SeqGroup, precision: Precision) -
         return CoreWork(flops * c, read * c, written * c, form)
     if isinstance(attn, GatedDeltaNet):
         flops = 6 * attn.v_heads * attn.k_head_dim * attn.v_head_dim * n
-        state = (attn.recurrent_state_elements + attn.conv_state_elements) * precision.state.bytes_per_element
+        ssm = attn.ssm_dtype or precision.state  # Qwen3.5: the config's mamba_ssm_dtype (builders/hybrid.py)
+        state = (attn.recurrent_state_elements * ssm.bytes_per_element
+                 + attn.conv_state_elements * precision.state.bytes_per_element)
         return CoreWork(flops * c, (state if p > 0 else 0.0) * c, state * c)
     if isinstance(attn, (Mamba2Mixer, Mamba1Mixer)):
         inner = attn.heads * attn.head_dim if isinstance(attn, Mamba2Mixer) else attn.intermediate
