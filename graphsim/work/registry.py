@@ -145,6 +145,8 @@ def language_model(cfg: dict[str, Any], arch: str) -> tuple[str, dict[str, Any]]
         text_arch = named[0]  # the class the text config names (Kimi-K2.5: DeepseekV3ForCausalLM, model_type kimi_k2)
     else:
         text_arch = text_model_class(model_type) if isinstance(model_type, str) else None
+        if text_arch is None and isinstance(model_type, str):  # a remote-code text model (Step-3.7's step3p5)
+            text_arch = nas_step.TEXT_MODEL_TYPES.get(model_type)
     if text_arch is None or text_arch not in BUILDERS:
         return None
     merged = {k: cfg[k] for k in _INHERITED if k in cfg and k not in text} | text

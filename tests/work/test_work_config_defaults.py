@@ -81,6 +81,8 @@ def _repo_configs() -> list[tuple[str, dict[str, Any]]]:
             if arch in supported_architectures():
                 out.append((f"{folder.name}/{path.stem}", cfg))
             elif isinstance(arch, str) and (inner := language_model(cfg, arch)) is not None:
+                if inner[0] in NO_TRANSFORMERS_CLASS:  # a remote-code text model (Step-3.7's step3p5)
+                    continue
                 # A multimodal wrapper: its language model, as the accountant resolves it.
                 out.append((f"{folder.name}/{path.stem}", dict(inner[1], architectures=[inner[0]])))
     assert out, "no repository configs found"

@@ -221,3 +221,15 @@ def test_registered_without_a_transformers_class():
     assert {"DeciLMForCausalLM", "Step3p5ForCausalLM", "Step3p7FlashForCausalLM"} == NO_TRANSFORMERS_CLASS
     assert set(supported_architectures()) >= NO_TRANSFORMERS_CLASS
     assert not NO_TRANSFORMERS_CLASS & set(TRANSFORMERS_CLASS)
+
+
+def test_published_step37_wrapper_accounts_its_text_model():
+    # The published checkpoint nests the decoder under text_config (model_type step3p5; vLLM step3p7.py builds
+    # it as a Step3p5ForCausalLM); top-level dtype and quantization carry over, the vision tower is not counted.
+    text = {k: v for k, v in _step3p5_real_shape().items() if k not in ("architectures", "torch_dtype")}
+    cfg = {"architectures": ["Step3p7ForConditionalGeneration"], "model_type": "step3p7", "torch_dtype": "bfloat16",
+           "text_config": dict(text, model_type="step3p5"), "vision_config": {"width": 1536}}
+    spec = build_model(cfg)
+    assert spec.architecture == "Step3p5ForCausalLM"
+    assert any("Step3p7ForConditionalGeneration" in n and "other towers are not counted" in n for n in spec.notes)
+    assert accounting(cfg).params().total == 196_956_130_368  # the published shape above

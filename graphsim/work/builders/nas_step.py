@@ -282,6 +282,12 @@ ARCHITECTURES = {
     "Step3p7FlashForCausalLM": _step3p7_flash,
 }
 
+# Text-model `model_type`s of remote-code wrappers (registry.language_model): the published Step-3.7-Flash is
+# Step3p7ForConditionalGeneration whose text_config has model_type "step3p5" (vLLM step3p7.py
+# Step3p7ForConditionalGeneration builds its language_model from config.text_config, a Step3p5ForCausalLM); the
+# vision tower is not counted (the wrapper's note says so).
+TEXT_MODEL_TYPES = {"step3p5": "Step3p5ForCausalLM"}
+
 # Registered architectures without a class in the pinned transformers: no config-class defaults, no meta
 # model; their cross-check is the model card and the vLLM source cited above.
 NO_TRANSFORMERS_CLASS = frozenset(ARCHITECTURES)
