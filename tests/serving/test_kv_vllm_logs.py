@@ -71,3 +71,18 @@ def test_qwen3_6_without_prefix_caching_holds_one_state_page():
 
     assert (cap(False).num_blocks, cap(False).blocks_per_request) == (299, 66)
     assert cap(True).blocks_per_request == 69
+
+
+def test_minimax_m2_7_tp2_kv_needed_for_one_request(capsys):
+    # github.com/eugr/spark-vllm-docker/issues/396 (MiniMax-M2.7 AWQ, TP 2 on two DGX Sparks, vLLM 0.29.1rc1):
+    #   "To serve at least one request with the model's max seq len (196608), 23.25 GiB KV cache is needed"
+    # By hand: 62 layers × 2 (K,V) × 8 kv heads / 2 ranks × 128 × 2 B = 126,976 B a token per rank;
+    #   cdiv(196,608, 16) = 12,288 blocks × 16 × 126,976 = 24,964,497,408 B = 23.25 GiB.
+    # (The issue's "28.74 GiB KV → 240,816 tokens, 1.22x" does not reconstruct: 240,816 = 15,051 blocks × 16,
+    # which 28.48 GiB gives; 28.74 GiB would give 15,189 blocks, 243,024 tokens. Not pinned.)
+    d = _kv(capsys, AIC / "MiniMaxAI--MiniMax-M2.7_config.json", "--gpu", "h100", "-tp", "2", "--kv-memory", "22.5GiB",
+            "--max-model-len", "196608", "--engine", "vllm==0.29.1")
+    cap = d["capacity"]
+    assert d["layout"]["bytes_per_token_per_rank"] == 126_976
+    assert cap["blocks_per_request"] == 12_288
+    assert round(cap["blocks_per_request"] * cap["bytes_per_block"] / GiB, 2) == 23.25
