@@ -25,7 +25,8 @@ largest when it is < 1.5× the smallest, `_get_kv_cache_groups_uniform_page_size
 one pool of blocks, a block holding `block_size` tokens of every layer of a group. Page sizes are
 unified (`unify_kv_cache_spec_page_size`): with linear-attention state, the attention block size
 is raised until an attention page holds at least one state page
-(`Platform._align_hybrid_block_size`) and the state page is padded to it.
+(`Platform._align_hybrid_block_size`) and the state page is padded to it. With prefix caching (vLLM >= 0.24)
+a request holds two pages of each state group (mamba_cache_mode "align": `with_mamba_cache_mode`).
 """
 
 from __future__ import annotations
