@@ -24,7 +24,8 @@ Three families, read from vLLM's released wheels (each fact names the file and t
   `scheduler_reserve_full_isl` (admission needs the whole prompt's blocks) first seen 0.20.0 (absent in
   0.14.0); `GPU KV cache size = int(max_concurrency × max_model_len)` (`get_kv_cache_capacity`) first seen
   0.25.0 in the wheels and in a 0.24.0 log (club-3090 issue 612), so taken from 0.24.0; a hybrid model's state
-  groups in mamba_cache_mode "align" with prefix caching (two pages a request) from 0.24.0, the same log; sliding reservations over `max_concurrent_batches × max_num_batched_tokens` in-flight tokens
+  groups in mamba_cache_mode "align" with prefix caching (two pages a request) from 0.24.0, the same log;
+  sliding reservations over `max_concurrent_batches × max_num_batched_tokens` in-flight tokens
   (`VllmConfig.max_in_flight_tokens`), the ≥ 160 GiB default tier 16384 / 1024, and the one-line KV log first
   seen 0.30.0.
 
