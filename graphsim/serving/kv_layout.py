@@ -301,25 +301,27 @@ def _mla_layer(attn: MlaAttention, kv: DType) -> LayerKv:
     return LayerKv(KvKind.MLA, int(nbytes), 0, None, detail)
 
 
-def _state_layer(attn: GatedDeltaNet, tp: int, state: DType) -> LayerKv:
+def _state_layer(attn: GatedDeltaNet, tp: int, state: DType, num_spec: int = 0) -> LayerKv:
     """vLLM `MambaStateShapeCalculator.gated_delta_net_state_shape` and `gated_delta_net_state_dtype`
-    (vllm/model_executor/layers/mamba/mamba_utils.py): the conv state in the state dtype, the recurrent
-    (temporal) state in mamba_ssm_cache_dtype — "auto" the conv state's dtype, Qwen3.5's config hook its
-    `mamba_ssm_dtype` (the spec's `ssm_dtype`)."""
+    (vllm/model_executor/layers/mamba/mamba_utils.py): the conv state, (kernel − 1 + num_spec) columns with
+    speculative decoding's num_speculative_tokens, in the state dtype; the recurrent (temporal) state in
+    mamba_ssm_cache_dtype — "auto" the conv state's dtype, Qwen3.5's config hook its `mamba_ssm_dtype` (the
+    spec's `ssm_dtype`)."""
     if attn.v_heads % tp or attn.conv_dim % tp:
         raise KvLayoutError(f"linear_num_value_heads = {attn.v_heads} (conv channels {attn.conv_dim}) is not divisible "
                             f"by tp = {tp}; pick a tp that divides it")
     recurrent = (attn.v_heads // tp) * attn.k_head_dim * attn.v_head_dim
-    conv = (attn.conv_dim // tp) * (attn.conv_kernel - 1)
+    conv = (attn.conv_dim // tp) * (attn.conv_kernel - 1 + num_spec)
     ssm, ssm_from = _ssm_dtype(attn.ssm_dtype, state)
     nbytes = recurrent * ssm.bytes_per_element + conv * state.bytes_per_element
+    cols = attn.conv_kernel - 1 + num_spec
     if ssm == state:
         detail = (f"recurrent {attn.v_heads // tp} heads × {attn.k_head_dim} × {attn.v_head_dim} + conv "
-                  f"{attn.conv_dim // tp} × {attn.conv_kernel - 1}, × {state.bytes_per_element:g} B per request")
+                  f"{attn.conv_dim // tp} × {cols}, × {state.bytes_per_element:g} B per request")
     else:
         detail = (f"recurrent {attn.v_heads // tp} heads × {attn.k_head_dim} × {attn.v_head_dim} × "
                   f"{ssm.bytes_per_element:g} B ({ssm.label}, {ssm_from}) + conv {attn.conv_dim // tp} × "
-                  f"{attn.conv_kernel - 1} × {state.bytes_per_element:g} B per request")
+                  f"{cols} × {state.bytes_per_element:g} B per request")
     return LayerKv(KvKind.STATE, 0, int(nbytes), None, detail)
 
 
@@ -436,8 +438,9 @@ def compressed_attention_kv(attn: CompressedAttention) -> tuple[LayerKv, ...]:
     return tuple(out)
 
 
-def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, ...]:
-    """One entry per layer that keeps KV or state (a layer without a mixer keeps none)."""
+def layer_kv(spec: ModelSpec, tp: int, precision: Precision, num_spec: int = 0) -> tuple[LayerKv, ...]:
+    """One entry per layer that keeps KV or state (a layer without a mixer keeps none); `num_spec`: speculative
+    decoding's num_speculative_tokens (a gated delta net's conv state keeps that many more columns)."""
     out = []
     for layer in spec.stack.layers:
         attn = layer.attn
@@ -458,7 +461,7 @@ def layer_kv(spec: ModelSpec, tp: int, precision: Precision) -> tuple[LayerKv, .
         elif isinstance(attn, MlaAttention):
             out.append(_mla_layer(attn, precision.kv))
         elif isinstance(attn, GatedDeltaNet):
-            out.append(_state_layer(attn, tp, precision.state))
+            out.append(_state_layer(attn, tp, precision.state, num_spec))
         elif isinstance(attn, CompressedAttention):
             out.extend(compressed_attention_kv(attn))
         else:  # pragma: no cover - closed union
@@ -532,11 +535,13 @@ def with_mamba_cache_mode(layout: KvLayout, mode: str, speculative_blocks: int =
     return replace(layout, groups=groups, notes=(*layout.notes, note))
 
 
-def kv_layout(spec: ModelSpec, precision: Precision, tp: int = 1, block_size: int | None = None) -> KvLayout:
-    """The per-rank KV layout of `spec`. `block_size` None: 16, or 64 for MLA (FlashMLA)."""
+def kv_layout(spec: ModelSpec, precision: Precision, tp: int = 1, block_size: int | None = None, num_spec: int = 0,
+              extra_layers: tuple[LayerKv, ...] = ()) -> KvLayout:
+    """The per-rank KV layout of `spec`. `block_size` None: 16, or 64 for MLA (FlashMLA). `num_spec`: speculative
+    decoding's num_speculative_tokens (`layer_kv`); `extra_layers`: a draft's layers in the same pool."""
     if tp < 1:
         raise KvLayoutError(f"tp = {tp}; give --tp >= 1")
-    layers = layer_kv(spec, tp, precision)
+    layers = layer_kv(spec, tp, precision, num_spec) + extra_layers
     notes: list[str] = []
     if block_size is None:
         block_size = DEFAULT_BLOCK_SIZE

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from graphsim.serving.capacity import kv_capacity
-from graphsim.serving.kv_layout import LayerKv, _groups, layer_kv
+from graphsim.serving.kv_layout import LayerKv, kv_layout, layer_kv, with_mamba_cache_mode
 from graphsim.serving.memory import BudgetTerm, MemoryBudget, weight_bytes_per_rank
 from graphsim.serving.speculative import SpeculativeConfig, SpeculativeError, mtp_layers, parse_speculative_config
 
@@ -76,13 +76,24 @@ def with_speculation(dep: Deployment, spec: SpeculativeConfig) -> Deployment:
     fp = draft_footprint(dep, spec)
     layout = dep.layout
     notes = list(layout.notes)
-    if fp.layers:
-        layers = layout.layers + fp.layers
-        groups, attn_bs, group_notes = _groups(layers, layout.block_size)
-        notes += [n for n in group_notes if n not in notes]
-        notes.append(f"speculative decoding ({spec.describe()}): {len(fp.layers)} draft layer(s) keep KV in the same "
-                     f"block pool ({sum(x.bytes_per_token for x in fp.layers)} B a token a rank)")
-        layout = replace(layout, layers=layers, groups=groups, block_size=attn_bs)
+    acc, e = dep.accountant, dep.engine
+    # a gated delta net's conv state keeps num_speculative_tokens more columns (gated_delta_net_state_shape's
+    # num_spec): the layout is rebuilt from the spec with the draft's layers, the scheduler's block size as given
+    rebuilt = kv_layout(acc.spec, acc.precision, dep.tp, dep.config.engine.block_size, num_spec=spec.k,
+                        extra_layers=fp.layers)
+    if fp.layers or rebuilt.layers != layout.layers:
+        notes = list(rebuilt.notes)  # the target's layout notes, for the rebuilt pool
+        if fp.layers:
+            notes.append(f"speculative decoding ({spec.describe()}): {len(fp.layers)} draft layer(s) keep KV in the "
+                         f"same block pool ({sum(x.bytes_per_token for x in fp.layers)} B a token a rank)")
+        layout = replace(layout, layers=rebuilt.layers, groups=rebuilt.groups, block_size=rebuilt.block_size)
+    if layout.attention_and_state:
+        # a state group holds num_speculative_tokens more pages a request (MambaSpec num_speculative_blocks), on
+        # top of mamba_cache_mode's 1 ("none") or 2 ("align" with prefix caching, as deployment.py decides)
+        align = e.enable_prefix_caching and e.profile.mamba_align_with_prefix_caching
+        layout = with_mamba_cache_mode(replace(layout, notes=()), "align" if align else "none",
+                                       speculative_blocks=spec.k)
+        notes = [n for n in notes if not n.startswith("mamba_cache_mode")] + list(layout.notes)
     if spec.num_lookahead_tokens:
         notes.append(f"speculative decoding: {spec.num_lookahead_tokens} lookahead slot(s) a decoding request "
                      "(vLLM Scheduler num_lookahead_tokens)")

@@ -86,3 +86,32 @@ def test_minimax_m2_7_tp2_kv_needed_for_one_request(capsys):
     assert d["layout"]["bytes_per_token_per_rank"] == 126_976
     assert cap["blocks_per_request"] == 12_288
     assert round(cap["blocks_per_request"] * cap["bytes_per_block"] / GiB, 2) == 23.25
+
+
+def test_qwen3_6_27b_tp2_mtp3_vllm_log(capsys):
+    # github.com/noonghunna/club-3090/pull/594 (Qwen3.6-27B FP8, TP 2 on two RTX 3090s, kv_cache_dtype fp8,
+    # max_model_len 262144, max_num_batched_tokens 8192, prefix caching on, MTP speculative decoding; the quoted
+    # args are cut at 'specula…', num_speculative_tokens 3 is the compose's shipped default (club-3090 issues 44,
+    # 104) and the only value the figures admit):
+    #   Available KV cache memory: 5.33 GiB
+    #   GPU KV cache size: 300,220 tokens / Maximum concurrency for 262,144 tokens per request: 1.15x
+    # By hand, per rank: 64 layers, 16 full attention + 1 MTP layer (full) = 17, 48 gated delta nets.
+    #   attention, 1 token: 2 × (4 kv heads / 2) × 256 × 1 B = 1,024 B
+    #   state page: recurrent 48 / 2 = 24 heads × 128 × 128 × 4 B (fp32) = 1,572,864 + conv (2·16·128 + 48·128)
+    #       / 2 = 5,120 channels × (4 − 1 + 3 spec) × 2 B = 61,440 → 1,634,304 B
+    #   block size 16 × cdiv(1,634,304, 16,384) = 16 × 100 = 1,600; attention page 1,638,400 B (state padded)
+    #   groups: 17 full, 48 state → 3 state groups of 17 (3 padding) + 1 full: a block id 17 × 1,638,400
+    #       = 27,852,800 B; 5.33 GiB = 5,723,068,334 B // 27,852,800 = 205 blocks
+    #   a request: full cdiv(262,144, 1,600) = 164 + 3 state groups × (2 align + 3 speculative) = 179 blocks
+    #   205 / 179 = 1.14525 → "1.15x"; int(1.14525 × 262,144) = int(300,220.78) = 300,220
+    # Before: 209 blocks / 171 (no speculative conv columns or state pages; align not applied with speculation):
+    # 320,398 tokens / 1.22x.
+    d = _kv(capsys, AIC / "nvidia--Qwen3.6-27B-NVFP4_config.json", "--gpu", "h100", "-tp", "2", "--kv-memory",
+            "5.33GiB", "--max-model-len", "262144", "--kv-dtype", "fp8", "--max-num-batched-tokens", "8192",
+            "--engine", "vllm==0.24.0", "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 3}')
+    groups = d["layout"]["groups"]
+    assert [(g["kind"], g["layers"], g["block_size"]) for g in groups] == [("state", 17, 1600)] * 3 + [("full", 17, 1600)]
+    cap = d["capacity"]
+    assert (cap["bytes_per_block"], cap["num_blocks"], cap["blocks_per_request"]) == (27_852_800, 205, 179)
+    assert cap["vllm_log"] == ["GPU KV cache size: 300,220 tokens",
+                               "Maximum concurrency for 262,144 tokens per request: 1.15x"]
