@@ -52,12 +52,22 @@ _FFN_KEYS = (
     "intermediate_size_mlp", "expert_ffn_hidden_size", "ffn_hidden_size", "dff",
 )
 _HIDDEN_KEYS = ("hidden_size", "n_embd", "d_model", "n_embed", "dim")
-_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "decoder_attention_heads", "num_heads")
+_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "decoder_attention_heads")
+# Mamba2 head counts of hybrid classes (Bamba, GraniteMoeHybrid): heads × head dim must stay expand × hidden.
+_SSM_HEAD_KEYS = ("mamba_n_heads", "mamba_num_heads", "n_mamba_heads")
+_SSM_GROUP_KEYS = ("mamba_n_groups", "n_groups", "mamba_ngroups")
 _KV_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads")
 _EXPERT_KEYS = ("n_routed_experts", "num_local_experts", "num_experts", "moe_num_experts")
 _TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "num_experts_per_token", "moe_k", "top_k")
 _TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id",
                "decoder_start_token_id", "mask_token_id")
+
+
+# Class defaults whose forward transformers itself cannot run, and the field a real checkpoint sets: DbrxConfig()
+# leaves clip_qkv None, which DbrxAttention hands to clamp as both bounds (dbrx-instruct's config.json: 8).
+_FORWARD_DEFAULTS: dict[str, dict[str, Any]] = {
+    "DbrxForCausalLM": {"attn_config": {"kv_n_heads": 1, "rope_theta": 500000.0, "clip_qkv": 8}},
+}
 
 
 def _defaults_module() -> Any:
@@ -93,6 +103,11 @@ def shrink(cfg: dict[str, Any]) -> dict[str, Any]:
         hid = _first_key(out, _HIDDEN_KEYS)
         if hid and out[hid] % g == 0:
             out[hid] = out[hid] // g
+            for k in _SSM_HEAD_KEYS:
+                groups = next((out[gk] for gk in _SSM_GROUP_KEYS if isinstance(out.get(gk), int)), 1)
+                v = out.get(k)
+                if isinstance(v, int) and v % g == 0 and (v // g) % max(groups, 1) == 0:
+                    out[k] = v // g
             for k in _FFN_KEYS:
                 v = out.get(k)
                 if isinstance(v, int) and not isinstance(v, bool) and v > 0:
@@ -107,16 +122,21 @@ def shrink(cfg: dict[str, Any]) -> dict[str, Any]:
         n = max(MAX_EXPERTS, top_k * 2)
         n = math.ceil(n / max(groups or 1, 1)) * max(groups or 1, 1)
         if n < out[ek]:
+            zero = out.get("zero_expert_num")  # LongCat-Flash: identity experts, in proportion (top-k divides)
+            if isinstance(zero, int) and zero and (zero * n) % out[ek] == 0:
+                out["zero_expert_num"] = zero * n // out[ek]
             out[ek] = n
     vocab = out.get("vocab_size")
     if isinstance(vocab, int) and vocab > MAX_VOCAB:
         out["vocab_size"] = MAX_VOCAB
-        for k in _TOKEN_KEYS:
+        if out.get("decoder_vocab_size") == vocab:  # Marian: the decoder's table is the (tied) vocabulary
+            out["decoder_vocab_size"] = MAX_VOCAB
+        for k in _TOKEN_KEYS:  # (some config classes insist on an int: the last id of the small vocabulary)
             v = out.get(k)
             if isinstance(v, int) and v >= MAX_VOCAB:
-                out[k] = None
+                out[k] = MAX_VOCAB - 1
             elif isinstance(v, list):
-                out[k] = [x for x in v if not isinstance(x, int) or x < MAX_VOCAB] or None
+                out[k] = [min(x, MAX_VOCAB - 1) if isinstance(x, int) else x for x in v]
     return out
 
 
@@ -129,7 +149,7 @@ def tiny_config(arch: str) -> dict[str, Any]:
         full = t._config_class(arch)(text_config=t._NESTED_DEFAULTS.get(arch)).to_dict()
         full["text_config"] = shrink(full["text_config"])
     else:
-        full = shrink(t._default_config(arch))
+        full = shrink(t._default_config(arch) | _FORWARD_DEFAULTS.get(arch, {}))
     return {**{k: v for k, v in full.items() if k != "transformers_version"}, "architectures": [arch]}
 
 

@@ -113,6 +113,13 @@ def kv_capacity(layout: KvLayout, available_bytes: int, max_model_len: int, in_f
     length, one block size; V1: `layout`'s KV-cache groups)."""
     if max_model_len < 1:
         raise CapacityError(f"max_model_len {max_model_len}; give --max-model-len >= 1")
+    if not layout.bytes_per_token and not layout.bytes_per_block:
+        # (vLLM gives a model without KV cache specs no memory for one: vllm/v1/engine/core.py
+        # EngineCore._initialize_kv_caches, "Attention free models don't need memory for kv cache"; a model with
+        # neither KV nor state of its own is a drafter reading its target's, whose capacity is the target's)
+        raise CapacityError("this model keeps no KV cache or recurrent state of its own (every layer reads another "
+                            "model's: a speculative drafter); size and serve its target, with this model as the "
+                            "draft (--speculative-config)")
     if not profile.hybrid_kv:
         per_block = layout.block_size * layout.bytes_per_token
         blocks = max(0, int(available_bytes)) // per_block if per_block else 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -18,14 +19,17 @@ _IGNORED_ATTRS = {"training", "layer_idx", "layer_id", "layer_number", "idx", "_
 
 
 def find_layer_stack(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
-    """The longest ModuleList of decoder layers (path, list)."""
-    best: tuple[str, torch.nn.ModuleList] | None = None
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.ModuleList) and len(mod) > 0 and (best is None or len(mod) > len(best[1])):
-            best = (name, mod)
-    if best is None:
+    """The ModuleList of decoder layers (path, list): the longest one held by a module whose config is the
+    model's text config (its decoder: a multimodal wrapper also holds its vision tower's blocks, which may be
+    more, e.g. Qwen3-VL-MoE's class defaults: 27 vision blocks, 24 text layers); else the longest of all."""
+    modules = dict(model.named_modules())
+    lists = [(n, m) for n, m in modules.items() if isinstance(m, torch.nn.ModuleList) and len(m) > 0]
+    if not lists:
         raise ValueError("model has no ModuleList of decoder layers")
-    return best
+    config: Any = getattr(model, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    own = [(n, m) for n, m in lists if text is not None and getattr(modules[n.rpartition(".")[0]], "config", None) is text]
+    return max(own or lists, key=lambda item: len(item[1]))
 
 
 def _plain_attrs(mod: torch.nn.Module) -> tuple:

@@ -10,6 +10,7 @@ import re
 
 import sympy
 
+from graphsim.errors import UnsupportedArchitectureError
 from graphsim.ir import AttentionAttrs, LinearAttrs, Node, Op, T, TensorSpec
 from graphsim.ir.geometry import AttentionGeometry, GemmGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
@@ -22,12 +23,22 @@ ABSORBED_OPS = VIEW_LIKE | {Op.ARANGE, Op.FULL}
 ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.RELU: "relu"}
 
 
-def per_token(spec: TensorSpec) -> tuple[int, Rows]:
-    """Elements per token of a value and whether it scales with tokens."""
+def per_token(spec: TensorSpec, node: Node | None = None) -> tuple[int, Rows]:
+    """Elements per token of a value and whether it scales with tokens. A size that depends on the data (a symbol
+    other than T: torch.export's unbacked sizes, e.g. the tokens a loop over experts gives each expert) has no
+    per-token width: an error naming the op (`node`, when given) and what it needs."""
     n = spec.numel
     if isinstance(n, int):
         return n, Rows.ONCE
     expr = sympy.expand(n)
+    data = sorted(str(s) for s in expr.free_symbols - {T})
+    if data:
+        where = f"{node.op.value} in {node.module_type or 'the model'} ({node.scope})" if node else "a value"
+        raise UnsupportedArchitectureError(
+            f"graphsim cannot price {where}: its shape {tuple(str(d) for d in spec.shape)} depends on the data "
+            f"({', '.join(data[:4])}{', ...' if len(data) > 4 else ''}: e.g. the tokens a loop over experts routes "
+            "to each), not on the token count alone; this mechanism needs a semantic op or fuse rule in graphsim "
+            "(docs/adding-an-architecture.md); graphsim work / kv may still account it from the config")
     coeff = expr.coeff(T, 1)
     if coeff.free_symbols or coeff == 0:
         return int(expr.subs(T, 1)), Rows.TOKENS
@@ -175,10 +186,12 @@ def attention_geometry(a: AttentionAttrs) -> AttentionGeometry:
 
 # --- activations, MoE, linear attention ------------------------------------------------------
 def act_and_mul_units(ctx: FuseContext) -> list[Candidate]:
-    """mul(act(x), y) where act's only user is that mul: a gated activation."""
+    """mul(act(x), y) where act's only user is that mul: a gated activation. Its width is the product's static last
+    dimension; a product whose last dimension is symbolic (the tokens: Mamba's channels-first `x * act(z)` in
+    (batch, channels, tokens)) is no act-and-mul kernel over a feature row and is left to the other rules."""
     out = []
     for n in ctx.graph.nodes:
-        if n.op is not Op.MUL or len(n.inputs) != 2:
+        if n.op is not Op.MUL or len(n.inputs) != 2 or not isinstance(n.outputs[0].shape[-1], int):
             continue
         for v in n.inputs:
             p = ctx.producer(v)

@@ -659,7 +659,7 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     elementwise placeholders (approximate), one per node."""
     if n.op in P.ABSORBED_OPS or ctx.index_only(n):
         return None, f"absorbed.{n.op.value}"
-    width, rows = P.per_token(n.outputs[0])
+    width, rows = P.per_token(n.outputs[0], n)
     return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width), n.outputs[0].dtype.value,
                         rows, (n.name,), "elementwise_placeholder", approximate=True),
             f"placeholder.{n.op.value}")
