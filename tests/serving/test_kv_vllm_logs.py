@@ -115,3 +115,27 @@ def test_qwen3_6_27b_tp2_mtp3_vllm_log(capsys):
     assert (cap["bytes_per_block"], cap["num_blocks"], cap["blocks_per_request"]) == (27_852_800, 205, 179)
     assert cap["vllm_log"] == ["GPU KV cache size: 300,220 tokens",
                                "Maximum concurrency for 262,144 tokens per request: 1.15x"]
+
+
+def test_qwen3_6_27b_tp1_mtp2_vllm_log(capsys):
+    # A full vLLM start-up log of nvidia/Qwen3.6-27B-NVFP4, TP 1, MTP num_spec_tokens 2, fp8 KV, max_model_len
+    # 262144, prefix caching on, engine v0.23.1rc1.dev531 (main after the 0.23.1rc1 tag, heading to 0.24: taken as
+    # 0.24.0), arm64 (a GB10, gpu_memory_utilization 0.7): a markdown file "Qwen3.6-27B-NVFP4 — Second Startup Log
+    # (MTP, num_speculative_tokens=2)" in a public GitHub repository (stored copy, search-tool file id 61569442000):
+    #   "Mamba cache mode is set to 'align' for Qwen3_5ForConditionalGeneration by default when prefix caching is
+    #   enabled" / "Setting attention block size to 1600 tokens." / "Add 3 padding layers" /
+    #   Available KV cache memory: 48.6 GiB
+    #   GPU KV cache size: 1,394,129 tokens / Maximum concurrency for 262,144 tokens per request: 5.32x
+    # By hand (TP 1): attention 1 token 2 × 4 × 256 × 1 B = 2,048 B; state page 48 × 128 × 128 × 4 = 3,145,728
+    #   + conv 10,240 × (3 + 2) × 2 = 102,400 → 3,248,128 B; block 16 × cdiv(3,248,128, 16 × 2,048) = 1,600;
+    #   page 1,600 × 2,048 = 3,276,800 B; 17 full (16 + MTP) and 48 state → 4 groups of 17 (3 padding layers);
+    #   a block id 17 × 3,276,800 = 55,705,600 B; 48.6 GiB = 52,183,852,646 B // 55,705,600 = 936 blocks;
+    #   a request cdiv(262,144, 1,600) = 164 + 3 × (2 + 2) = 176; 936 / 176 = 5.318 → int(1,394,129.45) = 1,394,129
+    d = _kv(capsys, AIC / "nvidia--Qwen3.6-27B-NVFP4_config.json", "--gpu", "h100", "--kv-memory", "48.6GiB",
+            "--max-model-len", "262144", "--kv-dtype", "fp8", "--engine", "vllm==0.24.0",
+            "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 2}')
+    assert {g["block_size"] for g in d["layout"]["groups"]} == {1600}
+    cap = d["capacity"]
+    assert (cap["bytes_per_block"], cap["num_blocks"], cap["blocks_per_request"]) == (55_705_600, 936, 176)
+    assert cap["vllm_log"] == ["GPU KV cache size: 1,394,129 tokens",
+                               "Maximum concurrency for 262,144 tokens per request: 5.32x"]
