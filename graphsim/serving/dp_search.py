@@ -125,7 +125,7 @@ def dp_steady(ctx: Any, c: Candidate) -> Any:
     s = _setup(ctx, p)
     cost = DpUnitCost(s.ranks.cost, s.moe, p.dp)
     sp = aggregated_point(cost, round(ctx.isl.mean), round(ctx.osl.mean), p.max_num_seqs, p.max_num_batched_tokens,
-                          host=s.host)  # the host time its simulation charges every rank
+                          host=s.ranks.host)  # the host time its simulation charges every rank
     return Evaluation(c.id, "steady-state", sp.requests_per_s * p.dp, sp.output_tokens_per_s * p.dp / c.unit_gpus,
                       sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, None,
                       sp.bound, sp.decode_batch, 0.0,
