@@ -117,3 +117,30 @@ def test_sweep_predict_tp1_has_no_traceback(benchmark_script, tmp_path):
         if row.get("predict1", {}).get("status") == "TRACEBACK":
             tracebacks[arch] = row["predict1"]["line"]
     assert not tracebacks, tracebacks
+
+
+def test_an_attention_table_without_graphsims_entry_is_named():
+    # GPT-Neo picks its attention class from GPT_NEO_ATTENTION_CLASSES[config._attn_implementation] (eager and
+    # flash_attention_2 only): the build raised KeyError('graphsim'), reported as "check config.json".
+    pytest.importorskip("transformers")
+    from graphsim.importers.hf.build import build_on_meta
+
+    cfg = {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "hidden_size": 32, "num_layers": 2,
+           "num_heads": 4, "attention_types": [[["global", "local"], 1]], "vocab_size": 128,
+           "max_position_embeddings": 64}
+    with pytest.raises(UnsupportedArchitectureError, match="no 'graphsim' entry"):
+        build_on_meta(cfg)
+
+
+def test_a_depth_the_config_class_derives_is_not_missing():
+    # LongCat-Flash's config.json has num_layers only; LongcatFlashConfig.num_hidden_layers is 2 × num_layers.
+    pytest.importorskip("transformers")
+    from graphsim.errors import ConfigError
+    from graphsim.importers.hf.build import check_config
+
+    cfg = {"architectures": ["LongcatFlashForCausalLM"], "model_type": "longcat_flash", "hidden_size": 64,
+           "num_layers": 2, "vocab_size": 128}
+    assert check_config(cfg) == "LongcatFlashForCausalLM"
+    with pytest.raises(ConfigError, match="missing required field"):  # a class that derives nothing: still missing
+        check_config({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+                      "vocab_size": 128})

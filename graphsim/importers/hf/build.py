@@ -59,6 +59,28 @@ def _field_names(cfg: dict[str, Any], field: str) -> tuple[str, ...]:
     return names
 
 
+def _class_derives(cfg: dict[str, Any], field: str) -> bool:
+    """Whether the config class of `cfg`'s model_type computes `field` (a property) from the fields `cfg` has
+    (LongcatFlashConfig.num_hidden_layers is 2 × num_layers; LongCat-Flash's config.json has only num_layers). A
+    plain class default does not count: a required field the config omits stays missing."""
+    model_type = cfg.get("model_type")
+    if not isinstance(model_type, str):
+        return False
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        return False
+    cls = CONFIG_MAPPING[model_type]
+    if not isinstance(getattr(cls, field, None), property):
+        return False
+    kwargs = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "transformers_version")}
+    try:
+        value = getattr(cls(**kwargs), field, None)
+    except Exception:  # a config its class refuses: the missing field is reported as missing
+        return False
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def check_config(cfg: dict[str, Any]) -> str:
     archs = cfg.get("architectures")
     if not archs or not isinstance(archs, list) or not isinstance(archs[0], str):
@@ -67,6 +89,8 @@ def check_config(cfg: dict[str, Any]) -> str:
         raise ConfigError("config has no 'model_type'; add the model_type of the architecture (e.g. \"llama\")")
     text_cfg = cfg.get("text_config", cfg)
     missing = [f for f in REQUIRED_FIELDS if not any(n in text_cfg for n in _field_names(text_cfg, f))]
+    if missing:
+        missing = [f for f in missing if not _class_derives(text_cfg, f)]
     if missing:
         raise ConfigError(f"config is missing required field(s) {', '.join(missing)}; add them to config.json")
     return archs[0]
@@ -189,7 +213,15 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
                     raise ConfigError(f"cannot build {arch} from this config: {e}") from None
                 kwargs.pop("experts_implementation")
                 model = cls._from_config(hf_cfg, **kwargs)
-    except (AttributeError, IndexError, KeyError, AssertionError, RuntimeError) as e:
+    except KeyError as e:
+        if e.args == (custom_ops.IMPL_NAME,):  # (GPT-Neo's GPT_NEO_ATTENTION_CLASSES, Git's: eager / flash only)
+            raise UnsupportedArchitectureError(
+                f"graphsim cannot trace {arch} yet: its modelling file picks the attention class from a table keyed "
+                f"by attn_implementation that has no '{custom_ops.IMPL_NAME}' entry; it needs one (as Falcon's, "
+                "importers/hf/alibi_ops.py register_attention_tables); graphsim work / kv may still account it from "
+                "the config") from None
+        raise ConfigError(f"cannot build {arch} from this config (KeyError: {e}); check config.json") from None
+    except (AttributeError, IndexError, AssertionError, RuntimeError) as e:
         raise ConfigError(f"cannot build {arch} from this config ({type(e).__name__}: {e}); check config.json") from None
     model.eval()
     return BuiltModel(model, hf_cfg, torch_dtype, arch, quant)
