@@ -103,10 +103,15 @@ def shrink(cfg: dict[str, Any]) -> dict[str, Any]:
         hid = _first_key(out, _HIDDEN_KEYS)
         if hid and out[hid] % g == 0:
             out[hid] = out[hid] // g
+            # (only where the scan width is expand × hidden: Falcon-H1's is mamba_d_ssm, kept)
+            head_dim = next((cfg[k] for k in ("mamba_d_head", "mamba_head_dim", "mamba_headdim")
+                             if isinstance(cfg.get(k), int)), None)
+            expand = next((cfg[k] for k in ("mamba_expand", "expand") if isinstance(cfg.get(k), int)), None)
             for k in _SSM_HEAD_KEYS:
                 groups = next((out[gk] for gk in _SSM_GROUP_KEYS if isinstance(out.get(gk), int)), 1)
                 v = out.get(k)
-                if isinstance(v, int) and v % g == 0 and (v // g) % max(groups, 1) == 0:
+                tied = head_dim is not None and expand is not None and v == expand * cfg[hid] // head_dim
+                if tied and isinstance(v, int) and v % g == 0 and (v // g) % max(groups, 1) == 0:
                     out[k] = v // g
             for k in _FFN_KEYS:
                 v = out.get(k)
