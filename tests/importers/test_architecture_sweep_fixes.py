@@ -144,3 +144,37 @@ def test_a_depth_the_config_class_derives_is_not_missing():
     with pytest.raises(ConfigError, match="missing required field"):  # a class that derives nothing: still missing
         check_config({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
                       "vocab_size": 128})
+
+
+def test_restore_depth_gives_cut_configs_their_depth_back():
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from graphsim.importers.hf.layers import restore_depth
+
+    cfg = SimpleNamespace(num_hidden_layers=2, layer_types=["sliding", "full"])  # cut from 6 layers to 2 kept
+    model = torch.nn.Module()
+    assert restore_depth(model, cfg, 6, 2) is True
+    assert cfg.num_hidden_layers == 6 and cfg.layer_types == ["sliding", "full"]  # the lists stay cut
+    assert restore_depth(model, cfg, 6, 2) is False  # nothing cut any more
+
+
+def test_per_layer_inputs_trace_on_the_kept_layers(tmp_path):
+    # Gemma-4's per-layer input embedding is num_hidden_layers x hidden_size_per_layer_input wide and its forward
+    # reshapes it by the config's depth: on the cut config (4 layers kept of 6) the trace failed (shape invalid).
+    pytest.importorskip("transformers")
+    from graphsim.importers.hf import import_hf
+
+    cfg = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 6, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "head_dim": 32, "vocab_size": 256, "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16,
+           "sliding_window": 64, "max_position_embeddings": 512,
+           "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}
+    d = tmp_path / "g4"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    graph, report = import_hf(str(d / "config.json"), cache=False)
+    assert report.num_layers == 6 and len(report.traced_layers) < 6
+    # the per-layer embedding: a table of 256 rows x (6 layers x 16) = 96 columns, read whole at full depth
+    widths = [n.outputs[0].shape[-1] for n in graph.nodes if n.scope.endswith("embed_tokens_per_layer")]
+    assert 96 in widths, widths

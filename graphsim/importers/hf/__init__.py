@@ -87,7 +87,7 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     from graphsim.importers.hf.build import build_on_meta, text_model
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
     from graphsim.importers.hf.custom_ops import semantic_kernels
-    from graphsim.importers.hf.layers import keep_representatives, plan_layers
+    from graphsim.importers.hf.layers import keep_representatives, plan_layers, restore_depth
     from graphsim.importers.hf.trace import STATIC_PROBE_TOKENS, trace
 
     timings: dict[str, float] = {}
@@ -107,7 +107,18 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     with semantic_kernels(m) as swapped, alibi_patches(m) as alibi:
         swapped = swapped + alibi
         try:
-            traced = trace(root)
+            try:
+                traced = trace(root)
+            except (KeyboardInterrupt, GraphsimError):
+                raise
+            except Exception:
+                # A forward that reads the depth outside the stack (Gemma-3n / Gemma-4's per-layer input embedding,
+                # built num_hidden_layers x hidden_size_per_layer_input wide and reshaped by the config's depth)
+                # fails on the cut config: trace the representatives again with the config's full depth (the
+                # loop `self.layers[: num_hidden_layers]` still runs the kept ones).
+                if full_depth or not restore_depth(root, built.config, len(plan.tags), len(kept)):
+                    raise
+                traced = trace(root)
         except (KeyboardInterrupt, GraphsimError):
             raise
         except Exception as e:  # the model's own forward failed under the trace: say where, in one line

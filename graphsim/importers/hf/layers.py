@@ -120,6 +120,17 @@ def keep_representatives(model: torch.nn.Module, plan: LayerPlan, config) -> lis
     return kept
 
 
+def restore_depth(model: torch.nn.Module, config, depth: int, kept: int) -> bool:
+    """Give the configs `keep_representatives` cut back their full `depth` (num_hidden_layers; the per-layer lists
+    stay cut to the kept layers); whether any was cut."""
+    restored = False
+    for cfg in {id(c): c for c in _configs_of(model, config)}.values():
+        if kept != depth and getattr(cfg, "num_hidden_layers", None) == kept:
+            cfg.num_hidden_layers = depth
+            restored = True
+    return restored
+
+
 def _configs_of(model: torch.nn.Module, config) -> list:
     out = [config]
     for m in model.modules():

@@ -188,10 +188,11 @@ def attention_geometry(a: AttentionAttrs) -> AttentionGeometry:
 def act_and_mul_units(ctx: FuseContext) -> list[Candidate]:
     """mul(act(x), y) where act's only user is that mul: a gated activation. Its width is the product's static last
     dimension; a product whose last dimension is symbolic (the tokens: Mamba's channels-first `x * act(z)` in
-    (batch, channels, tokens)) is no act-and-mul kernel over a feature row and is left to the other rules."""
+    (batch, channels, tokens)) or that is a scalar is no act-and-mul kernel over a feature row: left to other rules."""
     out = []
     for n in ctx.graph.nodes:
-        if n.op is not Op.MUL or len(n.inputs) != 2 or not isinstance(n.outputs[0].shape[-1], int):
+        shape = n.outputs[0].shape
+        if n.op is not Op.MUL or len(n.inputs) != 2 or not shape or not isinstance(shape[-1], int):
             continue
         for v in n.inputs:
             p = ctx.producer(v)
