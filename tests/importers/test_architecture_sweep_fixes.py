@@ -178,3 +178,18 @@ def test_per_layer_inputs_trace_on_the_kept_layers(tmp_path):
     # the per-layer embedding: a table of 256 rows x (6 layers x 16) = 96 columns, read whole at full depth
     widths = [n.outputs[0].shape[-1] for n in graph.nodes if n.scope.endswith("embed_tokens_per_layer")]
     assert 96 in widths, widths
+
+
+def test_a_comparisons_placeholder_is_priced_at_its_input_dtype(tmp_path):
+    # Apertus's xIELU activation compares x > 0: a bool output no kernel table prices, so the step's time was
+    # missing (simulate: "iteration time missing"); it is now read at its bf16 input's dtype, still approximate.
+    pytest.importorskip("transformers")
+    cfg = {"architectures": ["ApertusForCausalLM"], "model_type": "apertus", "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 256, "max_position_embeddings": 512, "torch_dtype": "bfloat16"}
+    code, out = _predict(cfg, tmp_path)
+    assert code == 0, out
+    batch = json.loads(out)["batches"][0]
+    assert batch["missing"] == [] and batch["total_us"] > 0
+    compares = [k for k in batch["kernels"] if k["kernel"] == "compare"]
+    assert compares and all(k["approximate"] and k["source"] != "missing" for k in compares)

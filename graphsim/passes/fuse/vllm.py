@@ -17,7 +17,8 @@ from dataclasses import replace
 from typing import TypeVar
 
 from graphsim.ir import (
-    AttentionAttrs, ConvAttrs, EmbeddingAttrs, IndexerAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node, Op,
+    AttentionAttrs, ConvAttrs, DType, EmbeddingAttrs, IndexerAttrs, LinearAttentionAttrs, LinearAttrs, MoEAttrs, Node,
+    Op,
 )
 from graphsim.ir.geometry import (
     Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry, Geometry, IndexerGeometry,
@@ -660,6 +661,22 @@ def leftover(ctx: FuseContext, n: Node) -> tuple[KernelAttrs | None, str]:
     if n.op in P.ABSORBED_OPS or ctx.index_only(n):
         return None, f"absorbed.{n.op.value}"
     width, rows = P.per_token(n.outputs[0], n)
-    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width), n.outputs[0].dtype.value,
+    return (KernelAttrs(KernelKind.ELEMENTWISE, n.op.value, ElementwiseGeometry(width=width), _placeholder_dtype(ctx, n),
                         rows, (n.name,), "elementwise_placeholder", approximate=True),
             f"placeholder.{n.op.value}")
+
+
+def _placeholder_dtype(ctx: FuseContext, n: Node) -> str:
+    """A placeholder's element type: its output's; a comparison's bool output (no kernel table prices bool: the
+    step's time was missing, e.g. Apertus's xIELU `where(x > 0, ...)`) is read at its first floating input's."""
+    out = n.outputs[0].dtype
+    if out is not DType.BOOL:
+        return out.value
+    for v in n.inputs:
+        try:
+            dtype = ctx.spec(v).dtype
+        except (KeyError, ValueError):  # (a constant operand)
+            continue
+        if dtype.is_float:
+            return dtype.value
+    return out.value
