@@ -29,9 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphsim.errors import GraphsimError
 from graphsim.serving.graph_kv import SOURCE, graph_blind_spots, graph_kv_layout
-from graphsim.serving.memory import (
-    ASSUMED_CUDAGRAPH_GIB, ASSUMED_OVERHEAD_GIB, SAMPLER_FP32_COPIES, BudgetTerm, GiB, MemoryBudget, _given_or_assumed,
-)
+from graphsim.serving.memory import SAMPLER_FP32_COPIES, BudgetTerm, MemoryBudget, engine_terms
 
 if TYPE_CHECKING:
     from graphsim.catalog import ResolvedModel
@@ -165,17 +163,8 @@ def graph_memory_budget(kernels: Graph, cfg: dict[str, Any], quantization: Any, 
     if rot:
         terms.append(BudgetTerm("rotary cos/sin cache", rot, "derived",
                                 f"{SOURCE}: max_position_embeddings × rotary dim ({rot_dims}) × dtype"))
-    if activation_gib is not None:
-        terms.append(BudgetTerm("activation peak", int(activation_gib * GiB), "given", "--activation-gib"))
-    else:
-        terms.append(_activation_peak(kernels, cfg, dt, max_num_batched_tokens, max_num_seqs))
-    terms.append(_given_or_assumed("runtime overhead (non-torch)", overhead_gib, "--overhead-gib", ASSUMED_OVERHEAD_GIB,
-                                   "cuBLAS/NCCL workspaces and buffers outside torch; not derivable from the config"))
-    if cudagraph_gib is None and not cudagraph_subtracted:
-        terms.append(BudgetTerm("CUDA graphs", 0, "derived", "not subtracted by this vLLM version (< 0.20)"))
-    else:
-        terms.append(_given_or_assumed("CUDA graphs", cudagraph_gib, "--cudagraph-gib", ASSUMED_CUDAGRAPH_GIB,
-                                       "captured graph pools, subtracted by default since vLLM 0.20; not derivable"))
+    peak = _activation_peak(kernels, cfg, dt, max_num_batched_tokens, max_num_seqs) if activation_gib is None else None
+    terms += engine_terms(peak, activation_gib, overhead_gib, cudagraph_gib, cudagraph_subtracted)
     return MemoryBudget(total_bytes, utilization, tuple(terms), available_bytes)
 
 

@@ -234,10 +234,18 @@ def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, tot
     if rot:
         terms.append(BudgetTerm("rotary cos/sin cache", rot, "derived",
                                 "max_position_embeddings × rotary dim × dtype"))
-    if activation_gib is not None:
-        terms.append(BudgetTerm("activation peak", int(activation_gib * GiB), "given", "--activation-gib"))
-    else:
-        terms.append(activation_peak(spec, precision, tp, max_num_batched_tokens, max_num_seqs))
+    peak = activation_peak(spec, precision, tp, max_num_batched_tokens, max_num_seqs) if activation_gib is None else None
+    terms += engine_terms(peak, activation_gib, overhead_gib, cudagraph_gib, cudagraph_subtracted)
+    return MemoryBudget(total_bytes, utilization, tuple(terms), available_bytes)
+
+
+def engine_terms(peak: BudgetTerm | None, activation_gib: float | None, overhead_gib: float | None,
+                 cudagraph_gib: float | None, cudagraph_subtracted: bool) -> list[BudgetTerm]:
+    """The budget's terms after weights and rotary cache, whatever gave the model's side: the activation peak
+    (`peak`, estimated by the caller, or `--activation-gib`), the runtime overhead and the CUDA-graph pools."""
+    if activation_gib is not None or peak is None:
+        peak = BudgetTerm("activation peak", int((activation_gib or 0.0) * GiB), "given", "--activation-gib")
+    terms = [peak]
     terms.append(_given_or_assumed("runtime overhead (non-torch)", overhead_gib, "--overhead-gib", ASSUMED_OVERHEAD_GIB,
                                    "cuBLAS/NCCL workspaces and buffers outside torch; not derivable from the config"))
     if cudagraph_gib is None and not cudagraph_subtracted:
@@ -247,4 +255,4 @@ def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, tot
         terms.append(_given_or_assumed("CUDA graphs", cudagraph_gib, "--cudagraph-gib", ASSUMED_CUDAGRAPH_GIB,
                                        "captured graph pools, subtracted by default since vLLM 0.20 (0.20.0 has it, "
                                        "0.14.0 not); not derivable from the config"))
-    return MemoryBudget(total_bytes, utilization, tuple(terms), available_bytes)
+    return terms
