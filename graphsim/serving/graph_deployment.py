@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from graphsim.errors import GraphsimError
-from graphsim.serving.graph_kv import SOURCE, graph_blind_spots, graph_kv_layout
+from graphsim.serving.graph_kv import SOURCE, graph_blind_spots, graph_dtypes, graph_kv_layout
 from graphsim.serving.memory import SAMPLER_FP32_COPIES, BudgetTerm, MemoryBudget, engine_terms
 
 if TYPE_CHECKING:
@@ -211,7 +211,6 @@ def plan_graph_deployment(config: DeploymentConfig, resolved: ResolvedModel, hw:
     from graphsim.serving.capacity import kv_capacity
     from graphsim.serving.deployment import Deployment
     from graphsim.serving.kv_layout import KvLayoutError
-    from graphsim.work.dtypes import parse_dtype
 
     graph, _ = import_hf(resolved, dtype=config.dtype)
     moe = any(n.op is Op.MOE_EXPERTS for n in graph.nodes)
@@ -221,15 +220,8 @@ def plan_graph_deployment(config: DeploymentConfig, resolved: ResolvedModel, hw:
                             "a semantic op in graphsim), so the graph cannot say what its KV cache keeps; "
                             "docs/adding-an-architecture.md")
     tp, e, mem = config.parallel.tensor_parallel_size, config.engine, config.memory
-    quant = None if config.ignore_quant else parse_quantization(resolved.config)
-    weight = parse_dtype(config.dtype or graph.meta.dtype or "bfloat16", "--dtype")
-    if config.kv_cache_dtype:
-        kv = parse_dtype(config.kv_cache_dtype, "--kv-dtype")
-    elif quant is not None and quant.kv_dtype:
-        kv = parse_dtype(quant.kv_dtype, "kv_cache_quant_algo")
-    else:
-        kv = weight
-    state = parse_dtype(config.mamba_ssm_cache_dtype, "--state-dtype") if config.mamba_ssm_cache_dtype else weight
+    quant, weight, kv, state = graph_dtypes(config, graph,
+                                            None if config.ignore_quant else parse_quantization(resolved.config))
     layout = graph_kv_layout(graph, kv, state, tp, e.block_size, reason)
     layout = replace(layout, notes=(*layout.notes, *graph_blind_spots(resolved.config)))
     kernels = run_pipeline(graph, pipeline_for(engine.profile.fuse_target, tp)).graph

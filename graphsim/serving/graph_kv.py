@@ -273,6 +273,22 @@ class GraphKv:
         }
 
 
+
+def graph_dtypes(config: Any, graph: Graph, quant: Any) -> tuple[Any, Any, Any, Any]:
+    """(quantization, weight, KV and recurrent-state dtypes) of a deployment read from its traced graph: the
+    options first, then the checkpoint's KV quantization, else the graph's model dtype."""
+    from graphsim.work.dtypes import parse_dtype
+
+    weight = parse_dtype(config.dtype or graph.meta.dtype or "bfloat16", "--dtype")
+    if config.kv_cache_dtype:
+        kv = parse_dtype(config.kv_cache_dtype, "--kv-dtype")
+    elif quant is not None and quant.kv_dtype:
+        kv = parse_dtype(quant.kv_dtype, "kv_cache_quant_algo")
+    else:
+        kv = weight
+    state = parse_dtype(config.mamba_ssm_cache_dtype, "--state-dtype") if config.mamba_ssm_cache_dtype else weight
+    return quant, weight, kv, state
+
 def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -> GraphKv:
     """The KV layout of `model` from its traced graph at the config's tp and dtypes, and the capacity of the
     config's --kv-memory. Parallelism and engines the graph path does not model are refused in one line."""
@@ -280,7 +296,6 @@ def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -
     from graphsim.importers.hf import import_hf
     from graphsim.quantization import parse_quantization
     from graphsim.serving.capacity import kv_capacity
-    from graphsim.work.dtypes import parse_dtype
 
     par = config.parallel
     unsupported = [name for name, on in (
@@ -301,15 +316,7 @@ def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -
         raise KvLayoutError(f"{reason}, and its graph traced only at a fixed token count (a sequence mechanism without "
                             "a semantic op in graphsim), so the graph cannot say what its KV cache keeps; "
                             "docs/adding-an-architecture.md")
-    weight = parse_dtype(config.dtype or graph.meta.dtype or "bfloat16", "--dtype")
-    quant = parse_quantization(model.config)
-    if config.kv_cache_dtype:
-        kv = parse_dtype(config.kv_cache_dtype, "--kv-dtype")
-    elif quant is not None and quant.kv_dtype:
-        kv = parse_dtype(quant.kv_dtype, "kv_cache_quant_algo")
-    else:
-        kv = weight
-    state = parse_dtype(config.mamba_ssm_cache_dtype, "--state-dtype") if config.mamba_ssm_cache_dtype else weight
+    _, _, kv, state = graph_dtypes(config, graph, parse_quantization(model.config))
     layout = graph_kv_layout(graph, kv, state, par.tensor_parallel_size, config.engine.block_size, reason)
     layout = replace(layout, notes=(*layout.notes, *graph_blind_spots(model.config)))
     avail = config.engine.kv_cache_memory_bytes
