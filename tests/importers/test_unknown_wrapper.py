@@ -12,10 +12,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from graphsim.catalog import ResolvedModel  # noqa: E402
-from graphsim.errors import UnsupportedArchitectureError  # noqa: E402
-from graphsim.importers.hf import import_hf  # noqa: E402
-from graphsim.importers.hf.wrappers import unknown_wrapper_text_config  # noqa: E402
+from graphsim.catalog import ResolvedModel
+from graphsim.errors import UnsupportedArchitectureError
+from graphsim.importers.hf import import_hf
+from graphsim.importers.hf.wrappers import unknown_wrapper_text_config
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
