@@ -93,11 +93,15 @@ def kv_cmd(
 
 
 def _graph_kv(config, as_json: bool, engine: str) -> bool:
-    """`graphsim kv` from the traced graph when the work accountant has no builder (serving/graph_kv.py), said
-    on stderr; False when the accountant has one."""
+    """`graphsim kv --kv-memory …` from the traced graph when the work accountant has no builder
+    (serving/graph_kv.py), said on stderr; False when the accountant has one, or when no --kv-memory is given: the
+    deployment then takes its memory budget from the traced graph too (serving/graph_deployment.py), as simulate
+    and search do."""
     from graphsim.catalog import resolve_model
     from graphsim.serving.graph_kv import accountant_lacks, plan_graph_kv
 
+    if config.engine.kv_cache_memory_bytes is None:
+        return False
     model = resolve_model(config.model)
     reason = accountant_lacks(model.config)
     if reason is None:
