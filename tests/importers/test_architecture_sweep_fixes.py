@@ -193,3 +193,34 @@ def test_a_comparisons_placeholder_is_priced_at_its_input_dtype(tmp_path):
     assert batch["missing"] == [] and batch["total_us"] > 0
     compares = [k for k in batch["kernels"] if k["kernel"] == "compare"]
     assert compares and all(k["approximate"] and k["source"] != "missing" for k in compares)
+
+
+def test_norm_classes_are_named_by_their_ending():
+    from graphsim.passes.fuse.patterns import NORM_CLASS
+
+    norms = ["LlamaRMSNorm", "LayerNorm", "Llama4TextL2Norm", "MambaRMSNormGated", "NemotronLayerNorm1P",
+             "Qwen3NextRMSNormGated"]
+    # RoBERTa-PreLayerNorm's modules carry the model's name: its embeddings module was fused as a norm (a cycle)
+    others = ["RobertaPreLayerNormEmbeddings", "RobertaPreLayerNormSelfAttention", "RobertaPreLayerNormLayer"]
+    assert all(NORM_CLASS.search(c) for c in norms)
+    assert not any(NORM_CLASS.search(c) for c in others)
+
+
+@pytest.mark.parametrize("arch", ["NanoChatForCausalLM", "RobertaPreLayerNormForCausalLM"])
+def test_norm_units_are_one_call_each(arch, tmp_path):
+    # NanoChat calls its weightless model.norm before and after the layers: one unit over both calls was a cycle
+    # (fused_add_rms_norm(model.norm) -> ... -> model.layers.0 -> model.norm); RoBERTa-PreLN: the class names above.
+    pytest.importorskip("transformers")
+    common = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+              "vocab_size": 256, "max_position_embeddings": 512}
+    model_type = {"NanoChatForCausalLM": "nanochat", "RobertaPreLayerNormForCausalLM": "roberta-prelayernorm"}[arch]
+    cfg = {"architectures": [arch], "model_type": model_type, **common}
+    if arch == "NanoChatForCausalLM":
+        cfg["num_key_value_heads"] = 4
+    else:
+        cfg["is_decoder"] = True
+    code, out = _predict(cfg, tmp_path)
+    assert code == 0, out
+    kernels = json.loads(out)["batches"][0]["kernels"]
+    norms = [k for k in kernels if k["kind"] == "norm" or "norm" in k["kernel"]]
+    assert norms and not any(k["approximate"] for k in kernels if "norm" in k["kernel"])

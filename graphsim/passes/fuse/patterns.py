@@ -17,7 +17,10 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import VIEW_LIKE, OpGroup
 from graphsim.passes.fuse.core import Candidate, FuseContext
 
-NORM_CLASS = re.compile(r"(RMSNorm|LayerNorm|L2Norm)", re.I)  # L2Norm: Llama-4's weightless qk_norm (vLLM RMSNorm)
+# L2Norm: Llama-4's weightless qk_norm (vLLM RMSNorm). The name ends in the norm (or a norm's suffix of the pinned
+# transformers' classes: …RMSNormGated, …LayerNorm2d, …LayerNorm1P, …RMSNormZero, …PerHead): a model named after
+# one (RobertaPreLayerNorm…Embeddings / …Attention / …Layer) is no norm.
+NORM_CLASS = re.compile(r"(RMSNorm|LayerNorm|L2Norm)(Gated|2d|1P|Zero\w*|PerHead)?$", re.I)
 ROTARY_CLASS = re.compile(r"Rotary", re.I)
 ABSORBED_OPS = VIEW_LIKE | {Op.ARANGE, Op.FULL}
 ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.RELU: "relu"}
@@ -63,12 +66,36 @@ def scopes_with_class(ctx: FuseContext, pattern: re.Pattern) -> dict[str, list[N
 
 # --- norms ---------------------------------------------------------------------------------
 def norm_units(ctx: FuseContext) -> list[Candidate]:
-    """Every node of a norm module (cast, pow, mean, rsqrt, mul, …) as one unit."""
+    """Every node of one call of a norm module (cast, pow, mean, rsqrt, mul, …) as one unit. A module called twice
+    (NanoChat's weightless `self.norm` before and after the layers) is two units: its nodes split by data flow."""
     out = []
-    for nodes in scopes_with_class(ctx, NORM_CLASS).values():
-        width = int(nodes[-1].outputs[0].shape[-1])
-        out.append(Candidate(nodes, {"width": width, "class": nodes[0].module_type}))
+    for scoped in scopes_with_class(ctx, NORM_CLASS).values():
+        for nodes in _calls(ctx, scoped):
+            width = int(nodes[-1].outputs[0].shape[-1])
+            out.append(Candidate(nodes, {"width": width, "class": nodes[0].module_type}))
     return out
+
+
+def _calls(ctx: FuseContext, nodes: list[Node]) -> list[list[Node]]:
+    """`nodes` (one module's, in graph order) grouped into the connected pieces of their data flow among
+    themselves: one piece per call of the module."""
+    root = {n.name: n.name for n in nodes}
+
+    def find(x: str) -> str:
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    for n in nodes:
+        for v in n.inputs:
+            p = ctx.producer(v)
+            if p is not None and p.name in root:
+                root[find(n.name)] = find(p.name)
+    groups: dict[str, list[Node]] = {}
+    for n in nodes:
+        groups.setdefault(find(n.name), []).append(n)
+    return list(groups.values())
 
 
 def residual_add_for(ctx: FuseContext, cand: Candidate) -> Node | None:
