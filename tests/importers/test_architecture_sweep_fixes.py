@@ -73,17 +73,17 @@ def test_the_layer_stack_is_the_text_models_even_when_a_tower_has_more_blocks():
     assert find_layer_stack(lone)[0] == "layers"
 
 
-def _predict(cfg: dict, tmp_path) -> tuple[int, str]:
+def _predict(cfg: dict, tmp_path, *extra: str) -> tuple[int, str]:
     from typer.testing import CliRunner
 
     from graphsim.cli.app import _register, app
 
     _register()
-    d = tmp_path / "m"
+    d = tmp_path / f"m{len(extra)}"
     d.mkdir()
     (d / "config.json").write_text(json.dumps(cfg))
     res = CliRunner().invoke(app, ["--no-cache", "predict", str(d / "config.json"), "--gpu", "h100", "-b",
-                                   "decode:4x128", "--json"])
+                                   "decode:4x128", "--json", *extra])
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     return res.exit_code, res.output
 
@@ -224,3 +224,19 @@ def test_norm_units_are_one_call_each(arch, tmp_path):
     kernels = json.loads(out)["batches"][0]["kernels"]
     norms = [k for k in kernels if k["kind"] == "norm" or "norm" in k["kernel"]]
     assert norms and not any(k["approximate"] for k in kernels if "norm" in k["kernel"])
+
+
+def test_a_qk_norm_after_rope_is_no_residual_norm(tmp_path):
+    # NanoChat normalises q and k after RoPE: RoPE's add (q·cos + rot(q)·sin, heads x head_dim a token) was taken
+    # for the residual add of a fused_add_rms_norm of width head_dim, and tp 2 refused it ("splits the residual
+    # stream"). The residual stream holds one row of the norm's width a token; now tp 2 conserves.
+    pytest.importorskip("transformers")
+    cfg = {"architectures": ["NanoChatForCausalLM"], "model_type": "nanochat", "hidden_size": 64,
+           "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+           "vocab_size": 256, "max_position_embeddings": 512}
+    code, out = _predict(cfg, tmp_path, "-tp", "2")
+    assert code == 0, out
+    kernels = json.loads(out)["batches"][0]["kernels"]
+    # one fused_add_rms_norm per residual add: after attention (the layer's second norm) and the final norm
+    layer = [k for k in kernels if k["kernel"] == "fused_add_rms_norm" and "×" in k["region"]]
+    assert sum(k["count"] for k in layer) == 1, [(k["node"], k["count"]) for k in layer]

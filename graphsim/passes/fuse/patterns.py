@@ -107,6 +107,13 @@ def residual_add_for(ctx: FuseContext, cand: Candidate) -> Node | None:
             continue
         if p.outputs[0].shape[-1] != cand.info["width"]:
             continue
+        # the residual stream holds one row of the norm's width per token; a per-head sum of width head_dim
+        # (RoPE's q·cos + rot(q)·sin before a qk-norm: NanoChat, HunYuan) holds heads × head_dim
+        try:
+            if per_token(p.outputs[0])[0] != cand.info["width"]:
+                continue
+        except UnsupportedArchitectureError:
+            continue
         if all(ctx.spec(i).shape == p.outputs[0].shape for i in p.inputs):
             return p
     return None
