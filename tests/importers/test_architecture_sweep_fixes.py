@@ -105,7 +105,7 @@ def test_mamba1_channels_first_gate_is_no_act_and_mul(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_predict_tp1_has_no_traceback(benchmark_script, tmp_path):
-    """Every registered architecture's tiny class-default config through `graphsim predict` at tp 1 (~10 min on
+    """Every registered architecture's tiny class-default config through `graphsim predict` at tp 1 (~3.5 min on
     2 cores with an empty graph cache)."""
     pytest.importorskip("transformers")
     sweep = benchmark_script("architectures_sweep")
