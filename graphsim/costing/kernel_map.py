@@ -11,7 +11,7 @@ whose time this sum approximates (prefill attention is compute-bound, so sequenc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -368,20 +368,31 @@ def block_indexer_shape(a: KernelAttrs) -> block_sparse.BlockIndexerShape:
 def _block_indexer_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
     """MiniMax-M3's block indexer (costing/block_sparse.py): its scores over every earlier index key, per (query,
     key) pair of prefill and of decode queries, and its per-token work."""
-    shape, dtype, n_b = block_indexer_shape(a), dt.of(a.dtype), arr.n_steps
-    dec = arr.g_new == 1
+    shape = block_indexer_shape(a)
     pairs = dsa.causal_pairs(arr.g_new, arr.g_cached) * arr.g_count
+    return _scored_pair_rows(arr, pairs, (block_sparse.PREFILL, block_sparse.DECODE, block_sparse.TOKENS),
+                             lambda kernel: block_sparse.op_name(kernel, shape), shape.heads * shape.head_dim,
+                             dt.of(a.dtype))
+
+
+def _scored_pair_rows(arr: StepArrays, pairs: np.ndarray, kernels: tuple[str, str, str],
+                      op_name: Callable[[str], str], width: int, dtype: KernelDtype) -> KernelRows:
+    """An indexer's rows (DSA's, V4's compressed one, MiniMax-M3's block indexer): each step's scored (query, key)
+    pairs of prefill queries and of decode queries, and its tokens (the per-token work), as elementwise rows of
+    `op_name(kernel)` for the (prefill, decode, tokens) `kernels`."""
+    dec = arr.g_new == 1
+    prefill, decode, tokens = kernels
     per_step = {
-        block_sparse.PREFILL: np.bincount(arr.g_step[~dec], weights=pairs[~dec], minlength=n_b),
-        block_sparse.DECODE: np.bincount(arr.g_step[dec], weights=pairs[dec], minlength=n_b),
-        block_sparse.TOKENS: arr.tokens,
+        prefill: np.bincount(arr.g_step[~dec], weights=pairs[~dec], minlength=arr.n_steps),
+        decode: np.bincount(arr.g_step[dec], weights=pairs[dec], minlength=arr.n_steps),
+        tokens: arr.tokens,
     }
     parts = []
     for kernel, rows in per_step.items():
         steps = np.flatnonzero(rows > 0)
         if len(steps):
-            key = ElementwiseKey(block_sparse.op_name(kernel, shape), shape.heads * shape.head_dim, dtype)
-            parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+            parts.append(KeyRows(ElementwiseKey(op_name(kernel), width, dtype), rows[steps].reshape(-1, 1), steps,
+                                 steps))
     return KernelRows(tuple(parts))
 
 
@@ -438,24 +449,13 @@ def _indexer_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, ratio: int = 0) -
     """DSA's indexer (costing/dsa.py): its logits over every earlier key, per (query, key) pair of prefill and of
     decode queries, and its per-token work. Over compressed keys (`ratio`, DeepSeek-V4: costing/compressed.py)
     the pairs are each query's visible entries, Σ ⌊(t + 1)/m⌋."""
-    shape, dtype, n_b = indexer_shape(a), dt.of(a.dtype), arr.n_steps
-    dec = arr.g_new == 1
+    shape = indexer_shape(a)
     if ratio:
         pairs = compressed.compressed_pairs(arr.g_new, arr.g_cached, ratio) * arr.g_count
     else:
         pairs = dsa.causal_pairs(arr.g_new, arr.g_cached) * arr.g_count
-    per_step = {
-        dsa.PREFILL: np.bincount(arr.g_step[~dec], weights=pairs[~dec], minlength=n_b),
-        dsa.DECODE: np.bincount(arr.g_step[dec], weights=pairs[dec], minlength=n_b),
-        dsa.TOKENS: arr.tokens,
-    }
-    parts = []
-    for kernel, rows in per_step.items():
-        steps = np.flatnonzero(rows > 0)
-        if len(steps):
-            key = ElementwiseKey(dsa.op_name(kernel, shape), shape.heads * shape.head_dim, dtype)
-            parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
-    return KernelRows(tuple(parts))
+    return _scored_pair_rows(arr, pairs, (dsa.PREFILL, dsa.DECODE, dsa.TOKENS), lambda kernel: dsa.op_name(kernel, shape),
+                             shape.heads * shape.head_dim, dt.of(a.dtype))
 
 
 def _sparse_attention_rows(a: KernelAttrs, decode_key: KernelKey, arr: StepArrays, dt: Dtypes) -> KernelRows:
