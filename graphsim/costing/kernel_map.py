@@ -318,20 +318,30 @@ def _ssm_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
     """Decode tokens on selective_state_update, prefill tokens on the chunked scan, and each prefill sequence's
     state read and written once (costing/ssm.py): one part each, for the steps that have such rows."""
     shape, dtype = ssm_shape(a), dt.of(a.dtype)
-    n_b = arr.n_steps
-    dec = arr.g_new == 1
-    per_step = {
-        ssm.DECODE: np.bincount(arr.g_step[dec], weights=arr.g_count[dec], minlength=n_b),
-        ssm.PREFILL: np.bincount(arr.g_step[~dec], weights=(arr.g_new * arr.g_count)[~dec], minlength=n_b),
-        ssm.PREFILL_STATE: np.bincount(arr.g_step[~dec], weights=arr.g_count[~dec], minlength=n_b),
+    per_step = _recurrent_rows_per_step(arr, ssm.DECODE, ssm.PREFILL, ssm.PREFILL_STATE)
+    return _elementwise_parts(per_step, lambda kernel: ElementwiseKey(
+        ssm.op_name(kernel, shape), shape.state_elements if kernel == ssm.PREFILL_STATE else shape.io_elements, dtype))
+
+
+def _recurrent_rows_per_step(arr: StepArrays, decode: str, prefill: str, prefill_state: str) -> dict[str, np.ndarray]:
+    """A recurrent mixer's rows per step (Mamba2 scan, lightning attention): its decode tokens, its prefill tokens,
+    and each prefill sequence's state read and written once."""
+    n_b, dec = arr.n_steps, arr.g_new == 1
+    return {
+        decode: np.bincount(arr.g_step[dec], weights=arr.g_count[dec], minlength=n_b),
+        prefill: np.bincount(arr.g_step[~dec], weights=(arr.g_new * arr.g_count)[~dec], minlength=n_b),
+        prefill_state: np.bincount(arr.g_step[~dec], weights=arr.g_count[~dec], minlength=n_b),
     }
+
+
+def _elementwise_parts(per_step: dict[str, np.ndarray], key_of: Callable[[str], ElementwiseKey]) -> KernelRows:
+    """One part per kernel of `per_step` (kernel → its rows in each step) on the key `key_of(kernel)`, for the steps
+    that have rows."""
     parts = []
     for kernel, rows in per_step.items():
         steps = np.flatnonzero(rows > 0)
         if len(steps):
-            width = shape.state_elements if kernel == ssm.PREFILL_STATE else shape.io_elements
-            key = ElementwiseKey(ssm.op_name(kernel, shape), width, dtype)
-            parts.append(KeyRows(key, rows[steps].reshape(-1, 1), steps, steps))
+            parts.append(KeyRows(key_of(kernel), rows[steps].reshape(-1, 1), steps, steps))
     return KernelRows(tuple(parts))
 
 
@@ -350,14 +360,9 @@ def _kda_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
     """fused_recurrent_kda rows in decode-only steps; chunk_kda rows for every token and state rows for every
     sequence of a step with a prefill (costing/kda.py rows_per_step)."""
     shape, dtype = kda_shape(a), dt.of(a.dtype)
-    parts = []
-    for kernel, rows in kda.rows_per_step(arr.g_step, arr.g_new, arr.g_count, arr.n_steps).items():
-        steps = np.flatnonzero(rows > 0)
-        if len(steps):
-            width = shape.state_elements if kernel == kda.PREFILL_STATE else shape.io_elements
-            parts.append(KeyRows(ElementwiseKey(kda.op_name(kernel, shape), width, dtype), rows[steps].reshape(-1, 1),
-                                 steps, steps))
-    return KernelRows(tuple(parts))
+    return _elementwise_parts(kda.rows_per_step(arr.g_step, arr.g_new, arr.g_count, arr.n_steps), lambda kernel: (
+        ElementwiseKey(kda.op_name(kernel, shape),
+                       shape.state_elements if kernel == kda.PREFILL_STATE else shape.io_elements, dtype)))
 
 
 def block_indexer_shape(a: KernelAttrs) -> block_sparse.BlockIndexerShape:
@@ -387,13 +392,7 @@ def _scored_pair_rows(arr: StepArrays, pairs: np.ndarray, kernels: tuple[str, st
         decode: np.bincount(arr.g_step[dec], weights=pairs[dec], minlength=arr.n_steps),
         tokens: arr.tokens,
     }
-    parts = []
-    for kernel, rows in per_step.items():
-        steps = np.flatnonzero(rows > 0)
-        if len(steps):
-            parts.append(KeyRows(ElementwiseKey(op_name(kernel), width, dtype), rows[steps].reshape(-1, 1), steps,
-                                 steps))
-    return KernelRows(tuple(parts))
+    return _elementwise_parts(per_step, lambda kernel: ElementwiseKey(op_name(kernel), width, dtype))
 
 
 def _block_sparse_attention_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
@@ -423,21 +422,11 @@ def lightning_shape(a: KernelAttrs) -> lightning.LightningShape:
 def _lightning_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
     """Decode tokens on linear_decode_forward_triton, prefill tokens on lightning_attention and each prefill
     sequence's state read and written once (vLLM linear_attn.py _prefill_and_mix_infer runs both in one step)."""
-    shape, dtype, n_b = lightning_shape(a), dt.of(a.dtype), arr.n_steps
-    dec = arr.g_new == 1
-    per_step = {
-        lightning.DECODE: np.bincount(arr.g_step[dec], weights=arr.g_count[dec], minlength=n_b),
-        lightning.PREFILL: np.bincount(arr.g_step[~dec], weights=(arr.g_new * arr.g_count)[~dec], minlength=n_b),
-        lightning.PREFILL_STATE: np.bincount(arr.g_step[~dec], weights=arr.g_count[~dec], minlength=n_b),
-    }
-    parts = []
-    for kernel, rows in per_step.items():
-        steps = np.flatnonzero(rows > 0)
-        if len(steps):
-            width = shape.state_elements if kernel == lightning.PREFILL_STATE else shape.heads * shape.head_dim
-            parts.append(KeyRows(ElementwiseKey(lightning.op_name(kernel, shape), width, dtype),
-                                 rows[steps].reshape(-1, 1), steps, steps))
-    return KernelRows(tuple(parts))
+    shape, dtype = lightning_shape(a), dt.of(a.dtype)
+    per_step = _recurrent_rows_per_step(arr, lightning.DECODE, lightning.PREFILL, lightning.PREFILL_STATE)
+    return _elementwise_parts(per_step, lambda kernel: ElementwiseKey(
+        lightning.op_name(kernel, shape),
+        shape.state_elements if kernel == lightning.PREFILL_STATE else shape.heads * shape.head_dim, dtype))
 
 
 def indexer_shape(a: KernelAttrs) -> dsa.IndexerShape:
