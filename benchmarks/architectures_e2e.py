@@ -59,11 +59,8 @@ def _step_checks(path: Path, ep: int, profile: str | None, weights_bytes: float 
     """predict's decode step through the library (as tests/costing/test_ssm_real_configs.py does): its time, source,
     placeholder share, and its ratios to the weight-read floor and to the sum of its kernels' roofline floors
     (`costing.roofline.roofline_us` of every kernel at its own dtype, collectives on the link included)."""
-    import numpy as np
-
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.predict import predict
-    from graphsim.costing.roofline import roofline_us
     from graphsim.workload import parse_batch_spec
 
     spec = "decode:64x4096"
@@ -74,13 +71,7 @@ def _step_checks(path: Path, ep: int, profile: str | None, weights_bytes: float 
         return {"error": f"missing prices: {rep.missing}"}
     hw = cm.pricer.hardware
     assert hw is not None
-    floors = 0.0
-    ev = cm.evaluate([step])
-    for i, rows in enumerate(ev.rows):
-        for part in rows.parts:
-            t = roofline_us(hw, part.key, part.coords)
-            if t is not None:
-                floors += float(np.sum(t[part.step == 0])) * float(cm.tree.multiplicity[i])
+    floors = float(cm.roofline_sum_us([step])[0])
     approx = sum(r.total_us or 0.0 for r in rep.rows if r.approximate)
     out = {"decode_ms": round(rep.total_us / 1e3, 3), "source": str(getattr(rep, "source", "")),
            "placeholder_share_pct": round(100 * approx / rep.total_us, 2),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from graphsim.costing import moe_routing
 from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.composite import composite_note, graph_mla_blocks
@@ -93,6 +95,23 @@ class CostModel:
     def evaluate(self, steps: list[Step]) -> Evaluation:
         """Price `steps` (one column per step) on the compiled tree."""
         return self.tree.evaluate(steps, self.pricer, self.dtypes)
+
+    def roofline_sum_us(self, steps: list[Step]) -> np.ndarray:
+        """Per step, the sum of every kernel's roofline floor (`roofline_us` at its own dtype, collectives on
+        their link, × the layers each stands for): the plausibility yardstick a priced step is held to (issue 16:
+        at most 3 × this). Kernels the spec cannot price at a roofline add nothing."""
+        from graphsim.costing.roofline import roofline_us
+
+        hw = self.pricer.hardware
+        out = np.zeros(len(steps))
+        if hw is None:
+            return out
+        for i, rows in enumerate(self.evaluate(steps).rows):
+            for part in rows.parts:
+                t = roofline_us(hw, part.key, part.coords)
+                if t is not None:
+                    out += np.bincount(part.step, weights=t, minlength=len(steps)) * float(self.tree.multiplicity[i])
+        return out
 
 
 def _routing_with_rows(graph: Graph, routing: RoutingModel, pricer: KernelPricer, dt: Dtypes) -> tuple[RoutingModel, str]:

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from graphsim.costing.roofline import roofline_us
 from graphsim.workload import parse_batch_spec
 
 pytestmark = pytest.mark.slow
@@ -87,12 +85,6 @@ def test_priced_complete_and_plausible(h200_db, name, ep):
     assert placeholders <= 0.01 * rep.total_us, [(r.kernel, r.total_us) for r in rep.rows if r.approximate]
     hw = cm.pricer.hardware
     assert hw is not None
-    floors = 0.0
-    ev = cm.evaluate([step])
-    for i, rows in enumerate(ev.rows):
-        for part in rows.parts:
-            t = roofline_us(hw, part.key, part.coords)
-            if t is not None:
-                floors += float(np.sum(t[part.step == 0])) * float(cm.tree.multiplicity[i])
+    floors = float(cm.roofline_sum_us([step])[0])
     assert rep.total_us <= MEASURED_SLOW.get((name, ep), 3.0) * floors, (rep.total_us, floors)
     assert rep.total_us >= _weight_floor_us(path, hw.memory_bandwidth_bytes_per_s), rep.total_us
