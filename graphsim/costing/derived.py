@@ -158,9 +158,9 @@ def profile_rates(db: ProfileDB, spec: HardwareSpec) -> ProfileRates | None:
 def rowless_note(db: ProfileDB, spec: HardwareSpec) -> str:
     """What kernels without rows are priced at, with this profile's figures (for a data note:
     cost_model.profile_data, predict.default_data)."""
-    from graphsim.costing.eager_rows import describe, eager_floors
+    from graphsim.costing.eager_rows import eager_notes
 
-    eager = "".join(f"; {describe(d, f)}" for d, f in eager_floors(db).items())  # host-time rows (eager_rows.py)
+    eager = eager_notes(db, spec)  # host-time rows (eager_rows.py)
     rates = profile_rates(db, spec)
     if rates is None:
         return "kernels without rows: roofline (too few bandwidth-bound rows in the profile for a derived price)" + eager

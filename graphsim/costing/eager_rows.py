@@ -12,16 +12,42 @@ fp8-block rows of aiconfigurator's SGLang / TensorRT-LLM collectors on the same 
 mixed batches up to its capture sizes) from CUDA graphs, where none of that host time is on the GPU's path.
 
 A row is therefore read as GPU time only where it is well above the dispatch floor: below `EAGER_BAND` × the
-smallest time of the dtype's rows the row says only that the GPU took no longer, and the point is priced like a
-point without rows (`derived`: launch floor, achieved bandwidth and compute share of the profile), never above
-the row itself. Rows above the band (large GEMMs, GPU-bound) agree with the graphed fp8 rows (e.g. n 7168,
-k 2048, m 8192: 231.8 µs fp8-block eager, 221.2 µs fp8 graphed) and are kept.
+smallest time of the dtype's rows the row says only that the GPU took no longer. Such a point is priced from the
+profile's GRAPHED rows of the same shape in the sibling dtype (`GRAPHED_SIBLING`: fp8_block → fp8 per-tensor),
+scaled by the fp8_block / fp8 time ratio the same profile measures where the eager rows are GPU time
+(`sibling_ratio`), held at the kernel's roofline floor and never above the eager row itself, and labelled
+`derived` with that evidence in its note. Where the sibling has no rows for the shape (nor neighbouring shapes to
+interpolate between), or the profile too few pairs for a ratio, the point is priced like a point without rows
+(`derived`: launch floor, achieved bandwidth and compute share of the profile). Rows above the band (large GEMMs,
+GPU-bound) agree with the graphed fp8 rows (e.g. n 7168, k 2048, m 8192: 231.8 µs fp8-block eager, 221.2 µs fp8
+graphed) and are kept.
+
+Why fp8 per-tensor is the sibling: in aiconfigurator's vLLM collector both are one vLLM `RowParallelLinear` with
+fp8 (e4m3, 1-byte) weights and activations, i.e. the same operand bytes, and both run an activation
+quantisation launch before the GEMM (fp8: `Fp8Config(activation_scheme="static")`, a static-scale quant +
+CUTLASS scaled_mm; fp8_block: `activation_scheme="dynamic"`, weight_block_size 128×128, a per-token-group quant
++ DeepGEMM); only the scale granularity differs. bf16 is no sibling: its weight bytes are twice as many, so its
+memory-bound (small-m) rows do not scale by a compute-bound ratio.
+
+The ratio on aiconfigurator-core 0.12's vLLM tables (median over same-shape row pairs that are compute-bound and
+at least `LARGE_FACTOR` dispatch floors long, so the eager row is GPU time): H200 1.019 (3,441 pairs), H100 0.892
+(2,472 pairs). Cross-check, not used in pricing: on the rows this module prices (eager row under 2× the floor) the
+graphed fp8-block rows of the same GPU's SGLang collector (per-token-group quant + DeepGEMM, graphed:
+collector/sglang/collect_gemm.py) are a median 0.83× (H200; 0.85× H100) and TensorRT-LLM's 0.93× (0.95×) the
+vLLM fp8 rows of the same shape: the stand-in lies within the other engines' graphed evidence.
 """
 
 from __future__ import annotations
 
-from graphsim.costing.kernels import TableKind
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphsim.costing.dtypes import KernelDtype
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.kernels import GemmKey, TableKind
 from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.roofline import kernel_work
 
 # (provenance source, engine) → GEMM dtypes its collector times eagerly (see the module docstring)
 EAGER_TIMED: dict[tuple[str, str], frozenset[str]] = {("aiconfigurator-core", "vllm"): frozenset({"fp8_block"})}
@@ -29,6 +55,15 @@ EAGER_TIMED: dict[tuple[str, str], frozenset[str]] = {("aiconfigurator-core", "v
 # scatter by up to ~1.3× around their floor (n 2048, k 7168: 80–95 µs from m 32 to 2048), with single outliers
 # to 2.6× (m 49: 132.6 µs) that the band does not catch; 2× keeps the GPU-bound rows (≥ 160 µs from m 4096).
 EAGER_BAND = 2.0
+# eagerly timed dtype → the graphed dtype whose same-shape rows stand in for its GPU time (module docstring)
+GRAPHED_SIBLING: dict[str, str] = {"fp8_block": "fp8"}
+# Pairs read for the ratio: compute roofline ≥ BOUND_FACTOR × memory roofline (compute-bound even at a quarter of
+# peak, so the scale granularity, not the bytes, is what differs), and eager row ≥ LARGE_FACTOR × the dispatch
+# floor (host time at most a quarter of it, and hidden: an eager launch queues ahead of a busy GPU). The same
+# factors as derived.py's BOUND_FACTOR / LARGE_FACTOR, for the same reasons.
+BOUND_FACTOR = 4.0
+LARGE_FACTOR = 4.0
+MIN_PAIRS = 16  # fewer pairs: the median is a handful of rows, no ratio (as derived.MIN_BOUND_ROWS)
 
 
 def eager_dtypes(db: ProfileDB) -> frozenset[str]:
@@ -45,6 +80,73 @@ def eager_floors(db: ProfileDB) -> dict[str, float]:
         return {}
     return {d: t for d, t in db.min_time_by_dtype(TableKind.GEMM).items() if d in want}
 
-def describe(dtype: str, floor_us: float) -> str:
+
+@dataclass(frozen=True)
+class SiblingRatio:
+    """How the eagerly timed dtype's GPU time compares with its graphed sibling's, on one profile."""
+
+    dtype: str  # the eagerly timed dtype (fp8_block)
+    sibling: str  # the graphed dtype standing in (fp8)
+    ratio: float  # median dtype / sibling time over the pairs
+    pairs: int  # same (m, n, k) row pairs the median was read from
+
+    def describe(self) -> str:
+        return (f"× {self.ratio:.3g}, the median {self.dtype} / {self.sibling} time over {self.pairs:,} same-shape "
+                f"rows that are compute-bound and ≥ {LARGE_FACTOR:g} dispatch floors long")
+
+
+def compute_sibling_ratio(db: ProfileDB, spec: HardwareSpec, dtype: str, floor_us: float) -> SiblingRatio | None:
+    """The `SiblingRatio` of `dtype` in `db` on `spec` (None: no sibling, no peak, or fewer than MIN_PAIRS pairs)."""
+    sibling = GRAPHED_SIBLING.get(dtype)
+    bw = spec.memory_bandwidth_bytes_per_s
+    if sibling is None or bw <= 0:
+        return None
+    peak = spec.peak_flops(KernelDtype(dtype))
+    if peak is None or peak <= 0:
+        return None
+    ratios: list[np.ndarray] = []
+    for key in db.keys(TableKind.GEMM):
+        if not isinstance(key, GemmKey) or key.dtype.value != dtype:
+            continue
+        mine, theirs = db.rows(key), db.rows(GemmKey(key.n, key.k, KernelDtype(sibling)))
+        if not len(mine) or not len(theirs):
+            continue
+        m, i, j = np.intersect1d(mine.coords[:, 0], theirs.coords[:, 0], return_indices=True)
+        if not len(m):
+            continue
+        work = kernel_work(key, m.reshape(-1, 1))
+        assert work is not None  # a GEMM has work
+        t_mine, t_theirs = mine.times_us[i].astype(np.float64), theirs.times_us[j].astype(np.float64)
+        ok = ((work.flops / peak >= BOUND_FACTOR * work.bytes / bw) & (t_mine >= LARGE_FACTOR * floor_us)
+              & (t_theirs > 0))
+        ratios.append(t_mine[ok] / t_theirs[ok])
+    x = np.concatenate(ratios) if ratios else np.zeros(0)
+    if len(x) < MIN_PAIRS:
+        return None
+    return SiblingRatio(dtype, sibling, float(np.median(x)), len(x))
+
+
+def sibling_ratio(db: ProfileDB, spec: HardwareSpec, dtype: str, floor_us: float) -> SiblingRatio | None:
+    """`compute_sibling_ratio`, once per profile, spec and dtype (cached on the open db and on disk)."""
+    cache = db.__dict__.setdefault("_sibling_ratio", {})
+    key = (spec.id, spec.memory_bandwidth_bytes_per_s, spec.peak_flops(KernelDtype(dtype)), dtype, floor_us)
+    if key not in cache:  # reading both dtypes' rows takes ~1 s on an imported table
+        from graphsim.costing import profile_db, roofline
+        from graphsim.costing.disk_memo import memo
+
+        cache[key] = memo("sibling_ratio", db.path, key, lambda: compute_sibling_ratio(db, spec, dtype, floor_us),
+                          SiblingRatio, code=[__file__, roofline.__file__, profile_db.__file__])
+    return cache[key]
+
+
+def describe(dtype: str, floor_us: float, ratio: SiblingRatio | None = None) -> str:
+    """The data note of `dtype`'s eager rows: what a row near the floor is priced at instead."""
+    how = (f"derived from the graphed {ratio.sibling} rows of the same shape {ratio.describe()}"
+           if ratio is not None else "priced as a point without rows")
     return (f"{dtype} GEMM rows timed without CUDA graphs (aiconfigurator collect_gemm.py): a row under "
-            f"{EAGER_BAND:g} × their {floor_us:.1f} µs dispatch floor is host time, so the point is derived")
+            f"{EAGER_BAND:g} × their {floor_us:.1f} µs dispatch floor is host time, so the point is {how}")
+
+
+def eager_notes(db: ProfileDB, spec: HardwareSpec) -> str:
+    """'; '-joined `describe` of every eagerly timed dtype of `db` ('' when none), for a profile's data note."""
+    return "".join(f"; {describe(d, f, sibling_ratio(db, spec, d, f))}" for d, f in eager_floors(db).items())

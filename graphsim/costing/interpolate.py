@@ -28,9 +28,10 @@ import numpy as np
 
 from graphsim.costing.collectives import CollectiveSettings
 from graphsim.costing.derived import ProfileRates, derived_us, profile_rates
-from graphsim.costing.eager_rows import EAGER_BAND
+from graphsim.costing.dtypes import KernelDtype
+from graphsim.costing.eager_rows import EAGER_BAND, SiblingRatio
 from graphsim.costing.eager_rows import describe as describe_eager
-from graphsim.costing.eager_rows import eager_floors
+from graphsim.costing.eager_rows import eager_floors, sibling_ratio
 from graphsim.costing.geometry_interp import geometry_curve
 from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.costing.kernels import (
@@ -237,10 +238,13 @@ class KernelPricer:
             eager = self._eager_floor(key)
             if (eager is not None and isinstance(key, GemmKey) and timing.time_us is not None
                     and timing.time_us < EAGER_BAND * eager):
-                t, src = self._fallback(key, q1)
+                t, src, sib = self._graphed_stand_in(key, q1)
                 if src[0] in (DERIVED, ROOFLINE):  # the row is host dispatch time (costing/eager_rows.py)
+                    ratio = self._sibling_ratio(key)
+                    used = ratio if ratio is not None and sib[0] != MISSING else None
+                    what = "" if used is None else f": {SOURCES[sib[0]].value} {used.sibling} {sib[1]:.3g} µs"
                     return Timing(min(float(t[0]), timing.time_us), SOURCES[src[0]],
-                                  f"{describe_eager(key.dtype.value, eager)} (row {timing.time_us:.3g} µs)")
+                                  f"{describe_eager(key.dtype.value, eager, used)}{what} (row {timing.time_us:.3g} µs)")
             if not timing.is_missing:
                 floor = self._floor_us(key, q1)
                 if floor is not None and timing.time_us is not None and timing.time_us < floor[0]:
@@ -336,19 +340,51 @@ class KernelPricer:
     def _eager_rows(self, key: KernelKey, q: np.ndarray, t: np.ndarray,
                     s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Times read off eagerly timed GEMM rows within EAGER_BAND of their dispatch floor are host time, not
-        GPU time (costing/eager_rows.py): such a point is priced as one without rows, never above the row."""
+        GPU time (costing/eager_rows.py): such a point is priced from the graphed sibling's rows
+        (`_graphed_stand_in`), never above the row."""
         floor = self._eager_floor(key)
-        if floor is None or self.hardware is None:
+        if floor is None or self.hardware is None or not isinstance(key, GemmKey):
             return t, s
         low = np.flatnonzero((s != MISSING) & (t < EAGER_BAND * floor))
         if not len(low):
             return t, s
-        t2, s2 = self._fallback(key, q[low])
+        t2, s2, _ = self._graphed_stand_in(key, q[low])
         ok = s2 != MISSING
         t, s = t.copy(), s.copy()
         t[low[ok]] = np.minimum(t[low[ok]], t2[ok])
         s[low[ok]] = s2[ok]
         return t, s
+
+    def _sibling_ratio(self, key: GemmKey) -> SiblingRatio | None:
+        """The profile's time ratio of `key`'s eagerly timed dtype to its graphed sibling (eager_rows.py)."""
+        floor = self._eager_floor(key)
+        if floor is None or self.db is None or self.hardware is None:
+            return None
+        return sibling_ratio(self.db, self.hardware, key.dtype.value, floor)
+
+    def _graphed_stand_in(self, key: GemmKey, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, float]]:
+        """GPU times of an eagerly timed GEMM at points `q` whose rows are host time (costing/eager_rows.py): the
+        graphed sibling dtype's time of the same shape (measured, interpolated or extrapolated from its rows, through
+        this chain) × the profile's sibling ratio, held at `key`'s roofline, `derived`; points the sibling's rows do
+        not cover are priced as points without rows (`_fallback`). Also (source code, time) of the sibling at the
+        first point (MISSING where it was not used), for a note."""
+        t = np.full(len(q), np.nan)
+        s = np.full(len(q), MISSING, dtype=np.int8)
+        first: tuple[int, float] = (MISSING, float("nan"))
+        ratio = self._sibling_ratio(key)
+        if ratio is not None and self.hardware is not None:
+            ts, ss = self.times(GemmKey(key.n, key.k, KernelDtype(ratio.sibling)), q)
+            ok = np.isin(ss, (MEASURED, INTERPOLATED, EXTRAPOLATED))  # from its rows, not its own fallback
+            if ok.any():
+                roof = roofline_us(self.hardware, key, q[ok])
+                t[ok] = ts[ok] * ratio.ratio if roof is None else np.maximum(ts[ok] * ratio.ratio, roof)
+                s[ok] = DERIVED
+            if len(q) and ok[0]:
+                first = (int(ss[0]), float(ts[0]))
+        need = s == MISSING
+        if need.any() and self.hardware is not None:
+            t[need], s[need] = self._fallback(key, q[need])
+        return t, s, first
 
     def _floor_us(self, key: KernelKey, q: np.ndarray) -> np.ndarray | None:
         """The kernel's compute/memory roofline, the physical floor of a time read off rows. Not for
