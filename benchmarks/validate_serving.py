@@ -17,9 +17,10 @@ run the harness
    memory its startup log printed (`--kv-memory`; without a log, its `--gpu-memory-utilization`), vLLM's
    defaults otherwise; when graphsim's
    deployment config takes an interconnect: a TP group over several nodes (one GPU per node) gets
-   `gpus_per_node` 1 (its collectives go over the network, at the spec's network figures: the runs do
-   not say theirs), and a same-node group whose log says the GPUs lack P2P gets link `pcie` (vLLM then
-   all-reduces with NCCL only);
+   `gpus_per_node` 1 (its collectives go over the network: the test's `network` where the data names one,
+   e.g. dennislee22's pods talk TCP over 10 GbE, NCCL's socket transport, priced by
+   graphsim.costing.network.TcpNetwork; else the GPU spec's InfiniBand figures), and a same-node group whose
+   log says the GPUs lack P2P gets link `pcie` (vLLM then all-reduces with NCCL only);
 2. prices iterations from aiconfigurator's tables for the run's GPU (`graphsim profiles
    import-aiconfigurator --system a100_sxm|h100_sxm --backend vllm`, imported once into graphsim's
    default place, $GRAPHSIM_HOME/profiles, unless --profiles DIR); each model is traced once per TP size
@@ -149,6 +150,18 @@ def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_token
     return {i for (s, length, i) in lru if (s, length) == (seed, in_len) and i < n} | {0}
 
 
+def network_overrides(network: dict[str, Any] | None) -> dict[str, float]:
+    """The interconnect fields of a test's network between nodes (none stated: the GPU spec's own figures).
+    "tcp": NCCL over TCP sockets on Ethernet of that line rate (graphsim.costing.network.TcpNetwork)."""
+    if not network:
+        return {}
+    from graphsim.costing.network import TcpNetwork
+
+    if network["transport"] != "tcp":
+        raise ValueError(f"network transport {network['transport']!r}: the harness knows 'tcp'")
+    return TcpNetwork(network["line_rate_gbit_s"], network.get("mtu", 1500)).interconnect()
+
+
 def ensure_profile(directory: str | None, system: str) -> str:
     """`<directory>/<system>_vllm.db` (default: graphsim's own profile place, $GRAPHSIM_HOME/profiles), imported from
     aiconfigurator's tables the first time it is needed."""
@@ -180,6 +193,7 @@ class Predictor:
         link: dict[str, Any] = {}
         if test["nodes"] > 1:  # one GPU per node: TP collectives over the network
             link["gpus_per_node"] = max(1, test["tp"] // test["nodes"])
+            link.update(network_overrides(test.get("network")))
         elif test["tp"] > 1 and test.get("gpu_p2p") is False:  # vLLM: no custom all-reduce, NCCL without P2P
             link["link"] = "pcie"
         if link and "interconnect" in inspect.signature(opt.deployment_data).parameters:

@@ -25,11 +25,29 @@ REPO = "https://github.com/dennislee22/vLLM-benchmarking"
 # "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed" (vLLM then
 # all-reduces with NCCL without peer-to-peer). Tests 6-8 have no startup log: their KV memory is the heading's;
 # max_model_len 16384, vLLM 0.10.1.1 and no P2P are assumed from the other tests on the same cluster.
+#
+# The network of the tests across nodes (1 and 9) is not printed (no NCCL_DEBUG=INFO, so no "NET/Socket" /
+# "NET/IB" line); it is read from how the pods were made. The README: Cloudera AI (CML) 1.5.x; the Ray worker pods
+# are launched with `cml.workers_v1.launch_workers(n, cpu, memory, nvidia_gpu)` (run-vllm.py), which takes no RDMA
+# device or secondary network (https://docs.cloudera.com/machine-learning/cloud/distributed-computing/topics/
+# ml-workers-api.html); the workers' addresses are pod-network ones (10.254.x.x `kubectl get pods -o wide` in the
+# README, 10.42.x.x in test 9's log, RKE2's default cluster CIDR). With no RDMA device in the pod NCCL falls back
+# to TCP sockets over the pod's eth0 (NET/Socket). vLLM logs "Custom allreduce is disabled because this process
+# group spans across nodes" and Ray's warning that TP "can degrade the performance unless you have fast
+# interconnect across nodes, like Infiniband". The line rate is not stated: 10 Gbit/s Ethernet is Cloudera's
+# recommended guaranteed bandwidth between the nodes of CDP Private Cloud Data Services (docs.cloudera.com
+# cdp-private-cloud-data-services 1.5.1, installation/topics/cdppvc-installation-network-considerations.html), and
+# the interface NCCL reads its speed from in a pod is a veth, which Linux reports at 10000 Mb/s
+# (drivers/net/veth.c veth_get_link_ksettings). MTU 1500: Ethernet's default (a VXLAN overlay's pod MTU is lower).
+TCP_10GBE = {"transport": "tcp", "line_rate_gbit_s": 10, "mtu": 1500,
+             "evidence": "inferred, not logged: CML worker pods on the Kubernetes pod network (no RDMA device: "
+                         "NCCL NET/Socket); 10 GbE is Cloudera's recommended node-to-node bandwidth"}
 TESTS = {
     1: {"model": "Qwen2-7B-Instruct", "tp": 2, "nodes": 2, "gpu": "A100 40GB", "gpu_memory_utilization": 0.5,
         "kv_cache_memory_gib": 11.03, "kv_cache_tokens": 412944, "max_model_len": 16384, "vllm": "0.10.1.1",
         "log": "log/vllm-7B-2gpuA10040GB-0.5GRAM-diff-nodes.log", "note": "Ray across 2 pods on 2 nodes; "
-        "the log name says A100 40GB (and 0.5 x 40 GB less 7.12 GiB weights fits 11.03 GiB of KV cache)"},
+        "the log name says A100 40GB (and 0.5 x 40 GB less 7.12 GiB weights fits 11.03 GiB of KV cache)",
+        "network": TCP_10GBE},
     2: {"model": "Qwen2-7B-Instruct", "tp": 2, "nodes": 1, "gpu": "A100 80GB", "gpu_memory_utilization": 0.25,
         "kv_cache_memory_gib": 12.02, "kv_cache_tokens": 450192, "max_model_len": 16384, "vllm": "0.10.1.1",
         "log": "log/vllm-7B-2gpuA10080GB-0.25GRAM-same-node.log", "gpu_p2p": False},
@@ -54,7 +72,8 @@ TESTS = {
         "kv_cache_memory_gib": 45.32, "kv_cache_tokens": 2640144, "max_model_len": 16384, "vllm": "0.10.1.1",
         "log": "log/vllm-120B-4gpuA10080GB-0.8GRAM-diff-nodes.log",
         "note": "Ray workers at three other IPs (10.42.9.224, 10.42.9.225, 10.42.11.243): taken as 4 pods on different nodes, "
-                "as the heading says; attention on the Triton backend (log: 'Using Triton backend on V1 engine')"},
+                "as the heading says; attention on the Triton backend (log: 'Using Triton backend on V1 engine')",
+        "network": TCP_10GBE},
 }
 
 RESULT_KEYS = {

@@ -85,7 +85,7 @@ class Topology:
         s = f"{self.link.value} {self.link_bandwidth_bytes_per_s / 1e9:,.0f} GB/s, {self.gpus_per_node} GPUs/node"
         if self.network_bandwidth_bytes_per_s > 0:
             s += (f"; network {self.network_bandwidth_bytes_per_s / 1e9:,.1f} GB/s per GPU, "
-                  f"{self.network_latency_us:g} µs")
+                  f"{self.network_latency_us:g} µs a network step")
         return s
 
 

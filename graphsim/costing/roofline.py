@@ -20,6 +20,7 @@ from graphsim.costing.kernels import (
     SEND_RECV_NETWORK, AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey,
     KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey,
 )
+from graphsim.costing.network import network_steps
 
 
 @dataclass(frozen=True)
@@ -155,14 +156,17 @@ def collective_roofline_us(spec: HardwareSpec, key: CollectiveKey, coords: np.nd
     Inside one node every hop runs on the node's link. A group spanning nodes (more GPUs than
     `gpus_per_node`) runs its ring through the network, whose hop is the slowest: every byte of the ring
     passes it, at one GPU's network bandwidth, and the latency adds the network's to the link's. NCCL can
-    spread rings over several NICs and do better; give the bandwidth it reaches with --network-bandwidth."""
+    spread rings over several NICs and do better; give the bandwidth it reaches with --network-bandwidth. The
+    network's latency is paid once per network step of the ring (`network.network_steps`: NCCL's nInterSteps,
+    e.g. twice for an all-reduce over two nodes)."""
     topo = spec.topology()
     bw, lat = topo.link_bandwidth_bytes_per_s, topo.link_latency_us
     # a pipeline send/recv is between two GPUs; its key says when they sit on different nodes
     if topo.nodes(key.num_gpus) > 1 or (key.op is CollectiveOp.SEND_RECV and key.implementation == SEND_RECV_NETWORK):
         if topo.network_bandwidth_bytes_per_s <= 0:
             return None
-        bw, lat = min(bw, topo.network_bandwidth_bytes_per_s), lat + topo.network_latency_us
+        steps = max(1, network_steps(key.op, topo.nodes(key.num_gpus)))
+        bw, lat = min(bw, topo.network_bandwidth_bytes_per_s), lat + steps * topo.network_latency_us
     if bw <= 0:
         return None
     msg = np.asarray(coords, dtype=np.float64).reshape(-1)

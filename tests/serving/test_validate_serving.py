@@ -50,6 +50,20 @@ def test_stored_runs_are_complete_facts(benchmark_script):
         assert {"mean_ttft_ms", "mean_tpot_ms", "output_throughput", "completed", "total_output_tokens"} <= set(r["measured"])
 
 
+def test_two_node_runs_name_their_network(benchmark_script):
+    h = benchmark_script("validate_serving")
+    _, tests = h.load_runs()
+    across = {k: t for k, t in tests.items() if t["tp"] > 1 and t["nodes"] > 1}
+    assert set(across) == {"dennislee22_vllm_benchmarking:1", "dennislee22_vllm_benchmarking:9"}
+    for t in across.values():
+        # TCP over 10 GbE, MTU 1500: 1.25e9 · 1448 / 1538 B/s, NCCL's socket hop 45.82 µs (costing/network.py)
+        assert h.network_overrides(t["network"]) == pytest.approx(
+            {"network_bandwidth_gb_s": 1.25 * 1448 / 1538, "network_latency_us": 45.82})
+    assert h.network_overrides(None) == {}
+    with pytest.raises(ValueError, match="tcp"):
+        h.network_overrides({"transport": "rdma"})
+
+
 @pytest.mark.slow
 def test_one_run_end_to_end(tmp_path, capsys, benchmark_script):
     h = benchmark_script("validate_serving")

@@ -1,0 +1,70 @@
+"""Networks between nodes: TCP goodput of an Ethernet link, NCCL's network steps per collective, and a TP group
+priced over TCP sockets. Expected values are derived by hand in the comments (graphsim/costing/network.py)."""
+
+import numpy as np
+import pytest
+
+from graphsim.costing.dtypes import KernelDtype as D
+from graphsim.costing.hardware import InterconnectOverrides, load_hardware
+from graphsim.costing.kernels import CollectiveKey, CollectiveOp
+from graphsim.costing.network import TcpNetwork, network_steps, tcp_goodput_bytes_per_s
+from graphsim.costing.roofline import collective_roofline_us
+
+
+def _us(hw, key, message_bytes: int) -> float:
+    t = collective_roofline_us(hw, key, np.array([message_bytes]))
+    assert t is not None
+    return float(t[0])
+
+
+def test_tcp_goodput_of_an_ethernet_link():
+    # 10 GbE, MTU 1500: payload 1500 − 20 (IPv4) − 20 (TCP) − 12 (timestamps) = 1448 B of 1500 + 38 = 1538 B on
+    # the wire: 10e9 / 8 · 1448 / 1538 = 1.25e9 · 0.941482... = 1,176,853,055 B/s
+    assert tcp_goodput_bytes_per_s(10) == pytest.approx(1.25e9 * 1448 / 1538)
+    assert tcp_goodput_bytes_per_s(10) == pytest.approx(1.176853e9, rel=1e-6)
+    # jumbo frames: 9000 − 52 = 8948 of 9038: 25 GbE → 3.125e9 · 8948 / 9038 = 3.093881e9 B/s
+    assert tcp_goodput_bytes_per_s(25, mtu=9000) == pytest.approx(3.093881e9, rel=1e-6)
+    with pytest.raises(ValueError, match="MTU"):
+        tcp_goodput_bytes_per_s(10, mtu=40)
+
+
+@pytest.mark.parametrize(("op", "nodes", "want"), [
+    (CollectiveOp.ALL_REDUCE, 1, 0),  # inside a node: no network step
+    (CollectiveOp.ALL_REDUCE, 2, 2),  # 2·(2 − 1): a reduce-scatter step and an all-gather step
+    (CollectiveOp.ALL_REDUCE, 4, 6),  # 2·(4 − 1)
+    (CollectiveOp.ALL_GATHER, 2, 1),  # 2 − 1
+    (CollectiveOp.REDUCE_SCATTER, 4, 3),  # 4 − 1
+    (CollectiveOp.SEND_RECV, 2, 1),
+    (CollectiveOp.ALL_TO_ALL, 4, 1),
+])
+def test_network_steps(op, nodes, want):
+    assert network_steps(op, nodes) == want
+
+
+def test_tp2_across_two_nodes_over_tcp_sockets():
+    net = TcpNetwork(10)
+    assert net.interconnect() == {"network_bandwidth_gb_s": net.bandwidth_gb_s, "network_latency_us": 45.82}
+    a100 = InterconnectOverrides(gpus_per_node=1, network_bandwidth_gb_s=net.bandwidth_gb_s,
+                                 network_latency_us=net.latency_us).apply(load_hardware("a100"))
+    topo = a100.topology()
+    assert topo.nodes(2) == 2 and topo.network_latency_us == 45.82
+    assert "45.82 µs a network step" in topo.describe()
+    link_lat = topo.link_latency_us  # the spec's in-node figure, kept under the network's
+    key = CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.BF16, "nccl@nvswitch")
+    # Qwen2-7B decode of 10 tokens: 10 × 3584 × 2 B = 71,680 B per all-reduce. Ring on 2 GPUs: bus factor
+    # 2·(2 − 1)/2 = 1, at 1,176,853,055 B/s: 71,680 / 1.176853e9 · 1e6 = 60.908 µs; latency link + 2 × 45.82 µs
+    t = _us(a100, key, 71680)
+    assert t == pytest.approx(link_lat + 91.64 + 60.908, abs=1e-3)
+    # an all-gather of 1,520,640 B (nccl-tests' size: the gathered output), factor (2 − 1)/2, one network step:
+    # 0.5 · 1,520,640 / 1.176853e9 · 1e6 = 646.062 µs + link + 45.82 µs
+    gather = CollectiveKey(CollectiveOp.ALL_GATHER, 2, D.BF16, "nccl@nvswitch")
+    tg = _us(a100, gather, 1520640)
+    assert tg == pytest.approx(link_lat + 45.82 + 646.062, abs=1e-3)
+    # the same group inside one node is priced on the node's link, not the network
+    inside = _us(load_hardware("a100"), key, 71680)
+    assert inside < 20.0 < t
+
+
+def test_tcp_network_describes_its_figures():
+    s = TcpNetwork(10).describe()
+    assert "10 GbE" in s and "1.177 GB/s" in s and "45.82" in s
