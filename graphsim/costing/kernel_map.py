@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import block_sparse, compressed, dsa, kda, lightning, ssm
+from graphsim.costing import block_sparse, compressed, dsa, kda, lightning, mamba1, ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -148,6 +148,8 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return ElementwiseKey(dsa.op_name(dsa.PREFILL, indexer_shape(a)), g.num_heads * g.head_dim, dtype)
     if is_ssm_scan(a):  # the prefill kernel's key (kernel_rows prices decode and state rows besides)
         return ElementwiseKey(ssm.op_name(ssm.PREFILL, ssm_shape(a)), ssm_shape(a).io_elements, dtype)
+    if is_mamba1(a):  # selective_scan_fn's key (kernel_rows prices decode and state rows besides)
+        return ElementwiseKey(mamba1.op_name(mamba1.PREFILL, mamba1_shape(a)), mamba1_shape(a).io_elements, dtype)
     if is_kda(a):  # chunk_kda's key (kernel_rows prices fused_recurrent_kda and state rows besides)
         return ElementwiseKey(kda.op_name(kda.PREFILL, kda_shape(a)), kda_shape(a).io_elements, dtype)
     if is_lightning(a):  # lightning_attention's key (kernel_rows prices decode and state rows besides)
@@ -276,6 +278,8 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
             return _attention_rows(key_for(a, dt, prefill=False), key_for(a, dt, prefill=True), arr)
         if is_ssm_scan(a):
             return _ssm_rows(a, arr, dt)
+        if is_mamba1(a):
+            return _mamba1_rows(a, arr, dt)
         if is_kda(a):
             return _kda_rows(a, arr, dt)
         if is_lightning(a):
@@ -343,6 +347,27 @@ def _elementwise_parts(per_step: dict[str, np.ndarray], key_of: Callable[[str], 
         if len(steps):
             parts.append(KeyRows(key_of(kernel), rows[steps].reshape(-1, 1), steps, steps))
     return KernelRows(tuple(parts))
+
+
+def is_mamba1(a: KernelAttrs) -> bool:
+    """A Mamba-1 selective scan (priced per decode token, prefill token and prefill sequence: costing/mamba1.py)."""
+    return isinstance(a.geometry, LinearAttentionGeometry) and a.geometry.kind == "mamba1"
+
+
+def mamba1_shape(a: KernelAttrs) -> mamba1.Mamba1Shape:
+    g = a.geometry_as(LinearAttentionGeometry)  # channels as v heads of one value, the state as k_head_dim
+    return mamba1.Mamba1Shape(channels=g.num_v_heads * g.v_head_dim, state=g.k_head_dim,
+                              state_dtype=g.state_dtype or a.dtype)
+
+
+def _mamba1_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """Decode tokens on selective_state_update, prefill tokens on selective_scan_fn, and each prefill sequence's
+    state read and written once (costing/mamba1.py)."""
+    shape, dtype = mamba1_shape(a), dt.of(a.dtype)
+    per_step = _recurrent_rows_per_step(arr, mamba1.DECODE, mamba1.PREFILL, mamba1.PREFILL_STATE)
+    return _elementwise_parts(per_step, lambda kernel: ElementwiseKey(
+        mamba1.op_name(kernel, shape), shape.state_elements if kernel == mamba1.PREFILL_STATE else shape.io_elements,
+        dtype))
 
 
 def is_kda(a: KernelAttrs) -> bool:

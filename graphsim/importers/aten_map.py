@@ -59,7 +59,7 @@ ATEN_OPS: dict[str, Op] = {
     # graphsim semantic ops
     "attention": Op.ATTENTION, "moe_experts": Op.MOE_EXPERTS, "gated_delta_rule": Op.LINEAR_ATTENTION,
     "ssm_scan": Op.LINEAR_ATTENTION, "kda": Op.LINEAR_ATTENTION, "dsa_indexer": Op.SPARSE_INDEXER,
-    "block_indexer": Op.SPARSE_INDEXER, "lightning_attention": Op.LINEAR_ATTENTION,
+    "selective_scan": Op.LINEAR_ATTENTION, "block_indexer": Op.SPARSE_INDEXER, "lightning_attention": Op.LINEAR_ATTENTION,
     "alibi_attention": Op.ATTENTION, "compressed_attention": Op.ATTENTION, "compressed_indexer": Op.SPARSE_INDEXER, "kv_compress": Op.KV_COMPRESS,
     "hc_pre": Op.HYPER_CONNECTION, "hc_post": Op.HYPER_CONNECTION, "hc_head": Op.HYPER_CONNECTION,
 }

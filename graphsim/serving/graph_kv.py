@@ -20,6 +20,8 @@ state, and applies vLLM's per-rank cache shapes to their attributes:
 - `Op.LINEAR_ATTENTION` "mamba2_ssd": temporal state `num_v_heads / tp × v_head_dim × k_head_dim` in the node's
   `state_dtype` plus the conv state, n_groups (`num_k_heads`) not divisible by tp extended to tp
   (`mamba2_state_shape`, `extra_groups_for_head_shards`).
+- `Op.LINEAR_ATTENTION` "mamba1" (Mamba-1's selective scan, channels as heads of one value): temporal state
+  `channels / tp × state_size` in the node's `state_dtype` plus the conv state (`mamba1_state_shape`).
 - an `Op.CONV1D` alone in its layer (no attention, no linear attention: LFM2's gated short conv), depthwise
   (groups == channels): its conv state `channels / tp × (kernel_size − 1)` per request in the state dtype
   (vLLM `MambaStateShapeCalculator.short_conv_state_shape`, `ShortConvSpec`).
@@ -121,11 +123,12 @@ def _state(node: Node, conv: Node | None, tp: int, state: DType) -> LayerKv:
     conv_el = channels // tp * (c.kernel_size - 1)
     heads = a.num_v_heads // tp
     rec_el = heads * a.k_head_dim * a.v_head_dim
-    if a.kind == "mamba2_ssd":
+    if a.kind in ("mamba2_ssd", "mamba1"):  # Mamba-1: channels as heads of one value (mamba1_state_shape)
         ssm = DType(a.state_dtype) if a.state_dtype else state  # set by the importer (_ssm_state_dtypes)
         nbytes = conv_el * state.bytes_per_element + rec_el * ssm.bytes_per_element
-        detail = (f"Mamba2 conv {channels // tp} × {c.kernel_size - 1} × {state.bytes_per_element:g} B + ssm {heads} "
-                  f"heads × {a.v_head_dim} × {a.k_head_dim} × {ssm.bytes_per_element:g} B per request")
+        detail = (f"{'Mamba2' if a.kind == 'mamba2_ssd' else 'Mamba-1'} conv {channels // tp} × {c.kernel_size - 1} × "
+                  f"{state.bytes_per_element:g} B + ssm {heads} heads × {a.v_head_dim} × {a.k_head_dim} × "
+                  f"{ssm.bytes_per_element:g} B per request")
     elif a.state_dtype:  # KDA: the recurrent state in its own dtype (float32: mamba_utils.py kda_state_dtype)
         rec = DType(a.state_dtype)
         nbytes = conv_el * state.bytes_per_element + rec_el * rec.bytes_per_element

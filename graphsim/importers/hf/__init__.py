@@ -179,7 +179,7 @@ SSM_STATE_DTYPE_HOOK = {"NemotronHForCausalLM": "float32", "NemotronHPuzzleForCa
 
 
 def _ssm_state_dtypes(graph: Graph, architecture: str, config, model_dtype) -> None:
-    """Record on each Mamba2 scan node the dtype vLLM keeps its temporal state in."""
+    """Record on each Mamba2 / Mamba-1 scan node the dtype vLLM keeps its temporal state in."""
     from dataclasses import replace
 
     from graphsim.importers.hf.convert import to_dtype
@@ -192,7 +192,9 @@ def _ssm_state_dtypes(graph: Graph, architecture: str, config, model_dtype) -> N
     if isinstance(name, str):
         dtype = DTYPE_ALIASES.get(name.removeprefix("torch."), dtype)
     for i, n in enumerate(graph.nodes):
-        if n.op is Op.LINEAR_ATTENTION and isinstance(n.attrs, LinearAttentionAttrs) and n.attrs.kind == "mamba2_ssd":
+        # (Mamba-1 too: vLLM mamba_utils.py MambaStateDtypeCalculator.mamba1_state_dtype, the same rule)
+        if n.op is Op.LINEAR_ATTENTION and isinstance(n.attrs, LinearAttentionAttrs) and n.attrs.kind in (
+                "mamba2_ssd", "mamba1"):
             graph.nodes[i] = n.with_(attrs=replace(n.attrs, state_dtype=DType(dtype).value))
 
 

@@ -208,6 +208,11 @@ def _attrs(op: Op, n: torch.fx.Node, in_specs: list[TensorSpec | None], out: Ten
             kind="mamba2_ssd", num_k_heads=int(b.shape[2]), num_v_heads=int(x.shape[2]), k_head_dim=int(b.shape[3]),
             v_head_dim=int(x.shape[3]), chunked=True, chunk_size=_int(n.args[11] if len(n.args) > 11 else 0),
         )
+    if op is Op.LINEAR_ATTENTION and packet_name(n.target) == "selective_scan":
+        x, a = _tensor(in_specs, 0, n), _tensor(in_specs, 2, n)  # x [B,D,S], A [D,N] (mamba1_ops.py)
+        # Mamba-1: every channel its own "head" of one value, one B/C group of the state size (x_proj's output)
+        return LinearAttentionAttrs(kind="mamba1", num_k_heads=1, num_v_heads=int(x.shape[1]), k_head_dim=int(a.shape[1]),
+                                    v_head_dim=1, chunked=False)
     if op is Op.LINEAR_ATTENTION and packet_name(n.target) == "lightning_attention":
         q, v = _tensor(in_specs, 0, n), _tensor(in_specs, 2, n)  # q, k, v [B, H, S, D], slope, block_size
         return LinearAttentionAttrs(

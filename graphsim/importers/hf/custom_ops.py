@@ -26,6 +26,7 @@ from graphsim.importers.hf.block_sparse_ops import block_keep_mask, block_sparse
 from graphsim.importers.hf.compressed_ops import compressed_patches
 from graphsim.importers.hf.kda_ops import KDA_KERNELS
 from graphsim.importers.hf.lightning_ops import lightning_patches
+from graphsim.importers.hf.mamba1_ops import MAMBA1_KERNELS
 
 IMPL_NAME = "graphsim"
 
@@ -424,6 +425,7 @@ LOOP_KERNELS = {
     "torch_recurrent_gated_delta_rule": _make_delta_rule(chunked=False),
     "mamba2_chunk_scan": _mamba2_chunk_scan,
     **KDA_KERNELS,  # Kimi Delta Attention (kda_ops.py)
+    **MAMBA1_KERNELS,  # Mamba-1's selective scan (mamba1_ops.py)
 }
 
 

@@ -42,6 +42,7 @@ from graphsim.passes.fuse.vllm_legacy import LATE_RULES as LEGACY_LATE_RULES
 from graphsim.passes.fuse.vllm_legacy import RULES as LEGACY_RULES
 from graphsim.passes.fuse.vllm_legacy import qkv_split
 from graphsim.passes.fuse.vllm_lightning import RULES as LIGHTNING_RULES
+from graphsim.passes.fuse.vllm_mamba1 import RULES as MAMBA1_RULES
 from graphsim.quantization import Quantization, parse_quant_config
 
 A = TypeVar("A")
@@ -570,7 +571,9 @@ def _linear_attention(ctx: FuseContext, kind: str) -> list[Node]:
 _LINEAR_ATTENTION_KERNELS = {"gated_delta_rule": "chunk_gated_delta_rule", "mamba2_ssd": "mamba_chunk_scan_combined",
                              "kda": "chunk_kda",  # KDA: model_executor/layers/kda.py (chunk_kda / fused_recurrent_kda)
                              # MiniMax-Text-01: layers/mamba/linear_attn.py (lightning_attention / linear_decode_forward_triton)
-                             "lightning": "lightning_attention"}
+                             "lightning": "lightning_attention",
+                             # Mamba-1: layers/mamba/mamba_mixer.py (selective_scan_fn / selective_state_update)
+                             "mamba1": "selective_scan_fn"}
 
 
 def _build_linear_attention(ctx: FuseContext, c: Candidate) -> KernelAttrs:
@@ -647,6 +650,7 @@ RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, *LEGACY_EARLY_RULES, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY,
     ATTENTION, SPARSE_INDEXER, MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS, *COMPRESSED_EARLY_RULES,
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, *KDA_RULES, *LIGHTNING_RULES,
+    *MAMBA1_RULES,
     LINEAR_ATTENTION,
     CONV1D,
     *COMPRESSED_RULES, *LEGACY_RULES,

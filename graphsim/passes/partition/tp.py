@@ -134,12 +134,15 @@ class TensorParallel(PartitionPass):
                 out_sharded = True
             elif a.kind is KernelKind.LINEAR_ATTENTION:
                 lg = a.geometry_as(LinearAttentionGeometry)
-                k_heads = split(lg.num_k_heads, t, "num_k_heads", where)
+                # Mamba-1's B and C come whole to every rank from x_proj's all-reduce (mamba_mixer.py MambaMixer:
+                # x_proj is a RowParallelLinear): its one group is not split
+                k_heads = lg.num_k_heads if lg.kind == "mamba1" else split(lg.num_k_heads, t, "num_k_heads", where)
                 v_heads = split(lg.num_v_heads, t, "num_v_heads", where)
                 n = n.with_(attrs=a.with_geometry(replace(lg, num_k_heads=k_heads, num_v_heads=v_heads)))
                 for v in n.inputs:  # per-head parameters (Mamba2's D and dt_bias: mamba_mixer2.py MambaMixer2
-                    spec = graph.params.get(v)  # loads them with sharded_weight_loader(0), num_heads // tp each)
-                    if spec is not None and len(spec.shape) == 1 and spec.shape[0] == lg.num_v_heads:
+                    spec = graph.params.get(v)  # loads them with sharded_weight_loader(0), num_heads // tp each;
+                    # Mamba-1's A [channels, state], D and the dt bias: mamba_mixer.py weight_loader, split on dim 0)
+                    if spec is not None and len(spec.shape) in (1, 2) and spec.shape[0] == lg.num_v_heads:
                         params[v] = _shard_dim(spec, 0, t, "per-head parameter", where)
                 out_sharded = True
             elif a.kind is KernelKind.MOE_EXPERTS:
@@ -178,6 +181,14 @@ class TensorParallel(PartitionPass):
                 cg = a.geometry_as(Conv1dGeometry)
                 n = n.with_(attrs=a.with_geometry(replace(cg, channels=split(cg.channels, t, "conv channels", where))))
                 _shard_channel_params(n, graph, params, t, where)
+                out_sharded = True
+            elif a.kind is KernelKind.ELEMENTWISE and _mamba1_channel_operand(n, users, graph):
+                # Mamba-1's D.float() and dt_proj.bias.float() (mamba_mixer.py MambaMixer.forward_cuda): casts of
+                # the rank's channels of a per-channel parameter (its weight_loader splits dim 0)
+                eg = a.geometry_as(ElementwiseGeometry)
+                n = n.with_(attrs=a.with_geometry(replace(eg, width=split(eg.width, t, "mamba1 channels", where))))
+                for v in n.inputs:
+                    params[v] = _shard_dim(graph.params[v], 0, t, "per-channel parameter", where)
                 out_sharded = True
             elif in_sharded and (a.kind in PER_TOKEN or a.kind is KernelKind.FUSED_ADD_RMS_NORM):
                 if a.kind is KernelKind.ELEMENTWISE and any(v % t for v in _per_token_dims(a.geometry)):
@@ -384,6 +395,17 @@ def _stays_replicated(n: Node, users: dict[str, list[Node]]) -> bool:
                 if ng.dim == ng.width and _whole_norm_consumer(u, users, g.k) == "latent":
                     return True
     return False
+
+
+def _mamba1_channel_operand(n: Node, users: dict[str, list[Node]], graph: Graph) -> bool:
+    """A once-per-step kernel on one 1-D parameter whose only users are Mamba-1 scans of as many channels."""
+    width = n.kernel.geometry_as(ElementwiseGeometry).width
+    spec = graph.params.get(n.inputs[0]) if len(n.inputs) == 1 else None
+    if n.kernel.rows is not Rows.ONCE or spec is None or len(spec.shape) != 1:
+        return False
+    us = [u for v in _values(n) for u in users.get(v, [])]
+    return bool(us) and all(isinstance(u.attrs, KernelAttrs) and isinstance(u.attrs.geometry, LinearAttentionGeometry)
+                            and u.attrs.geometry.kind == "mamba1" and u.attrs.geometry.num_v_heads == width for u in us)
 
 
 def _kda_low_rank_down(n: Node, users: dict[str, list[Node]], graph: Graph) -> bool:
