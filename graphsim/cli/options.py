@@ -237,7 +237,8 @@ GpusPerNode = Annotated[int | None, typer.Option(
 NetworkBandwidth = Annotated[float | None, typer.Option(
     "--network-bandwidth", min=0.001, help="GB/s per GPU, one direction, between nodes (default: the spec's).")]
 NetworkLatency = Annotated[float | None, typer.Option(
-    "--network-latency-us", min=0, help="Latency between nodes in µs (default: the spec's).")]
+    "--network-latency-us", min=0, help="Latency between nodes in µs, paid at each network step of a collective "
+                                        "(default: the spec's).")]
 EnforceEager = Annotated[bool, typer.Option(
     "--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs, so collectives are priced from eager rows.")]
 DisableCustomAllReduce = Annotated[bool, typer.Option(
