@@ -83,6 +83,21 @@ def work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.nd
     return None
 
 
+def state_bytes(op: str, rows: np.ndarray) -> np.ndarray | None:
+    """The part of `work(op, rows)`'s bytes that is KV cache or compressor state (the rest moves activations);
+    None when `op` is not one of this module's. The attention's `.keys` rows read cache entries; the compressor
+    stores each token's fp32 kv and score, reads a closed window's slots back and writes the entry
+    (2·2·coff·D·4 + E/m a token; reading its projection, the other 2·coff·D·4, is an activation)."""
+    m = _ATTN.match(op)
+    if m is not None and m.group("kernel") in ATTN_KINDS:
+        return rows * float(m.group("e")) if m.group("kernel") == ATTN_KEYS else np.zeros_like(rows)
+    m = _COMP.match(op)
+    if m is not None:
+        d, c, r, e = (int(m.group(x)) for x in ("d", "c", "m", "e"))
+        return rows * (2 * 2.0 * c * d * 4.0 + e / r)
+    return np.zeros_like(rows) if _HC.match(op) else None
+
+
 def _visible_prefix(x: np.ndarray, ratio: int) -> np.ndarray:
     """Σ_{s=1..x} ⌊s/m⌋ (entries seen by queries at positions 0 .. x−1): x = q·m + r gives m·q(q−1)/2 + q·(r+1)."""
     q, r = np.divmod(x, ratio)

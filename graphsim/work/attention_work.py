@@ -171,32 +171,49 @@ def _pooling_flops(c: KvCompressor, new: int, cached: int) -> int:
     return 2 * c.coff * c.ratio * c.head_dim * emitted
 
 
-def _compressed_core(attn: CompressedAttention, n: int, p: int, c: int) -> CoreWork:
+def compressed_core_parts(attn: CompressedAttention, n: int, p: int, c: int) -> dict[str, CoreWork]:
+    """The compressed-attention core in the parts vLLM runs as separate kernels (their sum is the core):
+
+    - `compute`: the attention over the window and the visible (CSA: top-k) compressed entries, the
+      sliding-window cache read and written, the compressed entries read (FlashMLA sparse, sparse_swa.py);
+    - `compressor`: the pooling of the entries this step closes, their cache write and the compressor's fp32
+      state (deepseek_compressor.py DeepseekCompressor: _save_partial_states_kernel, the fused
+      compress-norm-rope-insert kernel);
+    - `index_compressor` (CSA): the same for the indexer's own compressor and key cache;
+    - `indexer` (CSA): scoring every (query, visible entry) pair and reading the cached index keys
+      (DeepseekV4Indexer → SparseAttnIndexer).
+    A part the layer lacks is absent (sliding: compute only; HCA: compute and compressor)."""
     d, h = attn.head_dim, attn.heads
     entry = v4_entry_bytes(d, attn.rope_dim)
     pairs = causal_pairs(n, p, attn.window)
     read = cached_tokens_read(n, p, attn.window) * entry
     written = new_tokens_kept(n, p, attn.window) * entry
-    flops = 0
+    parts: dict[str, CoreWork] = {}
     comp = attn.compressor
     if comp is not None:
         topk = attn.index_topk if attn.index_compressor is not None else None
         pairs += compressed_pairs(n, p, comp.ratio, topk)
         cached_entries = closed_entries(p, comp.ratio)
         read += (min(cached_entries, n * topk) if topk is not None else cached_entries) * entry
-        written += (closed_entries(p + n, comp.ratio) - cached_entries) * entry
-        flops += _pooling_flops(comp, n, p)
-        state = [comp]
+        # the compressors' fp32 state: written once for later steps, read back when a window closes
+        parts["compressor"] = CoreWork(
+            _pooling_flops(comp, n, p), comp.state_read(p, n) * 4,
+            (closed_entries(p + n, comp.ratio) - cached_entries) * entry + comp.state_written(p, n) * 4)
         ix = attn.index_compressor
         if ix is not None:
             index_entry = v4_index_entry_bytes(ix.head_dim)
-            flops += _pooling_flops(ix, n, p)
-            flops += compressed_pairs(n, p, ix.ratio) * attn.index_heads * (2 * ix.head_dim + 2)
-            read += closed_entries(p, ix.ratio) * index_entry
-            written += (closed_entries(p + n, ix.ratio) - closed_entries(p, ix.ratio)) * index_entry
-            state.append(ix)
-        for s in state:  # the compressors' fp32 state: written once for later steps, read back when a window closes
-            read += s.state_read(p, n) * 4
-            written += s.state_written(p, n) * 4
-    flops += 2 * pairs * h * 2 * d  # scores and values, both over the shared K = V of width d
-    return CoreWork(flops * c, read * c, written * c)
+            parts["index_compressor"] = CoreWork(
+                _pooling_flops(ix, n, p), ix.state_read(p, n) * 4,
+                (closed_entries(p + n, ix.ratio) - closed_entries(p, ix.ratio)) * index_entry
+                + ix.state_written(p, n) * 4)
+            parts["indexer"] = CoreWork(compressed_pairs(n, p, ix.ratio) * attn.index_heads * (2 * ix.head_dim + 2),
+                                        closed_entries(p, ix.ratio) * index_entry, 0)
+    # scores and values, both over the shared K = V of width d
+    parts = {"compute": CoreWork(2 * pairs * h * 2 * d, read, written), **parts}
+    return {k: CoreWork(w.flops * c, w.state_read_bytes * c, w.state_write_bytes * c) for k, w in parts.items()}
+
+
+def _compressed_core(attn: CompressedAttention, n: int, p: int, c: int) -> CoreWork:
+    parts = compressed_core_parts(attn, n, p, c).values()
+    return CoreWork(sum(w.flops for w in parts), sum(w.state_read_bytes for w in parts),
+                    sum(w.state_write_bytes for w in parts))

@@ -51,9 +51,13 @@ def test_outside_scopes_name_the_text_model_model_whatever_wraps_it():
     assert scope_role("model.language_model.layers.3.mlp.gate", stack, True) == "mlp.gate"
 
 
-def test_a_slash_in_a_kernel_name_keeps_two_separators():
-    assert location_ids([("sliding.moe", "attn_hc", "mhc_pre/n4.d4096"), ("sliding.moe", "attn_hc", "mhc_pre/n4.d4096")]
-                        ) == ["sliding.moe/attn_hc/mhc_pre:n4.d4096", "sliding.moe/attn_hc/mhc_pre:n4.d4096#2"]
+def test_a_kernel_named_with_its_shape_is_located_by_the_kernel_alone():
+    # the shape after '/' is geometry (V4-Flash d4096, V4-Pro d7168): one map fits both sizes; repeats get #k
+    assert location_ids([("sliding.moe", "attn_hc", "mhc_pre/n4.d4096"), ("sliding.moe", "attn_hc", "mhc_pre/n4.d7168"),
+                         ("sliding.moe2", "self_attn", "deepseek_compressor/d512.c2.m4.e584"),
+                         ("sliding.moe2", "self_attn", "deepseek_compressor/d128.c2.m4.e132")]
+                        ) == ["sliding.moe/attn_hc/mhc_pre", "sliding.moe/attn_hc/mhc_pre#2",
+                              "sliding.moe2/self_attn/deepseek_compressor", "sliding.moe2/self_attn/deepseek_compressor#2"]
 
 
 def test_dsa_indexer_has_its_own_row_and_both_add_up_to_the_core():

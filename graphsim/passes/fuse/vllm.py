@@ -149,6 +149,25 @@ def _indexer_weight_linears(ctx: FuseContext) -> set[str]:
     return memo
 
 
+def _compressor_linears(ctx: FuseContext) -> set[str]:
+    """The kv and gate projections a KV compressor pools (DeepSeek-V4, the `graphsim::kv_compress` node's first
+    two inputs): vLLM fuses them into one layer built without a quant_config, so they run in the model dtype
+    whatever the checkpoint quantizes (models/deepseek_v4/compressor.py DeepseekCompressor.__init__:
+    `self.fused_wkv_wgate = MergedColumnParallelLinear(..., quant_config=None, ...)`, vLLM 0.33.0)."""
+    memo = ctx.__dict__.get("_compressor_linears")
+    if memo is None:
+        memo = set()
+        for c in (n for n in ctx.graph.nodes if n.op is Op.KV_COMPRESS):
+            for v in c.inputs[:2]:
+                p = ctx.producer(v)
+                while p is not None and p.op is not Op.LINEAR and p.inputs:  # through views / casts
+                    p = ctx.producer(p.inputs[0])
+                if p is not None and p.op is Op.LINEAR:
+                    memo.add(p.name)
+        ctx.__dict__["_compressor_linears"] = memo
+    return memo
+
+
 def _quantization(ctx: FuseContext) -> Quantization | None:
     """The checkpoint's quantization (graphsim.quantization), parsed once per fuse run."""
     if "_quantization" not in ctx.__dict__:
@@ -160,10 +179,11 @@ def _quantization(ctx: FuseContext) -> Quantization | None:
 def _quant_dtype(ctx: FuseContext, nodes: list[Node]) -> str | None:
     """The kernel dtype of a GEMM over `nodes`: the weight scheme's (`fp8`, `fp8_block`, `nvfp4`, `int4_wo`,
     ...) when the checkpoint quantizes every one of its linears the same way; the model dtype otherwise
-    (excluded modules, routers, an indexer's weights projection, mixed packs). vLLM gives a packed layer one quant method for all its
+    (excluded modules, routers, an indexer's weights projection, a KV compressor's projections, mixed packs). vLLM gives a packed layer one quant method for all its
     shards (model_executor/layers/linear.py: QKVParallelLinear / MergedColumnParallelLinear take one
     quant_config; quantization/utils/quant_utils.py is_layer_skipped requires all shards to agree)."""
-    if any(n.name in _router_linears(ctx) or n.name in _indexer_weight_linears(ctx) for n in nodes):
+    if any(n.name in _router_linears(ctx) or n.name in _indexer_weight_linears(ctx) or n.name in _compressor_linears(ctx)
+           for n in nodes):
         model = ctx.graph.meta.model_dtype
         return model.value if model is not None else None
     q = _quantization(ctx)

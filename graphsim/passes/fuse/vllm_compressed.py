@@ -29,6 +29,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.quantization import parse_quant_config
 
 COMPRESSED_ATTENTION_TARGET = "graphsim::compressed_attention"
 _SOURCE_ATTN = ("model_executor/layers/deepseek_v4_attention.py:DeepseekV4MLAAttention._forward_decode / "
@@ -193,7 +194,12 @@ def _build_grouped_projection(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.nodes[0]
     out, x = n.outputs[0], ctx.spec(n.inputs[0])
     groups, k, r = int(out.shape[0]), int(x.shape[-1]), int(out.shape[-1])
-    return KernelAttrs(KernelKind.GEMM, "fp8_einsum", GemmGeometry(n=groups * r, k=k, groups=groups), out.dtype.value,
+    # wo_a is a quantized weight like any linear of the checkpoint: DeepGEMM's fp8_einsum reads it in fp8
+    # (deepseek_v4_attention.py: o_proj hands wo_a.weight with its block scales to deepseek_v4_fp8_einsum)
+    raw = ctx.graph.meta.quantization_config
+    scheme = parse_quant_config(raw).scheme_for(n.scope) if raw is not None else None
+    dtype = scheme.kernel_dtype if scheme is not None else out.dtype.value
+    return KernelAttrs(KernelKind.GEMM, "fp8_einsum", GemmGeometry(n=groups * r, k=k, groups=groups), dtype,
                        Rows.TOKENS, (n.name,), "grouped_output_projection")
 
 

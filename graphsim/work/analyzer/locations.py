@@ -48,12 +48,15 @@ def scope_role(scope: str, layer_stack: str, in_layer: bool) -> str:
 def location_ids(keys: list[tuple[str, str, str]]) -> list[str]:
     """`region/role/kernel` per (region, role, kernel) key, with `#k` on the k-th repeat (k ≥ 2).
 
-    A `/` inside a kernel name (DeepSeek-V4's `mhc_pre/n4.d4096`: a semantic op named with its shape) is
-    written `:`, so a location always has exactly two separators and a map's `at` stays `role/kernel`."""
+    A kernel named with its shape after a `/` (DeepSeek-V4's `mhc_pre/n4.d4096`,
+    `deepseek_compressor/d512.c2.m4.e584`: costing/compressed.py prices the op from those numbers) is located
+    by the kernel alone (`mhc_pre`): the shape is the kernel's geometry, not another kernel, and a map keyed to
+    it would fit one model size only (V4-Flash's d4096, not V4-Pro's d7168). Two such kernels of one role
+    are told apart by `#k` in trace order, like any repeat."""
     seen: dict[tuple[str, str, str], int] = {}
     out = []
     for region, role, kernel in keys:
-        key = (region, role, kernel.replace("/", ":"))
+        key = (region, role, kernel.partition("/")[0])
         seen[key] = seen.get(key, 0) + 1
         k = seen[key]
         out.append("/".join(key) + (f"#{k}" if k > 1 else ""))

@@ -19,11 +19,13 @@ from dataclasses import dataclass, fields, replace
 from graphsim.errors import GraphsimError
 from graphsim.work.account import _weight_work  # the accountant's per-weight arithmetic, reused as is
 from graphsim.work.api import Accounting
-from graphsim.work.attention_work import CoreWork, attention_core
+from graphsim.work.attention_work import CoreWork, attention_core, compressed_core_parts
 from graphsim.work.dtypes import Precision
 from graphsim.work.linear_work import block_indexer_core
 from graphsim.work.report import SegmentWork, WorkReport
-from graphsim.work.specs import AttentionKind, AttentionSpec, GqaAttention, LayerGroup, LayerSpec, MlaAttention
+from graphsim.work.specs import (
+    AttentionKind, AttentionSpec, CompressedAttention, GqaAttention, LayerGroup, LayerSpec, MlaAttention,
+)
 from graphsim.work.weights import PlacedWeight, layer_block_weights
 from graphsim.workload import SeqGroup, Step
 
@@ -31,6 +33,8 @@ OUTSIDE = "outside"  # the region of everything before and after the layer stack
 OUTSIDE_SEGMENTS = ("embed", "final_norm", "head")
 CORE_MODULE = "compute"  # module name of the weightless attention-core row
 INDEXER_MODULE = "indexer"  # a DSA / block indexer's scoring and key-cache traffic (`_split_indexer`)
+# DeepSeek-V4: each compressor's pooling, entry writes and fp32 state (`_split_indexer`)
+COMPRESSOR_MODULE, INDEX_COMPRESSOR_MODULE = "compressor", "index_compressor"
 WORK_NUMBERS = tuple(f.name for f in fields(SegmentWork) if f.name != "name")
 
 
@@ -95,7 +99,16 @@ def _split_indexer(attn: AttentionSpec, seqs: SeqGroup, precision: Precision, co
       then reuses another layer's top-k: `DsaIndexer.shared`) is the core without the indexer's scoring
       and key cache, from the accountant's own arithmetic.
     - MiniMax-M3's block indexer (block_sparse_indexer): its part of the core is `block_indexer_core`,
-      the same function the accountant's `block_sparse_core` adds in."""
+      the same function the accountant's `block_sparse_core` adds in.
+    - DeepSeek-V4's compressed attention: the attention (FlashMLA sparse over window + entries), each
+      compressor (vLLM's deepseek_compressor kernels: the attention's, and on CSA layers the indexer's) and the
+      indexer's scoring (sparse_attn_indexer) are four kernels; `compressed_core_parts` is the accountant's own
+      split of `_compressed_core` (which sums it)."""
+    if isinstance(attn, CompressedAttention):
+        parts = compressed_core_parts(attn, seqs.new_tokens, seqs.cached_tokens, seqs.count)
+        names = {"compute": CORE_MODULE, "compressor": COMPRESSOR_MODULE,
+                 "index_compressor": INDEX_COMPRESSOR_MODULE, "indexer": INDEXER_MODULE}
+        return [(names[k], w) for k, w in parts.items()]
     if isinstance(attn, MlaAttention) and attn.indexer is not None and not attn.indexer.shared:
         rest = attention_core(replace(attn, indexer=replace(attn.indexer, shared=True)), seqs, precision)
     elif isinstance(attn, GqaAttention) and attn.block_indexer is not None:
