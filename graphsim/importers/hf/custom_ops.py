@@ -26,6 +26,7 @@ from graphsim.importers.hf.block_sparse_ops import block_keep_mask, block_sparse
 from graphsim.importers.hf.compressed_ops import compressed_patches
 from graphsim.importers.hf.kda_ops import KDA_KERNELS
 from graphsim.importers.hf.lightning_ops import lightning_patches
+from graphsim.importers.hf.looped_experts import looped_experts_patches
 from graphsim.importers.hf.mamba1_ops import MAMBA1_KERNELS
 
 IMPL_NAME = "graphsim"
@@ -121,9 +122,11 @@ def moe_experts_op(
     concatenated: bool,
     activation: str,
     weight_on_input: bool = False,
+    w_gate: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reference routed-experts kernel: Σ_k w_k · down_e(act(gate_e(x)) · up_e(x)), or Σ_k down_e(act(gate_e(w_k·x))
-    · up_e(w_k·x)) with `weight_on_input` (Llama-4; vLLM's FusedMoE apply_router_weight_on_input)."""
+    · up_e(w_k·x)) with `weight_on_input` (Llama-4; vLLM's FusedMoE apply_router_weight_on_input). `w_gate`: the gate
+    projections stored apart from the up ones (`w_up` then holds up only; DBRX's w1 / v1, looped_experts.py)."""
     act = {"silu": F.silu, "gelu": F.gelu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
            "relu": F.relu, "relu2": lambda x: F.relu(x).square()}.get(activation)
     if act is None:
@@ -139,7 +142,9 @@ def moe_experts_op(
             h = x @ wu.float()
             if b_up is not None:
                 h = h + b_up[e].float()
-            if gated:
+            if w_gate is not None:
+                h = act(x @ (w_gate[e] if transposed else w_gate[e].t()).float()) * h
+            elif gated:
                 if concatenated:
                     g, u = h.chunk(2, dim=-1)
                 else:
@@ -157,7 +162,7 @@ def moe_experts_op(
 
 @moe_experts_op.register_fake
 def _moe_experts_fake(hidden, top_k_index, top_k_weights, w_up, w_down, b_up, b_down, num_experts, gated,
-                      transposed, concatenated, activation, weight_on_input=False):
+                      transposed, concatenated, activation, weight_on_input=False, w_gate=None):
     return torch.empty_like(hidden)
 
 
@@ -444,8 +449,9 @@ def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
                 setattr(mod, fn_name, repl)
     try:
         with _dsa_patches(model) as dsa, compressed_patches(model) as compressed, block_sparse_patches(model) as blocks, \
-                lightning_patches(model) as lightning:
-            yield [f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed + blocks + lightning
+                lightning_patches(model) as lightning, looped_experts_patches(model) as looped:
+            yield ([f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed + blocks + lightning
+                   + looped)
     finally:
         for mod, name, orig in patched:
             setattr(mod, name, orig)

@@ -43,6 +43,7 @@ from graphsim.passes.fuse.vllm_legacy import RULES as LEGACY_RULES
 from graphsim.passes.fuse.vllm_legacy import qkv_split
 from graphsim.passes.fuse.vllm_lightning import RULES as LIGHTNING_RULES
 from graphsim.passes.fuse.vllm_mamba1 import RULES as MAMBA1_RULES
+from graphsim.passes.fuse.vllm_zero_experts import ZERO_EXPERTS
 from graphsim.quantization import Quantization, parse_quant_config
 
 A = TypeVar("A")
@@ -669,7 +670,7 @@ EMBEDDING = _kernel_rule(
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, *LEGACY_EARLY_RULES, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY,
     ATTENTION, SPARSE_INDEXER, MLA_KEY_ASSEMBLY, TOKEN_ID_MASKS, *COMPRESSED_EARLY_RULES,
-    ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, *KDA_RULES, *LIGHTNING_RULES,
+    ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ZERO_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, *KDA_RULES, *LIGHTNING_RULES,
     *MAMBA1_RULES,
     LINEAR_ATTENTION,
     CONV1D,
