@@ -114,8 +114,11 @@ def _state(node: Node, conv: Node | None, tp: int, state: DType) -> LayerKv:
         raise KvLayoutError(f"{node.scope}: {a.num_v_heads} {a.kind} heads are not divisible by tp = {tp}; "
                             "pick a tp that divides them")
     channels = c.channels
+    if a.kind == "mamba2_ssd" and a.num_k_heads % tp and a.num_k_heads != 1:
+        raise KvLayoutError(f"{node.scope}: Mamba2 n_groups = {a.num_k_heads} is neither 1 nor divisible by tp = {tp} "
+                            f"(vLLM MambaMixer2 replicates only a single group); pick a tp that divides it")
     if a.kind == "mamba2_ssd" and a.num_k_heads % tp:
-        # extra_groups_for_head_shards: n_groups not divisible by tp are extended to tp (B and C each)
+        # extra_groups_for_head_shards: one group not divisible by tp is extended to tp (B and C each)
         channels += 2 * (tp - a.num_k_heads) * a.k_head_dim
     if channels % tp:
         raise KvLayoutError(f"{node.scope}: {channels} conv channels are not divisible by tp = {tp}; "

@@ -327,13 +327,13 @@ def _state_layer(attn: GatedDeltaNet, tp: int, state: DType, num_spec: int = 0) 
 
 def _mamba2_layer(attn: Mamba2Mixer, tp: int, state: DType) -> LayerKv:
     """vLLM `MambaStateShapeCalculator.mamba2_state_shape` (vllm/model_executor/layers/mamba/mamba_utils.py):
-    conv state (kernel − 1) × conv_dim / tp, where n_groups not divisible by tp is extended to tp
-    (`extra_groups_for_head_shards`), and temporal state heads / tp × head_dim × state_size in the
+    conv state (kernel − 1) × conv_dim / tp, where n_groups not divisible by tp (only n_groups == 1 is allowed)
+    is extended to tp (`extra_groups_for_head_shards`), and temporal state heads / tp × head_dim × state_size in the
     model's SSM cache dtype."""
-    if attn.heads % tp:
-        raise KvLayoutError(f"mamba_num_heads = {attn.heads} is not divisible by tp = {tp}; pick a tp that divides it")
-    groups = attn.n_groups + (0 if attn.n_groups % tp == 0 else tp - attn.n_groups)
-    conv_dim = attn.intermediate + 2 * groups * attn.state_size
+    problem = attn.tp_problem(tp)  # (n_groups == 1 below tp: the group is replicated, Mamba2Mixer.groups_at)
+    if problem:
+        raise KvLayoutError(problem)
+    conv_dim = attn.conv_dim_at(tp)
     if conv_dim % tp:
         raise KvLayoutError(f"Mamba2 conv channels {conv_dim} are not divisible by tp = {tp}; pick a tp that divides them")
     conv = (conv_dim // tp) * (attn.conv_kernel - 1)

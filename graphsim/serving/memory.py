@@ -92,12 +92,20 @@ def weight_bytes_per_rank(spec: ModelSpec, precision: Precision, tp: int, expert
     vectors stay whole on every rank (small vectors split in vLLM are counted whole: an upper bound of
     a few MB); GQA's K/V projections keep `max(1, kv_heads // tp)` heads per rank."""
     kv_share: dict[str, float] = {}
+    group_share: dict[str, float] = {}  # Mamba2 in_proj / conv1d paths -> their share per rank
     for group in spec.stack.groups():
         attn = group.spec.attn
         if isinstance(attn, ParallelMixers):
             attn = attn.attn  # Falcon-H1: its attention's K/V projections
         if isinstance(attn, GqaAttention):
             kv_share[f"model.layers.{group.first_index}."] = max(1, attn.kv_heads // tp) / attn.kv_heads
+        mamba = group.spec.attn.mamba if isinstance(group.spec.attn, ParallelMixers) else group.spec.attn
+        if isinstance(mamba, Mamba2Mixer) and mamba.groups_at(tp) != mamba.n_groups:
+            # one B/C group replicated on every rank (vLLM MambaMixer2, n_groups == 1): in_proj and conv1d hold
+            # (width + 2·(tp − 1)·state) / tp rows each (Mamba2Mixer.groups_at)
+            mx = f"model.layers.{group.first_index}.{mamba.module}."
+            group_share[mx + "in_proj"] = mamba.in_proj_width_at(tp) / mamba.in_proj_width / tp
+            group_share[mx + "conv1d"] = mamba.conv_dim_at(tp) / mamba.conv_dim / tp
     total = 0.0
     for placed in model_weights(spec):
         w = placed.weight
@@ -111,6 +119,8 @@ def weight_bytes_per_rank(spec: ModelSpec, precision: Precision, tp: int, expert
             share = 1.0  # routers, shared-expert gates
         elif leaf in _REPLICATED_MLA:
             share = 1.0
+        elif placed.path in group_share:
+            share = group_share[placed.path]
         elif leaf in ("k_proj", "v_proj"):
             prefix = next((p for p in kv_share if placed.path.startswith(p)), None)
             share = kv_share[prefix] if prefix else 1.0 / tp
@@ -152,7 +162,7 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
             w = heads * (a.qk_head_dim + a.qk_nope_head_dim + 2 * a.v_head_dim) + a.kv_elements_per_token
             cand = [(w, "MLA q + decompressed k/v + output")]
         elif isinstance(a, Mamba2Mixer):
-            cand = [((a.in_proj_width + a.intermediate) // tp, "Mamba2 in_proj (z, xBC, dt) + scan output")]
+            cand = [((a.in_proj_width_at(tp) + a.intermediate) // tp, "Mamba2 in_proj (z, xBC, dt) + scan output")]
         elif isinstance(a, Mamba1Mixer):
             cand = [((2 * a.intermediate + a.intermediate) // tp, "Mamba in_proj (x, z) + scan output")]
         elif isinstance(a, ShortConv):
@@ -160,7 +170,7 @@ def _widest_per_token(spec: ModelSpec, tp: int) -> tuple[int, str]:
         elif isinstance(a, ParallelMixers):
             g, m = a.attn, a.mamba
             w = ((2 * (g.heads // tp) + 2 * max(1, g.kv_heads // tp)) * g.head_dim
-                 + (m.in_proj_width + m.intermediate) // tp)
+                 + (m.in_proj_width_at(tp) + m.intermediate) // tp)
             cand = [(w, "attention q/k/v + output beside Mamba2 in_proj + scan output")]
         elif isinstance(a, CompressedAttention):
             # vLLM shards the query heads over TP (deepseek_v4_attention.py: num_heads already TP-adjusted);

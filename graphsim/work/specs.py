@@ -285,6 +285,30 @@ class Mamba2Mixer:
     def in_proj_width(self) -> int:
         return self.intermediate + self.conv_dim + self.heads
 
+    def groups_at(self, tp: int) -> int:
+        """The B/C groups vLLM lays out over `tp` ranks: n_groups, padded to tp when tp does not divide it
+        (`extra_groups_for_head_shards`, layers/mamba/mamba_mixer2.py MambaMixer2.__init__: every rank then holds
+        the one group whole). vLLM allows that only for n_groups == 1; `tp_problem` names the other cases."""
+        return self.n_groups if self.n_groups % tp == 0 else tp
+
+    def tp_problem(self, tp: int) -> str | None:
+        """Why vLLM's MambaMixer2 cannot run this mixer at `tp`, or None (its asserts: tp divides num_heads, and
+        tp divides n_groups or n_groups == 1)."""
+        if self.heads % tp:
+            return f"mamba_num_heads = {self.heads} is not divisible by tp = {tp}; pick a tp that divides it"
+        if self.n_groups % tp and self.n_groups != 1:
+            return (f"Mamba2 n_groups = {self.n_groups} is neither 1 nor divisible by tp = {tp} (vLLM MambaMixer2 "
+                    f"replicates only a single group); pick a tp that divides {self.n_groups}")
+        return None
+
+    def conv_dim_at(self, tp: int) -> int:
+        """conv channels over all `tp` ranks (each holds conv_dim_at(tp) / tp): intermediate + 2 · groups_at · state."""
+        return self.intermediate + 2 * self.groups_at(tp) * self.state_size
+
+    def in_proj_width_at(self, tp: int) -> int:
+        """in_proj outputs over all `tp` ranks (ColumnParallelLinear of intermediate + conv_dim + heads)."""
+        return self.intermediate + self.conv_dim_at(tp) + self.heads
+
     @property
     def recurrent_state_elements(self) -> int:
         return self.heads * self.head_dim * self.state_size

@@ -112,14 +112,22 @@ def test_nemotron_h_mamba2_state_matches_accountant():
     from tests.importers.test_ssm_scan import TINY_NEMOTRON_H
 
     model = ResolvedModel("tiny-nemotron-h", copy.deepcopy(TINY_NEMOTRON_H), "path", "test")
-    for tp in (1, 4):  # tp 4 > n_groups 2: groups extended to 4 (extra_groups_for_head_shards)
+    for tp in (1, 2):
         got, want = both(model, tp)
         same_layers(got, want)
-    got, _ = both(model, 4)
-    # tp 4: conv (32 + 2·4·16 = 160)/4 × 3 × 2 B (bf16) = 240 B + ssm 1 head × 8 × 16 × 4 B (fp32, NemotronH's
-    # mamba_ssm_cache_dtype hook) = 512 B → 752 B per request; the attention layer keeps 1 kv head × 16 × 2 B = 32 B
-    assert got.state_bytes_per_request == 160 // 4 * 3 * 2 + 8 * 16 * 4 == 752
+    got, _ = both(model, 2)
+    # tp 2: conv (32 + 2·2·16 = 96)/2 × 3 × 2 B (bf16) = 288 B + ssm 2 heads × 8 × 16 × 4 B (fp32, NemotronH's
+    # mamba_ssm_cache_dtype hook) = 1024 B → 1312 B per request; the attention layer keeps 1 kv head × 16 × 2 B = 32 B
+    assert got.state_bytes_per_request == 96 // 2 * 3 * 2 + 2 * 8 * 16 * 4 == 1312
     assert got.bytes_per_token == 32
+    # tp 4 with n_groups 2: vLLM's MambaMixer2 pads only a single group (extra_groups_for_head_shards; it asserts
+    # n_groups % tp == 0 or n_groups == 1), so both layouts refuse it in one line
+    acc = accounting(model.config)
+    with pytest.raises(KvLayoutError, match="n_groups = 2 is neither 1 nor divisible by tp = 4"):
+        kv_layout(acc.spec, acc.precision, 4)
+    graph, _ = import_hf(model, cache=False)
+    with pytest.raises(KvLayoutError, match="n_groups = 2 is neither 1 nor divisible by tp = 4"):
+        graph_kv_layout(graph, acc.precision.kv, acc.precision.state, 4)
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from graphsim.ir.geometry import (
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassError, PassResult, register_pass
+from graphsim.passes.partition import mamba_groups
 from graphsim.passes.partition.conservation import Declared, check_conservation
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
@@ -78,6 +79,7 @@ class TensorParallel(PartitionPass):
                 whole_norms[group] = whole_norms.get(group, 0) + 1
         variance_reduced: set[str] = set()
         declared = Declared()
+        groups = mamba_groups.plan(graph, users, t)  # Mamba2 mixers with fewer B/C groups than ranks
 
         def bump(key: str) -> None:
             stats[key] = stats.get(key, 0) + 1
@@ -98,6 +100,18 @@ class TensorParallel(PartitionPass):
                 bump("replicated")
                 if in_partial:
                     partial.update(_values(n))
+            elif n.name in groups.extra:
+                # a Mamba2 in_proj / conv1d (or a per-token multiplier between them) that holds the one B/C
+                # group every rank replicates (vLLM MambaMixer2, n_groups == 1): column-parallel over
+                # (width + 2·(tp − 1)·state) (graphsim/passes/partition/mamba_groups.py)
+                if in_sharded == (a.kind is KernelKind.GEMM):
+                    raise PassError(f"{where}: a Mamba2 {a.kind.value} with replicated groups reads "
+                                    f"{'sharded' if in_sharded else 'replicated'} activations; report it with "
+                                    "the model's config")
+                n = mamba_groups.grow(n, graph, params, groups, t, where)
+                declared.grown[n.name] = (groups.factor(n.name), mamba_groups.REASON)
+                bump("mamba_groups_replicated")
+                out_sharded = True
             elif a.kind is KernelKind.GEMM:
                 n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
                 if not in_sharded and not out_sharded and after is None:
@@ -134,6 +148,8 @@ class TensorParallel(PartitionPass):
                 out_sharded = True
             elif a.kind is KernelKind.LINEAR_ATTENTION:
                 lg = a.geometry_as(LinearAttentionGeometry)
+                if n.name in groups.scans:  # Mamba2's one group, padded to one per rank (mamba_groups.py)
+                    lg = replace(lg, num_k_heads=groups.scans[n.name] * t)
                 # Mamba-1's B and C come whole to every rank from x_proj's all-reduce (mamba_mixer.py MambaMixer:
                 # x_proj is a RowParallelLinear): its one group is not split
                 k_heads = lg.num_k_heads if lg.kind == "mamba1" else split(lg.num_k_heads, t, "num_k_heads", where)
@@ -200,6 +216,8 @@ class TensorParallel(PartitionPass):
                     _shard_channel_params(n, graph, params, t, where)
                     out_sharded = True
                     group = _variance_group(n, a, graph)
+                    if n.name in groups.norms:  # the gated norm over a one-group Mamba2 mixer's whole vector
+                        group = n.name
                     if group is not None and group not in variance_reduced:
                         # a norm over a vector now spread over the ranks: each rank's sum of squares
                         # is all-reduced (f32, one value per normalised vector per token; the q and k
@@ -218,6 +236,8 @@ class TensorParallel(PartitionPass):
             if after is not None:
                 out.nodes.append(after)
                 rename[n.name] = after.name
+                if out_sharded:  # a norm's variance all-reduce: its output is still the rank's slice
+                    sharded.update(_values(after))
         out.params = params
         out.outputs = [rename.get(o, o) for o in graph.outputs]
         notes = check_conservation(graph, out, t, "tp", declared)
@@ -530,8 +550,9 @@ def _variance_group(n: Node, a, graph: Graph) -> str | None:
     """The producer a norm over a whole vector wider than one head reads (its all-reduce group),
     or None. The gated Mamba2 norm is excluded: vLLM's Mixer2RMSNormGated.forward_native
     (layers/mamba/mamba_mixer2.py) normalises rank-local groups with no collective when the tp
-    size divides n_groups (the group count is not in the graph: assumed so; a tp that does not
-    divide it all-gathers instead, not modelled)."""
+    size divides n_groups (the group count is not in the graph: assumed so); with one group (n_groups == 1,
+    any other tp that does not divide it is refused) it all-reduces the sum of squares: the run loop adds
+    that for the norms mamba_groups.plan lists."""
     if not isinstance(a, KernelAttrs) or a.kind not in (KernelKind.RMS_NORM, KernelKind.LAYER_NORM):
         return None
     if a.name == "rms_norm_gated":
