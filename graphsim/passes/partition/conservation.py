@@ -79,11 +79,11 @@ def kernel_flops(a: KernelAttrs) -> float:
     return 0.0  # embedding (a gather: its weights are checked), collectives
 
 
-def weight_bytes(n: Node, graph: Graph) -> float:
+def weight_bytes(n: Node, graph: Graph, skip: frozenset[str] = frozenset()) -> float:
     total = 0.0
     for v in n.inputs:
         spec = graph.params.get(v)
-        if spec is not None:
+        if spec is not None and v not in skip:
             elems = 1
             for d in spec.shape:
                 elems *= int(d) if isinstance(d, int) else 1
@@ -113,6 +113,11 @@ def check_conservation(before: Graph, after: Graph, size: int, group: str, decla
     bad: list[str] = []
     f_whole = w_whole = f_rank = w_rank = 0.0
     replicated: dict[str, list[float]] = {}  # reason -> [flops share numerator, weight bytes]
+    # a weight a GEMM or an embedding reads is theirs: an elementwise op reading it too takes one row of it
+    # (Gemma-4's pad embedding, embed_tokens.weight[pad_token_id] in a where: modeling_gemma4.py Gemma4Model.forward),
+    # not the table, which the owner's split already counts
+    owned = frozenset(v for n in before.nodes if isinstance(n.attrs, KernelAttrs)
+                      and n.attrs.kind in (KernelKind.GEMM, KernelKind.EMBEDDING) for v in n.inputs if v in before.params)
     for n in before.nodes:
         a = n.attrs
         if not isinstance(a, KernelAttrs) or a.kind in COLLECTIVES:
@@ -122,7 +127,8 @@ def check_conservation(before: Graph, after: Graph, size: int, group: str, decla
             bad.append(f"{n.name} ({a.kind.value}) is missing after the pass")
             continue
         f0, f1 = kernel_flops(a), kernel_flops(m.attrs)
-        w0, w1 = weight_bytes(n, before), weight_bytes(m, after)
+        skip = owned if a.kind is KernelKind.ELEMENTWISE else frozenset()
+        w0, w1 = weight_bytes(n, before, skip), weight_bytes(m, after, skip)
         if group == "ep" and isinstance(a.geometry, MoeExpertsGeometry):
             # ep makes the experts whole again (tp's intermediate split undone) and spreads them:
             # the reference is the unpartitioned experts, FLOPs only (the weights' tp split is

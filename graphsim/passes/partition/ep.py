@@ -56,7 +56,9 @@ class ExpertParallel(PartitionPass):
             inter = g.inter_size
             for v in n.inputs:
                 spec = graph.params.get(v)
-                if spec is None or len(spec.shape) != 3 or spec.shape[0] != experts:
+                # the expert weights [E, ., .] and per-expert biases [E, .] (GPT-OSS: vllm-project/vllm
+                # models/gpt_oss.py load_weights narrows w13/w2 weights and biases to the rank's experts under EP)
+                if spec is None or len(spec.shape) not in (2, 3) or spec.shape[0] != experts:
                     continue
                 # experts are whole under EP: undo tp's split of the intermediate dim
                 dims = tuple(d * tp if i > 0 and tp > 1 and d in (inter // tp, 2 * inter // tp) else d

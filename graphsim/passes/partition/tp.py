@@ -172,6 +172,16 @@ class TensorParallel(PartitionPass):
                         dims = [i for i, d in enumerate(spec.shape) if d in (inter, 2 * inter) and i > 0]
                         if dims:
                             params[v] = _shard_dim(spec, dims[0], t, "moe intermediate_size", where)
+                    elif v in graph.params and len(graph.params[v].shape) == 2:
+                        # per-expert biases (GPT-OSS): the gate/up bias [E, 2·inter] splits with the intermediate
+                        # features; the down bias [E, hidden] is whole on every rank and added on rank 0 only, as a
+                        # row-parallel bias (vllm-project/vllm models/gpt_oss.py load_weights: w13_bias narrowed to
+                        # the rank's 2·inter slice, w2_bias "only load on rank 0 to avoid duplication")
+                        spec = graph.params[v]
+                        if spec.shape[1] == mg.hidden_size:
+                            declared.row_bias.add(n.name)
+                        elif spec.shape[1] in (inter, 2 * inter):
+                            params[v] = _shard_dim(spec, 1, t, "moe intermediate_size", where)
                 if n.name in deferred:
                     partial.update(_values(n))
                     bump("moe_reduce_deferred")
