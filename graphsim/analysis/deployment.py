@@ -20,6 +20,7 @@ from graphsim.work.analyzer import (
     Analysis, Deployment, RowSet, Site, UnsupportedDeployment, analyze, draft_map, load_map, necessary_rows, select_map,
     shipped_maps, unsupported,
 )
+from graphsim.work.analyzer.derived import derived_choice
 from graphsim.workload import parse_batch_spec
 
 if TYPE_CHECKING:
@@ -121,7 +122,10 @@ def analyze_prepared(p: Prepared, map_paths: list[str | Path] | None = None) -> 
     if p.rows is None:
         return unsupported(p.deployment, f"necessary work unavailable: {p.reason}")
     maps = [load_map(m) for m in map_paths] if map_paths else shipped_maps()
-    return analyze(p.deployment, p.sites, p.rows, select_map(maps, p.sites, p.rows, p.fuse_target))
+    choice = select_map(maps, p.sites, p.rows, p.fuse_target)
+    if not choice.ok and not map_paths:  # no shipped map fits: the one derived from kernel order and kind
+        choice = derived_choice(choice, p.sites, p.rows, p.fuse_target)
+    return analyze(p.deployment, p.sites, p.rows, choice)
 
 
 def analyze_model(model: str, *, map_paths: list[str | Path] | None = None, **kw: Any) -> Analysis:

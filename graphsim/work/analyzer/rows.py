@@ -24,9 +24,10 @@ from graphsim.work.dtypes import Precision
 from graphsim.work.linear_work import block_indexer_core
 from graphsim.work.report import SegmentWork, WorkReport
 from graphsim.work.specs import (
-    AttentionKind, AttentionSpec, CompressedAttention, GqaAttention, LayerGroup, LayerSpec, MlaAttention,
+    AttentionKind, AttentionSpec, CompressedAttention, GqaAttention, LayerGroup, LayerSpec, MlaAttention, Weight,
+    WeightKind,
 )
-from graphsim.work.weights import PlacedWeight, layer_block_weights
+from graphsim.work.weights import BLOCK_NORMS, PlacedWeight, layer_block_weights
 from graphsim.workload import SeqGroup, Step
 
 OUTSIDE = "outside"  # the region of everything before and after the layer stack
@@ -158,9 +159,12 @@ def necessary_rows(acc: Accounting, step: Step, layer_tags: tuple[str, ...] | li
         for block, weights in layer_block_weights(spec, layer):
             for w in weights:
                 segment = group.segment(block, w.part)
-                placed = PlacedWeight(segment, f"{prefix}.{w.module}", w, count)
-                _add(rows, region, f"{block}.{w.part}:{w.module}", segment,
-                     _weight_work(placed, step, precision, spec.vocab))
+                # a LayerNorm's bias where the model has them (`model_weights`: ModelSpec.norm_bias), in its norm's row
+                biased = spec.norm_bias and w.kind is WeightKind.NORM and w.module in BLOCK_NORMS
+                for one in (w, Weight(w.part, w.module, WeightKind.BIAS, w.shape)) if biased else (w,):
+                    placed = PlacedWeight(segment, f"{prefix}.{w.module}", one, count)
+                    _add(rows, region, f"{block}.{w.part}:{w.module}", segment,
+                         _weight_work(placed, step, precision, spec.vocab))
         core_segment = group.segment("attn", "core")
         for seqs in step.groups if layer.attn.kind is not AttentionKind.NONE else ():
             core = attention_core(layer.attn, seqs, precision)

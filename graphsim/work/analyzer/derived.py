@@ -1,0 +1,238 @@
+"""Location maps derived from kernel order and kind: the long tail without a map file per family.
+
+A shipped map (`work/location_maps/*.json`) names every location of one location set; a family whose
+module tree differs only in names (GPT-2's `attn.c_attn`, BERT's `attention.self.query`, Mamba2's
+`mixer.in_proj`) needs a file of its own although its layer is the same sequence of kernels. Where no
+shipped map fits, `derive_map` builds one from what both sides already say, never from amounts:
+
+- **the accountant's rows**, in the order `layer_block_weights` lists them — the order of the model's
+  forward (pre-norm, input projections, core, output projection; then the FFN) — and their parts
+  (`attn.norm`, `attn.qkv`, `ffn.router`, ...);
+- **the deployment's sites** of one fold region, in CostTree order (the kernels' order in the step),
+  and their kernel kinds (`gemm`, `rms_norm`, `attention`, `moe_experts`, ...).
+
+Rules, per fold region (each a sequence alignment; anything else leaves the deployment unsupported,
+with the reason):
+
+1. Norm kernels (`rms_norm`, `fused_add_rms_norm`, `layer_norm`) take the norm rows (parts `*.norm`)
+   one to one, in order (pre- and post-norm layouts alike: GPT-2's `ln_1`/`ln_2`, BERT's
+   `attention.output.LayerNorm`/`output.LayerNorm`, Jamba's dt/B/C norms, a gated norm).
+2. GEMM kernels, except a router's, take the linear rows (attention `qkv`/`q`/`kv`/`in`/`out`, the
+   dense MLP, the shared expert), in order. A kernel may take a whole run of rows vLLM packs into one
+   GEMM — q/k/v (`QKVParallelLinear`, vllm/model_executor/layers/linear.py) or gate/up
+   (`MergedColumnParallelLinear`, same file) — or each row alone; the one packing whose kernel count
+   matches is used, and none or several matching is unsupported.
+3. The attention core rows (`attn.core`: the scores and values or the recurrence with its KV/state
+   traffic, and the mixer's per-head vectors) go to the one `attention` / `linear_attention` kernel; a
+   convolution weight (`*.conv1d`, `*.conv`) to the one `conv1d` kernel where there is one.
+4. MoE: the router rows to the GEMM right before the `moe_router` kernel (the kernel itself where no
+   GEMM precedes it), the routed experts to the one `moe_experts` kernel.
+5. Idle cross-attention weights (`attn.cross`: an encoder–decoder's decoder run as a causal LM has no
+   encoder output; the accountant counts them as parameters and never reads them) sit with the core.
+6. Every other kernel (rotary, activation epilogues, residual adds, casts, copies) has no compulsory
+   work. Outside the layers: the embedding segment goes to the first embedding kernel before the
+   layers, the final norm to the first norm kernel after them and the head to the last GEMM after
+   them; other kernels there (a position table, OPT's project_in/out, BERT's head transform) have no
+   row of their own: the accountant counts them inside those segments, so their work shows at the
+   segment's location (R7 there shows them as an excess here and a deficit there).
+
+Rows of any other part (indexers, compressors, hyper-connections, latent MoE projections, layer
+scalars) and regions with several attention kernels or several expert kernels are left to shipped maps.
+The derived map is checked by the same exactly-once rules (`check_map`) and reconciled like any other;
+that the alignment found each module's kernel is checked in tests against the kernels' own shapes.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from graphsim.work.analyzer.locations import Site, split_location
+from graphsim.work.analyzer.maps import LocationMap, MapChoice, MapEntry, check_map
+from graphsim.work.analyzer.rows import OUTSIDE, Row, RowSet, UnsupportedDeployment
+
+DERIVED_ID = "derived"
+DERIVED_VERSION = 1
+DERIVED_TITLE = ("derived from the kernels' order and kinds and the accountant's rows "
+                 "(graphsim.work.analyzer.derived)")
+
+_NORM_KINDS = frozenset({"rms_norm", "fused_add_rms_norm", "layer_norm"})
+_CORE_KINDS = frozenset({"attention", "linear_attention"})
+_NO_WORK_KINDS = frozenset({"rotary", "act_and_mul", "activation", "elementwise"})
+_LINEAR_PARTS = frozenset({"attn.qkv", "attn.q", "attn.kv", "attn.in", "attn.out", "ffn.mlp", "ffn.shared"})
+# Leaf module names vLLM packs into one GEMM when they are adjacent rows of one part.
+_PACKS = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"gate_proj", "up_proj"}))
+
+
+def _leaf(row: Row) -> str:
+    return row.ref.split(":", 1)[1].rsplit(".", 1)[-1] if ":" in row.ref else row.ref
+
+
+def _runs(rows: list[Row]) -> list[list[Row]]:
+    """The rows cut into runs: a maximal stretch of one part's rows whose leaves make up one packable set
+    (q/k/v, gate/up), else single rows."""
+    out: list[list[Row]] = []
+    i = 0
+    while i < len(rows):
+        for pack in _PACKS:
+            j = i
+            while j < len(rows) and rows[j].part == rows[i].part and _leaf(rows[j]) in pack:
+                j += 1
+            if j - i == len(pack) and {_leaf(r) for r in rows[i:j]} == pack:
+                out.append(rows[i:j])
+                i = j
+                break
+        else:
+            out.append([rows[i]])
+            i += 1
+    return out
+
+
+def _align_linear(rows: list[Row], sites: list[str], region: str) -> dict[str, list[Row]]:
+    """Each GEMM location's rows: every packable run either packed into one GEMM or one GEMM per row; exactly
+    one choice must give as many GEMMs as there are."""
+    runs = _runs(rows)
+    packable = [i for i, r in enumerate(runs) if len(r) > 1]
+    fits: list[list[list[Row]]] = []
+    for choice in product((True, False), repeat=len(packable)):
+        packed = dict(zip(packable, choice, strict=True))
+        groups: list[list[Row]] = []
+        for i, run in enumerate(runs):
+            groups += [run] if packed.get(i, True) else [[r] for r in run]
+        if len(groups) == len(sites):
+            fits.append(groups)
+    if len(fits) != 1:
+        names = ", ".join(r.ref for r in rows)
+        why = "no packing" if not fits else f"{len(fits)} packings"
+        raise UnsupportedDeployment(f"{region}: {len(sites)} GEMM kernels and the linear rows {names}: {why} of the "
+                                    "rows (q/k/v, gate/up packed or not) gives that many GEMMs")
+    return {at: group for at, group in zip(sites, fits[0], strict=True)}
+
+
+def _one(sites: list[str], what: str, region: str) -> str:
+    if len(sites) != 1:
+        raise UnsupportedDeployment(f"{region}: {len(sites)} {what} kernels where the derived map needs one")
+    return sites[0]
+
+
+def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> list[MapEntry]:
+    ats = [split_location(s.location)[1] for s in sites]
+    kinds = [s.kind for s in sites]
+    assigned: dict[str, list[Row]] = {at: [] for at in ats}
+    notes: dict[str, str] = {}
+
+    def of_kind(ks: frozenset[str] | set[str]) -> list[str]:
+        return [at for at, k in zip(ats, kinds, strict=True) if k in ks]
+
+    known = {"attn.core", "attn.cross", "ffn.router", "ffn.routed"} | _LINEAR_PARTS
+    other = sorted({r.part for r in rows if r.part not in known and not r.part.endswith(".norm")})
+    if other:
+        raise UnsupportedDeployment(f"{region}: rows of part(s) {', '.join(other)} need a shipped location map")
+    odd = sorted({k for k in kinds if k not in _NORM_KINDS | _CORE_KINDS | _NO_WORK_KINDS
+                  | {"gemm", "conv1d", "moe_router", "moe_experts"}})
+    if odd:
+        raise UnsupportedDeployment(f"{region}: kernels of kind(s) {', '.join(odd)} need a shipped location map")
+
+    # 1. norms, one to one in order
+    norm_rows = [r for r in rows if r.part.endswith(".norm")]
+    norm_sites = of_kind(_NORM_KINDS)
+    if len(norm_rows) != len(norm_sites):
+        raise UnsupportedDeployment(f"{region}: {len(norm_sites)} norm kernels for {len(norm_rows)} norm rows "
+                                    f"({', '.join(r.ref for r in norm_rows) or 'none'})")
+    for at, r in zip(norm_sites, norm_rows, strict=True):
+        assigned[at].append(r)
+
+    # 4. MoE router and experts
+    router_rows = [r for r in rows if r.part == "ffn.router"]
+    routed_rows = [r for r in rows if r.part == "ffn.routed"]
+    router_gemm: str | None = None
+    if router_rows or routed_rows:
+        topk = _one(of_kind({"moe_router"}), "moe_router", region)
+        experts = _one(of_kind({"moe_experts"}), "moe_experts", region)
+        i = ats.index(topk)
+        before = next((j for j in range(i - 1, -1, -1) if kinds[j] not in _NO_WORK_KINDS), None)
+        router_gemm = ats[before] if before is not None and kinds[before] == "gemm" else None
+        assigned[router_gemm or topk] += router_rows
+        assigned[experts] += routed_rows
+    elif of_kind({"moe_router", "moe_experts"}):
+        raise UnsupportedDeployment(f"{region}: MoE kernels but no router or expert rows")
+
+    # 2. linear rows over the GEMMs (the router's excepted)
+    linear_rows = [r for r in rows if r.part in _LINEAR_PARTS]
+    gemms = [at for at in of_kind({"gemm"}) if at != router_gemm]
+    for at, group in _align_linear(linear_rows, gemms, region).items():
+        assigned[at] += group
+
+    # 3. the core, its convolution, and idle cross-attention weights (5.)
+    core_rows = [r for r in rows if r.part == "attn.core"]
+    cross_rows = [r for r in rows if r.part == "attn.cross"]
+    core_sites, conv_sites = of_kind(_CORE_KINDS), of_kind({"conv1d"})
+    if core_rows or cross_rows:
+        core = _one(core_sites, "attention", region)
+        conv = [r for r in core_rows if _leaf(r) in ("conv1d", "conv")]
+        if conv_sites:
+            assigned[_one(conv_sites, "conv1d", region)] += conv
+        assigned[core] += [r for r in core_rows if not (conv_sites and r in conv)] + cross_rows
+        if cross_rows:
+            notes[core] = ("with the idle cross-attention weights: counted as parameters, never read without an "
+                           "encoder output")
+    elif core_sites or conv_sites:
+        raise UnsupportedDeployment(f"{region}: an attention or convolution kernel but no core rows")
+    return [MapEntry(region, at, tuple(r.ref for r in assigned[at]), notes.get(at, "")) for at in ats]
+
+
+def _outside_entries(sites: list[Site], layer_span: tuple[int, int], rows: tuple[Row, ...]) -> list[MapEntry]:
+    first, last = layer_span
+    refs = {r.ref for r in rows}
+    outside = [(i, split_location(s.location)[1], s.kind) for i, s in enumerate(sites) if s.region == OUTSIDE]
+    before = [(at, k) for i, at, k in outside if i < first]
+    after = [(at, k) for i, at, k in outside if i > last]
+    picks: dict[str, str] = {}
+    if "embed" in refs:
+        emb = [at for at, k in before if k == "embedding"]
+        if not emb:
+            raise UnsupportedDeployment("outside: no embedding kernel before the layers for the embed row")
+        picks[emb[0]] = "embed"
+    if "final_norm" in refs:
+        norm = [at for at, k in after if k in _NORM_KINDS]
+        if not norm:
+            raise UnsupportedDeployment("outside: no norm kernel after the layers for the final_norm row")
+        picks[norm[0]] = "final_norm"
+    if "head" in refs:
+        head = [at for at, k in after if k == "gemm"]
+        if not head:
+            raise UnsupportedDeployment("outside: no GEMM after the layers for the head row")
+        picks[head[-1]] = "head"
+    out = []
+    for _, at, _ in outside:
+        note = "" if at in picks else "no row of its own: the accountant counts it in the embed/final_norm/head segment"
+        out.append(MapEntry(OUTSIDE, at, (picks[at],) if at in picks else (), note))
+    return out
+
+
+def derive_map(sites: list[Site], rows: RowSet, fuse_target: str) -> LocationMap:
+    """A location map for this deployment by the rules above; raises `UnsupportedDeployment` naming the region
+    and the rule that does not apply."""
+    own = [s for s in sites if not s.communication]
+    in_layers = [i for i, s in enumerate(own) if s.region != OUTSIDE]
+    if not in_layers:
+        raise UnsupportedDeployment("no kernels inside the layers")
+    entries: list[MapEntry] = _outside_entries(own, (in_layers[0], in_layers[-1]), rows.of_region(OUTSIDE))
+    for region in dict.fromkeys(s.region for s in own if s.region != OUTSIDE):
+        entries += _region_entries(region, [s for s in own if s.region == region], rows.of_region(region))
+    return LocationMap(DERIVED_ID, DERIVED_VERSION, DERIVED_TITLE, fuse_target, tuple(entries),
+                       ("Rules: graphsim/work/analyzer/derived.py (kernel order and kind against the accountant's row "
+                        "order and parts).",))
+
+
+def derived_choice(shipped: MapChoice, sites: list[Site], rows: RowSet, fuse_target: str) -> MapChoice:
+    """The derived map where no shipped map fits (`shipped`, from `select_map`), checked by the exactly-once rules;
+    else `shipped`'s reason with the derivation's."""
+    try:
+        m = derive_map(sites, rows, fuse_target)
+    except UnsupportedDeployment as e:
+        return MapChoice(None, f"{shipped.reason}; no map derived either: {e}", shipped.candidates)
+    check = check_map(m, sites, rows, fuse_target)
+    if not check.ok:  # pragma: no cover - the rules place every row and list every location once
+        return MapChoice(None, f"{shipped.reason}; the derived map breaks the rules: {'; '.join(check.problems[:4])}",
+                         shipped.candidates)
+    return MapChoice(check, "", shipped.candidates)
