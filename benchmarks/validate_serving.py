@@ -27,9 +27,9 @@ run the harness
    and GPU;
 3. simulates vLLM bench serve's workload for that run: the random dataset at the run's lengths and
    seed, its --request-rate (inf: every request at t = 0; the dennislee22 runs give none, vLLM's default
-   inf), and the prompts an earlier run on the same server sent already in the prefix cache (same seed,
-   same input length: the same first prompts; the server is the engine's APIServer pid in the log lines,
-   or a named server, the order their times).
+   inf), and the prompts an earlier run on the same server sent already in the prefix cache (same seed: the
+   same first prompts, up to the shorter input length; the server is the engine's APIServer pid in the log
+   lines, or a named server, the order their times).
    Output length per request: the run's measured total output tokens / completed requests (the runs
    did not pass --ignore-eos, so a few requests stopped early; this is a workload fact, not a fitted
    number);
@@ -125,29 +125,75 @@ def server(run: dict[str, Any]) -> tuple[str, Any]:
     return run["file"], log.get("server", log.get("api_server_pid"))
 
 
-def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_tokens: int) -> set[int]:
-    """Prompts of this run still in the server's prefix cache when it starts. Earlier runs on the same server
-    (`server`, earlier log time) with the same seed and input length sent the same first prompts;
-    each request leaves its prompt and output blocks cached, freed in request order, and the cache keeps the
-    most recently freed `capacity_tokens` (LRU). The client's test request (the first prompt, sent once
-    before each run) keeps prompt 0 warm."""
+def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_tokens: int) -> dict[int, int]:
+    """Prompt tokens of this run in the server's prefix cache when it starts, by prompt index. Earlier runs on the
+    same server (`server`, earlier log time) with the same seed sent the same prompts up to the shorter input
+    length: vLLM's RandomDataset (benchmark_dataset.py `RandomDataset.sample`) draws the input and output lengths
+    (which consume nothing of its generator at range_ratio 0) and then the offsets, and builds prompt i from
+    (offsets[i] + i + arange(input_len)) % vocab_size, so a longer prompt i extends the shorter one.
+
+    The cache is replayed as vLLM's block pool keeps it: a request re-uses (touches) the cached prefix of its
+    prompt, computes the rest and its output, and is freed tail first (`SingleTypeKVCacheManager.free` frees its
+    blocks reversed), so its output goes before its prompt and its prompt's first tokens last; freed blocks are
+    evicted oldest first (`FreeKVCacheBlockQueue`) once `capacity_tokens` are held. A cached prompt range a
+    shorter prompt did not touch keeps its age (taken as the oldest). The client's test request (the first
+    prompt, sent once before each run) keeps prompt 0 warm."""
     log = run["server_log"]
     history = sorted((r for r in runs if r is not run and server(r) == server(run)
                       and r["server_log"].get("time", "") < log.get("time", "")),
                      key=lambda r: r["server_log"]["time"])
-    lru: OrderedDict[tuple[int, int, int], int] = OrderedDict()  # (seed, input length, prompt) → cached tokens
-    total = 0
+    # (seed, prompt, start) → tokens of the cached prompt range [start, start + tokens); start < 0: an output
+    lru: OrderedDict[tuple[int, int, int], int] = OrderedDict()
+    starts: defaultdict[tuple[int, int], set[int]] = defaultdict(set)  # (seed, prompt) → its ranges' starts
+    total = outputs = 0
+
+    def drop(key: tuple[int, int, int]) -> int:
+        if key[2] >= 0:
+            starts[key[:2]].discard(key[2])
+        return lru.pop(key)
+
     for r in history:
         in_len, m, seed = r["bench"]["random_input_len"], r["measured"], r["bench"]["seed"]
-        tokens = in_len + max(1, round(m["total_output_tokens"] / max(1, m["completed"])))
+        out = max(1, round(m["total_output_tokens"] / max(1, m["completed"])))
         for i in range(r["bench"]["num_prompts"]):
-            total -= lru.pop((seed, in_len, i), 0)
-            lru[(seed, in_len, i)] = tokens
-            total += tokens
+            touched, covered = [], 0
+            for st in sorted(starts[(seed, i)]):
+                if st != covered or st >= in_len:  # past a gap, or past this prompt: not re-used
+                    break
+                end = st + lru[(seed, i, st)]
+                total -= drop((seed, i, st))
+                if end > in_len:  # the untouched rest keeps its age: the oldest
+                    lru[(seed, i, in_len)] = end - in_len
+                    lru.move_to_end((seed, i, in_len), last=False)
+                    starts[(seed, i)].add(in_len)
+                    total += end - in_len
+                    end = in_len
+                touched.append((st, end - st))
+                covered = end
+            if covered < in_len:  # ranges past the first miss are not re-used: recomputed
+                for st in [x for x in starts[(seed, i)] if x >= covered]:
+                    total -= drop((seed, i, st))
+                touched.append((covered, in_len - covered))
+            outputs += 1
+            lru[(seed, i, -outputs)] = out
+            for st, n in sorted(touched, reverse=True):  # freed tail first: the prompt's head is the newest
+                lru[(seed, i, st)] = n
+                starts[(seed, i)].add(st)
+            total += out + sum(n for _, n in touched)
             while total > capacity_tokens:
-                total -= lru.popitem(last=False)[1]
+                key = next(iter(lru))
+                total -= drop(key)
     n, in_len, seed = run["bench"]["num_prompts"], run["bench"]["random_input_len"], run["bench"]["seed"]
-    return {i for (s, length, i) in lru if (s, length) == (seed, in_len) and i < n} | {0}
+    warm = {0: in_len}
+    for i in range(1, n):
+        covered = 0
+        for st in sorted(starts.get((seed, i), ())):
+            if st != covered:
+                break
+            covered = st + lru[(seed, i, st)]
+        if covered:
+            warm[i] = min(covered, in_len)
+    return warm
 
 
 def network_overrides(network: dict[str, Any] | None) -> dict[str, float]:
@@ -232,7 +278,7 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     in_len = round(m["total_input_tokens"] / m["completed"])
     out_len = max(1, round(m["total_output_tokens"] / m["completed"]))
     dep, network = pred.deployment(test)
-    warm = {i for i in warm_prompts(run, runs, dep.capacity.tokens) if i < n}
+    warm = {i: t for i, t in warm_prompts(run, runs, dep.capacity.tokens).items() if i < n}
     key = (test["model"], test["tp"], test["gpu"], network)
     cost, note, _ = pred.cost(dep, key, GPU[test["gpu"]][1])
     setup = dep.simulation_setup(cost)

@@ -135,8 +135,9 @@ def extract(text: str, commit: str) -> dict:
                 "result blocks and the startup logs.",
         "workload_notes": [
             "no --request-rate: vLLM's default inf, every request sent at t = 0; no --max-concurrency",
-            "no --seed: vLLM's default 0, so runs with the same input length on one server send the same prompts "
-            "(the first n of them), and the engine logs a cumulative prefix-cache hit rate of 30-55 %",
+            "no --seed: vLLM's default 0, so runs on one server send the same prompts (the first n of them; a longer "
+            "input length extends them: RandomDataset builds prompt i from offsets[i] + i + arange(input_len)), and the "
+            "engine logs a cumulative prefix-cache hit rate of 30-55 %",
             "no --ignore-eos: total generated tokens can be below num_prompts x output len (a request stopped at EOS)",
             "before each run the client sends the first prompt once as a test request (benchmark_serving.py)",
         ],

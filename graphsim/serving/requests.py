@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -286,11 +286,15 @@ def bench_lengths(mean: int, range_ratio: float, floor_one: bool = False) -> Len
 def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
                  prefix_len: int = 0, request_rate: float = math.inf, burstiness: float = 1.0,
                  max_concurrency: int | None = None, seed: int = 0,
-                 warm_prompts: int | Collection[int] = 0) -> list[RequestSpec] | ClosedLoop:
+                 warm_prompts: int | Collection[int] | Mapping[int, int] = 0) -> list[RequestSpec] | ClosedLoop:
     """The requests `vllm bench serve --dataset-name random` sends (defaults: vLLM's, 1024 in / 128 out, rate inf).
     `warm_prompts`: prompts the server already saw (an earlier run with the same seed), by index, or a count k for
-    the first k; they start in its prefix cache. Without --max-concurrency: arrivals at the due times; with it:
-    at most that many in flight, each sent at the later of its due time and a free slot."""
+    the first k; they start in its prefix cache. A mapping index → tokens gives how many of the prompt's first
+    tokens are cached (an earlier run with the same seed and another input length sent the same tokens up to the
+    shorter length: vLLM's RandomDataset draws the offsets after lengths that do not consume its generator when
+    range_ratio is 0, and builds prompt i from offsets[i] + i + arange(input_len)). Without --max-concurrency:
+    arrivals at the due times; with it: at most that many in flight, each sent at the later of its due time and a
+    free slot."""
     if num_prompts < 1:
         raise WorkloadSpecError(f"--num-prompts {num_prompts}; give >= 1")
     if prefix_len < 0:
@@ -299,11 +303,17 @@ def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128,
     ins = bench_lengths(input_len, range_ratio).sample(rng, num_prompts) + prefix_len
     outs = bench_lengths(output_len, range_ratio, floor_one=True).sample(rng, num_prompts)
     due = bench_arrivals(num_prompts, request_rate, burstiness, seed)
-    warm_set = set(range(warm_prompts)) if isinstance(warm_prompts, int) else set(warm_prompts)
+    if isinstance(warm_prompts, int):
+        cached: dict[int, int | None] = dict.fromkeys(range(warm_prompts))
+    elif isinstance(warm_prompts, Mapping):
+        cached = {i: int(t) for i, t in warm_prompts.items() if t > 0}
+    else:
+        cached = dict.fromkeys(warm_prompts)
     specs = []
     for i in range(num_prompts):
-        if i in warm_set:  # its whole prompt was computed before: one key per prompt covers it
-            pid, plen, warm = f"prompt-{seed}-{i}", int(ins[i]), True
+        if i in cached:  # its prompt (or its first tokens) was computed before: one key per prompt covers it
+            held = cached[i]
+            pid, plen, warm = f"prompt-{seed}-{i}", int(ins[i]) if held is None else min(held, int(ins[i])), True
         else:
             pid, plen, warm = (BENCH_PREFIX_ID, prefix_len, False) if prefix_len else (None, 0, False)
         specs.append(RequestSpec(float(due[i]), int(ins[i]), int(outs[i]), pid, plen, warm))

@@ -144,6 +144,11 @@ def test_warm_prefix_cache_lru():
     assert warm_prefixes(specs) == [("prompt-0-0", 40), ("prompt-0-1", 40)]
     by_index = bench_random(3, 40, 4, warm_prompts={2})  # prompts by index: only the third was seen
     assert isinstance(by_index, list) and warm_prefixes(by_index) == [("prompt-0-2", 40)]
+    # by index and cached tokens: prompt 0's first 16 (a shorter run sent them), prompt 1 up to its own 40 (a
+    # longer run sent 100), prompt 2 none
+    partial = bench_random(3, 40, 4, warm_prompts={0: 16, 1: 100, 2: 0})
+    assert isinstance(partial, list) and warm_prefixes(partial) == [("prompt-0-0", 16), ("prompt-0-1", 40)]
+    assert [s.warm for s in partial] == [True, True, False]
     pool = BlockPool(4)
     # 2 blocks of 16 per warm prompt (40 // 16); 3 prompts = 6 blocks > 4: the earliest two are dropped
     pool.warm([("a", 0), ("a", 1), ("b", 0), ("b", 1), ("c", 0), ("c", 1)])

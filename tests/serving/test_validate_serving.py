@@ -15,18 +15,31 @@ def _run(rid: str, n: int, in_len: int, out: int, time: str, seed: int = 0, pid:
 
 def test_warm_prompts_replays_the_servers_lru(benchmark_script):
     h = benchmark_script("validate_serving")
-    a = _run("a", 3, 100, 28, "01")  # 3 prompts of 100 in + 28 out: 128 tokens each
-    b = _run("b", 2, 300, 84, "02")  # other prompts (another length): 384 tokens each
+    a = _run("a", 3, 100, 28, "01")  # 3 prompts of 100 in + 28 out
+    b = _run("b", 2, 300, 84, "02")  # prompts 0 and 1 again, extended to 300 tokens (the same seed), 84 out
     c = _run("c", 4, 100, 28, "03")
     runs = [a, b, c]
-    # Capacity 1,000 tokens: after a, 3 x 128 = 384; after b, 384 + 768 = 1,152 > 1,000: a's prompt 0 (128) goes,
-    # 1,024 > 1,000: a's prompt 1 goes, 896. c finds a's prompt 2, and prompt 0 by the client's test request.
-    assert h.warm_prompts(c, runs, 1000) == {0, 2}
-    # Room for everything: c finds all three of a's prompts (it sends 4; the fourth is new)
-    assert h.warm_prompts(c, runs, 10_000) == {0, 1, 2}
+    # Eviction order, oldest first (each request freed tail first: output, then its prompt, head last).
+    # After a: o1 28, a0 100, o2 28, a1 100, o3 28, a2 100 = 384.
+    # b's prompt 0 touches a0 (its first 100 tokens), computes 100-300 and 84 out:
+    #   o1, o2, a1, o3, a2, o4 84, b0[100:300] 200, a0 100 = 384 + 284 = 668; prompt 1 likewise: + 284 = 952,
+    #   order o1, o2, o3, a2, o4, b0[100:300], a0, o5, b1[100:300], a1.
+    # Capacity 1,000: nothing evicted; c (100 in) finds all three prompts, each up to its own 100 tokens.
+    assert h.warm_prompts(c, runs, 1000) == {0: 100, 1: 100, 2: 100}
+    # Capacity 900: 952 − o1 − o2 = 896: the outputs go first, every prompt stays.
+    assert h.warm_prompts(c, runs, 900) == {0: 100, 1: 100, 2: 100}
+    # Capacity 800: 952 − 28 − 28 − 28 − a2 100 = 768: prompt 2 is gone.
+    assert h.warm_prompts(c, runs, 800) == {0: 100, 1: 100}
+    # A longer prompt finds the shorter ones' tokens: 400 in after a and b: prompt 1 has 300, prompt 2 100; prompt 0
+    # is the client's test request, sent whole just before the run.
+    assert h.warm_prompts(_run("d", 4, 400, 28, "03"), runs, 10_000) == {0: 400, 1: 300, 2: 100}
+    # A shorter prompt after a longer one: c's 100 tokens, then e (300 in) finds prompt 1's 300 still cached
+    # (c touched only its first 100; the rest keeps its place)
+    e = _run("e", 2, 300, 10, "04")
+    assert h.warm_prompts(e, [*runs, e], 10_000) == {0: 300, 1: 300}
     # Another seed or another server: nothing but the test request's prompt
-    assert h.warm_prompts(_run("d", 4, 100, 28, "03", seed=1), runs, 10_000) == {0}
-    assert h.warm_prompts(_run("e", 4, 100, 28, "03", pid=2), runs, 10_000) == {0}
+    assert h.warm_prompts(_run("f", 4, 100, 28, "03", seed=1), runs, 10_000) == {0: 100}
+    assert h.warm_prompts(_run("g", 4, 100, 28, "03", pid=2), runs, 10_000) == {0: 100}
 
 
 def test_left_out_runs_say_why(benchmark_script):
