@@ -90,3 +90,24 @@ def test_gpt_oss_expert_biases_spread_with_their_experts(gpt_oss):
     assert tuple(p["model.layers.0.mlp.experts.gate_up_proj_bias"].shape) == (2, 64)
     assert tuple(p["model.layers.0.mlp.experts.down_proj_bias"].shape) == (2, 48)
     assert tuple(p["model.layers.0.mlp.experts.down_proj"].shape) == (2, 32, 48)
+
+
+def test_gemma4_pad_embedding_row_is_not_the_table():
+    # Gemma4Model.forward (transformers models/gemma4/modeling_gemma4.py) takes embed_tokens.weight[pad_token_id]
+    # into a where for its per-layer inputs: the fused where reads the table's name. vLLM's vocab-parallel embedding
+    # halves the table a rank; the where still works on one row, so its weights were "split differently" from
+    # its FLOPs and tp 2 was refused. The table is counted once, by the embedding that owns it.
+    cfg = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4", "vision_config": None,
+           "audio_config": None,
+           "text_config": {"model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 128,
+                           "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+                           "vocab_size": 256, "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16,
+                           "sliding_window": 64, "max_position_embeddings": 512, "pad_token_id": 0,
+                           "layer_types": ["sliding_attention", "full_attention"]}}
+    fused = _fused("tiny-gemma4-wrapper", cfg)
+    where = [n for n in fused.nodes if "model.language_model.embed_tokens.weight" in n.inputs
+             and n.kernel.kind is KernelKind.ELEMENTWISE]
+    assert where, "the pad-embedding where no longer reads the table: this test lost its subject"
+    out = run_pipeline(fused, "tp{size=2}").graph
+    # 256 rows x 64 features, 128 rows a rank (vocab-parallel)
+    assert tuple(out.params["model.language_model.embed_tokens.weight"].shape) == (128, 64)
