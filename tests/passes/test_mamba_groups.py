@@ -6,7 +6,9 @@ and weight bytes are derived by hand from the tiny config below (arithmetic in t
 under test.
 """
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +159,58 @@ def test_weight_bytes_per_rank_count_the_replicated_group():
     # At tp 1 nothing is padded: one group has 2·16 fewer in_proj rows (× 64 × 2 B = 4096 B), conv rows
     # (× 4 × 2 B = 256 B) and conv bias entries (× 2 B = 64 B) than two: 4416 B
     assert weight_bytes_per_rank(two.spec, two.precision, 1) - weight_bytes_per_rank(one.spec, one.precision, 1) == 4416
+
+
+# --- a real config at tp 4 (slow: traces a 9.8 B model, imports aiconfigurator's H200 tables) ---------------------
+BAMBA_9B = Path(__file__).resolve().parents[1] / "data" / "Bamba-9B" / "config.json"  # sources in its "_source"
+
+
+@pytest.fixture(scope="module")
+def h200_db(tmp_path_factory):
+    pytest.importorskip("aiconfigurator_core")
+    from graphsim.costing import aiconfigurator_import as aic
+
+    path = tmp_path_factory.mktemp("aic") / "h200.db"
+    aic.import_aiconfigurator("h200_sxm", "vllm", path)
+    return path
+
+
+@pytest.mark.slow
+def test_bamba_9b_tp4_end_to_end(h200_db, tmp_path, monkeypatch, capsys):
+    from graphsim.cli.app import main
+    from graphsim.cost_model import build_cost_model
+    from graphsim.costing.predict import predict
+    from graphsim.costing.profile_db import ProfileDB
+    from graphsim.workload import parse_batch_spec
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
+    batches = ["decode:64x4096"]
+    steps = [parse_batch_spec(s) for s in batches]
+    with ProfileDB.open(h200_db) as db:
+        cm = build_cost_model(str(BAMBA_9B), "h200", tp=4, profile=db)
+        pred = predict(cm, steps, batches)
+    # in_proj: gate 8192 + x 8192 + B 128 + C 128 + dt 128 = 16768; 1 group padded to 4 → (16768 + 2·3·128) / 4 =
+    # 4384 per rank (2048 + 2048 + 128 + 128 + 32); conv (8192 + 2·4·128) / 4 = 2304 channels
+    mamba = [n for n in cm.graph.nodes if n.layer == 0 and isinstance(n.attrs, KernelAttrs)]
+    assert next(n for n in mamba if n.name.endswith("in_proj")).kernel.geometry_as(GemmGeometry).n == 4384
+    assert next(n for n in mamba if n.name.endswith("causal_conv1d")).kernel.geometry_as(Conv1dGeometry).channels == 2304
+    rep = pred.batches[0]
+    assert rep.total_us is not None, rep.missing
+    assert sum(r.total_us or 0.0 for r in rep.rows if r.approximate) <= 0.01 * rep.total_us
+    # plausible: at least every bf16 weight on a rank read once (9.778 B params, the replicated B/C rows on top
+    # are < 0.1 % of them), at most 3 × the sum of the kernels' roofline floors
+    hw = cm.pricer.hardware
+    assert hw is not None
+    assert rep.total_us >= 9_778_138_240 * 2 / 4 / hw.memory_bandwidth_bytes_per_s * 1e6
+    assert rep.total_us <= 3 * float(cm.roofline_sum_us(steps)[0])
+    # kv at tp 4, per request: 29 Mamba2 layers × (conv 2304 × 3 × 2 B = 13824 B + ssm 32 heads × 64 × 128 × 2 B =
+    # 524288 B) = 15,605,248 B; per token: 3 attention layers × K and V × 8 / 4 = 2 kv heads × 128 × 2 B = 3072 B
+    acc = accounting(json.loads(BAMBA_9B.read_text()))
+    layout = kv_layout(acc.spec, acc.precision, 4)
+    assert layout.state_bytes_per_request == 29 * (2304 * 3 * 2 + 32 * 64 * 128 * 2) == 15_605_248
+    assert layout.bytes_per_token == 3 * 2 * 2 * 128 * 2 == 3072
+    assert main(["kv", str(BAMBA_9B), "--gpu", "h200", "-tp", "4", "--max-model-len", "4096", "--json"]) == 0
+    assert main(["simulate", str(BAMBA_9B), "--gpu", "h200", "-tp", "4", "--profile", str(h200_db),
+                 "--concurrency", "4", "-n", "8", "--input-len", "512", "--output-len", "16", "--max-model-len", "4096",
+                 "--json"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
