@@ -12,6 +12,7 @@ import torch
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 from graphsim.importers.hf import custom_ops
+from graphsim.importers.hf.unbuilt import activation_note, unbuilt_reason, unknown_activation
 from graphsim.importers.hf.wrappers import unknown_wrapper_text_config
 from graphsim.quantization import parse_quant_config, raw_quantization_config
 
@@ -193,6 +194,11 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
     custom_ops.register()
     cfg = unknown_wrapper_text_config(cfg) or cfg
     arch = check_config(cfg)
+    unbuilt = unbuilt_reason(arch, cfg)  # a remote-code model transformers' class of that name would not be
+    if unbuilt is not None:
+        raise UnsupportedArchitectureError(
+            f"graphsim cannot trace this config as {arch}: {unbuilt}, so the trace would be another model; "
+            "graphsim work / kv account it from the config")
     quant = quantization_of(cfg)
     hf_cfg = make_hf_config(cfg)
     cls = model_class(arch)
@@ -220,6 +226,10 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
                 f"by attn_implementation that has no '{custom_ops.IMPL_NAME}' entry; it needs one (as Falcon's, "
                 "importers/hf/alibi_ops.py register_attention_tables); graphsim work / kv may still account it from "
                 "the config") from None
+        act = unknown_activation(cfg)
+        if act is not None and e.args == (act,):
+            raise ConfigError(f"cannot build {arch} from this config: {activation_note(act)}; "
+                              "check hidden_act in config.json") from None
         raise ConfigError(f"cannot build {arch} from this config (KeyError: {e}); check config.json") from None
     except (AttributeError, IndexError, AssertionError, RuntimeError) as e:
         raise ConfigError(f"cannot build {arch} from this config ({type(e).__name__}: {e}); check config.json") from None
