@@ -31,6 +31,12 @@ Per case: both times, the difference (graphsim / aiconfigurator − 1), graphsim
 source; per system and model group (dense; MoE or MLA, from the config) the median and worst |difference|; for
 every case beyond --detail (10 %) the kernel categories that account for it, from both sides, and where graphsim
 deliberately differs (it follows vLLM's source and aiconfigurator does not) a note citing the vLLM file.
+
+Eager-rows exception (listed case by case, `EAGER_NOTE`): aiconfigurator's vLLM fp8_block GEMM rows were timed without
+CUDA graphs, so near their ~55 µs floor they are host dispatch time, which aiconfigurator adds to its estimate and
+graphsim does not (graphsim/costing/eager_rows.py). Where the profile has such rows, graphsim is also run reading
+them as aiconfigurator does (every row as GPU time); a case whose time that moves by more than `EAGER_MATTERS` is an
+exception, printed with both graphsim times, and the summary gives the figures on both readings.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +117,37 @@ GRAPHSIM_GAPS: dict[str, str] = {}
 OVERLAP_NOTE = ("graphsim runs the shared experts on vLLM's aux stream beside the router and routed experts at <= "
                 "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD (256) tokens, as aiconfigurator's moe_overlap op does; "
                 "it books the shared GEMMs under gemm and the time the overlap hides as a negative moe entry")
+# The eager-rows exception (module docstring): why graphsim does not read those rows as aiconfigurator does.
+EAGER_NOTE = ("aiconfigurator prices vLLM's fp8_block GEMMs from rows its collector timed without CUDA graphs "
+              "(collector/vllm/collect_gemm.py run_gemm: use_cuda_graph=gemm_type != 'fp8_block'), which under twice "
+              "their ~55 µs floor are host dispatch time; vLLM runs decode, and steps up to max_cudagraph_capture_size "
+              "tokens (default min(2 × max_num_seqs, 512)), from CUDA graphs (vllm/config/compilation.py "
+              "CompilationConfig), where that host time is not on the GPU's path, so graphsim prices those GEMMs from "
+              "the graphed fp8 rows of the same shape × the table's fp8_block/fp8 ratio (graphsim/costing/eager_rows.py)")
+EAGER_MATTERS = 0.01  # a case is an eager-rows exception when reading the rows as GPU time moves graphsim by > 1 %
+
+
+@contextlib.contextmanager
+def eager_rows_as_gpu_time() -> Iterator[None]:
+    """graphsim reading every eagerly timed GEMM row as GPU time, as aiconfigurator does (the exception's
+    counterfactual): no (source, engine) is known to time any dtype eagerly while it lasts."""
+    from graphsim.costing import eager_rows
+
+    saved = eager_rows.EAGER_TIMED
+    eager_rows.EAGER_TIMED = {}
+    try:
+        yield
+    finally:
+        eager_rows.EAGER_TIMED = saved
+
+
+def has_eager_rows(db: Path) -> bool:
+    """The profile holds GEMM rows timed without CUDA graphs (graphsim/costing/eager_rows.py)."""
+    from graphsim.costing.eager_rows import eager_floors
+    from graphsim.costing.profile_db import ProfileDB
+
+    with ProfileDB.open(db) as pdb:
+        return bool(eager_floors(pdb))
 
 
 def config_notes(config: dict[str, Any]) -> list[str]:
@@ -282,6 +320,29 @@ def median(xs: list[float]) -> float:
     return math.nan if not n else (s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
 
 
+def summarize(cases: list[dict[str, Any]], systems: list[str]) -> list[dict[str, Any]]:
+    """Per system and model group: the median and worst |difference|, and the same with each eager-rows exception
+    (a case with "eager_exception") on aiconfigurator's reading of those rows."""
+    summary: list[dict[str, Any]] = []
+    for system in systems:
+        for group in ("dense", "MoE/MLA"):
+            sel = [c for c in cases if c["system"] == system and c["group"] == group and math.isfinite(c["diff"])]
+            if not sel:
+                continue
+            worst = max(sel, key=lambda c: abs(c["diff"]))
+            # the same figures with each eager-rows exception on aiconfigurator's reading of those rows
+            as_ref = {id(c): c["eager_exception"]["diff"] if "eager_exception" in c else c["diff"] for c in sel}
+            worst_ref = max(sel, key=lambda c: abs(as_ref[id(c)]))
+            summary.append({"system": system, "group": group, "cases": len(sel),
+                            "median_abs_diff": median([abs(c["diff"]) for c in sel]),
+                            "worst_abs_diff": abs(worst["diff"]), "worst_case": f"{worst['model']} {worst['step']}",
+                            "eager_exceptions": sum("eager_exception" in c for c in sel),
+                            "median_abs_diff_eager_as_reference": median([abs(v) for v in as_ref.values()]),
+                            "worst_abs_diff_eager_as_reference": abs(as_ref[id(worst_ref)]),
+                            "worst_case_eager_as_reference": f"{worst_ref['model']} {worst_ref['step']}"})
+    return summary
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from graphsim.catalog import resolve_model
     from graphsim.importers.hf import import_hf
@@ -314,12 +375,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 continue
             t0 = time.perf_counter()
             try:
-                pred = graphsim_steps(graph, system, tp, ensure_db(system, db_dir, given), steps)
+                db = ensure_db(system, db_dir, given)
+                pred = graphsim_steps(graph, system, tp, db, steps)
                 ref = Reference(Path(resolved.location), system, tp, moe, work)
+                eager_pred = None
+                if has_eager_rows(db):  # the eager-rows exception's counterfactual (module docstring)
+                    with eager_rows_as_gpu_time():
+                        eager_pred = graphsim_steps(graph, system, tp, db, steps)
             except Exception as e:  # a system that does not cover the model (no rows for its dtype, …)
                 skipped.append({"system": system, "model": name, "reason": f"{type(e).__name__}: {e}"})
                 continue
-            for spec, batch in zip(steps, pred.batches, strict=True):
+            eager_batches = eager_pred.batches if eager_pred is not None else [None] * len(steps)
+            for spec, batch, eager_batch in zip(steps, pred.batches, eager_batches, strict=True):
                 try:
                     a_ms, ops = ref.step(spec)
                 except Exception as e:
@@ -331,21 +398,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 case = {"system": system, "model": name, "tp": tp, "group": group, "step": spec,
                         "graphsim_ms": g_ms, "aiconfigurator_ms": a_ms, "diff": diff, "shares": shares(batch),
                         "graphsim_source": batch.source}
+                e_ms = eager_batch.total_us / 1e3 if eager_batch is not None and eager_batch.total_us else None
+                if e_ms is not None and g_ms > 0 and abs(e_ms / g_ms - 1) > EAGER_MATTERS:
+                    case["eager_exception"] = {"graphsim_reading_eager_rows_ms": e_ms,
+                                               "diff": e_ms / a_ms - 1 if a_ms > 0 else math.nan}
                 if not math.isfinite(diff) or abs(diff) > args.detail:
                     case["breakdown"] = breakdown(batch, ops)
                     case["notes"] = config_notes(resolved.config)
                 cases.append(case)
             timings[f"{name} on {system}"] = time.perf_counter() - t0
-    summary = []
-    for system in systems:
-        for group in ("dense", "MoE/MLA"):
-            sel = [c for c in cases if c["system"] == system and c["group"] == group and math.isfinite(c["diff"])]
-            if not sel:
-                continue
-            worst = max(sel, key=lambda c: abs(c["diff"]))
-            summary.append({"system": system, "group": group, "cases": len(sel),
-                            "median_abs_diff": median([abs(c["diff"]) for c in sel]),
-                            "worst_abs_diff": abs(worst["diff"]), "worst_case": f"{worst['model']} {worst['step']}"})
+    summary = summarize(cases, systems)
     return {"command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "systems": systems,
             "routing": "balanced top-k on both sides", "detail_threshold": args.detail, "cases": cases,
             "summary": summary, "skipped": skipped, "timings_s": timings}
@@ -366,8 +428,20 @@ def print_report(out: dict[str, Any]) -> None:
     for s in out["summary"]:
         print(f"  {s['system']:<9} {s['group']:<8} {s['cases']:>3} cases: median {s['median_abs_diff']:.1%}, "
               f"worst {s['worst_abs_diff']:.1%} ({s['worst_case']})")
+        if s["eager_exceptions"]:
+            print(f"  {'':<9} {'':<8} {s['eager_exceptions']:>3} eager-rows exceptions read as aiconfigurator reads "
+                  f"them: median {s['median_abs_diff_eager_as_reference']:.1%}, worst "
+                  f"{s['worst_abs_diff_eager_as_reference']:.1%} ({s['worst_case_eager_as_reference']})")
     for sk in out["skipped"]:
         print(f"  skipped: {sk['system']} {sk['model']} {sk.get('step', '')}: {sk['reason']}")
+    exceptions = [c for c in out["cases"] if "eager_exception" in c]
+    if exceptions:
+        print(f"\neager-rows exceptions ({len(exceptions)} cases; deliberate): {EAGER_NOTE}. graphsim, then graphsim "
+              "reading those rows as GPU time as aiconfigurator does, against aiconfigurator:")
+        for c in exceptions:
+            e = c["eager_exception"]
+            print(f"  {c['system']:<9} {c['model']:<14} {c['step']:<16} {c['graphsim_ms']:>8.3f}ms {c['diff']:>+7.1%}"
+                  f"  → {e['graphsim_reading_eager_rows_ms']:>8.3f}ms {e['diff']:>+7.1%}")
     detail = [c for c in out["cases"] if "breakdown" in c]
     if detail:
         print(f"\ncases beyond {out['detail_threshold']:.0%}: kernel categories by |difference| (ms)")
@@ -376,6 +450,11 @@ def print_report(out: dict[str, Any]) -> None:
               f"{c['aiconfigurator_ms']:.3f} ms ({c['diff']:+.1%})")
         for note in c.get("notes", []):
             print(f"    {note}")
+        if "eager_exception" in c:
+            e = c["eager_exception"]
+            print(f"    deliberate (eager-rows exception, listed above): reading aiconfigurator's eagerly timed "
+                  f"fp8_block rows as GPU time, graphsim gives {e['graphsim_reading_eager_rows_ms']:.3f} ms "
+                  f"({e['diff']:+.1%})")
         for r in c["breakdown"][:4]:
             if abs(r["diff_ms"]) < 1e-3:
                 continue

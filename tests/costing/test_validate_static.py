@@ -31,6 +31,50 @@ def test_model_groups_come_from_the_config(benchmark_script):
     assert math.isnan(V.median([]))
 
 
+
+def _case(model: str, step: str, diff: float, eager: float | None = None) -> dict:
+    c = {"system": "h200_sxm", "group": "MoE/MLA", "model": model, "step": step, "diff": diff}
+    if eager is not None:
+        c["eager_exception"] = {"graphsim_reading_eager_rows_ms": 1.0, "diff": eager}
+    return c
+
+
+def test_summary_states_the_eager_rows_exceptions_on_both_readings(benchmark_script):
+    V = benchmark_script("validate_static")
+    cases = [_case("a", "decode:1x1", -0.275, eager=-0.060), _case("a", "prefill:1x8192", -0.160),
+             _case("b", "decode:1x1", 0.140), _case("a", "prefill:1x1024", -0.202, eager=-0.121)]
+    (s,) = V.summarize(cases, ["h200_sxm"])
+    # as graphsim prices: |diffs| 0.275, 0.160, 0.140, 0.202 → median (0.160 + 0.202) / 2 = 0.181, worst 0.275
+    assert s["median_abs_diff"] == pytest.approx(0.181) and s["worst_abs_diff"] == pytest.approx(0.275)
+    assert s["worst_case"] == "a decode:1x1" and s["eager_exceptions"] == 2
+    # the two exceptions on aiconfigurator's reading: 0.060, 0.160, 0.140, 0.121 → median (0.121 + 0.140) / 2 =
+    # 0.1305, worst 0.160 (a case that is no exception)
+    assert s["median_abs_diff_eager_as_reference"] == pytest.approx(0.1305)
+    assert s["worst_abs_diff_eager_as_reference"] == pytest.approx(0.160)
+    assert s["worst_case_eager_as_reference"] == "a prefill:1x8192"
+
+
+def test_the_counterfactual_reads_eager_rows_as_gpu_time(tmp_path, benchmark_script):
+    from graphsim.costing.dtypes import KernelDtype
+    from graphsim.costing.eager_rows import eager_floors
+    from graphsim.costing.kernels import GemmKey, GemmPoint, Measurement
+    from graphsim.costing.profile_db import ProfileDB, ProfileMeta
+
+    V = benchmark_script("validate_static")
+    meta = ProfileMeta(device="NVIDIA H200", hardware="h200_sxm", engine="vllm", engine_version="0.24.0",
+                       torch_version="", provenance={"source": "aiconfigurator-core"})
+    path = tmp_path / "eager.db"
+    with ProfileDB.create(path, meta) as db:
+        db.put_many([(GemmKey(4096, 4096, KernelDtype.FP8_BLOCK), GemmPoint(m), Measurement(t))
+                     for m, t in {1: 60.0, 64: 84.0}.items()])
+    assert V.has_eager_rows(path)
+    with ProfileDB.open(path) as db:
+        assert eager_floors(db) == {"fp8_block": 60.0}
+        with V.eager_rows_as_gpu_time():
+            assert eager_floors(db) == {}  # every row read as GPU time, as aiconfigurator reads it
+        assert eager_floors(db) == {"fp8_block": 60.0}  # and back after it
+
+
 @pytest.mark.slow
 def test_quick_run_end_to_end(tmp_path, benchmark_script):
     pytest.importorskip("torch")
