@@ -99,6 +99,21 @@ def test_one_group_at_tp4(bamba):
     assert (scan.num_k_heads, scan.num_v_heads) == (1, 2)
 
 
+def test_scan_priced_per_rank_with_the_whole_group(bamba):
+    from graphsim.costing import ssm
+    from graphsim.costing.kernel_map import ssm_shape
+
+    out, _ = _tp(bamba[1], 2)
+    shape = ssm_shape(_node(out, "L0.mamba_chunk_scan_combined").kernel)
+    assert (shape.heads, shape.head_dim, shape.state, shape.groups, shape.chunk) == (4, 16, 16, 1, 8)
+    # per prefill token and rank (chunk Q 8, H 4, P 16, N 16, G 1): CB 2·8·16·1 = 256, (CB∘L)·x 8·16·4 = 512,
+    # chunk states and state → output 4·16·16·4 = 4096, inter-chunk 2·16·16·4 / 8 = 256 → 5120 FLOPs
+    assert ssm.flops_per_token(ssm.PREFILL, shape) == 256 + 512 + 4096 + 256 == 5120
+    # bytes per prefill token, bf16: x 64 + y 64 + B 16 + C 16 + dt 4 = 164 elements × 2 B = 328 B, fp32 CB block
+    # 2·8·1·4 = 64 B, fp32 chunk states 4·(4·16·16)/8·4 = 2048 B → 2440 B
+    assert ssm.bytes_per_row(ssm.PREFILL, shape, 2.0) == 328 + 64 + 2048 == 2440
+
+
 def test_conservation_holds_grown_kernels_to_their_stated_factor(bamba, monkeypatch):
     # tp 2: in_proj per rank × 2 = 328 / 296 of the whole; a pass stating 1.0 (plain split) is caught
     monkeypatch.setattr(mamba_groups.GroupReplication, "factor", lambda self, name: 1.0)
