@@ -91,8 +91,8 @@ def _predict(cfg: dict, tmp_path, *extra: str) -> tuple[int, str]:
 @pytest.mark.slow  # ~9 s under the shared load (a trace and a predict)
 def test_mamba1_channels_first_gate_is_no_act_and_mul(tmp_path):
     # MambaMixer's slow path gates `x * act(z)` in (batch, channels, tokens): the product's last dimension is the
-    # token count, no act-and-mul width (was int() of a symbol: TypeError). It now prices (its selective scan is
-    # still unrolled elementwise placeholders: no Mamba-1 semantic op yet).
+    # token count, no act-and-mul width (was int() of a symbol: TypeError). It now prices; the gate has since moved
+    # inside the semantic scan (graphsim::selective_scan, mamba1_ops.py), so this guards the importer's path end to end.
     pytest.importorskip("transformers")
     cfg = {"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 32, "state_size": 4,
            "num_hidden_layers": 2, "vocab_size": 128, "expand": 2, "conv_kernel": 4, "time_step_rank": 4}
@@ -119,11 +119,16 @@ def test_sweep_predict_tp1_has_no_traceback(benchmark_script, tmp_path):
     assert not tracebacks, tracebacks
 
 
-def test_an_attention_table_without_graphsims_entry_is_named():
+def test_an_attention_table_without_graphsims_entry_is_named(monkeypatch):
     # GPT-Neo picks its attention class from GPT_NEO_ATTENTION_CLASSES[config._attn_implementation] (eager and
-    # flash_attention_2 only): the build raised KeyError('graphsim'), reported as "check config.json".
+    # flash_attention_2 only): the build raised KeyError('graphsim'), reported as "check config.json". The importer
+    # now gives that table a graphsim entry (importers/hf/table_attention.py); a table without one is still named.
     pytest.importorskip("transformers")
+    import transformers.models.gpt_neo.modeling_gpt_neo as gpt_neo
+
     from graphsim.importers.hf.build import build_on_meta
+
+    monkeypatch.delitem(gpt_neo.GPT_NEO_ATTENTION_CLASSES, "graphsim", raising=False)
 
     cfg = {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", "hidden_size": 32, "num_layers": 2,
            "num_heads": 4, "attention_types": [[["global", "local"], 1]], "vocab_size": 128,

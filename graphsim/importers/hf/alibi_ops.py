@@ -192,7 +192,10 @@ def register_attention_tables() -> None:
     tracing. Without it the model cannot be built with graphsim's attention implementation."""
     import transformers.models.falcon.modeling_falcon as falcon
 
+    from graphsim.importers.hf import table_attention
+
     falcon.FALCON_ATTENTION_CLASSES.setdefault(IMPL_NAME, falcon.FALCON_ATTENTION_CLASSES["eager"])
+    table_attention.register_attention_tables()  # GPT-Neo's and GIT's tables
 
 
 @contextlib.contextmanager

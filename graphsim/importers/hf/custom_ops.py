@@ -28,6 +28,7 @@ from graphsim.importers.hf.kda_ops import KDA_KERNELS
 from graphsim.importers.hf.lightning_ops import lightning_patches
 from graphsim.importers.hf.looped_experts import looped_experts_patches
 from graphsim.importers.hf.mamba1_ops import MAMBA1_KERNELS
+from graphsim.importers.hf.table_attention import table_attention_patches
 
 IMPL_NAME = "graphsim"
 
@@ -449,9 +450,10 @@ def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
                 setattr(mod, fn_name, repl)
     try:
         with _dsa_patches(model) as dsa, compressed_patches(model) as compressed, block_sparse_patches(model) as blocks, \
-                lightning_patches(model) as lightning, looped_experts_patches(model) as looped:
+                lightning_patches(model) as lightning, looped_experts_patches(model) as looped, \
+                table_attention_patches(model) as tables:
             yield ([f"{getattr(m, '__name__', m)}.{n}" for m, n, _ in patched] + dsa + compressed + blocks + lightning
-                   + looped)
+                   + looped + tables)
     finally:
         for mod, name, orig in patched:
             setattr(mod, name, orig)

@@ -34,6 +34,7 @@ from graphsim.passes.fuse.vllm_compressed import COMPRESSED_ATTENTION_TARGET
 from graphsim.passes.fuse.vllm_compressed import EARLY_RULES as COMPRESSED_EARLY_RULES
 from graphsim.passes.fuse.vllm_compressed import RULES as COMPRESSED_RULES
 from graphsim.passes.fuse.vllm_compressed import compressed_attention_kernel
+from graphsim.passes.fuse.vllm_dead import DEAD_INDEX_OPS
 from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
 from graphsim.passes.fuse.vllm_kda import RULES as KDA_RULES
 from graphsim.passes.fuse.vllm_kda import in_kda_module
@@ -675,6 +676,7 @@ RULES: list[Rule] = [
     LINEAR_ATTENTION,
     CONV1D,
     *COMPRESSED_RULES, *LEGACY_RULES,
+    DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
     *LEGACY_LATE_RULES,
 ]
