@@ -139,3 +139,16 @@ def test_predict_end_to_end(name, tmp_path, capsys):
     assert any(k["kernel"] == "fused_moe" for k in kernels)
     assert not [k["node"] for k in kernels if k.get("approximate")]
     assert all(k["total_us"] is not None for k in kernels)
+
+
+def test_mixture_of_attention_experts_is_one_named_refusal():
+    # JetMoE's attention (JetMoeMoA.map / .reduce): each token's top-k query / output projections from routed experts,
+    # kept apart per slot around the attention (not summed as graphsim::moe_experts does): refused by name before the
+    # trace (was: "cannot price cat ... depends on the data" from the ParallelExperts split by expert_size)
+    from graphsim.errors import UnsupportedArchitectureError
+
+    cfg = {"architectures": ["JetMoeForCausalLM"], "model_type": "jetmoe", "vocab_size": 96, "hidden_size": 32,
+           "num_hidden_layers": 1, "num_key_value_heads": 2, "kv_channels": 8, "intermediate_size": 16,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 128}
+    with pytest.raises(UnsupportedArchitectureError, match=r"mixture of attention experts \(JetMoeMoA\.map"):
+        import_hf(ResolvedModel("tiny-jetmoe", cfg, "path", "test"), cache=False)

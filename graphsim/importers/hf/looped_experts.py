@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 import torch
 
+from graphsim.errors import UnsupportedArchitectureError
+
 _CONTRACT = ("hidden_states", "top_k_index", "top_k_weights")
 
 
@@ -148,6 +150,20 @@ def _relaid(owner: torch.nn.Module, name: str, tensor: torch.Tensor) -> None:
     setattr(owner, name, torch.nn.Parameter(tensor, requires_grad=False))
 
 
+def _is_attention_experts(m: torch.nn.Module) -> bool:
+    """A mixture of attention experts (JetMoE's `JetMoeMoA`, models/jetmoe/modeling_jetmoe.py): `map` / `reduce`
+    methods around the attention and ScatterMoE-style `input_linear` / `output_linear` experts called with per-expert
+    token counts (`expert_size`, a `.tolist()` of the routing)."""
+    def takes_sizes(c) -> bool:
+        try:
+            return isinstance(c, torch.nn.Module) and "expert_size" in inspect.signature(c.forward).parameters
+        except (TypeError, ValueError):
+            return False
+
+    return (all(callable(getattr(m, a, None)) for a in ("map", "reduce"))
+            and takes_sizes(getattr(m, "input_linear", None)) and takes_sizes(getattr(m, "output_linear", None)))
+
+
 @contextlib.contextmanager
 def looped_experts_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap each looped experts module's forward for one `graphsim::moe_experts` node (weights re-laid as views of
@@ -156,6 +172,13 @@ def looped_experts_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     restore: list[tuple[torch.nn.Module, str, torch.nn.Parameter | None]] = []
     try:
         for m in model.modules():
+            if _is_attention_experts(m):
+                raise UnsupportedArchitectureError(
+                    f"graphsim cannot trace {type(model).__name__} yet: its attention is a mixture of attention "
+                    f"experts ({type(m).__name__}.map / .reduce: each token's top-k query and output projections come "
+                    "from routed experts and stay apart per slot around the attention), which no graphsim semantic "
+                    "op expresses (graphsim::moe_experts sums its slots) and vLLM has no port of; graphsim work / kv "
+                    "may still account it from the config")
             lay = layout(m)
             if lay is None:
                 continue
