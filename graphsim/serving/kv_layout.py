@@ -63,6 +63,7 @@ MLA_BLOCK_SIZE = 64  # FlashMLA's only kernel block size (vllm/v1/attention/back
 V4_BLOCK_SIZE = 256  # DeepSeek-V4 (vllm/v1/attention/backends/mla/sparse_swa.py get_preferred_block_size)
 V4_SWA_BLOCK = 64  # sparse_swa.py DeepseekV4SWACache.__init__: self.block_size = 64
 V4_STATE_BLOCKS = {4: 4, 128: 8}  # model_executor/layers/deepseek_compressor.py CompressorStateCache.__init__
+V4_PAGE_ALIGNMENT = 576  # fp8_ds_mla pages (vllm 0.33.0 models/deepseek_v4/compressor.py: alignment=576)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -84,6 +85,11 @@ class LayerKv:
     # a block size the engine fixes for this cache whatever the scheduler's (vLLM's DeepSeek-V4 caches: 64-token
     # SWA blocks, 4- or 8-token compressor-state blocks); its page is padded, never grown, to the largest page
     block_size: int | None = None
+    # bytes a page is rounded up to (vLLM `_apply_alignment_padding`: DeepSeek-V4's fp8_ds_mla pages, 576)
+    alignment: int | None = None
+    # the backend lays the cache out block-outermost, so layers of several page sizes are packed into groups
+    # rather than padded to one page (graphsim/serving/kv_packed.py)
+    block_outermost: bool = False
 
     @property
     def label(self) -> str:
@@ -125,6 +131,9 @@ class KvGroup:
     # STATE: pages one request holds (vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes:
     # mamba_cache_mode "none" 1, "align" 2, each + num_speculative_blocks); see `with_mamba_cache_mode`
     state_pages: int = 1
+    # a packed group (kv_packed.py): the bytes one block id holds for it, all its layers' pages (which differ;
+    # `page_bytes` is then the largest); None: `layers` × `page_bytes`
+    block_bytes: int | None = None
 
     def admission_blocks(self, tokens: int, in_flight_tokens: int) -> int:
         """Blocks one request at `tokens` must be able to hold (vLLM `max_admission_blocks_per_request` /
@@ -179,7 +188,7 @@ class KvLayout:
     @property
     def bytes_per_block(self) -> int:
         """Pool bytes per block id: the largest group's pages (vLLM `_get_kv_cache_bytes_per_block`)."""
-        return max(g.layers * g.page_bytes for g in self.groups) if self.groups else 0
+        return max(g.block_bytes or g.layers * g.page_bytes for g in self.groups) if self.groups else 0
 
     @property
     def hybrid(self) -> bool:
@@ -415,26 +424,30 @@ def compressed_attention_kv(attn: CompressedAttention) -> tuple[LayerKv, ...]:
     Block sizes are vLLM's: 64 tokens for the window (DeepseekV4SWACache.block_size, so that its page equals a
     256-token block of 4-token entries), the scheduler's 256 for the compressed caches, 4 (ratio 4) or 8
     (ratio 128) tokens for the compressor state (CompressorStateCache.__init__); pages are then padded to the
-    largest. The 576-B alignment of vLLM's DeepSeek-V4 pages is not modelled."""
+    largest; each page is rounded up to 576 B (the fp8_ds_mla layout's alignment: CompressorStateCache /
+    DeepseekV4SWACache / DeepseekV4IndexerCache get_kv_cache_spec, vllm 0.33.0), and the backend's block-outermost
+    layout packs them (kv_packed.py)."""
     from graphsim.work.attention_work import v4_entry_bytes, v4_index_entry_bytes
 
     entry = v4_entry_bytes(attn.head_dim, attn.rope_dim)
     nope = attn.head_dim - attn.rope_dim
     how = f"{nope} fp8 nope + {attn.rope_dim} × 2 B rope + {nope // 64 + 1} scale/pad B = {entry} B"
+    packed = {"alignment": V4_PAGE_ALIGNMENT, "block_outermost": True}
     out = [LayerKv(KvKind.SLIDING, entry, 0, attn.window, f"sliding-window K=V: {how} a token",
-                   block_size=V4_SWA_BLOCK)]
+                   block_size=V4_SWA_BLOCK, **packed)]
     for c, index in ((attn.compressor, False), (attn.index_compressor, True)):
         if c is None:
             continue
         what = "indexer key" if index else "compressed K=V"
         nbytes = v4_index_entry_bytes(c.head_dim) if index else entry
         how_c = f"{c.head_dim} fp8 + fp32 scale per 128 = {nbytes} B" if index else how
-        out.append(LayerKv(KvKind.MLA, nbytes, 0, None, f"{what}: {how_c} per {c.ratio} tokens", ratio=c.ratio))
+        out.append(LayerKv(KvKind.MLA, nbytes, 0, None, f"{what}: {how_c} per {c.ratio} tokens", ratio=c.ratio,
+                           **packed))
         state = c.state_elements_per_token * 4
         out.append(LayerKv(KvKind.SLIDING, state, 0, c.coff * c.ratio,
                            f"{'indexer ' if index else ''}compressor state: kv + score 2 × {c.proj_width} fp32 = "
                            f"{state} B a token over a window of {c.coff * c.ratio}",
-                           block_size=V4_STATE_BLOCKS.get(c.ratio)))
+                           block_size=V4_STATE_BLOCKS.get(c.ratio), **packed))
     return tuple(out)
 
 
@@ -516,6 +529,12 @@ def _groups(layers: tuple[LayerKv, ...], block_size: int) -> tuple[tuple[KvGroup
     return tuple(groups), attn_bs, notes
 
 
+def _page_key(layer: LayerKv, block_size: int) -> int:
+    from graphsim.serving.kv_packed import layer_page
+
+    return layer_page(layer, layer.block_size or block_size)
+
+
 def with_mamba_cache_mode(layout: KvLayout, mode: str, speculative_blocks: int = 0) -> KvLayout:
     """`layout` with its state groups holding the pages vLLM's mamba_cache_mode gives a request
     (MambaSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py): "none" 1, "align" 2 (the running state
@@ -549,14 +568,19 @@ def kv_layout(spec: ModelSpec, precision: Precision, tp: int = 1, block_size: in
             block_size = V4_BLOCK_SIZE
             notes.append("block size 256: vLLM's DeepSeek-V4 backend prefers 256-token blocks "
                          "(sparse_swa.py DeepseekSparseSWABackend.get_preferred_block_size) for its compressed "
-                         "caches; the window (64) and compressor state (4 / 8) fix their own; the 576-B page "
-                         "alignment is not modelled")
+                         "caches; the window (64) and compressor state (4 / 8) fix their own; pages 576-B aligned")
         elif any(layer.kind is KvKind.MLA for layer in layers):
             block_size = MLA_BLOCK_SIZE
             notes.append("block size 64: vLLM's FlashMLA backend (Hopper) takes only 64-token blocks; "
                          "other MLA backends differ (CUTLASS MLA on Blackwell: 128), set --block-size")
     if block_size < 1:
         raise KvLayoutError(f"block size {block_size}; give --block-size >= 1")
-    groups, attn_bs, group_notes = _groups(layers, block_size)
+    if any(layer.block_outermost for layer in layers) and len({_page_key(x, block_size) for x in layers}) > 1:
+        from graphsim.serving.kv_packed import packed_groups  # (imports this module)
+
+        groups, group_notes = packed_groups(layers, block_size)
+        attn_bs = block_size
+    else:
+        groups, attn_bs, group_notes = _groups(layers, block_size)
     return KvLayout(spec.architecture, tp, precision.kv, precision.state, layers, groups, attn_bs,
                     tuple(notes + group_notes))

@@ -139,3 +139,49 @@ def test_qwen3_6_27b_tp1_mtp2_vllm_log(capsys):
     assert (cap["bytes_per_block"], cap["num_blocks"], cap["blocks_per_request"]) == (55_705_600, 936, 176)
     assert cap["vllm_log"] == ["GPU KV cache size: 1,394,129 tokens",
                                "Maximum concurrency for 262,144 tokens per request: 5.32x"]
+
+
+# DeepSeek-V4-Flash (its 0731 re-export in bf16, quantized online to fp8; KV-relevant config fields as the preview's:
+# 43 layers, compress_ratios 0, 0, (4, 128) × 20, 4, window 128, head_dim 512, index_head_dim 128) on 8 × H200,
+# a PrimeIntellect-ai/prime-rl run (SWE_RUN_NIGHT_LOG.md, 2026-09-19; configs/advanced/deepseek-v4-flash/swe.toml:
+# tensor_parallel_size 8, enable_expert_parallel, kv_cache_dtype fp8, block_size 256, max_model_len 131072,
+# max_num_batched_tokens the vllm serve default 8192, async scheduling):
+#   gpu_memory_utilization 0.85: Available KV cache memory: 77.53 GiB
+#       GPU KV cache size: 1,513,358 tokens, Maximum concurrency for 131,072 tokens per request: 11.55x
+#   gpu_memory_utilization 0.75 (0.1 × 139.80 GiB = 13.98 GiB less): 1,240,483 tokens / 9.46x
+# By hand (vLLM's packed groups, graphsim/serving/kv_packed.py; pages rounded up to 576 B):
+#   pages: window 64 × 584 = 37,376 → 37,440; CSA entries 64 × 584 → 37,440; HCA entries 2 × 584 = 1,168 → 1,728;
+#     indexer keys 64 × 132 = 8,448 → 8,640; compressor state 4 × 8,192 = 32,768 → 32,832, indexer's 4 × 2,048 =
+#     8,192 → 8,640, HCA's 8 × 4,096 = 32,768 → 32,832
+#   groups: full 256 (21 CSA + 20 HCA + 21 indexer: 1,002,240 B a block, the widest), window (22 + 21 layers),
+#     state-4 (42), state-8 (20); a block id = 1,002,240 B
+#   a request, 16,384 tokens in flight: 512 + 2 × 259 + 4,099 + 2,065 = 7,194 blocks
+#   83,062 blocks (83,248,058,880 B = 77.531 GiB) / 7,194 = 11.54601 → int(× 131,072) = 1,513,358
+#   68,085 blocks (68,237,510,400 B = 63.551 GiB) / 7,194 = 9.46414 → 1,240,483
+# Before (graphsim's 13 uniform 37,376-B groups of 20 layer slots, 93 padding): 21,302 blocks of 747,520 B a
+# request, 5.23x.
+@pytest.mark.parametrize("memory,blocks,tokens,concurrency", [
+    ("83248058880B", 83_062, "1,513,358", "11.55"),
+    ("68237510400B", 68_085, "1,240,483", "9.46"),
+])
+def test_deepseek_v4_flash_tp8_prime_rl_log(capsys, memory, blocks, tokens, concurrency):
+    d = _kv(capsys, AIC / "deepseek-ai--DeepSeek-V4-Flash_config.json", "--gpu", "h200", "--tp", "8",
+            "--enable-expert-parallel", "--kv-memory", memory, "--max-model-len", "131072", "--kv-dtype", "fp8",
+            "--block-size", "256", "--max-num-batched-tokens", "8192")
+    cap = d["capacity"]
+    assert (cap["bytes_per_block"], cap["num_blocks"], cap["blocks_per_request"]) == (1_002_240, blocks, 7_194)
+    assert cap["vllm_log"] == [f"GPU KV cache size: {tokens} tokens",
+                               f"Maximum concurrency for 131,072 tokens per request: {concurrency}x"]
+
+
+def test_deepseek_v4_flash_at_the_logged_rounded_memory():
+    # 77.53 GiB as logged (rounded) = 83,247,203,614 B // 1,002,240 = 83,061 blocks: 11.5459x, 1,513,340 tokens,
+    # 0.001 % under the log's 1,513,358
+    cap = plan_deployment(DeploymentConfig.parse({
+        "model": str(AIC / "deepseek-ai--DeepSeek-V4-Flash_config.json"), "hardware": "h200",
+        "parallel": {"tensor_parallel_size": 8, "enable_expert_parallel": True},
+        "kv_cache_dtype": "fp8",
+        "engine": {"kv_cache_memory_bytes": int(77.53 * GiB), "max_model_len": 131072, "block_size": 256,
+                   "max_num_batched_tokens": 8192}})).capacity
+    assert (cap.num_blocks, cap.blocks_per_request) == (83_061, 7_194)
+    assert abs(cap.tokens - 1_513_358) / 1_513_358 < 0.005

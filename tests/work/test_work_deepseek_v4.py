@@ -178,12 +178,24 @@ def test_kv_layout_of_flash_by_hand():
     # + 20·128·4096 = 3,214,336 + 12,558,336 + 1,376,256 + 2,838,528 + 344,064 + 373,760 + 10,485,760
     assert layout.bytes_for_request(4096) == 31_191_040
     assert layout.block_size == 256
-    # vLLM's block sizes: the window 64 tokens (64 × 584 = 37,376 B, the largest page: every other page is padded
-    # to it), compressor state 4 (ratio 4: 4 × 8192 = 32,768 B) and 8 tokens (ratio 128: 8 × 4096 = 32,768 B),
-    # the compressed caches 256 (64 entries × 584 = 37,376 B; the HCA cache's 2 × 584 grows to 32 × 256 tokens)
-    assert {g.page_bytes for g in layout.groups} == {37_376}
-    sizes = {(g.window, g.block_size) for g in layout.groups}
-    assert sizes == {(128, 64), (8, 4), (128, 8), (None, 256), (None, 8192)}
+    # vLLM's block sizes and pages, each rounded up to 576 B (fp8_ds_mla): the window 64 tokens, 64 × 584 = 37,376
+    # → 37,440; CSA entries 256/4 = 64 × 584 → 37,440; HCA entries 256/128 = 2 × 584 = 1,168 → 1,728; indexer keys
+    # 64 × 132 = 8,448 → 8,640; compressor state 4 tokens × 8192 = 32,768 → 32,832 (ratio 4), 4 × 2048 = 8,192
+    # → 8,640 (the indexer's), 8 × 4096 = 32,768 → 32,832 (ratio 128).
+    # Packed (vLLM _get_packed_kv_cache_groups): buckets full-256 (21 CSA + 20 HCA + 21 indexer = 62 layers, page
+    # counts 21/20/21: unbalanced, one group), window-128 (43 layers), state-4 (21 + 21: balanced, the floor 21),
+    # state-8 (20); repeats per group = the d in [21, 43] padding 43, 21, 20 least: 22 (1 + 1 + 2); so the window
+    # splits into cdiv(43, 22) = 2 groups of 22 and 21. One block id: the widest group, 21·37,440 + 20·1,728 +
+    # 21·8,640 = 1,002,240 B.
+    got = sorted((g.kind.value, g.layers, g.block_size, g.window, g.block_bytes) for g in layout.groups)
+    assert got == sorted([("mla", 62, 256, None, 1_002_240), ("sliding", 22, 64, 128, 22 * 37_440),
+                          ("sliding", 21, 64, 128, 21 * 37_440), ("sliding", 42, 4, 8, 21 * 32_832 + 21 * 8_640),
+                          ("sliding", 20, 8, 128, 20 * 32_832)])
+    assert layout.bytes_per_block == 1_002_240
+    # a 131,072-token request with 16,384 tokens in flight (8192 batched × 2 async batches): 131072/256 = 512
+    # blocks + 2 × (cdiv(127 + 16384, 64) + 1 = 259) + (cdiv(7 + 16384, 4) + 1 = 4099) + (cdiv(127 + 16384, 8) + 1
+    # = 2065) = 7194
+    assert layout.admission_blocks(131_072, 16_384) == 7194
 
 
 def test_bad_compress_ratio_is_one_line():
