@@ -148,8 +148,9 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return ElementwiseKey(dsa.op_name(dsa.PREFILL, indexer_shape(a)), g.num_heads * g.head_dim, dtype)
     if is_ssm_scan(a):  # the prefill kernel's key (kernel_rows prices decode and state rows besides)
         return ElementwiseKey(ssm.op_name(ssm.PREFILL, ssm_shape(a)), ssm_shape(a).io_elements, dtype)
-    if is_mamba1(a):  # selective_scan_fn's key (kernel_rows prices decode and state rows besides)
-        return ElementwiseKey(mamba1.op_name(mamba1.PREFILL, mamba1_shape(a)), mamba1_shape(a).io_elements, dtype)
+    if is_mamba1(a):  # selective_scan_fn's key (kernel_rows prices decode and state rows besides), fp32 math
+        shape = mamba1_shape(a)
+        return ElementwiseKey(mamba1.op_name(mamba1.PREFILL, shape), shape.io_elements, KernelDtype(mamba1.COMPUTE_DTYPE))
     if is_kda(a):  # chunk_kda's key (kernel_rows prices fused_recurrent_kda and state rows besides)
         return ElementwiseKey(kda.op_name(kda.PREFILL, kda_shape(a)), kda_shape(a).io_elements, dtype)
     if is_lightning(a):  # lightning_attention's key (kernel_rows prices decode and state rows besides)
@@ -357,13 +358,14 @@ def is_mamba1(a: KernelAttrs) -> bool:
 def mamba1_shape(a: KernelAttrs) -> mamba1.Mamba1Shape:
     g = a.geometry_as(LinearAttentionGeometry)  # channels as v heads of one value, the state as k_head_dim
     return mamba1.Mamba1Shape(channels=g.num_v_heads * g.v_head_dim, state=g.k_head_dim,
-                              state_dtype=g.state_dtype or a.dtype)
+                              state_dtype=g.state_dtype or a.dtype, act_dtype=a.dtype)
 
 
 def _mamba1_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
     """Decode tokens on selective_state_update, prefill tokens on selective_scan_fn, and each prefill sequence's
-    state read and written once (costing/mamba1.py)."""
-    shape, dtype = mamba1_shape(a), dt.of(a.dtype)
+    state read and written once (costing/mamba1.py), keyed at fp32: the kernels' math dtype (the io dtype is in
+    the op name)."""
+    shape, dtype = mamba1_shape(a), KernelDtype(mamba1.COMPUTE_DTYPE)
     per_step = _recurrent_rows_per_step(arr, mamba1.DECODE, mamba1.PREFILL, mamba1.PREFILL_STATE)
     return _elementwise_parts(per_step, lambda kernel: ElementwiseKey(
         mamba1.op_name(kernel, shape), shape.state_elements if kernel == mamba1.PREFILL_STATE else shape.io_elements,

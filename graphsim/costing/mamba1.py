@@ -14,16 +14,23 @@ price (`kernel_map.kernel_rows`). One rank holds D channels (intermediate_size /
 - `selective_scan_fn.state/<geometry>`, one row per prefill sequence: its initial state read and its final state
   written (2 × D × N in the state dtype).
 
-FLOPs per token and channel (Mamba, arXiv:2312.00752 Algorithm 2; the kernel computes exp(Δ·A) per state element,
-as A is D × N): per state element Δ·A, its exp, Δ·B, ·x, the decay multiply, the add, ·C and the sum over N —
-8 · D · N; per channel the bias add, softplus (exp, log1p, add: 3), the D skip (mul, add) and the silu gate (exp,
-add, div, mul) — 10 · D.
+The kernels compute in fp32 on the CUDA cores (selective_scan_fwd.cu: `weight_t` float, inputs converted to float;
+the Triton `selective_state_update` casts to tl.float32), so the key's dtype is fp32 (its compute term runs at the
+spec's fp32 peak) and the op name carries the activation dtype the io is read and written in. FLOPs are counted as
+fp32-FMA-pipe equivalents: an exp / log / reciprocal runs on the special-function units at 16 results per clock per SM
+against 128 fp32 FMAs (= 256 FLOPs) on compute capability 8.x–9.0 (CUDA C++ Programming Guide, "Arithmetic
+Instructions", throughput table: exp2f / __log2f / reciprocal vs 32-bit add, multiply, multiply-add), so each counts
+`SFU_FLOPS` = 16. Per token (Mamba, arXiv:2312.00752 Algorithm 2; exp(Δ·A) is per state element, as A is D × N):
 
-Each decode or prefill launch also reads the parameters once: A (D × N fp32, stored so by MambaMixer's
-A_weight_loader), D and the dt bias (D each; counted at fp32, the `.float()` the prefill path passes; decode passes
-D in the model dtype: at most 2·D bytes over). They are added once per step that has such rows, not per row.
+- per state element, decode (`selective_state_update`): Δ·A 1, its exp 16, Δ·B 1, ·x 1, the decay FMA 2, y += h·C 2
+  — 23; prefill (`selective_scan_fn`: `exp2f(delta * A)`, `B * delta_u`, then cub's BlockScan applies the (a, b)
+  combine — a multiply and an FMA, 3 — about twice per element: a thread's reduce, then its scan with the carried
+  prefix; y += h·C 2) — 1 + 16 + 1 + 2·3 + 2 = 26;
+- per channel, both: the dt bias 1, softplus (exp, log1p, add) 33, Δ·x 1, the D skip FMA 2, the silu gate
+  (exp, add, reciprocal, two multiplies) 35 — 72.
 
-The op name carries the geometry (`d<channels>.n<state>.s<state dtype>`) so a measured row is keyed on all of it.
+The op name carries the geometry (`d<channels>.n<state>.s<state dtype>.a<activation dtype>`) so a measured row is keyed
+on all of it.
 Not modelled: the intermediate states vLLM's prefix-caching mode writes every mamba_block_size tokens.
 """
 
@@ -41,20 +48,24 @@ PREFILL = "selective_scan_fn"
 PREFILL_STATE = "selective_scan_fn.state"
 KINDS = (DECODE, PREFILL, PREFILL_STATE)
 
-_TAG = re.compile(r"^(?P<kernel>[a-z_.]+)/d(?P<d>\d+)\.n(?P<n>\d+)\.s(?P<s>\w+)$")
+SFU_FLOPS = 16.0  # an exp / log / reciprocal in fp32-FLOP equivalents (module docstring)
+COMPUTE_DTYPE = "fp32"  # the KernelDtype of the scan's key: the math runs in fp32 on CUDA cores
+
+_TAG = re.compile(r"^(?P<kernel>[a-z_.]+)/d(?P<d>\d+)\.n(?P<n>\d+)\.s(?P<s>[a-z0-9]+)\.a(?P<a>[a-z0-9]+)$")
 
 
 @dataclass(frozen=True)
 class Mamba1Shape:
     """One rank's Mamba-1 scan: `channels` (intermediate_size / tp), `state` per channel (ssm_state_size), the state
-    stored in `state_dtype` (a DType value)."""
+    stored in `state_dtype`, x / dt / z / B / C / y in `act_dtype` (DType values)."""
 
     channels: int
     state: int
     state_dtype: str
+    act_dtype: str
 
     def tag(self) -> str:
-        return f"d{self.channels}.n{self.state}.s{self.state_dtype}"
+        return f"d{self.channels}.n{self.state}.s{self.state_dtype}.a{self.act_dtype}"
 
     @property
     def state_elements(self) -> int:
@@ -80,18 +91,22 @@ def parse(op: str) -> tuple[str, Mamba1Shape] | None:
     m = _TAG.match(op)
     if m is None or m.group("kernel") not in KINDS:
         return None
-    return m.group("kernel"), Mamba1Shape(int(m.group("d")), int(m.group("n")), m.group("s"))
+    return m.group("kernel"), Mamba1Shape(int(m.group("d")), int(m.group("n")), m.group("s"), m.group("a"))
 
 
 def flops_per_row(kernel: str, s: Mamba1Shape) -> float:
-    """FLOPs per decode or prefill token (the module docstring's terms); none for the state rows."""
-    if kernel in (DECODE, PREFILL):
-        return 8.0 * s.channels * s.state + 10.0 * s.channels
+    """fp32 FLOP equivalents per decode or prefill token (the module docstring's terms); none for the state rows."""
+    per_channel = 2.0 * SFU_FLOPS + 1 + 1 + 1 + 2 + (2.0 * SFU_FLOPS + 3)  # bias, softplus, Δ·x, D skip, gate: 72
+    if kernel == DECODE:
+        return (1 + SFU_FLOPS + 1 + 1 + 2 + 2) * s.state_elements + per_channel * s.channels  # 23 per element
+    if kernel == PREFILL:
+        return (1 + SFU_FLOPS + 1 + 2 * 3 + 2) * s.state_elements + per_channel * s.channels  # 26 per element
     return 0.0
 
 
-def bytes_per_row(kernel: str, s: Mamba1Shape, act_bytes: float) -> float:
+def bytes_per_row(kernel: str, s: Mamba1Shape) -> float:
     state_bytes = DType(s.state_dtype).bytes_per_element
+    act_bytes = DType(s.act_dtype).bytes_per_element
     if kernel == DECODE:
         return s.io_elements * act_bytes + 2.0 * s.state_elements * state_bytes
     if kernel == PREFILL:
@@ -99,11 +114,12 @@ def bytes_per_row(kernel: str, s: Mamba1Shape, act_bytes: float) -> float:
     return 2.0 * s.state_elements * state_bytes
 
 
-def work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.ndarray] | None:
-    """(FLOPs, bytes) at `rows` (one launch each) for a Mamba-1 scan op name; None when `op` is not one."""
+def work(op: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(fp32 FLOP equivalents, bytes) at `rows` (one launch each) for a Mamba-1 scan op name; None when `op` is not
+    one."""
     parsed = parse(op)
     if parsed is None:
         return None
     kernel, shape = parsed
     once = np.where(rows > 0, shape.param_bytes, 0.0) if kernel != PREFILL_STATE else 0.0
-    return rows * flops_per_row(kernel, shape), rows * bytes_per_row(kernel, shape, act_bytes) + once
+    return rows * flops_per_row(kernel, shape), rows * bytes_per_row(kernel, shape) + once

@@ -107,7 +107,7 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
         if scan is None:
             scan = kda.work(key.op, c[:, 0], key.dtype.activation_bytes)  # Kimi Delta Attention rows (costing/kda.py)
         if scan is None:  # Mamba-1 selective scan rows (costing/mamba1.py)
-            scan = mamba1.work(key.op, c[:, 0], key.dtype.activation_bytes)
+            scan = mamba1.work(key.op, c[:, 0])
         if scan is None:
             scan = dsa.work(key.op, c[:, 0])  # DSA indexer rows (costing/dsa.py)
         if scan is None:  # MiniMax-M3's block indexer rows (costing/block_sparse.py)
