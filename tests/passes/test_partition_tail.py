@@ -92,6 +92,7 @@ def test_gpt_oss_expert_biases_spread_with_their_experts(gpt_oss):
     assert tuple(p["model.layers.0.mlp.experts.down_proj"].shape) == (2, 32, 48)
 
 
+@pytest.mark.slow  # a Gemma-4 wrapper trace (~20 s with the first trace's warm-up)
 def test_gemma4_pad_embedding_row_is_not_the_table():
     # Gemma4Model.forward (transformers models/gemma4/modeling_gemma4.py) takes embed_tokens.weight[pad_token_id]
     # into a where for its per-layer inputs: the fused where reads the table's name. vLLM's vocab-parallel embedding
@@ -111,3 +112,39 @@ def test_gemma4_pad_embedding_row_is_not_the_table():
     out = run_pipeline(fused, "tp{size=2}").graph
     # 256 rows x 64 features, 128 rows a rank (vocab-parallel)
     assert tuple(out.params["model.language_model.embed_tokens.weight"].shape) == (128, 64)
+
+
+# Gemma-3n: AltUp keeps 4 copies of the hidden state (64); copies 1-3 come from altup_projections (64 -> 64) and
+# are stacked with the replicated embedding, the per-layer inputs (4 layers x 16) from per_layer_model_projection
+# added to the replicated per-layer embedding (transformers models/gemma3n/modeling_gemma3n.py Gemma3nTextModel).
+GEMMA3N = {
+    "architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "hidden_size": 64,
+    "intermediate_size": [128] * 4, "num_hidden_layers": 4, "num_attention_heads": 2, "num_key_value_heads": 2,
+    "head_dim": 32, "vocab_size": 256, "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16,
+    "sliding_window": 64, "max_position_embeddings": 512, "layer_types": ["sliding_attention", "full_attention"] * 2,
+    "num_kv_shared_layers": 0, "laurel_rank": 8, "activation_sparsity_pattern": [0.0] * 4, "altup_num_inputs": 4,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.slow  # a Gemma-3n trace with its full-depth retry (~20-50 s on 2 shared cores)
+def test_gemma3n_projections_stacked_with_the_embedding_are_gathered():
+    # vLLM builds them ColumnParallelLinear(gather_output=True) (models/gemma3n.py Gemma3nTextModel.__init__):
+    # split GEMM, then an all-gather; tp 2 had split them and stacked each rank's half with the whole embedding,
+    # and the conservation check refused the AltUp residual ("splits the residual stream")
+    fused = _fused("tiny-gemma3n", GEMMA3N)
+    out = run_pipeline(fused, "tp{size=2}").graph
+    gathers = {n.inputs[0]: n for n in out.nodes if isinstance(n.attrs, KernelAttrs)
+               and n.attrs.kind is KernelKind.ALL_GATHER}
+    projections = [n for n in out.nodes if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.GEMM
+                   and n.scope.startswith(("model.altup_projections", "model.per_layer_model_projection"))]
+    assert len(projections) == 4  # 3 AltUp projections and the per-layer one
+    for p in projections:
+        g = p.kernel.geometry_as(GemmGeometry)
+        whole = 4 * 16 if "per_layer" in p.scope else 64
+        assert (g.n, g.k) == (whole // 2, 64)  # column-parallel: half the output features a rank
+        assert gathers[p.name].kernel.geometry_as(CollectiveGeometry).width == whole  # gathered back whole
+    # the layers' residual stream (the fused add + norms) stays 64 wide on every rank
+    for n in out.nodes:
+        if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.FUSED_ADD_RMS_NORM:
+            assert n.kernel.geometry_as(NormGeometry).width == 64, n.name

@@ -30,7 +30,7 @@ from graphsim.ir.geometry import (
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassError, PassResult, register_pass
-from graphsim.passes.partition import mamba_groups
+from graphsim.passes.partition import gather, mamba_groups
 from graphsim.passes.partition.conservation import Declared, check_conservation
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
@@ -53,18 +53,29 @@ class TensorParallel(PartitionPass):
         self.require_fused(graph)
         if graph.meta.tp != 1:
             raise PassError("tp was already applied to this graph")
+        gathered: frozenset[str] = frozenset()
+        while True:  # column-parallel GEMMs whose slice meets a replicated copy are gathered (gather.py)
+            res, mixed = self._run(graph, gathered)
+            if mixed <= gathered:
+                return res
+            gathered |= mixed
+
+    def _run(self, graph: Graph, gathered: frozenset[str]) -> tuple[PassResult, frozenset[str]]:
         t = self.size
         out = graph.copy([])
         out.meta.tp = t
         if t == 1:
             out.nodes = list(graph.nodes)
-            return PassResult(out, False, {})
+            return PassResult(out, False, {}), frozenset()
         stats: dict[str, int] = {}
         users: dict[str, list[Node]] = {}
         for n in graph.nodes:
             for v in n.inputs:
                 users.setdefault(v, []).append(n)
         sharded: set[str] = set()
+        origins: dict[str, frozenset[str]] = {}  # a sharded value -> the column-parallel GEMMs it comes from
+        mixed: frozenset[str] = frozenset()
+        producers = {n.name for n in graph.nodes}
         rename: dict[str, str] = {}
         used = {n.name for n in graph.nodes}
         params = dict(graph.params)
@@ -84,8 +95,8 @@ class TensorParallel(PartitionPass):
         def bump(key: str) -> None:
             stats[key] = stats.get(key, 0) + 1
 
-        for n in graph.nodes:
-            n = n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs))
+        for original in graph.nodes:
+            n = original.with_(inputs=tuple(rename.get(v, v) for v in original.inputs))
             a = n.kernel
             acts = [v for v in n.inputs if v not in graph.params]
             in_sharded = any(v in sharded for v in acts)
@@ -114,6 +125,13 @@ class TensorParallel(PartitionPass):
                 out_sharded = True
             elif a.kind is KernelKind.GEMM:
                 n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
+                if out_sharded and after is None and n.name in gathered:
+                    # vLLM's ColumnParallelLinear(gather_output=True): the split GEMM, then an all-gather
+                    after, out_sharded = self._reduce(n, KernelKind.ALL_GATHER, a.geometry_as(GemmGeometry).n,
+                                                    "column_gather", used), False
+                    bump("all_gather")
+                elif out_sharded and not in_sharded:
+                    origins.update((v, frozenset({n.name})) for v in _values(n))
                 if not in_sharded and not out_sharded and after is None:
                     declared.replicated.add(n.name)
                 qg = a.geometry_as(GemmGeometry)
@@ -217,6 +235,8 @@ class TensorParallel(PartitionPass):
                     params[v] = _shard_dim(graph.params[v], 0, t, "per-channel parameter", where)
                 out_sharded = True
             elif in_sharded and (a.kind in PER_TOKEN or a.kind is KernelKind.FUSED_ADD_RMS_NORM):
+                if a.kind is KernelKind.ELEMENTWISE:  # (a residual norm fed so stays the check's refusal)
+                    mixed |= gather.mixed_origins(original, graph, producers, sharded, origins, rename)
                 if a.kind is KernelKind.ELEMENTWISE and any(v % t for v in _per_token_dims(a.geometry)):
                     # a leftover op on a small per-token value (a top-k score, a reduced sum): every
                     # rank computes it whole
@@ -243,15 +263,21 @@ class TensorParallel(PartitionPass):
             out.nodes.append(n)
             if out_sharded:
                 sharded.update(_values(n))
+                if a.kind is not KernelKind.GEMM:  # a per-token kernel carries its inputs' origins
+                    came = frozenset(g for v in n.inputs for g in origins.get(v, ()))
+                    origins.update((v, came) for v in _values(n))
             if after is not None:
                 out.nodes.append(after)
                 rename[n.name] = after.name
                 if out_sharded:  # a norm's variance all-reduce: its output is still the rank's slice
                     sharded.update(_values(after))
+                    origins.update((v, origins.get(n.name, frozenset())) for v in _values(after))
         out.params = params
         out.outputs = [rename.get(o, o) for o in graph.outputs]
+        if mixed - gathered:  # the caller runs again with these gathered: no check on this draft
+            return PassResult(out, True, stats), mixed
         notes = check_conservation(graph, out, t, "tp", declared)
-        return PassResult(out, True, stats, notes)
+        return PassResult(out, True, stats, notes), mixed
 
     def _reduce(self, n: Node, kind: KernelKind, width: int, reason: str, used: set[str],
                 rows: Rows = Rows.TOKENS) -> Node:
