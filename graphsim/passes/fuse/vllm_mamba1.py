@@ -9,8 +9,10 @@ torch.compile, so each PyTorch op in it is its own kernel):
 - `A = -exp(A_log)` is computed once at load (`A_weight_loader`: `-torch.exp(loaded_weight.float())`), no kernel;
 - dt_proj is a ColumnParallelLinear with `skip_bias_add=True` (`_ssm_transform`: `self.dt_proj(time_step)[0]`), the
   bias added inside the scan; transformers writes it `self.dt_proj.weight @ time_step.transpose(1, 2)`: one GEMM;
-- the scan's fp32 operands: `self.D.float()` (prefill path) and `_time_proj_bias()` (`self.dt_proj.bias.float()`,
-  both paths), one small cast kernel each per step, on parameters only (`Rows.ONCE`);
+- the scan's fp32 dt bias, `_time_proj_bias()` (`self.dt_proj.bias.float()`, on the prefill and the decode path): one
+  small cast kernel per step, on a parameter only (`Rows.ONCE`). D's `self.D.float()` runs on the prefill path only
+  (decode passes `self.D` as stored): absorbed, so a step with a prefill misses one such launch per layer (a few µs
+  against its milliseconds), where a kernel would have charged it to every decode step too;
 - the scan itself is vllm.py's LINEAR_ATTENTION rule (`selective_scan_fn` for prefill tokens,
   `selective_state_update` for decode tokens, kind "mamba1"), priced in costing/mamba1.py;
 - transformers' Mamba / FalconMamba blocks keep the residual in fp32 when the config says `residual_in_fp32` (a cast
@@ -66,14 +68,16 @@ MAMBA1_A = Rule(
 )
 
 
-def _match_casts(ctx: FuseContext) -> list[Candidate]:
-    out = []
-    for s in _scans(ctx):
-        for i in (_D, _BIAS):
-            chain = _param_chain(ctx, s, i)
+def _casts_of(index: int):
+    def match(ctx: FuseContext) -> list[Candidate]:
+        out = []
+        for s in _scans(ctx):
+            chain = _param_chain(ctx, s, index)
             if len(chain) == 1 and chain[0].op is Op.CAST:
                 out.append(Candidate(chain))
-    return out
+        return out
+
+    return match
 
 
 def _cast(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
@@ -83,9 +87,14 @@ def _cast(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
 
 
 MAMBA1_PARAM_CASTS = Rule(
-    "mamba1_param_cast", f"{_SOURCE}.forward_cuda (selective_scan_fn(..., self.D.float(), ..., time_proj_bias) with "
-    "_time_proj_bias() = self.dt_proj.bias.float(): one cast kernel per parameter per step, eager inside the "
-    "vllm.mamba_mixer custom op)", _match_casts, _cast,
+    "mamba1_param_cast", f"{_SOURCE}.forward_cuda (time_proj_bias = self._time_proj_bias() = self.dt_proj.bias.float() "
+    "on both paths: one cast kernel per step, eager inside the vllm.mamba_mixer custom op)", _casts_of(_BIAS), _cast,
+)
+
+MAMBA1_D_CAST = Rule(
+    "mamba1_d_cast_prefill_only", f"{_SOURCE}.forward_cuda (selective_scan_fn(..., self.D.float(), ...) on the prefill "
+    "path only; selective_state_update(..., self.D, ...) on the decode path: no launch in a decode step)",
+    _casts_of(_D), lambda _ctx, _c: None,
 )
 
 
@@ -140,4 +149,4 @@ MAMBA1_RESIDUAL_FP32 = Rule(
 )
 
 # before vllm.py's GEMM and elementwise rules (dt_proj is a matmul, the casts elementwise)
-RULES: list[Rule] = [MAMBA1_A, MAMBA1_DT_PROJ, MAMBA1_PARAM_CASTS, MAMBA1_RESIDUAL_FP32]
+RULES: list[Rule] = [MAMBA1_A, MAMBA1_DT_PROJ, MAMBA1_PARAM_CASTS, MAMBA1_D_CAST, MAMBA1_RESIDUAL_FP32]
