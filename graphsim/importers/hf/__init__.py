@@ -87,7 +87,7 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     from graphsim.importers.hf.build import build_on_meta, text_model
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
     from graphsim.importers.hf.custom_ops import semantic_kernels
-    from graphsim.importers.hf.layers import keep_representatives, plan_layers, restore_depth
+    from graphsim.importers.hf.layers import keep_representatives, plan_layers, restore_depth, skips_layers_by_position
     from graphsim.importers.hf.trace import STATIC_PROBE_TOKENS, trace
 
     timings: dict[str, float] = {}
@@ -101,6 +101,7 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     root = text_model(m)  # a multimodal wrapper serves text through its language model: trace that
     plan = plan_layers(root)
     representative = dict(plan.representative)
+    full_depth = full_depth or skips_layers_by_position(root, plan)  # (MLlama's text path: layers.py)
     kept = list(range(len(plan.tags))) if full_depth else keep_representatives(root, plan, built.config)
 
     t1 = time.perf_counter()

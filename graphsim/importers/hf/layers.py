@@ -120,6 +120,17 @@ def keep_representatives(model: torch.nn.Module, plan: LayerPlan, config) -> lis
     return kept
 
 
+def skips_layers_by_position(model: torch.nn.Module, plan: LayerPlan) -> bool:
+    """Whether the model's forward enumerates its stack and skips layers by their position in it (MLlama's
+    `MllamaTextModel.forward`: `idx in self.cross_attention_layers` are skipped on a text-only request, as vLLM's
+    mllama.py skips its cross-attention layers without image tokens). Such a stack is traced whole: cut to its
+    representatives the positions no longer match, and the fold pass then keeps only the layers that ran."""
+    parent_path = plan.stack_path.rpartition(".")[0]
+    parent = model.get_submodule(parent_path) if parent_path else model
+    skipped = getattr(parent, "cross_attention_layers", None)
+    return isinstance(skipped, (list, tuple)) and bool(skipped) and all(isinstance(i, int) for i in skipped)
+
+
 def restore_depth(model: torch.nn.Module, config, depth: int, kept: int) -> bool:
     """Give the configs `keep_representatives` cut back their full `depth` (num_hidden_layers; the per-layer lists
     stay cut to the kept layers); whether any was cut."""
