@@ -254,6 +254,11 @@ class KernelPricer:
                 return timing
         if self.hardware is not None:
             t, s = self._fallback(key, q1)
+            if curve is not None:
+                t, s = self._uncovered(key, curve, q1, t, s)
+                if s[0] == EXTRAPOLATED:
+                    return Timing(float(t[0]), TimeSource.EXTRAPOLATED, "off the rows' measured axes (e.g. a cached prefix): "
+                                  "the roofline held at the best share of it the rows achieve")
             if s[0] == DERIVED:
                 rates = self.rates
                 assert rates is not None  # a derived time has rates
@@ -280,6 +285,8 @@ class KernelPricer:
         need = s == MISSING
         if need.any() and self.hardware is not None:
             t[need], s[need] = self._fallback(key, q[need])
+            if curve is not None:
+                t[need], s[need] = self._uncovered(key, curve, q[need], t[need], s[need])
         return t, s
 
     @property
@@ -307,6 +314,25 @@ class KernelPricer:
             if d is not None:
                 ok = np.isfinite(d)
                 t[ok], s[ok] = d[ok], DERIVED
+        return t, s
+
+    def _uncovered(self, key: KernelKey, curve: Evaluator, q: np.ndarray, t: np.ndarray,
+                   s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Points of a measured key its rows do not cover (an axis measured at one value only: aiconfigurator
+        times context attention without a cached prefix, so a chunked prefill's later chunks have no rows) that
+        fell to the roofline: held, as `_ceiling` holds extrapolations, at the best share of the roofline the key's
+        rows achieve, and marked `extrapolated`. It is the kernel the rows measured, on more work, and none of its
+        rows ran closer to the datasheet peak (Qwen3-14B's FlashAttention prefill key: at best 0.57 of the bf16
+        peak in aiconfigurator's A100 rows, 0.66 in its H100 rows, where the bare roofline is the whole peak)."""
+        roof = s == ROOFLINE
+        if self.hardware is None or isinstance(key, CollectiveKey) or not roof.any():
+            return t, s
+        best = curve.best_fraction(self.hardware)
+        if best is None or not 0 < best < 1:
+            return t, s
+        t, s = t.copy(), s.copy()
+        t[roof] = t[roof] / best
+        s[roof] = EXTRAPOLATED
         return t, s
 
     def _ceiling(self, key: KernelKey, curve: Evaluator, q: np.ndarray, t: np.ndarray,

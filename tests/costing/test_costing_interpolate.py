@@ -201,9 +201,30 @@ def test_prefill_rows_without_prefix_interpolate_over_batch_and_tokens():
     h200 = load_hardware("h200")
     with_prefix = KernelPricer(None, h200)
     with_prefix._curves[key] = c
-    assert with_prefix.time(key, AttentionPrefillPoint(1, 1024, 3072)).source is TimeSource.ROOFLINE
+    # no row covers the prefix: the roofline held at the best share of it these rows achieve (below)
+    assert with_prefix.time(key, AttentionPrefillPoint(1, 1024, 3072)).source is TimeSource.EXTRAPOLATED
     with pytest.raises(ValueError, match="kv_len"):
         AttentionPrefillPoint(1, 1024, 512)
+
+
+def test_a_point_off_the_rows_is_held_at_their_best_share_of_the_roofline():
+    # One row without a cached prefix, (1, 1024, 1024) in 20 µs, on H200 (bf16 989.5 TFLOP/s, 4.8 TB/s).
+    # Its roofline: causal pairs 1024·1025/2 = 524,800; FLOPs 2 · 32 heads · 524,800 · (128 + 128) = 8,598,323,200
+    # → 8.68956 µs (compute: bytes 16,777,216 q/o + 4,194,304 kv = 20,971,520 → 4.37 µs); best share 8.68956 / 20.
+    # (1, 1024, 3072), a 2,048-token prefix: pairs 1024·2048 + 524,800 = 2,621,952, compute-bound as well, so
+    # held = roofline / share = 20 µs × 2,621,952 / 524,800 = 99.92195 µs (the bare roofline: FLOPs 2 · 32 ·
+    # 2,621,952 · 256 = 42,958,061,568 → 43.41391 µs)
+    key = AttentionPrefillKey(32, 8, 128, D.BF16, D.BF16)
+    h200 = load_hardware("h200")
+    pricer = KernelPricer(None, h200)
+    pricer._curves[key] = Curve(KernelRows(key, np.array([(1, 1024, 1024)]), np.array([20.0])))
+    t = pricer.time(key, AttentionPrefillPoint(1, 1024, 3072))
+    assert t.source is TimeSource.EXTRAPOLATED and t.time_us == pytest.approx(99.92195, rel=1e-6)
+    ts, ss = pricer.times(key, np.array([[1, 1024, 1024], [1, 1024, 3072]]))
+    assert ts.tolist() == pytest.approx([20.0, 99.92195], rel=1e-6) and ss.tolist() == [MEASURED, EXTRAPOLATED]
+    # without rows of its own the key keeps the bare roofline (a floor, marked roofline)
+    bare = KernelPricer(None, h200).time(key, AttentionPrefillPoint(1, 1024, 3072))
+    assert bare.source is TimeSource.ROOFLINE and bare.time_us == pytest.approx(43.41391, rel=1e-5)
 
 
 def test_prefill_prefix_axis_interpolates_when_measured():
