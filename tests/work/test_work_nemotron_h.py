@@ -12,7 +12,7 @@ import pytest
 from work_helpers import check
 
 from graphsim.errors import ConfigError
-from graphsim.serving.kv_layout import KvKind, layer_kv
+from graphsim.serving.kv_layout import KvKind, KvLayoutError, layer_kv
 from graphsim.work import accounting, build_model, parse_step
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.specs import DenseFfn, GqaAttention, Mamba2Mixer, MoeFfn, NoAttention, NoFfn
@@ -123,10 +123,13 @@ def test_nano_kv_state_per_rank():
     # tp 4: 16 heads · 64 · 128 · 4 B = 524,288 + conv 6144/4 = 1536 channels · 3 · 2 B = 9,216
     four = {k.state_bytes for k in layer_kv(spec, 4, bf16) if k.kind is KvKind.STATE}
     assert four == {524_288 + 9_216}
-    # tp 16: 8 groups do not divide 16, vLLM extends them to 16 (extra_groups_for_head_shards):
-    # conv_dim 4096 + 2·16·128 = 8192 → 512 channels · 3 · 2 B = 3,072; 4 heads · 64 · 128 · 4 B = 131,072
-    sixteen = {k.state_bytes for k in layer_kv(spec, 16, bf16) if k.kind is KvKind.STATE}
-    assert sixteen == {131_072 + 3_072}
+    # tp 8: 8 groups, one per rank: 8 heads · 64 · 128 · 4 B = 262,144 + conv 6144/8 = 768 channels · 3 · 2 B = 4,608
+    eight = {k.state_bytes for k in layer_kv(spec, 8, bf16) if k.kind is KvKind.STATE}
+    assert eight == {262_144 + 4_608}
+    # tp 16: 16 does not divide the 8 groups, and vLLM's MambaMixer2 pads only a single group
+    # (mamba_mixer2.py: assert n_groups % tp == 0 or n_groups == 1): refused in one line, as vLLM does
+    with pytest.raises(KvLayoutError, match="n_groups = 8 is neither 1 nor divisible by tp = 16"):
+        layer_kv(spec, 16, bf16)
 
 
 TINY = {
