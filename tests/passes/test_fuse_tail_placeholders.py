@@ -1,0 +1,46 @@
+"""Placeholders the architectures sweep found in vLLM-served classes (issue 16: more than 1 % of a tiny decode step in
+approximate kernels), each replaced by the kernel vLLM launches; tiny hand-written configs."""
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from graphsim.catalog import ResolvedModel
+from graphsim.importers.hf import import_hf
+from graphsim.ir.geometry import ElementwiseGeometry
+from graphsim.ir.kernel import KernelAttrs, KernelKind
+from graphsim.passes import run_pipeline
+
+
+def _fused(name, cfg):
+    graph, _ = import_hf(ResolvedModel(name, dict(cfg), "path", "test"), cache=False)
+    return run_pipeline(graph, "fold,fuse{target=vllm}").graph
+
+
+def _layer_kernels(graph, layer):
+    return [n for n in graph.nodes if isinstance(n.attrs, KernelAttrs) and n.layer == layer]
+
+
+# LFM2: layer 0 a short convolution (hidden 64, kernel 3), layer 1 attention (transformers models/lfm2 Lfm2ShortConv:
+# B, C, x = in_proj(x).chunk(3); conv(B * x); C * conv_out; out_proj).
+LFM2 = {
+    "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "layer_types": ["conv", "full_attention"], "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 256, "conv_L_cache": 3, "max_position_embeddings": 256,
+    "block_auto_adjust_ff_dim": False, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
+def test_short_conv_gates_are_the_two_mul_kernels_vllm_launches():
+    # vLLM ShortConv.forward_cuda: Bx = (B * x), causal_conv1d, y = C * Bx: one mul kernel each side of the conv
+    # (were approximate placeholders: 13.6 % of LFM2-MoE's tiny decode step in the sweep)
+    kernels = _layer_kernels(_fused("tiny-lfm2", LFM2), 0)
+    kinds = [n.kernel.kind for n in kernels]
+    conv = kinds.index(KernelKind.CONV1D)
+    gates = [n for n in kernels if n.kernel.rule == "short_conv_gate"]
+    assert [kernels.index(g) for g in gates] == [conv - 1, conv + 1]
+    # B and x (and C and the conv output): 64 features a token each
+    assert all(g.kernel.name == "mul" and g.kernel.geometry_as(ElementwiseGeometry).width == 64 for g in gates)
+    assert not [n.name for n in kernels if n.kernel.approximate]
