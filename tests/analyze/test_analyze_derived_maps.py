@@ -95,6 +95,50 @@ def test_what_the_rules_cannot_place_is_unsupported_with_the_reason():
         _derive(layer, [*LAYER_ROWS, "attn.index:self_attn.indexer.wk"])
 
 
+def test_a_kernel_named_as_a_module_takes_that_row_whatever_the_order():
+    # Laguna's gated attention: the accountant lists o_proj before g_proj, vLLM runs g_proj first; by order alone
+    # the two would swap (their shapes differ: the tp 1 check caught it on the tiny config)
+    rows = ["attn.norm:input_layernorm", "attn.qkv:self_attn.q_proj", "attn.qkv:self_attn.k_proj",
+            "attn.qkv:self_attn.v_proj", "attn.out:self_attn.o_proj", "attn.qkv:self_attn.g_proj",
+            "ffn.norm:post_attention_layernorm", "ffn.mlp:mlp.up_proj", "ffn.mlp:mlp.down_proj", "attn.core:compute"]
+    got = _derive([("n/rms_norm", "rms_norm"), ("self_attn/qkv_proj", "gemm"), ("self_attn/attn", "attention"),
+                   ("self_attn.g_proj/g_proj", "gemm"), ("self_attn.o_proj/o_proj", "gemm"),
+                   ("n2/rms_norm", "rms_norm"), ("m/up", "gemm"), ("m/down", "gemm")], rows)
+    assert got["full.dense/self_attn.g_proj/g_proj"] == ("attn.qkv:self_attn.g_proj",)
+    assert got["full.dense/self_attn.o_proj/o_proj"] == ("attn.out:self_attn.o_proj",)
+    assert got["full.dense/self_attn/qkv_proj"] == ("attn.qkv:self_attn.q_proj", "attn.qkv:self_attn.k_proj",
+                                                   "attn.qkv:self_attn.v_proj")
+
+
+def test_weightless_norms_mla_packing_and_a_convolution_core():
+    # OLMo: two LayerNorms without weights, no norm rows
+    rows = [r for r in LAYER_ROWS if ".norm:" not in r]
+    got = _derive([("n/layer_norm", "layer_norm"), ("a/qkv", "gemm"), ("a/attn", "attention"), ("a/o", "gemm"),
+                   ("n2/layer_norm", "layer_norm"), ("m/gate_up", "gemm"), ("m/down", "gemm")], rows)
+    assert got["full.dense/n/layer_norm"] == () and got["full.dense/n2/layer_norm"] == ()
+    # MLA with q_lora_rank: vLLM's fused_qkv_a_proj packs q_a_proj and kv_a_proj_with_mqa (rows apart)
+    mla = ["attn.norm:input_layernorm", "attn.q:self_attn.q_a_proj", "attn.norm:self_attn.q_a_layernorm",
+           "attn.q:self_attn.q_b_proj", "attn.kv:self_attn.kv_a_proj_with_mqa", "attn.norm:self_attn.kv_a_layernorm",
+           "attn.kv:self_attn.kv_b_proj", "attn.out:self_attn.o_proj", "ffn.norm:post_attention_layernorm",
+           "ffn.mlp:mlp.up_proj", "ffn.mlp:mlp.down_proj", "attn.core:compute"]
+    got = _derive([("n/rms_norm", "rms_norm"), ("self_attn/fused_qkv_a_proj", "gemm"),
+                   ("self_attn.q_a_layernorm/rms_norm", "rms_norm"), ("self_attn.q_b_proj/q_b_proj", "gemm"),
+                   ("self_attn.kv_a_layernorm/rms_norm", "rms_norm"), ("self_attn.kv_b_proj/kv_b_proj", "gemm"),
+                   ("self_attn/mla_attention", "attention"), ("self_attn.o_proj/o_proj", "gemm"),
+                   ("n2/rms_norm", "rms_norm"), ("m/up", "gemm"), ("m/down", "gemm")], mla)
+    assert got["full.dense/self_attn/fused_qkv_a_proj"] == ("attn.q:self_attn.q_a_proj",
+                                                           "attn.kv:self_attn.kv_a_proj_with_mqa")
+    assert got["full.dense/n/rms_norm"] == ("attn.norm:input_layernorm",)
+    assert got["full.dense/self_attn.kv_a_layernorm/rms_norm"] == ("attn.norm:self_attn.kv_a_layernorm",)
+    # LFM2's short convolution: no attention kernel, the conv kernel holds the core
+    conv = ["attn.norm:input_layernorm", "attn.in:conv.in_proj", "attn.core:conv.conv", "attn.out:conv.out_proj",
+            "ffn.norm:post_attention_layernorm", "ffn.mlp:mlp.up_proj", "ffn.mlp:mlp.down_proj", "attn.core:compute"]
+    got = _derive([("n/rms_norm", "rms_norm"), ("conv.in_proj/in_proj", "gemm"), ("conv/causal_conv1d", "conv1d"),
+                   ("conv.out_proj/out_proj", "gemm"), ("n2/rms_norm", "rms_norm"), ("m/up", "gemm"),
+                   ("m/down", "gemm")], conv)
+    assert got["full.dense/conv/causal_conv1d"] == ("attn.core:conv.conv", "attn.core:compute")
+
+
 def test_gemm_packings_that_fit_twice_are_refused():
     # q/k/v unpacked + gate/up packed gives as many GEMMs as q/k/v packed + gate/up and the shared expert's
     # gate/up unpacked ... here: two gate/up runs of the same size, one packed and one not, is ambiguous

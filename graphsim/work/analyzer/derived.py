@@ -14,17 +14,24 @@ shipped map fits, `derive_map` builds one from what both sides already say, neve
 Rules, per fold region (each a sequence alignment; anything else leaves the deployment unsupported,
 with the reason):
 
+0. A kernel whose scope role is exactly a row's module (`self_attn.o_proj/o_proj` and
+   `attn.out:self_attn.o_proj`, `self_attn.q_norm/rms_norm` and `attn.norm:self_attn.q_norm`) takes
+   that row, whatever the order; the rules below place the rest.
 1. Norm kernels (`rms_norm`, `fused_add_rms_norm`, `layer_norm`) take the norm rows (parts `*.norm`)
    one to one, in order (pre- and post-norm layouts alike: GPT-2's `ln_1`/`ln_2`, BERT's
-   `attention.output.LayerNorm`/`output.LayerNorm`, Jamba's dt/B/C norms, a gated norm).
+   `attention.output.LayerNorm`/`output.LayerNorm`, Jamba's dt/B/C norms, a gated norm). Once every
+   norm row is placed, a norm kernel left over is a norm without weights (OLMo, NanoChat: the
+   accountant's parameter count equals transformers' meta model's, so no weighted norm is missing).
 2. GEMM kernels, except a router's, take the linear rows (attention `qkv`/`q`/`kv`/`in`/`out`, the
    dense MLP, the shared expert), in order. A kernel may take a whole run of rows vLLM packs into one
-   GEMM — q/k/v (`QKVParallelLinear`, vllm/model_executor/layers/linear.py) or gate/up
-   (`MergedColumnParallelLinear`, same file) — or each row alone; the one packing whose kernel count
+   GEMM — q/k/v (`QKVParallelLinear`, vllm/model_executor/layers/linear.py), gate/up
+   (`MergedColumnParallelLinear`, same file), MLA's q_a/kv_a (`fused_qkv_a_proj`,
+   vllm/model_executor/models/deepseek_v2.py) — or each row alone; the one packing whose kernel count
    matches is used, and none or several matching is unsupported.
 3. The attention core rows (`attn.core`: the scores and values or the recurrence with its KV/state
    traffic, and the mixer's per-head vectors) go to the one `attention` / `linear_attention` kernel; a
-   convolution weight (`*.conv1d`, `*.conv`) to the one `conv1d` kernel where there is one.
+   convolution weight (`*.conv1d`, `*.conv`) to the one `conv1d` kernel where there is one. A layer
+   with a `conv1d` kernel and no attention kernel (LFM2's short convolution) puts the whole core there.
 4. MoE: the router rows to the GEMM right before the `moe_router` kernel (the kernel itself where no
    GEMM precedes it), the routed experts to the one `moe_experts` kernel.
 5. Idle cross-attention weights (`attn.cross`: an encoder–decoder's decoder run as a causal LM has no
@@ -59,8 +66,12 @@ _NORM_KINDS = frozenset({"rms_norm", "fused_add_rms_norm", "layer_norm"})
 _CORE_KINDS = frozenset({"attention", "linear_attention"})
 _NO_WORK_KINDS = frozenset({"rotary", "act_and_mul", "activation", "elementwise"})
 _LINEAR_PARTS = frozenset({"attn.qkv", "attn.q", "attn.kv", "attn.in", "attn.out", "ffn.mlp", "ffn.shared"})
-# Leaf module names vLLM packs into one GEMM when they are adjacent rows of one part.
-_PACKS = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"gate_proj", "up_proj"}))
+# Leaf module names vLLM packs into one GEMM when they are adjacent rows: q/k/v (QKVParallelLinear), gate/up
+# (MergedColumnParallelLinear), and MLA's two down-projections (vllm/model_executor/models/deepseek_v2.py
+# DeepseekV2MLAAttention: fused_qkv_a_proj, a MergedColumnParallelLinear of q_lora_rank and kv_lora_rank +
+# qk_rope_head_dim, where q_lora_rank is set).
+_MLA_A = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
+_PACKS = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"gate_proj", "up_proj"}), _MLA_A)
 
 
 def _leaf(row: Row) -> str:
@@ -68,18 +79,18 @@ def _leaf(row: Row) -> str:
 
 
 def _runs(rows: list[Row]) -> list[list[Row]]:
-    """The rows cut into runs: a maximal stretch of one part's rows whose leaves make up one packable set
-    (q/k/v, gate/up), else single rows."""
+    """The rows cut into runs: a stretch of rows whose leaves make up exactly one packable set (q/k/v and gate/up
+    within one part; MLA's q_a and kv_a across attn.q and attn.kv), else single rows."""
     out: list[list[Row]] = []
     i = 0
     while i < len(rows):
         for pack in _PACKS:
-            j = i
-            while j < len(rows) and rows[j].part == rows[i].part and _leaf(rows[j]) in pack:
-                j += 1
-            if j - i == len(pack) and {_leaf(r) for r in rows[i:j]} == pack:
-                out.append(rows[i:j])
-                i = j
+            n = len(pack)
+            run = rows[i:i + n]
+            one_part = len({r.part for r in run}) == 1 or pack == _MLA_A
+            if len(run) == n and {_leaf(r) for r in run} == pack and one_part:
+                out.append(run)
+                i += n
                 break
         else:
             out.append([rows[i]])
@@ -87,9 +98,42 @@ def _runs(rows: list[Row]) -> list[list[Row]]:
     return out
 
 
+def _module(row: Row) -> str:
+    return row.ref.split(":", 1)[1] if ":" in row.ref else ""
+
+
+def _named(rows: list[Row], sites: list[str]) -> dict[str, Row]:
+    """Kernels whose scope role is exactly one row's module (`self_attn.o_proj/o_proj` and
+    `attn.out:self_attn.o_proj`): these pairs stand by name, whatever the order."""
+    out: dict[str, Row] = {}
+    for at in sites:
+        match = [r for r in rows if _module(r) == at.split("/", 1)[0]]
+        if len(match) == 1 and match[0] not in out.values():
+            out[at] = match[0]
+    return out
+
+
+def _mla_a_first(rows: list[Row]) -> list[Row]:
+    """MLA's rows as the accountant lists them (q_a, q_b, kv_a, kv_b) with kv_a moved up to q_a, the order of
+    vLLM's kernels when it packs the two (fused_qkv_a_proj, then q_b_proj and kv_b_proj); unpacked, both a
+    projections are named kernels (`self_attn.q_a_proj/q_a_proj`) and never reach this order."""
+    leaves = [_leaf(r) for r in rows]
+    if "q_a_proj" in leaves and "kv_a_proj_with_mqa" in leaves:
+        kv_a = rows[leaves.index("kv_a_proj_with_mqa")]
+        rest = [r for r in rows if r is not kv_a]
+        i = [_leaf(r) for r in rest].index("q_a_proj")
+        return [*rest[: i + 1], kv_a, *rest[i + 1:]]
+    return rows
+
+
 def _align_linear(rows: list[Row], sites: list[str], region: str) -> dict[str, list[Row]]:
-    """Each GEMM location's rows: every packable run either packed into one GEMM or one GEMM per row; exactly
-    one choice must give as many GEMMs as there are."""
+    """Each GEMM location's rows: a kernel named as one module takes that row; over the rest, in order, every
+    packable run either packed into one GEMM or one GEMM per row, and exactly one choice must give as many GEMMs
+    as there are."""
+    named = _named(rows, sites)
+    out = {at: [r] for at, r in named.items()}
+    rows = _mla_a_first([r for r in rows if r not in named.values()])
+    sites = [at for at in sites if at not in named]
     runs = _runs(rows)
     packable = [i for i, r in enumerate(runs) if len(r) > 1]
     fits: list[list[list[Row]]] = []
@@ -105,7 +149,8 @@ def _align_linear(rows: list[Row], sites: list[str], region: str) -> dict[str, l
         why = "no packing" if not fits else f"{len(fits)} packings"
         raise UnsupportedDeployment(f"{region}: {len(sites)} GEMM kernels and the linear rows {names}: {why} of the "
                                     "rows (q/k/v, gate/up packed or not) gives that many GEMMs")
-    return {at: group for at, group in zip(sites, fits[0], strict=True)}
+    out.update({at: group for at, group in zip(sites, fits[0], strict=True)})
+    return out
 
 
 def _one(sites: list[str], what: str, region: str) -> str:
@@ -132,14 +177,22 @@ def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> li
     if odd:
         raise UnsupportedDeployment(f"{region}: kernels of kind(s) {', '.join(odd)} need a shipped location map")
 
-    # 1. norms, one to one in order
+    # 1. norms: by name, then one to one in order; with every norm row placed, a norm kernel left over is a
+    # weightless norm (OLMo's LayerNorm, NanoChat's RMSNorm: the accountant's parameters equal the meta model's)
     norm_rows = [r for r in rows if r.part.endswith(".norm")]
     norm_sites = of_kind(_NORM_KINDS)
-    if len(norm_rows) != len(norm_sites):
-        raise UnsupportedDeployment(f"{region}: {len(norm_sites)} norm kernels for {len(norm_rows)} norm rows "
-                                    f"({', '.join(r.ref for r in norm_rows) or 'none'})")
-    for at, r in zip(norm_sites, norm_rows, strict=True):
+    named = _named(norm_rows, norm_sites)
+    for at, r in named.items():
         assigned[at].append(r)
+    norm_rows = [r for r in norm_rows if r not in named.values()]
+    norm_sites = [at for at in norm_sites if at not in named]
+    if norm_rows and len(norm_rows) != len(norm_sites):
+        raise UnsupportedDeployment(f"{region}: {len(norm_sites)} norm kernels for {len(norm_rows)} norm rows "
+                                    f"({', '.join(r.ref for r in norm_rows)}) not named by their kernels")
+    for at, r in zip(norm_sites, norm_rows, strict=False):
+        assigned[at].append(r)
+    for at in norm_sites[len(norm_rows):]:
+        notes[at] = "a norm without weights"
 
     # 4. MoE router and experts
     router_rows = [r for r in rows if r.part == "ffn.router"]
@@ -167,11 +220,12 @@ def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> li
     cross_rows = [r for r in rows if r.part == "attn.cross"]
     core_sites, conv_sites = of_kind(_CORE_KINDS), of_kind({"conv1d"})
     if core_rows or cross_rows:
-        core = _one(core_sites, "attention", region)
+        # a short convolution with no attention kernel (LFM2's ShortConv) is the core itself
+        core = _one(core_sites, "attention", region) if core_sites else _one(conv_sites, "attention or conv1d", region)
         conv = [r for r in core_rows if _leaf(r) in ("conv1d", "conv")]
-        if conv_sites:
+        if conv_sites and core_sites:
             assigned[_one(conv_sites, "conv1d", region)] += conv
-        assigned[core] += [r for r in core_rows if not (conv_sites and r in conv)] + cross_rows
+        assigned[core] += [r for r in core_rows if not (conv_sites and core_sites and r in conv)] + cross_rows
         if cross_rows:
             notes[core] = ("with the idle cross-attention weights: counted as parameters, never read without an "
                            "encoder output")
