@@ -44,3 +44,29 @@ def test_short_conv_gates_are_the_two_mul_kernels_vllm_launches():
     # B and x (and C and the conv output): 64 features a token each
     assert all(g.kernel.name == "mul" and g.kernel.geometry_as(ElementwiseGeometry).width == 64 for g in gates)
     assert not [n.name for n in kernels if n.kernel.approximate]
+
+
+# Qwen3-Next: layer 0 a gated delta net whose in_proj_qkvz interleaves q, k, v, z per key-head group (2 key heads of
+# 16, 4 value heads of 16), layer 1 full attention; 4 experts (transformers models/qwen3_next
+# Qwen3NextGatedDeltaNet.fix_query_key_value_ordering, then torch.cat((query, key, value), dim=-1)).
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 64,
+    "num_hidden_layers": 2, "layer_types": ["linear_attention", "full_attention"], "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "num_experts": 4,
+    "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "decoder_sparse_step": 1, "vocab_size": 256, "max_position_embeddings": 256, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
+def test_gdn_qkv_reordering_is_vllms_one_split_cat_kernel():
+    # vLLM QwenGatedDeltaNetAttention.prepare_gdn_attention_core_inputs: one compiled Triton kernel (was a cat
+    # placeholder: 3.6 % of Qwen3-Next's tiny decode step)
+    kernels = _layer_kernels(_fused("tiny-qwen3-next", QWEN3_NEXT), 0)
+    cats = [n for n in kernels if n.kernel.rule == "gdn_qkvzba_split_cat"]
+    assert len(cats) == 1
+    # q 2 x 16 + k 2 x 16 + v 4 x 16 = 128 features a token, written before the conv over the same 128 channels
+    assert cats[0].kernel.geometry_as(ElementwiseGeometry).width == 128
+    assert kernels[kernels.index(cats[0]) + 1].kernel.kind is KernelKind.CONV1D
+    assert not [n.name for n in kernels if n.kernel.approximate]

@@ -36,6 +36,7 @@ from graphsim.passes.fuse.vllm_compressed import RULES as COMPRESSED_RULES
 from graphsim.passes.fuse.vllm_compressed import compressed_attention_kernel
 from graphsim.passes.fuse.vllm_dead import DEAD_INDEX_OPS
 from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
+from graphsim.passes.fuse.vllm_gdn_prep import RULES as GDN_PREP_RULES
 from graphsim.passes.fuse.vllm_kda import RULES as KDA_RULES
 from graphsim.passes.fuse.vllm_kda import in_kda_module
 from graphsim.passes.fuse.vllm_legacy import EARLY_RULES as LEGACY_EARLY_RULES
@@ -675,7 +676,7 @@ RULES: list[Rule] = [
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ZERO_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, *KDA_RULES, *LIGHTNING_RULES,
     *MAMBA1_RULES,
     LINEAR_ATTENTION,
-    CONV1D, *SHORT_CONV_RULES,
+    CONV1D, *SHORT_CONV_RULES, *GDN_PREP_RULES,
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
