@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphsim.costing import compressed
+from graphsim.costing import compressed, dsa
 from graphsim.costing.kernel_map import KernelRows
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey,
@@ -40,8 +40,10 @@ def _split(key: KernelKey, c: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarra
         return touched * 3 * key.hidden_size * key.inter_size / key.tp * key.dtype.weight_bytes, zero
     if isinstance(key, ElementwiseKey) and key.op == "embedding":
         return nbytes / 2, zero  # the table rows read; the other half is the output written
-    if isinstance(key, ElementwiseKey):  # DeepSeek-V4's attention keys and compressor state (costing/compressed.py)
+    if isinstance(key, ElementwiseKey):  # sparse attention keys, indexer key caches, DeepSeek-V4 compressor state
         state = compressed.state_bytes(key.op, c[:, 0])
+        if state is None:
+            state = dsa.state_bytes(key.op, c[:, 0], key.dtype.activation_bytes)
         if state is not None:
             return zero, state
     return zero, zero

@@ -107,6 +107,22 @@ def work(op: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return rows * flops, rows * nbytes
 
 
+def state_bytes(op: str, rows: np.ndarray, act_bytes: float) -> np.ndarray | None:
+    """The part of `work` / `attention_work`'s bytes that is KV cache (the rest moves activations); None when `op`
+    is not one of this module's: the indexer's key read from its fp8 cache per decode pair and its key cached per
+    token (D + 4 bytes each), the sparse MLA prefill's key rows read (latent + rope)."""
+    parsed = parse(op)
+    if parsed is not None:
+        kernel, s = parsed
+        return rows * (s.head_dim + 4.0) if kernel in (DECODE, TOKENS) else np.zeros_like(rows)
+    m = _ATTN_TAG.match(op)
+    if m is None or m.group("kernel") not in ATTN_KINDS:
+        return None
+    if m.group("kernel") != ATTN_KEYS:
+        return np.zeros_like(rows)
+    return rows * (int(m.group("l")) + int(m.group("r"))) * act_bytes
+
+
 def causal_pairs(new: np.ndarray, cached: np.ndarray) -> np.ndarray:
     """(query, key) pairs of `new` queries after `cached` keys, each query seeing itself and every earlier key."""
     return new * cached + new * (new + 1) / 2

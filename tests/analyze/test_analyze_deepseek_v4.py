@@ -1,6 +1,6 @@
 """DeepSeek-V4 under `graphsim analyze`: the compressed-attention core split into the rows vLLM's four kernels hold
 (attention, the two compressors, the indexer), by hand; kernels named with their shape located by the kernel; the
-cache/state share of the compressed kernels' bytes; the compressor projections in the model dtype and wo_a's
+cache/state share of the compressed kernels' and the indexers' bytes; the compressor projections in the model dtype and wo_a's
 grouped einsum in the checkpoint's fp8; the two layouts' maps (sliding-first: V4-Flash, HCA-first: V4-Pro) on tiny
 configs at tp 1, 2 and ep 2 and (slow) on the real configs at TP1, TP8 and TP8/EP8."""
 
@@ -112,6 +112,29 @@ def test_compressed_kernels_cache_and_state_bytes_by_hand():
     assert _state(op, rows) == 165_300
     assert _bytes(op, rows) == 247_220
     assert compressed.state_bytes("rms_norm", rows) is None
+
+
+def test_indexer_and_sparse_mla_cache_bytes_by_hand():
+    # the lightning indexer (DSA and V4's compressed one share costing/dsa.py's ops), 64 heads of 128, top-512:
+    # a decode pair reads its key from the fp8 cache, 128 + 4 B (of 136 with the 8-B logit); a token caches its
+    # key, 132 B; prefill pairs move only logits
+    from graphsim.costing import dsa
+
+    rows = np.array([10.0])
+    shape = dsa.IndexerShape(64, 128, 512)
+
+    def state(op: str, act: float = 2.0) -> float:
+        got = dsa.state_bytes(op, rows, act)
+        assert got is not None
+        return float(got[0])
+
+    assert state(dsa.op_name(dsa.DECODE, shape)) == 1320
+    assert state(dsa.op_name(dsa.TOKENS, shape)) == 1320
+    assert state(dsa.op_name(dsa.PREFILL, shape)) == 0
+    # sparse MLA prefill: a key row read is the latent + rope, (512 + 64) × 1 B in an fp8 cache
+    assert state(dsa.attention_op_name(dsa.ATTN_KEYS, 128, 512, 64, 2048), 1.0) == 5760
+    assert state(dsa.attention_op_name(dsa.ATTN_PAIRS, 128, 512, 64, 2048)) == 0
+    assert dsa.state_bytes("rms_norm", rows, 2.0) is None
 
 
 @pytest.fixture(autouse=True)
