@@ -139,6 +139,25 @@ def test_weightless_norms_mla_packing_and_a_convolution_core():
     assert got["full.dense/conv/causal_conv1d"] == ("attn.core:conv.conv", "attn.core:compute")
 
 
+def test_parallel_attention_and_mamba_each_hold_their_own_core():
+    # Falcon-H1: the accountant's core split into the attention's (compute) and the Mamba2 recurrence's (ssm)
+    rows = ["attn.norm:input_layernorm", "attn.qkv:self_attn.q_proj", "attn.qkv:self_attn.k_proj",
+            "attn.qkv:self_attn.v_proj", "attn.out:self_attn.o_proj", "attn.in:mamba.in_proj",
+            "attn.core:mamba.conv1d", "attn.core:mamba.dt_bias", "attn.core:mamba.A_log", "attn.core:mamba.D",
+            "attn.out:mamba.out_proj", "ffn.norm:post_attention_layernorm", "ffn.mlp:mlp.up_proj",
+            "ffn.mlp:mlp.down_proj", "attn.core:compute", "attn.core:ssm"]
+    got = _derive([("input_layernorm/rms_norm", "rms_norm"), ("mamba.in_proj/in_proj", "gemm"),
+                   ("mamba/causal_conv1d", "conv1d"), ("mamba/scan", "linear_attention"),
+                   ("mamba.out_proj/out_proj", "gemm"), ("self_attn/qkv_proj", "gemm"),
+                   ("self_attn/attn", "attention"), ("self_attn.o_proj/o_proj", "gemm"), ("n2/rms_norm", "rms_norm"),
+                   ("m/up", "gemm"), ("m/down", "gemm")], rows)
+    assert got["full.dense/self_attn/attn"] == ("attn.core:compute",)
+    assert got["full.dense/mamba/scan"] == ("attn.core:mamba.dt_bias", "attn.core:mamba.A_log", "attn.core:mamba.D",
+                                            "attn.core:ssm")
+    assert got["full.dense/mamba/causal_conv1d"] == ("attn.core:mamba.conv1d",)
+    assert got["full.dense/mamba.in_proj/in_proj"] == ("attn.in:mamba.in_proj",)
+
+
 def test_gemm_packings_that_fit_twice_are_refused():
     # q/k/v unpacked + gate/up packed gives as many GEMMs as q/k/v packed + gate/up and the shared expert's
     # gate/up unpacked ... here: two gate/up runs of the same size, one packed and one not, is ambiguous

@@ -31,7 +31,9 @@ with the reason):
 3. The attention core rows (`attn.core`: the scores and values or the recurrence with its KV/state
    traffic, and the mixer's per-head vectors) go to the one `attention` / `linear_attention` kernel; a
    convolution weight (`*.conv1d`, `*.conv`) to the one `conv1d` kernel where there is one. A layer
-   with a `conv1d` kernel and no attention kernel (LFM2's short convolution) puts the whole core there.
+   with a `conv1d` kernel and no attention kernel (LFM2's short convolution) puts the whole core there;
+   a layer running attention and Mamba2 side by side (Falcon-H1: `attn.core:compute` and
+   `attn.core:ssm`) gives each its kernel and the mixer's vectors to the kernel whose scope holds them.
 4. MoE: the router rows to the GEMM right before the `moe_router` kernel (the kernel itself where no
    GEMM precedes it), the routed experts to the one `moe_experts` kernel.
 5. Idle cross-attention weights (`attn.cross`: an encoder–decoder's decoder run as a causal LM has no
@@ -55,7 +57,7 @@ from itertools import product
 
 from graphsim.work.analyzer.locations import Site, split_location
 from graphsim.work.analyzer.maps import LocationMap, MapChoice, MapEntry, check_map
-from graphsim.work.analyzer.rows import OUTSIDE, Row, RowSet, UnsupportedDeployment
+from graphsim.work.analyzer.rows import OUTSIDE, PARALLEL_SSM_MODULE, Row, RowSet, UnsupportedDeployment
 
 DERIVED_ID = "derived"
 DERIVED_VERSION = 1
@@ -219,6 +221,17 @@ def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> li
     core_rows = [r for r in rows if r.part == "attn.core"]
     cross_rows = [r for r in rows if r.part == "attn.cross"]
     core_sites, conv_sites = of_kind(_CORE_KINDS), of_kind({"conv1d"})
+    ssm = [r for r in core_rows if r.ref == f"attn.core:{PARALLEL_SSM_MODULE}"]
+    if ssm:  # attention and Mamba2 side by side (Falcon-H1): each kernel its own core, the mixer's vectors by scope
+        attn_at = _one(of_kind({"attention"}), "attention", region)
+        ssm_at = _one(of_kind({"linear_attention"}), "linear_attention", region)
+        conv_at = _one(conv_sites, "conv1d", region)
+        ssm_role = ssm_at.split("/", 1)[0]
+        for r in core_rows:
+            at = (ssm_at if r in ssm else conv_at if _leaf(r) in ("conv1d", "conv")
+                  else ssm_at if _module(r).startswith(ssm_role + ".") else attn_at)
+            assigned[at].append(r)
+        core_rows = []
     if core_rows or cross_rows:
         # a short convolution with no attention kernel (LFM2's ShortConv) is the core itself
         core = _one(core_sites, "attention", region) if core_sites else _one(conv_sites, "attention or conv1d", region)
@@ -229,7 +242,7 @@ def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> li
         if cross_rows:
             notes[core] = ("with the idle cross-attention weights: counted as parameters, never read without an "
                            "encoder output")
-    elif core_sites or conv_sites:
+    elif (core_sites or conv_sites) and not ssm:
         raise UnsupportedDeployment(f"{region}: an attention or convolution kernel but no core rows")
     return [MapEntry(region, at, tuple(r.ref for r in assigned[at]), notes.get(at, "")) for at in ats]
 

@@ -24,8 +24,8 @@ from graphsim.work.dtypes import Precision
 from graphsim.work.linear_work import block_indexer_core
 from graphsim.work.report import SegmentWork, WorkReport
 from graphsim.work.specs import (
-    AttentionKind, AttentionSpec, CompressedAttention, GqaAttention, LayerGroup, LayerSpec, MlaAttention, Weight,
-    WeightKind,
+    AttentionKind, AttentionSpec, CompressedAttention, GqaAttention, LayerGroup, LayerSpec, MlaAttention,
+    ParallelMixers, Weight, WeightKind,
 )
 from graphsim.work.weights import BLOCK_NORMS, PlacedWeight, layer_block_weights
 from graphsim.workload import SeqGroup, Step
@@ -34,6 +34,7 @@ OUTSIDE = "outside"  # the region of everything before and after the layer stack
 OUTSIDE_SEGMENTS = ("embed", "final_norm", "head")
 CORE_MODULE = "compute"  # module name of the weightless attention-core row
 INDEXER_MODULE = "indexer"  # a DSA / block indexer's scoring and key-cache traffic (`_split_indexer`)
+PARALLEL_SSM_MODULE = "ssm"  # the Mamba2 recurrence of a layer that runs it beside attention (`_split_indexer`)
 # DeepSeek-V4: each compressor's pooling, entry writes and fp32 state (`_split_indexer`)
 COMPRESSOR_MODULE, INDEX_COMPRESSOR_MODULE = "compressor", "index_compressor"
 WORK_NUMBERS = tuple(f.name for f in fields(SegmentWork) if f.name != "name")
@@ -104,7 +105,12 @@ def _split_indexer(attn: AttentionSpec, seqs: SeqGroup, precision: Precision, co
     - DeepSeek-V4's compressed attention: the attention (FlashMLA sparse over window + entries), each
       compressor (vLLM's deepseek_compressor kernels: the attention's, and on CSA layers the indexer's) and the
       indexer's scoring (sparse_attn_indexer) are four kernels; `compressed_core_parts` is the accountant's own
-      split of `_compressed_core` (which sums it)."""
+      split of `_compressed_core` (which sums it).
+    - Falcon-H1's parallel mixers: the attention and the Mamba2 recurrence (flash attention and vLLM's
+      mamba_mixer2 kernels), each the accountant's own core of that mixer (`attention_core` sums the two)."""
+    if isinstance(attn, ParallelMixers):  # Falcon-H1: attention and Mamba2 side by side, each its own vLLM kernel
+        return [(CORE_MODULE, attention_core(attn.attn, seqs, precision)),
+                (PARALLEL_SSM_MODULE, attention_core(attn.mamba, seqs, precision))]
     if isinstance(attn, CompressedAttention):
         parts = compressed_core_parts(attn, seqs.new_tokens, seqs.cached_tokens, seqs.count)
         names = {"compute": CORE_MODULE, "compressor": COMPRESSOR_MODULE,
