@@ -70,3 +70,23 @@ def test_gdn_qkv_reordering_is_vllms_one_split_cat_kernel():
     assert cats[0].kernel.geometry_as(ElementwiseGeometry).width == 128
     assert kernels[kernels.index(cats[0]) + 1].kernel.kind is KernelKind.CONV1D
     assert not [n.name for n in kernels if n.kernel.approximate]
+
+
+# Mamba2: 8 heads x 16 = 2 x hidden 64, one group, state 16; residual_in_fp32 (transformers models/mamba2 Mamba2Block:
+# residual = residual.to(torch.float32); Mamba2ForCausalLM casts the final hidden state to lm_head's dtype).
+MAMBA2 = {
+    "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 64, "num_heads": 8, "head_dim": 16,
+    "expand": 2, "n_groups": 1, "state_size": 16, "num_hidden_layers": 2, "vocab_size": 256, "conv_kernel": 4,
+    "chunk_size": 8, "residual_in_fp32": True, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
+def test_mamba2_residual_in_fp32_casts_are_no_kernel():
+    # vLLM Mamba2DecoderLayer.forward: hidden_states, residual = self.norm(hidden_states, residual) in the model
+    # dtype (was a cast placeholder per layer: 3.2 % of Mamba2's tiny decode step)
+    graph = _fused("tiny-mamba2", MAMBA2)
+    kernels = [n for n in graph.nodes if isinstance(n.attrs, KernelAttrs)]
+    assert not [n.name for n in kernels if n.kernel.approximate]
+    assert not [n.name for n in kernels if n.layer is not None and n.kernel.name == "cast"]
+    assert any(n.kernel.kind is KernelKind.LINEAR_ATTENTION for n in kernels)  # the mixer is there
