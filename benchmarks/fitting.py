@@ -26,6 +26,8 @@ if str(HERE.parent) not in sys.path:
 
 import validate_serving as vs  # noqa: E402  (this folder's harness)
 
+from graphsim.errors import GraphsimError  # noqa: E402
+
 Errors = dict[str, dict[str, float]]  # run id → metric → error %
 
 
@@ -52,7 +54,10 @@ def errors(chosen: Iterable[dict[str, Any]], tests: dict[str, dict[str, Any]], r
            pred: vs.Predictor) -> Errors:
     out = {}
     for r in chosen:
-        p = vs.predict(r, tests[r["test_key"]], runs, pred, None)
+        try:
+            p = vs.predict(r, tests[r["test_key"]], runs, pred, None)
+        except GraphsimError:  # a run graphsim cannot model (validate_serving.py leaves it out with the reason)
+            continue
         out[r["id"]] = {k: vs.error_pct(p["predicted"][k], r["measured"][k]) for k, _ in vs.METRICS}
     return out
 

@@ -12,9 +12,10 @@ outputs. graphsim models it as
 
 and a front end per request before the engine sees it (frontend.py: tokenise, HTTP, input processing), which
 the client's TTFT includes and which queues a burst of requests.
-Detokenising and streaming are off the engine's critical path in V1 (a separate API-server process,
-vllm/v1/engine/output_processor.py) and in V0 ≥ 0.6 (the async output processor, vllm-project/vllm PR 7049),
-so no per-token front-end term is charged.
+Detokenising and streaming are off the ENGINE's critical path in V1 (a separate API-server process,
+vllm/v1/engine/output_processor.py) and in V0 ≥ 0.6 (the async output processor, vllm-project/vllm PR 7049), so
+no iteration is charged for them; they are the API server's work, on the same event loop as the front end
+(api_server.py: `api_per_chunk_us` per stream chunk), so they delay what the client sees and the next requests.
 
 The constants, per family (each names where it comes from; nothing is fitted to a graphsim run or to one real run):
 
@@ -88,6 +89,14 @@ V1_ENGINE_PER_SEQ_US = 60.0
 FRONTEND_US = 13_000.0  # serial, per request
 FRONTEND_PER_TOKEN_US = 1e6 / 500_000  # serial, per prompt token: a fast tokenizer encodes ~500k tokens/s (above)
 FRONTEND_LATENCY_US = 10_000.0  # not serial, per request
+# The API server's CPU time per stream chunk (one per request that got tokens in an iteration), serial with the
+# front end above on the server's one event loop (api_server.py): MEASURED, not fitted, by
+# benchmarks/host_streaming.py running vLLM 0.10.1's own output path on this project's 2-core AMD EPYC VM (CPU
+# time, not wall time): `OutputProcessor.process_outputs` (detokenise, collect) + the completion stream chunk built
+# and serialised as `completion_stream_generator` does + FastAPI/uvicorn (uvloop, httptools) sending it to a client
+# over TCP. Per chunk at 16 / 64 / 256 concurrent streams (each the median of 3 runs): 37.41 / 32.38 / 36.89 µs
+# (process_outputs 4.7 / 4.8 / 7.8, chunk 7.7 / 8.0 / 8.4, HTTP 25.0 / 19.5 / 20.7); the median of the three, 36.89.
+API_SERVER_PER_CHUNK_US = 36.89
 
 
 @dataclass(frozen=True)
@@ -103,6 +112,7 @@ class HostModel:
     sample_bytes_per_logit: int = SAMPLE_BYTES_PER_LOGIT
     frontend_per_token_us: float = 0.0  # per prompt token, serial with frontend_us (tokenising; frontend.py)
     frontend_latency_us: float = 0.0  # per request, not serial (HTTP, input processing, the hop to the engine)
+    api_per_chunk_us: float = 0.0  # per stream chunk, serial with the front end (api_server.py)
 
     def host_us(self, tokens, seqs):
         """CPU time of an iteration of `tokens` tokens over `seqs` sequences (scalars or numpy arrays)."""
@@ -129,6 +139,7 @@ class HostModel:
         return {"family": self.family, "step_us": self.step_us, "per_seq_us": self.per_seq_us,
                 "per_token_us": self.per_token_us, "frontend_us": self.frontend_us,
                 "frontend_per_token_us": self.frontend_per_token_us, "frontend_latency_us": self.frontend_latency_us,
+                "api_per_chunk_us": self.api_per_chunk_us,
                 "overlap": self.overlap,
                 "sample_bytes_per_logit": self.sample_bytes_per_logit, "source": "derived"}
 
@@ -143,7 +154,7 @@ def host_model(family: str) -> HostModel:
         step, overlap = V1_SCHEDULER_STEP_US + V1_RUNNER_STEP_US, family == "v1-async"
         per_seq = V1_SCHEDULER_PER_SEQ_US + V1_ENGINE_PER_SEQ_US
     return HostModel(family, step, per_seq, 0.0, FRONTEND_US, overlap, frontend_per_token_us=FRONTEND_PER_TOKEN_US,
-                     frontend_latency_us=FRONTEND_LATENCY_US)
+                     frontend_latency_us=FRONTEND_LATENCY_US, api_per_chunk_us=API_SERVER_PER_CHUNK_US)
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,16 @@ class RequestTable(Sequence[RequestRecord]):
             new[:len(col)] = col
             self._cols[k] = new
 
+    def deliver(self, delivered: Callable[[int, np.ndarray], np.ndarray]) -> None:
+        """First tokens and finishes as the clients saw them: `delivered(replica, engine times)` (api_server.py)."""
+        n = self._n
+        replica = self._cols["replica"][:n]
+        for j in np.unique(replica).tolist():
+            mask = replica == j
+            for k in ("first_token_t", "finish_t"):
+                col = self._cols[k]
+                col[:n][mask] = delivered(int(j), col[:n][mask])
+
     def column(self, name: str) -> np.ndarray:
         """One column, per request id (a view: do not write to it)."""
         if name == "id":

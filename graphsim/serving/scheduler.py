@@ -143,6 +143,7 @@ class Engine:
         self.source_counts: dict[int, int] = {}
         self.meter: SourceMeter | None = None  # per-source shares of the committed iteration times (simulator sets it)
         self.host: EngineHost | None = None  # host time added to each iteration's GPU time (None: kernels only)
+        self.chunks = 0  # requests that got tokens in the last single iteration applied (finish)
         self.admission = config.profile.admission  # "vllm" | "sglang" | "no-evict"
         self.decode_steps = 0  # SGLang: decode steps since the new-token ratio was reset
         self.spec: SpecState | None = None  # speculative decoding (speculative.py; the simulator sets it)
@@ -580,6 +581,7 @@ class Engine:
                 for i in np.flatnonzero(produced)[fresh]:
                     running.requests[i].first_token_t = end
             last_token_t[produced] = end
+            self.chunks = int(np.count_nonzero(produced))  # stream chunks this iteration (api_server.py)
             if self.registering:
                 self._register()
             done = produced & (num_output_tokens >= max_tokens)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from graphsim.errors import GraphsimError
+from graphsim.serving.api_server import ApiServers
 from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.frontend import FrontEnd, FrontEndQueue
@@ -34,7 +36,7 @@ from graphsim.serving.pricing import SOURCES, IterationCost, new_meter
 from graphsim.serving.records import IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples
 from graphsim.serving.requests import ClosedLoop, RequestSpec, warm_prefixes
 from graphsim.serving.router import Router
-from graphsim.serving.scheduler import DecodeEngine, Engine
+from graphsim.serving.scheduler import DecodeEngine, Engine, SegmentPlan
 from graphsim.serving.speculative import SpecSimulation
 
 if TYPE_CHECKING:
@@ -148,25 +150,32 @@ class Arrivals:
     """Open loop (a sorted list, read in order: no per-request heap entry) or closed loop (a heap fed by
     completions)."""
 
-    def __init__(self, workload: list[RequestSpec] | ClosedLoop, frontend: FrontEnd | None = None) -> None:
+    def __init__(self, workload: list[RequestSpec] | ClosedLoop, frontend: FrontEnd | None = None,
+                 api: ApiServers | None = None) -> None:
         self.closed = isinstance(workload, ClosedLoop)
+        self.api = api  # the API servers (api_server.py): front end and streaming on one loop; replaces `frontend`
+        self._sent: deque[RequestSpec] = deque()  # with `api`: requests sent, not yet at the engine (FIFO)
         self._heap: list[tuple[float, int, RequestSpec]] = []
         self._seq = 0
         self._specs: list[RequestSpec] = []  # open loop, by arrival (ties in the given order, as the heap had them)
         self._reach: list[float] = []  # open loop with a front end: when each of _specs reaches the engine
         self._next = 0
-        self.frontend = FrontEndQueue(frontend) if frontend is not None else None
+        self.frontend = FrontEndQueue(frontend) if frontend is not None and api is None else None
         if isinstance(workload, ClosedLoop):
             self.loop = workload
             self.total = workload.num_requests
-            self._sent = 0
+            self._emitted = 0
             for i in range(min(workload.concurrency, workload.num_requests)):
                 self._emit(workload.start_s(i))
         else:
             self.loop = None
             self._specs = sorted(workload, key=lambda s: s.arrival_s)
             self.total = len(self._specs)
-            if self.frontend is not None:  # served in the order sent; several servers may reorder them
+            if api is not None:
+                for spec in self._specs:
+                    api.send(spec.arrival_s, spec.input_tokens)
+                self._sent.extend(self._specs)
+            elif self.frontend is not None:  # served in the order sent; several servers may reorder them
                 fe = self.frontend
                 reach = [fe.reach_s(s.arrival_s, s.input_tokens) for s in self._specs]
                 order = sorted(range(self.total), key=reach.__getitem__)
@@ -174,17 +183,23 @@ class Arrivals:
                 self._reach = [reach[i] for i in order]
 
     def _push(self, spec: RequestSpec) -> None:
+        if self.api is not None:
+            self.api.send(spec.arrival_s, spec.input_tokens)
+            self._sent.append(spec)
+            return
         t = spec.arrival_s if self.frontend is None else self.frontend.reach_s(spec.arrival_s, spec.input_tokens)
         heapq.heappush(self._heap, (t, self._seq, spec))
         self._seq += 1
 
     def _emit(self, t: float) -> None:
         assert self.loop is not None
-        if self._sent < self.total:  # sent when a client is free and the request is due
-            self._push(self.loop.spec(self._sent, max(t, self.loop.due_s(self._sent))))
-            self._sent += 1
+        if self._emitted < self.total:  # sent when a client is free and the request is due
+            self._push(self.loop.spec(self._emitted, max(t, self.loop.due_s(self._emitted))))
+            self._emitted += 1
 
     def next_time(self) -> float:
+        if self.api is not None:
+            return self.api.peek()
         if self.loop is None:
             if self._next >= self.total:
                 return math.inf
@@ -192,6 +207,9 @@ class Arrivals:
         return self._heap[0][0] if self._heap else math.inf
 
     def pop(self) -> RequestSpec:
+        if self.api is not None:
+            self.api.take()
+            return self._sent.popleft()
         if self.loop is None:
             self._next += 1
             return self._specs[self._next - 1]
@@ -230,6 +248,17 @@ class KvTransfers:
         return cls(*(np.full(n, np.nan) for _ in range(4)))
 
 
+def _api_servers(setup: SimulationSetup | DisaggSetup, frontend: FrontEnd | None) -> ApiServers | None:
+    """The API servers (api_server.py) when the host model streams at a cost: aggregated deployments of
+    single-stage engines (a disaggregated or pipelined deployment keeps the front-end queue alone)."""
+    if not isinstance(setup, SimulationSetup) or setup.host is None or isinstance(setup.cost, PipelineCost):
+        return None
+    per_chunk = setup.host.model.api_per_chunk_us
+    if per_chunk <= 0:
+        return None
+    return ApiServers(frontend or FrontEnd(0.0, 0.0, 0.0), per_chunk, setup.replicas)
+
+
 def _frontend(setup: SimulationSetup | DisaggSetup) -> FrontEnd | None:
     """The front end requests pass before the entry pool (one server per entry replica); None without host time."""
     entry = setup if isinstance(setup, SimulationSetup) else getattr(setup, "prefill", setup)
@@ -246,7 +275,11 @@ class EventLoop:
 
     def __init__(self, setup: SimulationSetup | DisaggSetup, workload: list[RequestSpec] | ClosedLoop,
                  progress: Callable[[int, int], None] | None, log: IterationLog | None = None) -> None:
-        self.arrivals = Arrivals(workload, _frontend(setup))
+        frontend = _frontend(setup)
+        self.api = _api_servers(setup, frontend)
+        self.arrivals = Arrivals(workload, frontend, self.api)
+        # engine → (its segment plan, iterations reported to the API servers, the iterations' ends)
+        self.segment_emitted: dict[int, tuple[object, int, np.ndarray | None]] = {}
         self.progress = progress
         self.log, self.itl = log if log is not None else IterationLog(), Samples()
         self.table = RequestTable(self.arrivals.total)  # outcomes as the clients see them, by id (arrival order)
@@ -412,13 +445,60 @@ class EventLoop:
             raise SimulationError(f"{self.roles[i]} {i} cannot admit its next request with an empty batch "
                                   "(KV cache too small); raise --gpu-memory-utilization or lower --max-model-len")
 
+    # --- the API servers (api_server.py) -------------------------------------------------------------------
+    def _emit_segment(self, e: Engine, upto_s: float) -> bool:
+        """Report the stream chunks of e's decode segment in progress whose iterations end by `upto_s`; whether
+        any was new."""
+        plan = e.plan
+        if not isinstance(plan, SegmentPlan) or self.api is None:
+            return False
+        seen, done, ends = self.segment_emitted.get(e.index, (None, 0, None))
+        if seen is not plan or ends is None:
+            done, ends = 0, plan.start_t + np.cumsum(plan.durations_s)
+        upto = int(np.searchsorted(ends, upto_s, side="right"))
+        n = e.running.size
+        for k in range(done, upto):
+            self.api.emit(e.index, float(ends[k]), n)
+        self.segment_emitted[e.index] = (plan, max(done, upto), ends)
+        return upto > done
+
+    def _next_arrival(self, now_s: float) -> float:
+        """When the next request reaches an engine: with API servers, once every stream chunk ready before it is
+        reported (a decode segment's iterations that end before it) and the turns up to now are committed."""
+        api = self.api
+        if api is None:
+            return self.arrivals.next_time()
+        busy = [e for e in self.engines if e.busy_until is not None]
+        for e in busy:
+            self._emit_segment(e, now_s)
+        api.advance(now_s)
+        t = api.peek()
+        while t != math.inf and any([self._emit_segment(e, t) for e in busy]):
+            t = api.peek()
+        return t
+
+    def _finished(self, e: Engine) -> None:
+        """Apply e's iteration (or segment) and report its stream chunks to the API servers."""
+        plan = e.plan
+        if self.api is None or plan is None:
+            e.finish()
+            return
+        if isinstance(plan, SegmentPlan):
+            self._emit_segment(e, math.inf)
+            self.segment_emitted.pop(e.index, None)
+            e.finish()
+        else:
+            e.finish()
+            self.api.emit(e.index, plan.end_t, e.chunks)
+
     def run(self) -> None:
-        arrivals, ready = self.arrivals, self.ready
+        ready = self.ready
         engines = self.engines
         single = engines[0] if len(engines) == 1 else None
         transfers = self.transfers
+        now = 0.0
         while True:
-            t_arrival = arrivals.next_time()
+            t_arrival = self._next_arrival(now)
             if single is not None:
                 ending = single if single.busy_until is not None else None
             else:
@@ -430,15 +510,29 @@ class EventLoop:
             if min(t_arrival, t_end, t_transfer, t_ready) == math.inf:
                 break
             if ending is not None and t_end <= t_arrival and t_end <= t_transfer and t_end <= t_ready:
-                ending.finish()  # an iteration ends first: it frees blocks before arrivals are routed
+                now = t_end
+                self._finished(ending)  # an iteration ends first: it frees blocks before arrivals are routed
                 if ending.has_work():
                     ready[ending.index] = t_end
             elif t_transfer <= t_arrival and t_transfer <= t_ready:
+                now = t_transfer
                 self._transferred(t_transfer)
             elif t_arrival <= t_ready:
+                now = t_arrival
                 self._arrive(t_arrival)
             else:
+                now = t_ready
                 self._start(min(ready, key=lambda j: (ready[j], j)))
+        if self.api is not None:
+            self._deliver()
+
+    def _deliver(self) -> None:
+        """The run is over: the API servers stream what is left, and each request's first token and finish
+        become the times its client saw them (`first_token_t`, `finish_t`; the engine's own ITL samples stay)."""
+        api = self.api
+        assert api is not None
+        api.drain()
+        self.table.deliver(api.delivered_array)
 
     def source_us(self) -> tuple[dict[int, float], str | None]:
         """Predicted µs per source code over all engines, and the basis of the split (the coarser one when the
