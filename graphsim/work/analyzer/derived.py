@@ -67,7 +67,7 @@ DERIVED_TITLE = ("derived from the kernels' order and kinds and the accountant's
 _NORM_KINDS = frozenset({"rms_norm", "fused_add_rms_norm", "layer_norm"})
 _CORE_KINDS = frozenset({"attention", "linear_attention"})
 _NO_WORK_KINDS = frozenset({"rotary", "act_and_mul", "activation", "elementwise"})
-_LINEAR_PARTS = frozenset({"attn.qkv", "attn.q", "attn.kv", "attn.in", "attn.out", "ffn.mlp", "ffn.shared"})
+_LINEAR_PARTS = frozenset({"attn.qkv", "attn.q", "attn.kv", "attn.in", "attn.gate", "attn.out", "ffn.mlp", "ffn.shared"})
 # Leaf module names vLLM packs into one GEMM when they are adjacent rows: q/k/v (QKVParallelLinear), gate/up
 # (MergedColumnParallelLinear), and MLA's two down-projections (vllm/model_executor/models/deepseek_v2.py
 # DeepseekV2MLAAttention: fused_qkv_a_proj, a MergedColumnParallelLinear of q_lora_rank and kv_lora_rank +
