@@ -152,3 +152,25 @@ def test_mixture_of_attention_experts_is_one_named_refusal():
            "num_local_experts": 4, "num_experts_per_tok": 2, "max_position_embeddings": 128}
     with pytest.raises(UnsupportedArchitectureError, match=r"mixture of attention experts \(JetMoeMoA\.map"):
         import_hf(ResolvedModel("tiny-jetmoe", cfg, "path", "test"), cache=False)
+
+
+def test_layout_by_structure_not_by_name():
+    # Step-3.7's experts (Step3p7Experts: 3-D gate_up_proj [E, 2F, H] / down_proj [E, H, F] in a hit-experts loop,
+    # a clamped SwiGLU of its own `_apply_gate`) are recognised like LongCat's; an experts class dispatched through
+    # ExpertsInterface (Mixtral's, @use_experts_implementation) is left to graphsim's experts implementation.
+    from transformers.models.mixtral.configuration_mixtral import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+    from transformers.models.step3p7.configuration_step3p7 import Step3p7TextConfig
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7Experts
+
+    from graphsim.importers.hf.looped_experts import layout
+
+    with torch.device("meta"):
+        step = Step3p7Experts(Step3p7TextConfig(hidden_size=32, moe_intermediate_size=24, n_routed_experts=4,
+                                                hidden_act="silu"), swiglu_limit=7.0)
+        mixtral = MixtralExperts(MixtralConfig(hidden_size=32, intermediate_size=24, num_local_experts=4))
+    lay = layout(step)
+    assert lay is not None and (lay.num_experts, lay.transposed, lay.identity, lay.gate) == (4, False, False, None)
+    assert tuple(lay.up.shape) == (4, 48, 32) and tuple(lay.down.shape) == (4, 32, 24)
+    assert lay.activation == "custom_gate:Step3p7Experts"  # its clamp is its own: named, not called silu
+    assert layout(mixtral) is None
