@@ -148,3 +148,20 @@ def test_gemma3n_projections_stacked_with_the_embedding_are_gathered():
     for n in out.nodes:
         if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.FUSED_ADD_RMS_NORM:
             assert n.kernel.geometry_as(NormGeometry).width == 64, n.name
+
+
+def test_heads_tp_does_not_divide_is_vllms_own_refusal():
+    # Falcon-7B's 71 heads at tp 2: vLLM refuses before building the model (ModelConfig.verify_with_parallel_config);
+    # graphsim said "num_heads = 71 is not divisible by 2" at the first rotary kernel. A tiny Llama with 3 heads.
+    from graphsim.passes.base import PassError
+
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 48, "intermediate_size": 96,
+           "num_hidden_layers": 1, "num_attention_heads": 3, "num_key_value_heads": 3, "vocab_size": 192,
+           "max_position_embeddings": 256, "torch_dtype": "bfloat16"}
+    fused = _fused("tiny-llama-3-heads", cfg)
+    with pytest.raises(PassError) as err:
+        run_pipeline(fused, "tp{size=2}")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "'Total number of attention heads (3) must be divisible by tensor parallel size (2)'" in msg
+    assert run_pipeline(fused, "tp{size=3}").graph.meta.tp == 3  # a size that divides the heads partitions

@@ -53,6 +53,7 @@ class TensorParallel(PartitionPass):
         self.require_fused(graph)
         if graph.meta.tp != 1:
             raise PassError("tp was already applied to this graph")
+        _check_attention_heads(graph, self.size)
         gathered: frozenset[str] = frozenset()
         while True:  # column-parallel GEMMs whose slice meets a replicated copy are gathered (gather.py)
             res, mixed = self._run(graph, gathered)
@@ -346,6 +347,20 @@ class TensorParallel(PartitionPass):
             params[b] = _shard_dim(graph.params[b], 0, t, "out_features", where)
         bump("column_parallel")
         return n, None, True
+
+
+def _check_attention_heads(graph: Graph, t: int) -> None:
+    """vLLM refuses a tp size that does not divide the attention heads before it builds the model (config/model.py
+    ModelConfig.verify_with_parallel_config: "Total number of attention heads (...) must be divisible by tensor
+    parallel size (...)"): the same refusal, naming vLLM's check, rather than a split error at the first kernel."""
+    for n in graph.nodes:
+        if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.ATTENTION:
+            heads = n.attrs.geometry_as(AttentionGeometry).num_heads
+            if heads % t:
+                raise PassError(f"tp{{size={t}}}: vLLM refuses this model at tensor parallel size {t}: 'Total number "
+                                f"of attention heads ({heads}) must be divisible by tensor parallel size ({t})' "
+                                "(ModelConfig.verify_with_parallel_config); choose a -tp that divides "
+                                f"{heads}")
 
 
 def _shared_expert_sums(graph: Graph, users: dict[str, list[Node]]) -> tuple[set[str], set[str]]:
