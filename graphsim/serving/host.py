@@ -40,11 +40,11 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   handles the rest of a request on that server's one event loop), the same in every family:
   `frontend_per_token_us` 2.0 — a fast (Rust) tokenizer called per prompt encodes ≈ 500k tokens/s (1.18 ms for
   679 tokens … 220 ms for 101,615 on one core: github.com/andyluo7/cpu-gpu-codesign-agentic-inference,
-  RESULTS_SUMMARY.md "Phase 2.1"); `frontend_us` 13,000 (serial) and `frontend_latency_us` 10,000 (not serial)
-  are FITTED, on a validation set and never on one run: `benchmarks/fit_frontend.py` fits both on the four public
+  RESULTS_SUMMARY.md "Phase 2.1"); `frontend_us` 11,500 (serial) and `frontend_latency_us` 11,000 (not serial)
+  are FITTED (with the API server's streaming in place: api_server.py), on a validation set and never on one run: `benchmarks/fit_frontend.py` fits both on the four public
   single-GPU runs whose GPU work is a small, well-priced part of TTFT (one request; bursts whose prompts are all
-  in the prefix cache: vLLM 0.10.1.1, A100, Qwen2-7B) and reports the other 70 runs as held out (median |TTFT
-  error| 53.6 % → 40.6 %, output throughput 56.7 % → 50.3 %). The same source's server measured 7 ms of
+  in the prefix cache: vLLM 0.10.1.1, A100, Qwen2-7B) and reports the other 97 runs as held out (median |TTFT
+  error| 22.3 % without a front end → 13.4 %; TPOT 9.5 %, output throughput 6.8 % either way). The same source's server measured 7 ms of
   "HTTP overhead" for a single 1k-token request on vLLM 0.19 (a faster front end or CPU than the fit's 25 ms):
   the front end depends on the server's CPU and vLLM version, which the runs do not let graphsim separate.
 """
@@ -86,9 +86,9 @@ V1_ENGINE_PER_SEQ_US = 60.0
 # Fitted by benchmarks/fit_frontend.py on the four single-GPU runs that isolate the front end (dl22-t4-36, t5-46:
 # one request; t5-48, t5-49: bursts of 20 and 30 prompts all in the prefix cache; vLLM 0.10.1.1, A100) and held
 # against the other 70 runs of benchmarks/validate_serving.py (see the module docstring).
-FRONTEND_US = 13_000.0  # serial, per request
+FRONTEND_US = 11_500.0  # serial, per request
 FRONTEND_PER_TOKEN_US = 1e6 / 500_000  # serial, per prompt token: a fast tokenizer encodes ~500k tokens/s (above)
-FRONTEND_LATENCY_US = 10_000.0  # not serial, per request
+FRONTEND_LATENCY_US = 11_000.0  # not serial, per request
 # The API server's CPU time per stream chunk (one per request that got tokens in an iteration), serial with the
 # front end above on the server's one event loop (api_server.py): MEASURED, not fitted, by
 # benchmarks/host_streaming.py running vLLM 0.10.1's own output path on this project's 2-core AMD EPYC VM (CPU
