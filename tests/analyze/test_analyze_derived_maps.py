@@ -222,6 +222,9 @@ def test_gpt2_conv1d_layernorm_learned_positions(tmp_path):
     # c_fc 64 -> 256 (n_inner None: 4 x n_embd), ungated
     assert locs["full.dense/mlp.c_fc/c_fc"].rows == ("ffn.mlp:mlp.up_proj",)
     assert locs["full.dense/mlp.c_fc/c_fc"].necessary.flops == 2 * TOKENS * 256 * 64 * 2
+    # under tp 2 the same rules place the rows among the sharded kernels (collectives are not listed)
+    tp2 = _by_location(_analysis(tmp_path, cfg, tp=2))
+    assert tp2["full.dense/attn.c_attn/c_attn"].rows == c_attn.rows
 
 
 def test_bert_style_post_norm_decoder(tmp_path):
@@ -306,37 +309,32 @@ def test_a_family_with_a_shipped_map_derives_the_same_assignment(tmp_path):
 # --- every registered class (slow) -------------------------------------------------------------------
 
 SWEEP_BATCH = "decode:512x400"  # long enough that attention and GEMMs, not the kernels' floor, dominate a tiny model
-# Classes that do not analyze fully at their tiny config, with the reason (measured 2026-12-01, TP1).
-SWEEP_EXCEPTIONS: dict[str, str] = {}
+# Classes whose tiny config does not analyze (measured 2026-12-01, tp 1, SWEEP_BATCH), by reason; skipped.
+UNSUPPORTED: dict[str, str] = {}
+# Classes that analyze, reconcile and pass the GEMM check, with R6 under 90 % on the tiny config (measured, same
+# run). Tiny hidden sizes put every kernel near its launch floor (~3 us on the roofline), so R6 approaches the share
+# of kernels that hold work; the number is the R6 measured. Held to R6 >= 0.6.
+LOW_R6: dict[str, float] = {}
+
+
+def _registered() -> list[str]:
+    from graphsim.work.registry import supported_architectures
+
+    return list(supported_architectures())
 
 
 @pytest.mark.slow
-def test_every_registered_class_analyzes_at_tp1(benchmark_script, tmp_path):
-    sweep = benchmark_script("architectures_sweep")
-    from graphsim.work.registry import supported_architectures
-
-    failures: dict[str, str] = {}
-    for arch in supported_architectures():
-        if arch in SWEEP_EXCEPTIONS:
-            continue
-        try:
-            a = _analysis(tmp_path, sweep.tiny_config(arch), batch=SWEEP_BATCH)
-        except Exception as e:  # any failure is reported with its class
-            failures[arch] = f"{type(e).__name__}: {e}"[:200]
-            continue
-        if not a.necessary_work_available:
-            failures[arch] = a.reason[:200]
-            continue
-        if a.reconciliation is None or not a.reconciliation.ok:
-            failures[arch] = f"not reconciled: {a.reconciliation}"
-            continue
-        share = a.coverage.share if a.coverage is not None else None
-        if share is None or not 0.90 <= share <= 1.01:
-            failures[arch] = f"R6 {share}"
-            continue
-        if a.map_id == "derived v1":
-            off = [r.location for r in a.locations if not r.location.startswith("outside/") and r.kind == "gemm"
-                   and abs(r.performed.flops - r.necessary.flops) > 0.02 * max(r.necessary.flops, r.performed.flops)]
-            if off:
-                failures[arch] = f"FLOPs of the derived map's kernels differ from their rows at {off}"
-    assert not failures, json.dumps(failures, indent=1)
+@pytest.mark.parametrize("arch", _registered())
+def test_every_registered_class_analyzes_at_tp1(benchmark_script, tmp_path, arch):
+    """Necessary work available, reconciled, every GEMM in the layers at its rows' FLOPs (derived maps) and R6 in
+    [90 %, 101 %] at tp 1 for each registered class's tiny config (`benchmarks/architectures_sweep.py`)."""
+    if arch in UNSUPPORTED:
+        pytest.skip(UNSUPPORTED[arch])
+    a = _analysis(tmp_path, benchmark_script("architectures_sweep").tiny_config(arch), batch=SWEEP_BATCH)
+    assert a.necessary_work_available, a.reason
+    assert a.reconciliation is not None and a.reconciliation.ok, a.reconciliation
+    if a.map_id == "derived v1":
+        _gemms_match({r.location: r for r in a.locations})
+    assert a.coverage is not None and a.coverage.share is not None
+    low = 0.6 if arch in LOW_R6 else 0.90
+    assert low <= a.coverage.share <= 1.01, a.coverage.share
