@@ -165,3 +165,19 @@ def test_heads_tp_does_not_divide_is_vllms_own_refusal():
     assert "\n" not in msg
     assert "'Total number of attention heads (3) must be divisible by tensor parallel size (2)'" in msg
     assert run_pipeline(fused, "tp{size=3}").graph.meta.tp == 3  # a size that divides the heads partitions
+
+
+def test_a_vocabulary_tp_does_not_divide_is_padded_as_vllm_pads_it():
+    # vLLM's VocabParallelEmbedding / ParallelLMHead pad the vocabulary to a multiple of 64, then split it (GPT-2's
+    # 50257 rows run at tp 2); graphsim refused "vocab_size = 50257 is not divisible by 2" (XLM-RoBERTa-XL's one
+    # token type: "vocab_size = 1"). 129 rows -> 192 padded -> 96 a rank, for the table and the LM head.
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 48, "intermediate_size": 96,
+           "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "vocab_size": 129,
+           "max_position_embeddings": 256, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    res = run_pipeline(_fused("tiny-llama-odd-vocab", cfg), "tp{size=2}").results[0][1]
+    p = res.graph.params
+    assert tuple(p["model.embed_tokens.weight"].shape) == (96, 48)
+    assert tuple(p["lm_head.weight"].shape) == (96, 48)
+    assert _node(res.graph, "lm_head").kernel.geometry_as(GemmGeometry).n == 96
+    # the padding is stated as replication: 2 x 96 = 192 rows for 129
+    assert any("vocabulary padded to a multiple of 64" in x for x in res.notes), res.notes

@@ -126,6 +126,9 @@ class TensorParallel(PartitionPass):
                 out_sharded = True
             elif a.kind is KernelKind.GEMM:
                 n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
+                if (a.rows is Rows.SEQUENCES or a.name == "lm_head") and a.geometry_as(GemmGeometry).n % t:
+                    whole = a.geometry_as(GemmGeometry).n
+                    declared.grown[n.name] = (n.kernel.geometry_as(GemmGeometry).n * t / whole, VOCAB_PADDED)
                 if out_sharded and after is None and n.name in gathered:
                     # vLLM's ColumnParallelLinear(gather_output=True): the split GEMM, then an all-gather
                     after, out_sharded = self._reduce(n, KernelKind.ALL_GATHER, a.geometry_as(GemmGeometry).n,
@@ -215,11 +218,13 @@ class TensorParallel(PartitionPass):
                 partial.update(_values(n))
             elif a.kind is KernelKind.EMBEDDING:
                 eg = a.geometry_as(EmbeddingGeometry)
-                vocab = split(eg.vocab, t, "vocab_size", where)
+                vocab = _vocab_rank(eg.vocab, t, where)
                 n = n.with_(attrs=a.with_geometry(replace(eg, vocab=vocab)))
+                if vocab * t != eg.vocab:
+                    declared.grown[n.name] = (vocab * t / eg.vocab, VOCAB_PADDED)
                 for v in n.inputs:
                     if v in graph.params:
-                        params[v] = _shard_dim(graph.params[v], 0, t, "vocab_size", where)
+                        params[v] = _vocab_shard(graph.params[v], t, where)
                 after = self._reduce(n, KernelKind.ALL_REDUCE, eg.width, "vocab_parallel_embedding", used)
                 bump("all_reduce")
             elif a.kind is KernelKind.CONV1D and in_sharded:
@@ -297,11 +302,11 @@ class TensorParallel(PartitionPass):
             shape = graph.params[w].shape  # c_proj; vLLM loads it transposed, gpt2.py load_weights) splits dim 1
             return 1 if shape[0] == kk and shape[1] == nn and kk != nn else 0
         if a.rows is Rows.SEQUENCES or a.name == "lm_head":
-            n = n.with_(attrs=a.with_geometry(replace(g, n=split(nn, t, "vocab_size (lm_head n)", where))))
+            n = n.with_(attrs=a.with_geometry(replace(g, n=_vocab_rank(nn, t, where))))
             for w in weights:
-                params[w] = _shard_dim(graph.params[w], 0, t, "vocab_size", where)
+                params[w] = _vocab_shard(graph.params[w], t, where)
             for b in biases:  # ParallelLMHead's bias is vocab-sharded too (vocab_parallel_embedding.py ParallelLMHead)
-                params[b] = _shard_dim(graph.params[b], 0, t, "vocab_size", where)
+                params[b] = _vocab_shard(graph.params[b], t, where)
             bump("vocab_parallel")
             bump("all_gather")
             return n, self._reduce(n, KernelKind.ALL_GATHER, nn, "lm_head_logits", used, a.rows), False
@@ -347,6 +352,28 @@ class TensorParallel(PartitionPass):
             params[b] = _shard_dim(graph.params[b], 0, t, "out_features", where)
         bump("column_parallel")
         return n, None, True
+
+
+# vLLM pads a vocabulary to a multiple of 64 before splitting it over the ranks (model_executor/layers/
+# vocab_parallel_embedding.py: DEFAULT_VOCAB_PADDING_SIZE = 64, pad_vocab_size; VocabParallelEmbedding.__init__:
+# num_embeddings_per_partition = divide(num_embeddings_padded, tp_size); ParallelLMHead likewise). graphsim pads only a
+# vocabulary the tp size does not divide (it refused those; elsewhere vLLM's padding is under 64 rows a rank).
+VOCAB_PADDING = 64
+VOCAB_PADDED = "vocabulary padded to a multiple of 64 (VocabParallelEmbedding)"
+
+
+def _vocab_rank(vocab: int, t: int, where: str) -> int:
+    if vocab % t == 0:
+        return vocab // t
+    return split(-(-vocab // VOCAB_PADDING) * VOCAB_PADDING, t, "vocab_size padded to a multiple of 64", where)
+
+
+def _vocab_shard(spec: TensorSpec, t: int, where: str) -> TensorSpec:
+    """A vocabulary table's (or bias's) rows on one rank: dim 0 split, padded as vLLM pads it."""
+    rows = spec.shape[0]
+    if not isinstance(rows, int):
+        return spec
+    return TensorSpec((_vocab_rank(rows, t, where), *spec.shape[1:]), spec.dtype)
 
 
 def _check_attention_heads(graph: Graph, t: int) -> None:
