@@ -270,8 +270,9 @@ def _outside_entries(sites: list[Site], layer_span: tuple[int, int], rows: tuple
             raise UnsupportedDeployment("outside: no GEMM after the layers for the head row")
         picks[head[-1]] = "head"
     out = []
-    for _, at, _ in outside:
-        note = "" if at in picks else "no row of its own: the accountant counts it in the embed/final_norm/head segment"
+    for _, at, kind in outside:
+        note = ("" if at in picks or kind in _NO_WORK_KINDS
+                else "no row of its own: the accountant counts its weights in the embed / final_norm / head segment")
         out.append(MapEntry(OUTSIDE, at, (picks[at],) if at in picks else (), note))
     return out
 
