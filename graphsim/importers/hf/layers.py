@@ -121,14 +121,20 @@ def keep_representatives(model: torch.nn.Module, plan: LayerPlan, config) -> lis
 
 
 def skips_layers_by_position(model: torch.nn.Module, plan: LayerPlan) -> bool:
-    """Whether the model's forward enumerates its stack and skips layers by their position in it (MLlama's
-    `MllamaTextModel.forward`: `idx in self.cross_attention_layers` are skipped on a text-only request, as vLLM's
-    mllama.py skips its cross-attention layers without image tokens). Such a stack is traced whole: cut to its
-    representatives the positions no longer match, and the fold pass then keeps only the layers that ran."""
+    """Whether the model's forward enumerates its stack and skips layers, or picks per-layer weights, by their
+    position in it: MLlama's `MllamaTextModel.forward` skips `idx in self.cross_attention_layers` on a text-only
+    request (as vLLM's mllama.py skips its cross-attention layers without image tokens); Zamba2's `Zamba2Model.forward`
+    hands each layer its position, which the shared blocks map through `layer_dic` (built from the config's
+    `hybrid_layer_ids`) to that hybrid layer's own LoRA adapter. Such a stack is traced whole: cut to its
+    representatives the positions no longer match, and the fold pass then keeps the layers that ran, each type
+    once."""
     parent_path = plan.stack_path.rpartition(".")[0]
     parent = model.get_submodule(parent_path) if parent_path else model
-    skipped = getattr(parent, "cross_attention_layers", None)
-    return isinstance(skipped, (list, tuple)) and bool(skipped) and all(isinstance(i, int) for i in skipped)
+    cfg = getattr(parent, "config", None)
+    for listed in (getattr(parent, "cross_attention_layers", None), getattr(cfg, "hybrid_layer_ids", None)):
+        if isinstance(listed, (list, tuple)) and listed and all(isinstance(i, int) for i in listed):
+            return True
+    return False
 
 
 def restore_depth(model: torch.nn.Module, config, depth: int, kept: int) -> bool:
