@@ -90,3 +90,27 @@ def test_mamba2_residual_in_fp32_casts_are_no_kernel():
     assert not [n.name for n in kernels if n.kernel.approximate]
     assert not [n.name for n in kernels if n.layer is not None and n.kernel.name == "cast"]
     assert any(n.kernel.kind is KernelKind.LINEAR_ATTENTION for n in kernels)  # the mixer is there
+
+
+# Llama-4 text: 4 layers, every 4th a NoPE global layer with attention temperature tuning (transformers models/llama4
+# Llama4TextAttention: attn_scales from the positions, query_states = (query_states * attn_scales).to(dtype)).
+LLAMA4 = {
+    "architectures": ["Llama4ForCausalLM"], "model_type": "llama4_text", "hidden_size": 64, "intermediate_size": 64,
+    "intermediate_size_mlp": 128, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+    "no_rope_layers": [1, 1, 1, 0], "attention_chunk_size": 64, "attn_temperature_tuning": True, "use_qk_norm": True,
+    "vocab_size": 256, "max_position_embeddings": 512, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
+def test_llama4_query_temperature_is_vllms_mul_and_cast():
+    # vLLM Llama4Attention.forward: q = (q * attn_scale).to(q.dtype): a mul and a cast kernel (were placeholders)
+    graph = _fused("tiny-llama4", LLAMA4)
+    nope = _layer_kernels(graph, 3)
+    scaled = [n for n in nope if n.kernel.rule == "query_position_scale"]
+    assert [n.kernel.name for n in scaled] == ["mul", "cast"]
+    # the 4 query heads of 16 a token, just before the attention kernel
+    assert all(n.kernel.geometry_as(ElementwiseGeometry).width == 64 for n in scaled)
+    assert nope[nope.index(scaled[1]) + 1].kernel.kind is KernelKind.ATTENTION
+    assert not [n.name for n in graph.nodes if isinstance(n.attrs, KernelAttrs) and n.kernel.approximate]

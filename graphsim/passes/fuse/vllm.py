@@ -28,6 +28,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.passes.fuse.vllm_attn_scale import RULES as ATTN_SCALE_RULES
 from graphsim.passes.fuse.vllm_block_sparse import BLOCK_SPARSE_ATTENTION, BLOCK_SPARSE_INDEXER
 from graphsim.passes.fuse.vllm_block_sparse import indexer_prep as block_indexer_prep
 from graphsim.passes.fuse.vllm_compressed import COMPRESSED_ATTENTION_TARGET
@@ -677,7 +678,7 @@ RULES: list[Rule] = [
     ACT_AND_MUL, ACTIVATION, MOE_ROUTER, MOE_EXPERTS, ZERO_EXPERTS, ROUTER_CAST, MOE_SHARED_SUM, LOGITS_TAIL, GDN_GATING, SSM_A, *KDA_RULES, *LIGHTNING_RULES,
     *MAMBA1_RULES,
     LINEAR_ATTENTION,
-    CONV1D, *SHORT_CONV_RULES, *GDN_PREP_RULES, *SSM_RESIDUAL_RULES,
+    CONV1D, *SHORT_CONV_RULES, *GDN_PREP_RULES, *SSM_RESIDUAL_RULES, *ATTN_SCALE_RULES,
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
