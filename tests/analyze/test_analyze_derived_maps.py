@@ -192,7 +192,7 @@ def _analysis(tmp_path: Path, cfg: dict, tp: int = 1, batch: str = BATCH):
 
 def _by_location(a) -> dict:
     assert a.necessary_work_available, a.reason
-    assert a.map_id == "derived v1"
+    assert a.map_id == "derived v1" and a.map_path == "derived by graphsim/work/analyzer/derived.py"
     assert a.reconciliation is not None and a.reconciliation.ok, a.reconciliation
     return {r.location: r for r in a.locations}
 

@@ -61,6 +61,7 @@ from graphsim.work.analyzer.rows import OUTSIDE, PARALLEL_SSM_MODULE, Row, RowSe
 
 DERIVED_ID = "derived"
 DERIVED_VERSION = 1
+DERIVED_PATH = "derived by graphsim/work/analyzer/derived.py"  # where a shipped map shows its file
 DERIVED_TITLE = ("derived from the kernels' order and kinds and the accountant's rows "
                  "(graphsim.work.analyzer.derived)")
 
@@ -289,7 +290,7 @@ def derive_map(sites: list[Site], rows: RowSet, fuse_target: str) -> LocationMap
         entries += _region_entries(region, [s for s in own if s.region == region], rows.of_region(region))
     return LocationMap(DERIVED_ID, DERIVED_VERSION, DERIVED_TITLE, fuse_target, tuple(entries),
                        ("Rules: graphsim/work/analyzer/derived.py (kernel order and kind against the accountant's row "
-                        "order and parts).",))
+                        "order and parts).",), DERIVED_PATH)
 
 
 def derived_choice(shipped: MapChoice, sites: list[Site], rows: RowSet, fuse_target: str) -> MapChoice:
