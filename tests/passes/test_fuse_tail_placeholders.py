@@ -114,3 +114,27 @@ def test_llama4_query_temperature_is_vllms_mul_and_cast():
     assert all(n.kernel.geometry_as(ElementwiseGeometry).width == 64 for n in scaled)
     assert nope[nope.index(scaled[1]) + 1].kernel.kind is KernelKind.ATTENTION
     assert not [n.name for n in graph.nodes if isinstance(n.attrs, KernelAttrs) and n.kernel.approximate]
+
+
+APERTUS = {
+    "architectures": ["ApertusForCausalLM"], "model_type": "apertus", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 256,
+    "max_position_embeddings": 512, "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
+def test_xielu_ops_are_vllms_python_fallback_kernels():
+    # vLLM XIELU._xielu_python (no xielu CUDA package) is transformers' XIELUActivation._xielu_python op for op:
+    # softplus x2, add, gt, mul x3, add, min, expm1, sub, mul x2, add, where = 15 kernels (were placeholders:
+    # 45 % of Apertus's tiny decode step)
+    kernels = _layer_kernels(_fused("tiny-apertus", APERTUS), 0)
+    xielu = [n for n in kernels if n.kernel.rule == "xielu_python"]
+    assert sorted(n.kernel.name for n in xielu) == sorted(
+        ["softplus", "softplus", "add", "compare", "mul", "mul", "mul", "add", "min", "expm1", "sub", "mul", "mul",
+         "add", "where"])
+    compare = next(n for n in xielu if n.kernel.name == "compare")
+    assert compare.kernel.dtype == "bf16"  # x > 0 read at x's dtype (its bool output has no kernel table)
+    # the per-token ops cover the 128 intermediate features; the two softplus read one-element parameters
+    assert {n.kernel.geometry_as(ElementwiseGeometry).width for n in xielu} == {1, 128}
+    assert not [n.name for n in kernels if n.kernel.approximate]
