@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
@@ -63,7 +63,7 @@ class SteadyPoint:
     ttft_s: float
     tpot_s: float
     source: int  # worst SOURCES code of the iteration times used
-    bound: str  # what limits throughput: "decode", "prefill", "prefill pool", "link"
+    bound: str  # what limits throughput: "decode", "prefill", "prefill pool", "link", "api server"
     decode_batch: float  # mean requests decoding per iteration (per decode instance)
     transfer_s: float = 0.0  # disaggregated: KV transfer per request
     source_us: tuple[float, ...] = ()  # predicted iteration time per SOURCES code (module docstring), for shares
@@ -206,7 +206,8 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
         busy = min(C * k_p / N, 1.0)  # share of iterations that carry a prompt when prompts arrive spread out
         ttft = k_p * tm.step(d1 + otok, d1 + 1, d1, ctx, one) * (1 + busy / 2)
         tpot = (T - k_p * t_mix) / (N - k_p) if k_p < N else t_mix
-        return SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D, source_us=tuple(split.tolist()))
+        return _api_capped(SteadyPoint(rps, rps * osl, ttft, tpot, tm.src, "decode", D, source_us=tuple(split.tolist())),
+                           host, isl, osl, C)
     # prefill-bound: every iteration packed with mnbt tokens
     D = mnbt * dec_iters / (isl + dec_iters)
     d = min(int(round(D)), C - 1)
@@ -218,7 +219,24 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
     rps = per_iter / t
     queued = max(C - D, per_iter)  # waiting or prefilling
     ttft = max(queued / per_iter, math.ceil(isl / L)) * t
-    return SteadyPoint(rps, rps * osl, ttft, t, tm.src, "prefill", D, source_us=tuple(split.tolist()))
+    return _api_capped(SteadyPoint(rps, rps * osl, ttft, t, tm.src, "prefill", D, source_us=tuple(split.tolist())),
+                       host, isl, osl, C)
+
+
+def _api_capped(p: SteadyPoint, host: EngineHost | None, isl: int, osl: int, clients: int) -> SteadyPoint:
+    """The instance's API server (api_server.py) serves each request's front end and its `osl` stream chunks one
+    at a time: requests/s ≤ 1 / (frontend_us + frontend_per_token_us × isl + osl × api_per_chunk_us). Where that
+    binds, throughput is the server's and the clients wait in front of it (TTFT by Little's law: a client's cycle
+    C / rps less its decode)."""
+    if host is None or host.model.api_per_chunk_us <= 0:
+        return p
+    m = host.model
+    per_request_s = (m.frontend_us + m.frontend_per_token_us * isl + osl * m.api_per_chunk_us) * 1e-6
+    if per_request_s <= 0 or p.requests_per_s * per_request_s <= 1.0:
+        return p
+    rps = 1.0 / per_request_s
+    ttft = max(p.ttft_s, clients / rps - max(osl - 1, 0) * p.tpot_s)
+    return replace(p, requests_per_s=rps, output_tokens_per_s=rps * osl, ttft_s=ttft, bound="api server")
 
 
 def _prefill_time(tm: _Timer, isl: int, prompts: float, mnbt: int, seqs: int) -> tuple[float, float]:

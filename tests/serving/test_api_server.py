@@ -105,3 +105,26 @@ def test_streaming_delays_the_next_requests_front_end():
 def test_every_engine_family_streams_at_the_measured_cost():
     for family in ("v0", "v1", "v1-async"):
         assert host_model(family).api_per_chunk_us == API_SERVER_PER_CHUNK_US > 0
+
+
+def _host(frontend_us: float, per_chunk_us: float) -> EngineHost:
+    return EngineHost(HostModel("t", 0.0, 0.0, 0.0, frontend_us, True, 0, api_per_chunk_us=per_chunk_us), vocab=0,
+                      bandwidth_bytes_per_s=2e12)
+
+
+def test_the_search_fast_path_caps_throughput_at_the_api_server():
+    from graphsim.serving.steady import aggregated_point
+
+    # 1 ms an iteration whatever it holds; 64 clients, 100-token prompts, 10 output tokens. The engine: a request lives
+    # N = 9 + 1 iterations, the prompts take 64 × 100 / (8192 − D) < 1 packed iteration, so a period is 10 ms: 6,400
+    # requests/s. The API server: 10 ms of front end + 10 chunks × 1 ms = 20 ms a request → at most 50 requests/s,
+    # 500 output tokens/s; TTFT by Little's law: 64 / 50 − 9 × 1 ms = 1.271 s.
+    p = aggregated_point(AffineCost(1000.0, 0.0, 0.0, 0.0), 100, 10, 64, 8192, host=_host(10_000.0, 1000.0))
+    assert p.bound == "api server"
+    assert p.requests_per_s == pytest.approx(50.0)
+    assert p.output_tokens_per_s == pytest.approx(500.0)
+    assert p.ttft_s == pytest.approx(64 / 50 - 9 * 1e-3)
+    # 10 µs a chunk and no front end: 0.1 ms a request, 10,000/s: the engine's 6,400/s stand
+    q = aggregated_point(AffineCost(1000.0, 0.0, 0.0, 0.0), 100, 10, 64, 8192, host=_host(0.0, 10.0))
+    assert q.bound == "decode"
+    assert q.requests_per_s == pytest.approx(6400.0)
