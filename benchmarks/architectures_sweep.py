@@ -70,6 +70,15 @@ _FORWARD_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Fields a config class computes from others, which its class-default dict holds for the default sizes: dropped from
+# the tiny config so the class computes them again from the shrunk ones (Zamba2Config: attention_hidden_size =
+# 2 × hidden_size, num_query_groups = num_attention_heads, hybrid_layer_ids from layers_block_type, ...).
+_DERIVED_FIELDS: dict[str, tuple[str, ...]] = {
+    "Zamba2ForCausalLM": ("attention_hidden_size", "attention_head_dim", "kv_channels", "num_query_groups",
+                          "hybrid_layer_ids", "mamba_headdim"),
+}
+
+
 def _defaults_module() -> Any:
     """tests/work/test_work_config_defaults.py: its class-default configs (`_default_config`, the wrappers'
     `_NESTED_DEFAULTS`) are the sweep's starting point."""
@@ -155,6 +164,7 @@ def tiny_config(arch: str) -> dict[str, Any]:
         full["text_config"] = shrink(full["text_config"])
     else:
         full = shrink(t._default_config(arch) | _FORWARD_DEFAULTS.get(arch, {}))
+        full = {k: v for k, v in full.items() if k not in _DERIVED_FIELDS.get(arch, ())}
     return {**{k: v for k, v in full.items() if k != "transformers_version"}, "architectures": [arch]}
 
 
