@@ -90,6 +90,15 @@ def test_what_the_rules_cannot_place_is_unsupported_with_the_reason():
     # two attention kernels in one layer (DiffLlama's two softmax maps)
     with pytest.raises(UnsupportedDeployment, match="2 attention kernels"):
         _derive([*layer[:3], ("a/attn2", "attention"), *layer[3:]], LAYER_ROWS)
+    # a recurrence with no kernel of its own (RecurrentGemma's RG-LRU unrolled into placeholders) is not put on the
+    # convolution kernel beside it; only a core of convolution weights is (LFM2)
+    rglru = ["attn.norm:input_layernorm", "attn.qkv:blk.linear_x", "attn.core:blk.conv_1d", "attn.core:blk.rg_lru.a",
+             "attn.out:blk.linear_out", "ffn.norm:post_attention_layernorm", "ffn.mlp:mlp.up_proj",
+             "ffn.mlp:mlp.down_proj", "attn.core:compute"]
+    with pytest.raises(UnsupportedDeployment, match="0 attention kernels"):
+        _derive([("n/rms_norm", "rms_norm"), ("blk.linear_x/linear_x", "gemm"), ("blk/causal_conv1d", "conv1d"),
+                 ("blk.rg_lru/mul", "elementwise"), ("blk.linear_out/linear_out", "gemm"), ("n2/rms_norm", "rms_norm"),
+                 ("m/up", "gemm"), ("m/down", "gemm")], rglru)
     # a part no rule knows (an indexer): shipped maps only
     with pytest.raises(UnsupportedDeployment, match=r"attn\.index"):
         _derive(layer, [*LAYER_ROWS, "attn.index:self_attn.indexer.wk"])

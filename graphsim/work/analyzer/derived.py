@@ -57,7 +57,7 @@ from itertools import product
 
 from graphsim.work.analyzer.locations import Site, split_location
 from graphsim.work.analyzer.maps import LocationMap, MapChoice, MapEntry, check_map
-from graphsim.work.analyzer.rows import OUTSIDE, PARALLEL_SSM_MODULE, Row, RowSet, UnsupportedDeployment
+from graphsim.work.analyzer.rows import CORE_MODULE, OUTSIDE, PARALLEL_SSM_MODULE, Row, RowSet, UnsupportedDeployment
 
 DERIVED_ID = "derived"
 DERIVED_VERSION = 1
@@ -234,8 +234,11 @@ def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> li
             assigned[at].append(r)
         core_rows = []
     if core_rows or cross_rows:
-        # a short convolution with no attention kernel (LFM2's ShortConv) is the core itself
-        core = _one(core_sites, "attention", region) if core_sites else _one(conv_sites, "attention or conv1d", region)
+        # a short convolution with no attention kernel (LFM2's ShortConv: no core weights but the convolution's) is
+        # the core itself; any other core without an attention kernel (an unrolled recurrence) is not placed
+        conv_only = all(r.ref == f"attn.core:{CORE_MODULE}" or _leaf(r) in ("conv1d", "conv") for r in core_rows)
+        core = (_one(core_sites, "attention", region) if core_sites or not conv_only
+                else _one(conv_sites, "attention or conv1d", region))
         conv = [r for r in core_rows if _leaf(r) in ("conv1d", "conv")]
         if conv_sites and core_sites:
             assigned[_one(conv_sites, "conv1d", region)] += conv
