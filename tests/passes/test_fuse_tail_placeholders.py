@@ -8,7 +8,7 @@ pytest.importorskip("transformers")
 
 from graphsim.catalog import ResolvedModel
 from graphsim.importers.hf import import_hf
-from graphsim.ir.geometry import ElementwiseGeometry
+from graphsim.ir.geometry import ElementwiseGeometry, GemmGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.passes import run_pipeline
 
@@ -137,4 +137,24 @@ def test_xielu_ops_are_vllms_python_fallback_kernels():
     assert compare.kernel.dtype == "bf16"  # x > 0 read at x's dtype (its bool output has no kernel table)
     # the per-token ops cover the 128 intermediate features; the two softplus read one-element parameters
     assert {n.kernel.geometry_as(ElementwiseGeometry).width for n in xielu} == {1, 128}
+    assert not [n.name for n in kernels if n.kernel.approximate]
+
+
+@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
+def test_clamped_swiglu_is_one_act_and_mul_kernel():
+    # MiniMax-M3's dense MLP: gate * sigmoid(alpha * gate) * (up + beta), both clamped (transformers: clamp x2, mul,
+    # sigmoid, mul, add, mul = 7 placeholders); vLLM MiniMaxM3MLP.forward: swiglu_oai_split, one fp32 Triton kernel
+    cfg = {"architectures": ["MiniMaxM3ForCausalLM"], "model_type": "minimax_m3", "hidden_size": 64,
+           "intermediate_size": 96, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "head_dim": 16, "vocab_size": 256, "max_position_embeddings": 512, "first_k_dense_replace": 1,
+           "num_local_experts": 4, "num_experts_per_tok": 2, "torch_dtype": "bfloat16"}
+    kernels = _layer_kernels(_fused("tiny-minimax-m3", cfg), 0)
+    acts = [n for n in kernels if n.kernel.rule == "swiglu_oai"]
+    assert acts and all(a.kernel.kind is KernelKind.ACT_AND_MUL and a.kernel.name == "swigluoai_and_mul" for a in acts)
+    for a in acts:  # between the packed gate_up GEMM (2 x width out) and down_proj (width in), the 7 ops in one
+        width = a.kernel.geometry_as(ElementwiseGeometry).width
+        before, after = kernels[kernels.index(a) - 1], kernels[kernels.index(a) + 1]
+        assert before.kernel.geometry_as(GemmGeometry).n == 2 * width
+        assert after.kernel.geometry_as(GemmGeometry).k == width
+        assert len(a.kernel.covers) == 7
     assert not [n.name for n in kernels if n.kernel.approximate]

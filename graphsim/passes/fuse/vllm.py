@@ -48,6 +48,7 @@ from graphsim.passes.fuse.vllm_lightning import RULES as LIGHTNING_RULES
 from graphsim.passes.fuse.vllm_mamba1 import RULES as MAMBA1_RULES
 from graphsim.passes.fuse.vllm_short_conv import RULES as SHORT_CONV_RULES
 from graphsim.passes.fuse.vllm_ssm_residual import RULES as SSM_RESIDUAL_RULES
+from graphsim.passes.fuse.vllm_swiglu_oai import RULES as SWIGLU_OAI_RULES
 from graphsim.passes.fuse.vllm_xielu import RULES as XIELU_RULES
 from graphsim.passes.fuse.vllm_zero_experts import ZERO_EXPERTS
 from graphsim.quantization import Quantization, parse_quant_config
@@ -680,6 +681,7 @@ RULES: list[Rule] = [
     *MAMBA1_RULES,
     LINEAR_ATTENTION,
     CONV1D, *SHORT_CONV_RULES, *GDN_PREP_RULES, *SSM_RESIDUAL_RULES, *ATTN_SCALE_RULES, *XIELU_RULES,
+    *SWIGLU_OAI_RULES,
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
