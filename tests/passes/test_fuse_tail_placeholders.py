@@ -8,7 +8,7 @@ pytest.importorskip("transformers")
 
 from graphsim.catalog import ResolvedModel
 from graphsim.importers.hf import import_hf
-from graphsim.ir.geometry import ElementwiseGeometry, GemmGeometry
+from graphsim.ir.geometry import Conv1dGeometry, ElementwiseGeometry, GemmGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.passes import run_pipeline
 
@@ -157,4 +157,19 @@ def test_clamped_swiglu_is_one_act_and_mul_kernel():
         assert before.kernel.geometry_as(GemmGeometry).n == 2 * width
         assert after.kernel.geometry_as(GemmGeometry).k == width
         assert len(a.kernel.covers) == 7
+    assert not [n.name for n in kernels if n.kernel.approximate]
+
+
+@pytest.mark.slow  # a trace of the sweep's tiny OLMo-Hybrid (~10-40 s on 2 shared cores)
+def test_packed_qkv_cat_into_the_conv_is_a_slice(benchmark_script):
+    # OLMo-Hybrid's q, k, v projections (packed into one GEMM) concatenated by transformers before the conv; vLLM's
+    # OlmoHybridGatedDeltaNetAttention reads q|k|v as a slice of in_proj_qkvg's output: no kernel (was a cat
+    # placeholder: 1.2 % of the tiny decode step)
+    cfg = benchmark_script("architectures_sweep").tiny_config("OlmoHybridForCausalLM")
+    graph = _fused("tiny-olmo-hybrid", cfg)
+    kernels = [n for n in graph.nodes if isinstance(n.attrs, KernelAttrs)]
+    conv = next(n for n in kernels if n.kernel.kind is KernelKind.CONV1D)
+    qkv = graph.nodes[graph.nodes.index(conv) - 1]  # the packed projection feeds the conv directly
+    assert qkv.kernel.kind is KernelKind.GEMM and conv.inputs[0] == qkv.name
+    assert qkv.kernel.geometry_as(GemmGeometry).n == conv.kernel.geometry_as(Conv1dGeometry).channels
     assert not [n.name for n in kernels if n.kernel.approximate]

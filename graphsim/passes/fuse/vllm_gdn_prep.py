@@ -12,6 +12,10 @@ writes, are not counted: a lower bound), no longer approximate.
 
 Matched by structure: a cat, in a module that holds a linear-attention (gated delta rule) op, whose inputs all come
 (through views and splits) from one projection.
+
+Where q, k and v are separate projections of one input straight into the conv (OLMo-Hybrid), vLLM packs them into one
+GEMM and reads q|k|v as a slice of its output (olmo_gdn_linear_attn.py): transformers' cat is no kernel there
+(`packed_qkv_slice`).
 """
 
 from __future__ import annotations
@@ -55,4 +59,35 @@ GDN_QKV_CAT = Rule(
     "kernel; earlier versions: fused_qkvzba_split_reshape_cat)", _match_gdn_qkv_cat, _build,
 )
 
-RULES: list[Rule] = [GDN_QKV_CAT]
+def _match_packed_qkv_cat(ctx: FuseContext) -> list[Candidate]:
+    """A cat, in a linear-attention module, of the outputs of separate projections that read the same input (which
+    vLLM packs into one GEMM), straight into the conv (through views only)."""
+    scopes = {n.scope for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION}
+    out = []
+    for n in ctx.graph.nodes:
+        if n.op is not Op.CAT or not ctx.is_free(n) or n.scope not in scopes or len(n.inputs) < 2:
+            continue
+        sources = [_upstream(ctx, v) for v in n.inputs]
+        if not all(p is not None and p.op is Op.LINEAR for p in sources):
+            continue
+        if len({p.name for p in sources if p is not None}) != len(sources):
+            continue
+        if len({_upstream(ctx, p.inputs[0]).name if p is not None and _upstream(ctx, p.inputs[0]) else None
+                for p in sources}) != 1:
+            continue
+        users = [u for v in ctx.outputs_of([n]) for u in ctx.users.get(v, [])]
+        while len(users) == 1 and users[0].op in P.ABSORBED_OPS:
+            users = [u for v in ctx.outputs_of(users) for u in ctx.users.get(v, [])]
+        if len(users) == 1 and users[0].op is Op.CONV1D:
+            out.append(Candidate([n]))
+    return out
+
+
+PACKED_QKV_CAT = Rule(
+    "packed_qkv_slice", "model_executor/layers/mamba/gdn/olmo_gdn_linear_attn.py:OlmoHybridGatedDeltaNetAttention."
+    "_full_forward (q, k, v and the gate are one MergedColumnParallelLinear, in_proj_qkvg; mixed_qkv = "
+    "projected_qkvg[..., :conv_dim] is a slice of its output fed to causal_conv1d: no kernel for transformers' cat)",
+    _match_packed_qkv_cat, lambda _ctx, _c: None,
+)
+
+RULES: list[Rule] = [GDN_QKV_CAT, PACKED_QKV_CAT]
