@@ -90,5 +90,8 @@ def test_fuse_and_tp2(imported):
         # (simulate: time missing); now no kernel covers them
         dead = {n.name for n in g.nodes if n.op.value in ("compare", "where") and n.layer is None}
         assert dead and not dead & {c for k in ks for c in k.covers}
+        for target in ("sglang", "trtllm"):  # no engine launches a kernel for them
+            other = run_pipeline(copy.deepcopy(g), f"fold,fuse{{target={target}}}").graph
+            assert not dead & {c for n in other.nodes if n.op is Op.KERNEL for c in n.attrs_as(KernelAttrs).covers}
     assert sum(k.kind.value == "attention" for k in ks) == len(g.schedule.representative)
     run_pipeline(copy.deepcopy(g), "fold,fuse{target=vllm},tp{size=2}")  # the conservation check runs inside

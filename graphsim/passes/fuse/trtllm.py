@@ -21,6 +21,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse import vllm as V
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.passes.fuse.vllm_dead import DEAD_INDEX_OPS
 
 ROTARY_CACHE = Rule("rotary_cos_sin_cache", "modules/rotary_embedding.py:RotaryEmbedding (cos/sin cache)",
                     V._match_rotary_tables, V._absorb)
@@ -81,6 +82,7 @@ CONV1D = Rule("causal_conv1d", "modules/mamba/causal_conv1d.py:causal_conv1d_fn"
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY_FUSED, ATTENTION,
     ACT_AND_MUL, MOE_ROUTER, MOE_EXPERTS, GDN_GATING, LINEAR_ATTENTION, CONV1D,
+    DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel in any engine (vllm_dead.py)
 ]
 
 leftover = V.leftover
