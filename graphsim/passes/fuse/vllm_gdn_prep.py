@@ -67,13 +67,11 @@ def _match_packed_qkv_cat(ctx: FuseContext) -> list[Candidate]:
     for n in ctx.graph.nodes:
         if n.op is not Op.CAT or not ctx.is_free(n) or n.scope not in scopes or len(n.inputs) < 2:
             continue
-        sources = [_upstream(ctx, v) for v in n.inputs]
-        if not all(p is not None and p.op is Op.LINEAR for p in sources):
+        sources = [p for p in (_upstream(ctx, v) for v in n.inputs) if p is not None and p.op is Op.LINEAR]
+        if len(sources) != len(n.inputs) or len({p.name for p in sources}) != len(sources):
             continue
-        if len({p.name for p in sources if p is not None}) != len(sources):
-            continue
-        if len({_upstream(ctx, p.inputs[0]).name if p is not None and _upstream(ctx, p.inputs[0]) else None
-                for p in sources}) != 1:
+        reads = {(q.name if (q := _upstream(ctx, p.inputs[0])) is not None else None) for p in sources if p.inputs}
+        if len(reads) != 1 or None in reads:
             continue
         users = [u for v in ctx.outputs_of([n]) for u in ctx.users.get(v, [])]
         while len(users) == 1 and users[0].op in P.ABSORBED_OPS:
