@@ -21,6 +21,9 @@ byte-level BPE tokenizer is trained on synthetic text (32k vocabulary) for the d
 
     python benchmarks/host_streaming.py [--batch 64] [--steps 200] [--streams 64] [--chunks 200]
 
+Runs on vLLM 0.10.x and 0.19.x (parts 1 and 2 switch on the version; part 3 is FastAPI/uvicorn only, so it
+differs between venvs only if their fastapi/uvicorn/uvloop/httptools versions do).
+
 Prints one JSON object: µs per token for each part (median of repeats) and their sum, with the CPU. Every part is
 CPU time (`time.thread_time` in-process, the server process's utime + stime for part 3), not wall time, so a
 loaded machine does not inflate it (it still runs slower on a slower or shared core).
@@ -67,23 +70,43 @@ def _tokenizer_dir() -> str:
 
 def time_output_processor(batch: int, steps: int) -> float:
     """µs per token of `OutputProcessor.process_outputs` over `batch` requests, one new token each a step."""
+    import vllm
     from vllm.sampling_params import RequestOutputKind, SamplingParams
-    from vllm.transformers_utils.tokenizer_group import TokenizerGroup
     from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest
     from vllm.v1.engine.output_processor import OutputProcessor, RequestOutputCollector
 
-    group = TokenizerGroup(_tokenizer_dir(), enable_lora=False, max_num_seqs=batch, max_input_length=None)
-    proc = OutputProcessor(group, log_stats=True)  # the API server logs stats by default (--disable-log-stats off)
+    # Version switches: 0.10 wraps the tokenizer in a TokenizerGroup and its EngineCoreRequest carries the
+    # multimodal fields and eos_token_id; 0.19 (AsyncLLM.__init__) passes the renderer's tokenizer (vLLM's
+    # get_tokenizer) and `stream_interval` (1 by default), its request carries `mm_features`, its collector the id.
+    new = tuple(int(x) for x in vllm.__version__.split(".")[:2]) >= (0, 14)
+    if new:
+        from vllm.tokenizers import get_tokenizer
+
+        proc = OutputProcessor(get_tokenizer(_tokenizer_dir()), log_stats=True, stream_interval=1)
+    else:
+        from vllm.transformers_utils.tokenizer_group import TokenizerGroup
+
+        group = TokenizerGroup(_tokenizer_dir(), enable_lora=False, max_num_seqs=batch, max_input_length=None)
+        proc = OutputProcessor(group, log_stats=True)  # the API server logs stats by default (--disable-log-stats)
     rng = random.Random(1)
     queues = []
     for i in range(batch):
         params = SamplingParams(max_tokens=steps + 10, temperature=0.0, ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA)  # streaming requests ask for deltas
-        req = EngineCoreRequest(request_id=f"r{i}", prompt_token_ids=[rng.randrange(1, VOCAB) for _ in range(128)],
-                                mm_kwargs=None, mm_hashes=None, mm_placeholders=None, sampling_params=params,
-                                pooling_params=None, eos_token_id=0, arrival_time=time.time(), lora_request=None,
-                                cache_salt=None, data_parallel_rank=None)
-        q = RequestOutputCollector(output_kind=RequestOutputKind.DELTA)
+        prompt = [rng.randrange(1, VOCAB) for _ in range(128)]
+        if new:
+            params.update_from_tokenizer(proc.tokenizer)  # as InputProcessor does (eos, stop ids)
+            req = EngineCoreRequest(request_id=f"r{i}", prompt_token_ids=prompt, mm_features=None,
+                                    sampling_params=params, pooling_params=None, arrival_time=time.time(),
+                                    lora_request=None, cache_salt=None, data_parallel_rank=None,
+                                    external_req_id=f"r{i}")
+            q = RequestOutputCollector(output_kind=RequestOutputKind.DELTA, request_id=f"r{i}")
+        else:
+            req = EngineCoreRequest(request_id=f"r{i}", prompt_token_ids=prompt, mm_kwargs=None, mm_hashes=None,
+                                    mm_placeholders=None, sampling_params=params, pooling_params=None,
+                                    eos_token_id=0, arrival_time=time.time(), lora_request=None, cache_salt=None,
+                                    data_parallel_rank=None)
+            q = RequestOutputCollector(output_kind=RequestOutputKind.DELTA)
         proc.add_request(req, prompt=None, queue=q)
         queues.append(q)
     from vllm.v1.metrics.stats import IterationStats
@@ -101,10 +124,17 @@ def time_output_processor(batch: int, steps: int) -> float:
 
 def time_chunks(n: int, chat: bool) -> float:
     """µs per stream chunk built and serialised as vLLM's completion / chat stream generators do."""
-    from vllm.entrypoints.openai.protocol import (
-        ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, CompletionResponseStreamChoice,
-        CompletionStreamResponse, DeltaMessage,
-    )
+    try:  # 0.10: one protocol module
+        from vllm.entrypoints.openai.protocol import (
+            ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse, CompletionResponseStreamChoice,
+            CompletionStreamResponse, DeltaMessage,
+        )
+    except ImportError:  # 0.19: split per endpoint
+        from vllm.entrypoints.openai.chat_completion.protocol import (
+            ChatCompletionResponseStreamChoice, ChatCompletionStreamResponse,
+        )
+        from vllm.entrypoints.openai.completion.protocol import CompletionResponseStreamChoice, CompletionStreamResponse
+        from vllm.entrypoints.openai.engine.protocol import DeltaMessage
 
     created = int(time.time())
     t0 = time.thread_time()
