@@ -32,7 +32,6 @@ LFM2 = {
 }
 
 
-@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
 def test_short_conv_gates_are_the_two_mul_kernels_vllm_launches():
     # vLLM ShortConv.forward_cuda: Bx = (B * x), causal_conv1d, y = C * Bx: one mul kernel each side of the conv
     # (were approximate placeholders: 13.6 % of LFM2-MoE's tiny decode step in the sweep)
@@ -59,7 +58,6 @@ QWEN3_NEXT = {
 }
 
 
-@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
 def test_gdn_qkv_reordering_is_vllms_one_split_cat_kernel():
     # vLLM QwenGatedDeltaNetAttention.prepare_gdn_attention_core_inputs: one compiled Triton kernel (was a cat
     # placeholder: 3.6 % of Qwen3-Next's tiny decode step)
@@ -81,7 +79,6 @@ MAMBA2 = {
 }
 
 
-@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
 def test_mamba2_residual_in_fp32_casts_are_no_kernel():
     # vLLM Mamba2DecoderLayer.forward: hidden_states, residual = self.norm(hidden_states, residual) in the model
     # dtype (was a cast placeholder per layer: 3.2 % of Mamba2's tiny decode step)
@@ -103,7 +100,6 @@ LLAMA4 = {
 }
 
 
-@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
 def test_llama4_query_temperature_is_vllms_mul_and_cast():
     # vLLM Llama4Attention.forward: q = (q * attn_scale).to(q.dtype): a mul and a cast kernel (were placeholders)
     graph = _fused("tiny-llama4", LLAMA4)
@@ -123,7 +119,6 @@ APERTUS = {
 }
 
 
-@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
 def test_xielu_ops_are_vllms_python_fallback_kernels():
     # vLLM XIELU._xielu_python (no xielu CUDA package) is transformers' XIELUActivation._xielu_python op for op:
     # softplus x2, add, gt, mul x3, add, min, expm1, sub, mul x2, add, where = 15 kernels (were placeholders:
@@ -140,7 +135,6 @@ def test_xielu_ops_are_vllms_python_fallback_kernels():
     assert not [n.name for n in kernels if n.kernel.approximate]
 
 
-@pytest.mark.slow  # a trace (~5-40 s on 2 shared cores with the first trace's warm-up)
 def test_clamped_swiglu_is_one_act_and_mul_kernel():
     # MiniMax-M3's dense MLP: gate * sigmoid(alpha * gate) * (up + beta), both clamped (transformers: clamp x2, mul,
     # sigmoid, mul, add, mul = 7 placeholders); vLLM MiniMaxM3MLP.forward: swiglu_oai_split, one fp32 Triton kernel

@@ -127,7 +127,7 @@ GEMMA3N = {
 }
 
 
-@pytest.mark.slow  # a Gemma-3n trace with its full-depth retry (~20-50 s on 2 shared cores)
+@pytest.mark.slow  # a Gemma-3n trace with its full-depth retry (~5 s, more on 2 shared cores)
 def test_gemma3n_projections_stacked_with_the_embedding_are_gathered():
     # vLLM builds them ColumnParallelLinear(gather_output=True) (models/gemma3n.py Gemma3nTextModel.__init__):
     # split GEMM, then an all-gather; tp 2 had split them and stacked each rank's half with the whole embedding,
