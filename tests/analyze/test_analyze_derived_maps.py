@@ -319,11 +319,54 @@ def test_a_family_with_a_shipped_map_derives_the_same_assignment(tmp_path):
 
 SWEEP_BATCH = "decode:512x400"  # long enough that attention and GEMMs, not the kernels' floor, dominate a tiny model
 # Classes whose tiny config does not analyze (measured 2026-12-01, tp 1, SWEEP_BATCH), by reason; skipped.
-UNSUPPORTED: dict[str, str] = {}
-# Classes that analyze, reconcile and pass the GEMM check, with R6 under 90 % on the tiny config (measured, same
-# run). Tiny hidden sizes put every kernel near its launch floor (~3 us on the roofline), so R6 approaches the share
-# of kernels that hold work; the number is the R6 measured. Held to R6 >= 0.6.
-LOW_R6: dict[str, float] = {}
+UNSUPPORTED: dict[str, str] = {
+    "AXK2ForCausalLM": "rows no derivation rule places (attn.index: a DSA indexer with another module tree than mla-dsa-moe's)",
+    "Apertus1p5TextForCausalLM": "rows no derivation rule places (ffn.extra: xIELU's per-layer activation scalars)",
+    "ApertusForCausalLM": "rows no derivation rule places (ffn.extra: xIELU's per-layer activation scalars)",
+    "BeamForCausalLM": "attn.gate holds a vector (gate_bias) beside its GEMM: the GEMM alignment cannot tell them apart",
+    "BigBirdForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "BlenderbotForCausalLM": "its 128-position table is shorter than the sweep's 401 positions",
+    "CTRLLMHeadModel": "its 256-position table is shorter than the sweep's 401 positions",
+    "DeciLMForCausalLM": "no transformers class to trace",
+    "DeepseekV4ForCausalLM": "rows no derivation rule places (attn.compress, attn.hc, ffn.hc: the compressed-hc-moe maps\" family)",
+    "DiffLlamaForCausalLM": "two attention kernels and a group norm a layer (differential attention)",
+    "FalconMambaForCausalLM": "three weightless B/C/dt norms beside the one weighted norm: order cannot tell them apart",
+    "GPTNeoXJapaneseForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "Gemma3nForCausalLM": "rows no derivation rule places (ffn.altup, ffn.laurel, ffn.ple)",
+    "Gemma4AssistantForCausalLM": "not traceable yet (one-line import error)",
+    "Gemma4ForCausalLM": "rows no derivation rule places (ffn.ple, ffn.scalar: per-layer inputs and the layer scalar)",
+    "Gemma4ForConditionalGeneration": "rows no derivation rule places (ffn.ple, ffn.scalar: per-layer inputs and the layer scalar)",
+    "Gemma4UnifiedAssistantForCausalLM": "not traceable yet (one-line import error)",
+    "Gemma4UnifiedForCausalLM": "rows no derivation rule places (ffn.scalar: the layer scalar)",
+    "Gemma4UnifiedForConditionalGeneration": "rows no derivation rule places (ffn.scalar: the layer scalar)",
+    "HYV4ForCausalLM": "the vLLM fuse builds a kernel cycle at its indexer (one-line error)",
+    "JetMoeForCausalLM": "not traceable yet (one-line import error)",
+    "LongcatFlashForCausalLM": "the fold counts 28 layers where the accountant counts 56 (two sub-layers a layer)",
+    "MegatronBertForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "MllamaForCausalLM": "the fold counts 32 layers where the accountant counts 40 (cross-attention layers)",
+    "MusicgenForCausalLM": "not traceable yet (one-line import error)",
+    "MusicgenMelodyForCausalLM": "not traceable yet (one-line import error)",
+    "MvpForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "OlmoHybridForCausalLM": "the accountant's rows pack in_proj_qkvz / in_proj_ba where the model runs q/k/v, b, a and g apart",
+    "OpenAIGPTLMHeadModel": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "RecurrentGemmaForCausalLM": "its RG-LRU recurrence is unrolled into placeholders: no kernel holds the recurrence",
+    "RemBertForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "RoFormerForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "RwkvForCausalLM": "a third norm (the first layer's ln0) that order cannot place; its WKV recurrence is unrolled",
+    "Step3p5ForCausalLM": "no transformers class to trace",
+    "Step3p7FlashForCausalLM": "no transformers class to trace",
+    "TrOCRForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "XGLMForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
+    "XLMWithLMHeadModel": "not traceable yet (one-line import error)",
+    "XmodForCausalLM": "not traceable yet (one-line import error)",
+    "Zamba2ForCausalLM": "not traceable yet (one-line import error)",
+    "xLSTMForCausalLM": "not traceable yet (one-line import error)",
+}
+# Classes that analyze, reconcile and pass the GEMM check with R6 under 90 % (measured, same run, roofline), with the
+# R6 measured; held to R6 >= 0.6.
+LOW_R6: dict[str, float] = {
+    "Qwen3NextForCausalLM": 0.897,  # shipped gdn-hybrid-moe; many small gate/cast kernels beside the GDN
+}
 
 
 def _registered() -> list[str]:
