@@ -28,6 +28,7 @@ from graphsim.importers.hf.kda_ops import KDA_KERNELS
 from graphsim.importers.hf.lightning_ops import lightning_patches
 from graphsim.importers.hf.looped_experts import looped_experts_patches
 from graphsim.importers.hf.mamba1_ops import MAMBA1_KERNELS
+from graphsim.importers.hf.refusals import check_traceable
 from graphsim.importers.hf.table_attention import table_attention_patches
 
 IMPL_NAME = "graphsim"
@@ -438,6 +439,7 @@ LOOP_KERNELS = {
 @contextlib.contextmanager
 def semantic_kernels(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap Python-loop kernels in the model's modelling modules for semantic ops; restore after."""
+    check_traceable(model)  # mechanisms no semantic op covers yet: one line naming each (refusals.py)
     patched: list[tuple[object, str, object]] = []
     modules = {type(m).__module__ for m in model.modules()}
     for mod_name in sorted(modules):

@@ -1,0 +1,41 @@
+"""Mechanisms refused by name before the trace (graphsim/importers/hf/refusals.py): Musicgen's codebook token
+streams, XLM's parallel per-layer lists, X-MOD's per-language adapters. Each was the traceback line of whatever the
+meta-device forward hit first (a reshape by num_codebooks, an IndexError on a cut list, "Input language unknown")."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from graphsim.catalog import ResolvedModel
+from graphsim.errors import UnsupportedArchitectureError
+from graphsim.importers.hf import import_hf
+
+TINY = {
+    "MusicgenForCausalLM": {"model_type": "musicgen_decoder", "vocab_size": 64, "hidden_size": 32,
+                            "num_hidden_layers": 6, "num_attention_heads": 4, "ffn_dim": 64, "num_codebooks": 4,
+                            "max_position_embeddings": 256, "pad_token_id": 0, "bos_token_id": 1},
+    "XLMWithLMHeadModel": {"model_type": "xlm", "vocab_size": 64, "emb_dim": 32, "n_layers": 2, "n_heads": 4,
+                           "max_position_embeddings": 256, "pad_index": 0, "bos_index": 1, "eos_index": 2,
+                           "unk_index": 3, "mask_index": 4},
+    "XmodForCausalLM": {"model_type": "xmod", "vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2,
+                        "num_attention_heads": 4, "intermediate_size": 64, "languages": ["en_XX", "de_DE"],
+                        "max_position_embeddings": 256, "is_decoder": True, "pad_token_id": 1, "bos_token_id": 0,
+                        "eos_token_id": 2},
+}
+MATCH = {
+    "MusicgenForCausalLM": r"reads 4 codebook token streams per position \(MusicgenDecoder",
+    "XLMWithLMHeadModel": r"parallel per-layer lists \(XLMModel: attentions, ffns",
+    "XmodForCausalLM": r"its language's adapter \(XmodOutput\.adapter_modules over 2 language",
+}
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_refused_by_mechanism(arch):
+    cfg = {"architectures": [arch], **copy.deepcopy(TINY[arch])}
+    with pytest.raises(UnsupportedArchitectureError, match=MATCH[arch]):
+        import_hf(ResolvedModel(f"tiny-{arch}", cfg, "path", "test"), cache=False)
