@@ -114,6 +114,9 @@ def test_fuse_tp2_ep2(imported):
         assert names.count("zero_experts_compute") == 1
         zk = next(k for k in ks if k.name == "zero_experts_compute")
         assert zk.rule == "zero_experts_compute" and not zk.approximate
+        # SGLang's LongcatFlashMoE.forward runs the same two kernels
+        sg = run_pipeline(copy.deepcopy(g), "fold,fuse{target=sglang}").graph
+        assert [k.name for k in _layer_kernels(sg)].count("zero_experts_compute") == 1
     tp2 = run_pipeline(copy.deepcopy(g), "fold,fuse{target=vllm},tp{size=2}").graph
     geo = next(k for k in _layer_kernels(tp2) if k.kind is KernelKind.MOE_EXPERTS).geometry_as(MoeExpertsGeometry)
     assert (geo.tp, geo.inter_size) == (2, 24)

@@ -17,6 +17,7 @@ from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse import vllm as V
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 from graphsim.passes.fuse.vllm_dead import DEAD_INDEX_OPS
+from graphsim.passes.fuse.vllm_zero_experts import SGLANG_ZERO_EXPERTS
 
 ROTARY_CACHE = Rule("rotary_cos_sin_cache", "layers/rotary_embedding/base.py:RotaryEmbedding.__init__ "
                     "(cos_sin_cache buffer)", V._match_rotary_tables, V._absorb)
@@ -70,7 +71,7 @@ CONV1D = Rule("causal_conv1d", "layers/attention/mamba/causal_conv1d.py:causal_c
 
 RULES: list[Rule] = [
     ROTARY_CACHE, EMBEDDING, FUSED_ADD_RMS_NORM, RMS_NORM, PACKED_GEMM, LM_HEAD, GEMM, ROTARY, ATTENTION,
-    ACT_AND_MUL, MOE_ROUTER, MOE_EXPERTS, GDN_GATING, LINEAR_ATTENTION, CONV1D,
+    ACT_AND_MUL, MOE_ROUTER, MOE_EXPERTS, SGLANG_ZERO_EXPERTS, GDN_GATING, LINEAR_ATTENTION, CONV1D,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel in any engine (vllm_dead.py)
 ]
 

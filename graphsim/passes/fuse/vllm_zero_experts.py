@@ -7,7 +7,9 @@ by the experts' input, a cast, and the add into the experts' output. vLLM runs t
 (layers/fused_moe/zero_expert_fused_moe.py `ZeroExpertFusedMoE.forward`): `zero_experts_compute_triton`
 (layers/fused_moe/fused_moe.py: one Triton kernel reading the top-k ids / weights and the hidden states, writing the
 identity experts' share) and the `fused_out + zero_expert_result` add. Each is priced by its bytes at the hidden
-width, like any memory-bound kernel.
+width, like any memory-bound kernel. SGLang runs the same two (python/sglang/srt/models/longcat_flash.py
+`LongcatFlashMoE.forward`: `zero_experts_compute_triton`, then `final_hidden_states += zero_expert_result`):
+`SGLANG_ZERO_EXPERTS`, the same match with SGLang's source.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def _downstream(ctx: FuseContext, start: set[str], scope: str) -> dict[str, Node
     return out
 
 
-def _match_zero_experts(ctx: FuseContext) -> list[Candidate]:
+def match_zero_experts(ctx: FuseContext) -> list[Candidate]:
     """In an experts module's scope: the nodes the top-k ids feed (besides the experts node) up to the add whose other
     input is the experts' output (through views): the compute kernel, then the add."""
     out = []
@@ -62,7 +64,7 @@ def _match_zero_experts(ctx: FuseContext) -> list[Candidate]:
     return out
 
 
-def _build(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
+def build_zero_experts(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
     add = bool(c.info.get("add"))
     return KernelAttrs(KernelKind.ELEMENTWISE, "add" if add else "zero_experts_compute",
                        ElementwiseGeometry(width=c.info["width"]), c.info["dtype"], Rows.TOKENS,
@@ -72,5 +74,11 @@ def _build(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
 ZERO_EXPERTS = Rule(
     "zero_experts", "model_executor/layers/fused_moe/zero_expert_fused_moe.py:ZeroExpertFusedMoE.forward "
     "(zero_experts_compute_triton from fused_moe.py: one kernel; then fused_out + zero_expert_result)",
-    _match_zero_experts, _build,
+    match_zero_experts, build_zero_experts,
+)
+
+SGLANG_ZERO_EXPERTS = Rule(
+    "zero_experts", "python/sglang/srt/models/longcat_flash.py:LongcatFlashMoE.forward (zero_experts_compute_triton: "
+    "one kernel; then final_hidden_states += zero_expert_result)",
+    match_zero_experts, build_zero_experts,
 )
