@@ -75,7 +75,7 @@ def test_tree_output_mentions_sources(capsys):
 @pytest.mark.parametrize("args, fragment", [
     (["--batch", "decode:64"], "malformed batch spec"),
     (["--gpu", "tpu9"], "tpu9"),
-    (["--tp", "3"], "not divisible by 3"),
+    (["--tp", "3"], "must be divisible by tensor parallel size (3)"),
 ])
 def test_bad_input_is_one_line(capsys, args, fragment):
     code = main(["predict", "llama-3.1-8b", *args])
