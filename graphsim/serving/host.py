@@ -24,9 +24,10 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   decode"; the issue gives 5–13 ms overall and names neither model nor batch of that trace); `per_seq_us` 5.9 —
   issue 10634 measured a 5–6 ms gap between V0 decodes at batch 256 (Llama 2 7B, ShareGPT):
   (5500 − 4000) / 256 µs per sequence, a two-point estimate across two reports.
-- v1, v1-async (the same Python; async only overlaps it): `step_us` and `per_seq_us` from
-  `V1_SCHEDULER_*`, vLLM 0.10.1's own `Scheduler.schedule` + `update_from_output` timed on a CPU
-  (benchmarks/host_scheduler.py; the numbers and the CPU beside `V1_SCHEDULER_*` below), plus `V1_RUNNER_STEP_US`, the
+- v1, v1-async: `step_us` and `per_seq_us` from `V1_SCHEDULER_*`, vLLM 0.10.1's own `Scheduler.schedule` +
+  `update_from_output` timed on a CPU (benchmarks/host_scheduler.py; the numbers and the CPU beside
+  `V1_SCHEDULER_*` below; v1-async: `V1_ASYNC_SCHEDULER_*`, vLLM 0.19.0's `AsyncScheduler`, ≈ 1.4× 0.10.1's
+  Python on the same CPU), plus `V1_RUNNER_STEP_US`, the
   model runner's per-step input preparation: vllm-project/vllm PR 17866 reports "around ~10 % improvement for
   TPOT" of Llama 3.2 1B (2.73 ms mean TPOT without it) from a fast path for repeated decodes' `_prepare_inputs`
   — 10 % of 2.73 ms, 273 µs, taken as what that preparation
@@ -70,6 +71,17 @@ V0_PER_SEQ_US = (5500.0 - 4000.0) / 256
 # Per sequence: the slope from batch 1 to 256, (1470.6 − 12.6) / 255 = 5.7 µs; per step: 12.6 − 5.7 = 6.9 µs.
 V1_SCHEDULER_STEP_US = 12.6 - 5.7
 V1_SCHEDULER_PER_SEQ_US = (1470.6 - 12.6) / 255
+# v1-async (vLLM >= 0.14): vLLM 0.19.0's AsyncScheduler (vllm/v1/core/sched/async_scheduler.py, the scheduler of async
+# scheduling: output placeholders, and `kv_cache_manager.cache_blocks` per request a step in
+# `_update_request_with_output`), the same benchmark (benchmarks/host_scheduler.py, CPU time), run interleaved with
+# 0.10.1 on the same VM (7 paired rounds, load 3.3–9.7): 0.19 / 0.10.1 per round, median 1.403 at batch 1 and 1.390
+# at batch 256 (0.19 alone: 19.25 / 75.5 / 270.7 / 1177.5 / 2572.1 µs at batch 1 / 8 / 32 / 128 / 256, medians of 8;
+# 0.19's plain Scheduler: 1.307 / 1.305). The VM ran slower than when 0.10.1's figures above were taken (0.10.1 now
+# 13.7 / 1587.7 µs), so 0.10.1's figures scale by the paired ratios: 12.6 × 1.403 = 17.68 µs at batch 1,
+# 1470.6 × 1.390 = 2044.1 at 256; per sequence (2044.1 − 17.68) / 255 = 7.95 µs, per step 17.68 − 7.95 = 9.73 µs.
+V1_ASYNC_SCHEDULER_AT_1_US = 12.6 * 1.403
+V1_ASYNC_SCHEDULER_PER_SEQ_US = (1470.6 * 1.390 - V1_ASYNC_SCHEDULER_AT_1_US) / 255
+V1_ASYNC_SCHEDULER_STEP_US = V1_ASYNC_SCHEDULER_AT_1_US - V1_ASYNC_SCHEDULER_PER_SEQ_US
 V1_RUNNER_STEP_US = 2730.0 * 0.10  # PR 17866: ≈ 10 % of a 2.73 ms TPOT removed by the decode fast path
 # Per sequence beyond the scheduler (the model runner's per-request input and output bookkeeping, the engine core's
 # per-request output): FITTED by benchmarks/fit_engine_links.py together with the PCIe-without-P2P share
@@ -97,6 +109,13 @@ FRONTEND_LATENCY_US = 11_000.0  # not serial, per request
 # over TCP. Per chunk at 16 / 64 / 256 concurrent streams (each the median of 3 runs): 37.41 / 32.38 / 36.89 µs
 # (process_outputs 4.7 / 4.8 / 7.8, chunk 7.7 / 8.0 / 8.4, HTTP 25.0 / 19.5 / 20.7); the median of the three, 36.89.
 API_SERVER_PER_CHUNK_US = 36.89
+# v1-async (vLLM >= 0.14): vLLM 0.19.0's output path, the same benchmark run right after 0.10.1's on the same VM and
+# the same FastAPI 0.165 / uvicorn 0.54 / uvloop / httptools (so the HTTP part is not the version's): per chunk at
+# 16 / 64 / 256 streams, process_outputs 6.53 / 6.42 / 7.01 µs against 0.10.1's 4.70 / 4.64 / 5.32, the completion
+# chunk 8.17 / 8.23 / 8.24 against 7.51 / 7.78 / 7.88 (load 4.6–7.2). 0.10.1's parts above scale by those ratios; at
+# 256 streams 36.89 + 7.8 × (7.01 / 5.32 − 1) + 8.4 × (8.24 / 7.88 − 1) = 39.75 µs, the median of the three
+# (39.92 / 34.68 / 39.75), as 0.10.1's was.
+API_SERVER_PER_CHUNK_US_V1_ASYNC = 36.89 + 7.8 * (7.01 / 5.32 - 1) + 8.4 * (8.24 / 7.88 - 1)
 
 
 @dataclass(frozen=True)
@@ -149,12 +168,16 @@ NO_HOST = HostModel("none", 0.0, 0.0, 0.0, 0.0, True, 0)  # GPU kernels only (th
 
 def host_model(family: str) -> HostModel:
     if family == "v0":
-        step, per_seq, overlap = V0_STEP_US, V0_PER_SEQ_US, False
+        step, per_seq, overlap, chunk = V0_STEP_US, V0_PER_SEQ_US, False, API_SERVER_PER_CHUNK_US
     else:
-        step, overlap = V1_SCHEDULER_STEP_US + V1_RUNNER_STEP_US, family == "v1-async"
-        per_seq = V1_SCHEDULER_PER_SEQ_US + V1_ENGINE_PER_SEQ_US
+        overlap, chunk = family == "v1-async", API_SERVER_PER_CHUNK_US
+        sched_step, sched_seq = V1_SCHEDULER_STEP_US, V1_SCHEDULER_PER_SEQ_US
+        if overlap:  # vLLM 0.19's scheduler and output path (above); the runner's and engine's terms as v1's
+            sched_step, sched_seq = V1_ASYNC_SCHEDULER_STEP_US, V1_ASYNC_SCHEDULER_PER_SEQ_US
+            chunk = API_SERVER_PER_CHUNK_US_V1_ASYNC
+        step, per_seq = sched_step + V1_RUNNER_STEP_US, sched_seq + V1_ENGINE_PER_SEQ_US
     return HostModel(family, step, per_seq, 0.0, FRONTEND_US, overlap, frontend_per_token_us=FRONTEND_PER_TOKEN_US,
-                     frontend_latency_us=FRONTEND_LATENCY_US, api_per_chunk_us=API_SERVER_PER_CHUNK_US)
+                     frontend_latency_us=FRONTEND_LATENCY_US, api_per_chunk_us=chunk)
 
 
 @dataclass(frozen=True)

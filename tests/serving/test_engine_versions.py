@@ -130,6 +130,26 @@ def test_host_arithmetic_and_overlap():
     assert over.iteration_us(50.0, 10, 4) == pytest.approx(113.0)  # host longer than the GPU step
 
 
+def test_host_constants_per_family_from_the_scheduler_benchmarks():
+    from graphsim.serving.host import host_model
+
+    # v1 (vLLM 0.10.1's Scheduler, benchmarks/host_scheduler.py): 12.6 µs at batch 1, 1470.6 at 256 →
+    # per seq (1470.6 − 12.6) / 255 = 5.7176 + 60 (engine) = 65.7176; step 12.6 − 5.7 (host.py rounds it) = 6.9
+    # + 273 (runner) = 279.9
+    v1 = host_model("v1")
+    assert (v1.step_us, v1.per_seq_us, v1.overlap) == (pytest.approx(279.9, abs=1e-6),
+                                                       pytest.approx(65.7176, abs=1e-3), False)
+    # v1-async (vLLM 0.19.0's AsyncScheduler, paired 0.19 / 0.10.1 ratios 1.403 at batch 1 and 1.390 at 256):
+    # 12.6 × 1.403 = 17.6778, 1470.6 × 1.390 = 2044.134; per seq (2044.134 − 17.6778) / 255 = 7.9469 + 60 = 67.9469;
+    # step 17.6778 − 7.9469 = 9.7309 + 273 = 282.7309
+    fast = host_model("v1-async")
+    assert (fast.step_us, fast.per_seq_us, fast.overlap) == (pytest.approx(282.7309, abs=1e-3),
+                                                             pytest.approx(67.9469, abs=1e-3), True)
+    # the same iteration of 32 decoding sequences: (282.7309 − 279.9) + (67.9469 − 65.7176) × 32
+    # = 2.8309 + 2.2293 × 32 = 74.17 µs more host time on 0.19
+    assert fast.host_us(32, 32) - v1.host_us(32, 32) == pytest.approx(74.17, abs=0.01)
+
+
 def _two_requests(engine: str) -> list:
     # every iteration 1 ms (AffineCost with only a base), no host time: scheduling alone. A: 100-token prompt,
     # 5 outputs, at 0; B: 100 tokens, 3 outputs, at 2.5 ms.
