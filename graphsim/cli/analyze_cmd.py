@@ -23,7 +23,7 @@ def analyze_cmd(
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
     maps: list[str] | None = typer.Option(None, "--map", help="Location map file(s) to use instead of the "
-                                             "shipped ones (repeatable)."),
+                                             "shipped ones and the one derived from kernel order (repeatable)."),
     draft_map: str | None = typer.Option(None, "--draft-map", help="Write a skeleton location map of this "
                                             "deployment (every location, no rows yet) to this file."),
     table: bool = typer.Option(True, "--table/--no-table", help="Show the per-location table."),
