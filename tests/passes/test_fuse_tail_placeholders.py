@@ -167,3 +167,23 @@ def test_packed_qkv_cat_into_the_conv_is_a_slice(benchmark_script):
     assert qkv.kernel.kind is KernelKind.GEMM and conv.inputs[0] == qkv.name
     assert qkv.kernel.geometry_as(GemmGeometry).n == conv.kernel.geometry_as(Conv1dGeometry).channels
     assert not [n.name for n in kernels if n.kernel.approximate]
+
+
+def test_moe_sum_casts_are_no_kernel():
+    # HunYuan-V3's MoE: transformers casts the routed and the shared expert outputs to float32, adds, casts back (3
+    # placeholders: 13.7 % of the tiny decode step); vLLM's FusedMoE adds the shared expert in the model dtype
+    # (hy_v3.py HYV3MoEFused). Layer 1 is the first MoE layer (first_k_dense_replace 1).
+    cfg = {"architectures": ["HYV3ForCausalLM"], "model_type": "hy_v3", "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "num_shared_experts": 1,
+           "first_k_dense_replace": 1, "vocab_size": 256, "max_position_embeddings": 512, "torch_dtype": "bfloat16"}
+    graph = _fused("tiny-hy-v3", cfg)
+    kernels = _layer_kernels(graph, 1)
+    assert not [n.name for n in kernels if n.kernel.approximate]
+    by_name = {m.name: m for m in kernels}
+    adds = [n for n in kernels if n.kernel.name == "add" and all(v in by_name for v in n.inputs)]
+    # the sum reads the experts and the shared GEMM directly (no casts between)
+    assert [{by_name[v].kernel.kind for v in a.inputs} for a in adds] == [{KernelKind.MOE_EXPERTS, KernelKind.GEMM}]
+    # and tp 2 reduces the two partial sums once, after the add (the shared GEMM's reduce deferred)
+    res = run_pipeline(graph, "tp{size=2}").results[0][1]
+    assert res.stats.get("shared_reduce_deferred", 0) >= 1

@@ -46,6 +46,7 @@ from graphsim.passes.fuse.vllm_legacy import RULES as LEGACY_RULES
 from graphsim.passes.fuse.vllm_legacy import qkv_split
 from graphsim.passes.fuse.vllm_lightning import RULES as LIGHTNING_RULES
 from graphsim.passes.fuse.vllm_mamba1 import RULES as MAMBA1_RULES
+from graphsim.passes.fuse.vllm_moe_casts import RULES as MOE_CAST_RULES
 from graphsim.passes.fuse.vllm_short_conv import RULES as SHORT_CONV_RULES
 from graphsim.passes.fuse.vllm_ssm_residual import RULES as SSM_RESIDUAL_RULES
 from graphsim.passes.fuse.vllm_swiglu_oai import RULES as SWIGLU_OAI_RULES
@@ -681,7 +682,7 @@ RULES: list[Rule] = [
     *MAMBA1_RULES,
     LINEAR_ATTENTION,
     CONV1D, *SHORT_CONV_RULES, *GDN_PREP_RULES, *SSM_RESIDUAL_RULES, *ATTN_SCALE_RULES, *XIELU_RULES,
-    *SWIGLU_OAI_RULES,
+    *SWIGLU_OAI_RULES, *MOE_CAST_RULES,
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
