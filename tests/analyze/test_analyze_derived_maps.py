@@ -359,7 +359,7 @@ UNSUPPORTED: dict[str, str] = {
     "XGLMForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
     "XLMWithLMHeadModel": "not traceable yet (one-line import error)",
     "XmodForCausalLM": "not traceable yet (one-line import error)",
-    "Zamba2ForCausalLM": "not traceable yet (one-line import error)",
+    "Zamba2ForCausalLM": "rows no derivation rule places (attn.mlp: the shared transformer block's MLP)",
     "xLSTMForCausalLM": "not traceable yet (one-line import error)",
 }
 # Classes that analyze, reconcile and pass the GEMM check with R6 under 90 % (measured, same run, roofline), with the
