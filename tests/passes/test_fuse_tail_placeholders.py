@@ -187,3 +187,21 @@ def test_moe_sum_casts_are_no_kernel():
     # and tp 2 reduces the two partial sums once, after the add (the shared GEMM's reduce deferred)
     res = run_pipeline(graph, "tp{size=2}").results[0][1]
     assert res.stats.get("shared_reduce_deferred", 0) >= 1
+
+
+def test_softplus_attention_gate_is_vllms_four_kernels():
+    # Laguna: gate = softplus(g_proj(x).float()).type_as(attn), attn * gate per head (transformers models/laguna);
+    # vLLM LagunaAttention.forward runs the same cast, softplus, cast and mul (were placeholders: 9.8 % of the tiny
+    # decode step). 2 layers, 4 heads of 16, one gate per head.
+    cfg = {"architectures": ["LagunaForCausalLM"], "model_type": "laguna", "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_attention_heads_per_layer": [4, 4],
+           "num_key_value_heads": 2, "head_dim": 16, "gating": True, "num_experts": 4, "num_experts_per_tok": 2,
+           "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32, "vocab_size": 256,
+           "layer_types": ["full_attention", "full_attention"], "max_position_embeddings": 512,
+           "torch_dtype": "bfloat16"}
+    kernels = _layer_kernels(_fused("tiny-laguna", cfg), 0)
+    gate = [n for n in kernels if n.kernel.rule == "softplus_attn_gate"]
+    assert [n.kernel.name for n in gate] == ["cast", "softplus", "cast", "mul"]
+    # the gate is one value a head (4); the product covers the 4 heads x 16 of the attention output
+    assert [n.kernel.geometry_as(ElementwiseGeometry).width for n in gate] == [4, 4, 4, 64]
+    assert not [n.name for n in kernels if n.kernel.approximate]

@@ -28,6 +28,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.passes.fuse.vllm_attn_gate import RULES as ATTN_GATE_RULES
 from graphsim.passes.fuse.vllm_attn_scale import RULES as ATTN_SCALE_RULES
 from graphsim.passes.fuse.vllm_block_sparse import BLOCK_SPARSE_ATTENTION, BLOCK_SPARSE_INDEXER
 from graphsim.passes.fuse.vllm_block_sparse import indexer_prep as block_indexer_prep
@@ -682,7 +683,7 @@ RULES: list[Rule] = [
     *MAMBA1_RULES,
     LINEAR_ATTENTION,
     CONV1D, *SHORT_CONV_RULES, *GDN_PREP_RULES, *SSM_RESIDUAL_RULES, *ATTN_SCALE_RULES, *XIELU_RULES,
-    *SWIGLU_OAI_RULES, *MOE_CAST_RULES,
+    *SWIGLU_OAI_RULES, *MOE_CAST_RULES, *ATTN_GATE_RULES,
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
