@@ -37,7 +37,7 @@ def _split(key: KernelKey, c: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarra
         tokens = c[:, 0]
         local = key.num_experts / key.ep
         touched = local * (1 - (1 - 1 / key.num_experts) ** (tokens * key.topk))
-        return touched * 3 * key.hidden_size * key.inter_size / key.tp * key.dtype.weight_bytes, zero
+        return touched * key.matrices * key.hidden_size * key.inter_size / key.tp * key.dtype.weight_bytes, zero
     if isinstance(key, ElementwiseKey) and key.op == "embedding":
         return nbytes / 2, zero  # the table rows read; the other half is the output written
     if isinstance(key, ElementwiseKey):  # sparse attention keys, indexer key caches, DeepSeek-V4 compressor state

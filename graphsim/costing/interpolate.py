@@ -35,7 +35,7 @@ from graphsim.costing.eager_rows import eager_floors, sibling_ratio
 from graphsim.costing.geometry_interp import geometry_curve
 from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.costing.kernels import (
-    AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, Point, check_point, point_coords,
+    AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, MoeKey, Point, check_point, point_coords,
 )
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
@@ -221,6 +221,10 @@ class KernelPricer:
         return self._curves[key]
 
     def _measured_curve(self, key: KernelKey) -> Curve | None:
+        if isinstance(key, MoeKey) and not key.gated:
+            # the MoE tables time gated experts (3 matrices: aiconfigurator collector/vllm/collect_moe.py builds
+            # w1 [E, 2·inter, hidden] for every model); non-gated experts (2 matrices) have no rows of their own
+            return None
         rows = self.db.rows(key) if self.db is not None else None
         return Curve(rows) if rows is not None and len(rows) else None
 

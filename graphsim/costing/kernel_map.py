@@ -138,7 +138,8 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         cls = AttentionPrefillKey if prefill else AttentionDecodeKey
         return cls(g.num_heads, g.num_kv_heads, g.head_dim, dtype, dt.kv, g.window)
     if isinstance(g, MoeExpertsGeometry):
-        return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype, dt.routing.table)
+        return MoeKey(g.hidden_size, g.inter_size, g.top_k, g.num_experts, g.tp, g.ep, dtype, dt.routing.table,
+                      gated=g.gated)
     if isinstance(g, CollectiveGeometry):
         return CollectiveKey(_COLLECTIVES[a.kind], g.num_gpus, dtype)
     if isinstance(g, IndexerGeometry) and g.block_size:  # MiniMax-M3's block indexer: its prefill scores' key

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import ClassVar
 
@@ -173,6 +173,17 @@ class MoeKey(_Key, kind=TableKind.MOE, point=TokensPoint):
     ep: int  # expert-parallel size
     dtype: KernelDtype
     routing: MoeRouting = MoeRouting.BALANCED
+    # Two expert matrices (up, down: a non-gated activation such as Nemotron-H's relu², vLLM FusedMoE
+    # activation="relu2_no_mul", w1 [E, inter, hidden]) instead of three (gate+up, down: w1 [E, 2·inter, hidden]).
+    # Not a table column: the MoE tables hold gated experts only (aiconfigurator collector/vllm/collect_moe.py
+    # run_moe_torch builds w1 as [E, 2·inter, hidden] for every model), so a non-gated key reads no rows
+    # (costing/interpolate.py `KernelPricer._measured_curve`) and a key read back from a table is gated.
+    gated: bool = field(default=True, metadata={"column": False})
+
+    @property
+    def matrices(self) -> int:
+        """Expert weight matrices per expert: gate, up and down when gated, else up and down."""
+        return 3 if self.gated else 2
 
 
 @dataclass(frozen=True)

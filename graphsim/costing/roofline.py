@@ -69,11 +69,14 @@ def _attention(batch, q_len, kv_len, heads, kv_heads, qk_dim, v_dim, kv_row_byte
 def _moe(tokens: np.ndarray, key: MoeKey) -> KernelWork:
     inter_rank = key.inter_size / key.tp
     pairs = tokens * key.topk / key.ep  # token-expert pairs this rank computes (even spread)
-    flops = 2.0 * pairs * 3 * key.hidden_size * inter_rank  # gate + up + down
+    mats = key.matrices  # gate + up + down, or up + down for a non-gated activation (MoeKey.gated)
+    flops = 2.0 * pairs * mats * key.hidden_size * inter_rank
     local = key.num_experts / key.ep
     touched = local * (1 - (1 - 1 / key.num_experts) ** (tokens * key.topk))  # expected distinct experts
-    weight_bytes = touched * 3 * key.hidden_size * inter_rank * key.dtype.weight_bytes
-    act_bytes = pairs * (2 * key.hidden_size + 3 * inter_rank) * key.dtype.activation_bytes
+    weight_bytes = touched * mats * key.hidden_size * inter_rank * key.dtype.weight_bytes
+    # the token in and out (2 · hidden), and the intermediates: the first GEMM's output (2 · inter gated, inter
+    # not) and the activation's output (inter): matrices · inter either way
+    act_bytes = pairs * (2 * key.hidden_size + mats * inter_rank) * key.dtype.activation_bytes
     return KernelWork(flops, weight_bytes + act_bytes)
 
 

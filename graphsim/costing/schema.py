@@ -78,6 +78,8 @@ def _columns(cls: type) -> tuple[Column, ...]:
     hints = typing.get_type_hints(cls)
     out = []
     for f in fields(cls):
+        if f.metadata.get("column") is False:  # a key field no table stores (e.g. MoeKey.gated)
+            continue
         py_type = hints[f.name]
         if py_type is int:
             sql = "INTEGER"

@@ -1,0 +1,45 @@
+"""Non-gated routed experts (Nemotron-H's relu², vLLM FusedMoE activation="relu2_no_mul": w1 [E, inter, hidden])
+are two matrices, not three: the roofline's FLOPs and weight bytes, the analyzer's performed weight bytes, and no
+measured rows taken from the (gated-only) MoE tables. Expected values are derived by hand in the comments."""
+
+import numpy as np
+import pytest
+
+from graphsim.costing.dtypes import KernelDtype as D
+from graphsim.costing.interpolate import KernelPricer
+from graphsim.costing.kernels import Measurement, MoeKey, TableKind, TokensPoint
+from graphsim.costing.profile_db import ProfileDB, ProfileMeta
+from graphsim.costing.roofline import kernel_work
+from graphsim.costing.schema import TABLES
+from graphsim.costing.timing import TimeSource
+
+GATED = MoeKey(64, 32, 2, 8, 1, 1, D.BF16)
+PLAIN = MoeKey(64, 32, 2, 8, 1, 1, D.BF16, gated=False)
+
+
+def test_non_gated_experts_do_two_matrices_of_work():
+    # 10 tokens × top-2 = 20 token-expert pairs; per pair 2 FLOPs × hidden 64 × inter 32 per matrix:
+    # gated 3 matrices 2·20·3·64·32 = 245,760; non-gated 2 matrices 2·20·2·64·32 = 163,840
+    g, p = kernel_work(GATED, np.array([[10]])), kernel_work(PLAIN, np.array([[10]]))
+    assert g is not None and p is not None
+    assert g.flops[0] == 245_760 and p.flops[0] == 163_840
+    # bytes: touched experts 8·(1 − (7/8)^20) = 7.5770…, weights per expert 3 (2) · 64·32·2 B, activations
+    # 20 pairs · (2·64 + 3 (2)·32) · 2 B
+    touched = 8 * (1 - (7 / 8) ** 20)
+    assert g.bytes[0] == pytest.approx(touched * 3 * 64 * 32 * 2 + 20 * (128 + 96) * 2)
+    assert p.bytes[0] == pytest.approx(touched * 2 * 64 * 32 * 2 + 20 * (128 + 64) * 2)
+
+
+def test_gated_is_no_table_column_and_non_gated_keys_read_no_gated_rows(tmp_path):
+    assert "gated" not in [c.name for c in TABLES[TableKind.MOE].key_columns]
+    path = tmp_path / "p.db"
+    with ProfileDB.create(path, ProfileMeta(device="cpu: test", hardware="h100_sxm", engine="torch-eager")) as db:
+        db.put_many([(GATED, TokensPoint(t), Measurement(5.0 + t)) for t in (1, 16, 256)])
+    with ProfileDB.open(path) as db:
+        assert db.keys(TableKind.MOE) == [GATED]  # read back as gated (the default)
+        pr = KernelPricer(db)
+        measured = pr.time(GATED, TokensPoint(16))
+        assert measured.source is TimeSource.MEASURED and measured.time_us == 21.0
+        plain = pr.time(PLAIN, TokensPoint(16))  # the gated row (21 µs) is not its time
+        assert plain.source is not TimeSource.MEASURED and plain.source is not TimeSource.INTERPOLATED
+        assert plain.time_us is not None and plain.time_us > 0 and plain.time_us != 21.0
