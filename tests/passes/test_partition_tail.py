@@ -181,3 +181,19 @@ def test_a_vocabulary_tp_does_not_divide_is_padded_as_vllm_pads_it():
     assert _node(res.graph, "lm_head").kernel.geometry_as(GemmGeometry).n == 96
     # the padding is stated as replication: 2 x 96 = 192 rows for 129
     assert any("vocabulary padded to a multiple of 64" in x for x in res.notes), res.notes
+
+
+def test_k_norm_on_replicated_kv_heads_runs_whole():
+    # Qwen3 with one KV head at tp 2: vLLM's QKVParallelLinear gives every rank the whole head, and k_norm runs on it
+    # as it is. tp split the k norm's width to half a head and added a variance all-reduce (seen on Gemma-3n's tiny
+    # config). 4 q heads of 16, 1 KV head of 16.
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+           "vocab_size": 256, "max_position_embeddings": 256, "torch_dtype": "bfloat16"}
+    out = run_pipeline(_fused("tiny-qwen3-one-kv-head", cfg), "tp{size=2}").graph
+    norms = [n for n in out.nodes if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.RMS_NORM
+             and n.layer == 0 and n.kernel.geometry_as(NormGeometry).dim == 16]
+    q_norm, k_norm = norms  # per head: q over the rank's 2 heads (32), k over the whole replicated head (16)
+    assert q_norm.kernel.geometry_as(NormGeometry).width == 32
+    assert k_norm.kernel.geometry_as(NormGeometry).width == 16
+    assert all(_after(out, n).kernel.kind is not KernelKind.ALL_REDUCE for n in norms)

@@ -75,6 +75,7 @@ class TensorParallel(PartitionPass):
                 users.setdefault(v, []).append(n)
         sharded: set[str] = set()
         origins: dict[str, frozenset[str]] = {}  # a sharded value -> the column-parallel GEMMs it comes from
+        kv_whole: set[str] = set()  # k / v outputs of a QKV GEMM that keeps whole KV heads (num_kv_heads < tp)
         mixed: frozenset[str] = frozenset()
         producers = {n.name for n in graph.nodes}
         rename: dict[str, str] = {}
@@ -141,6 +142,9 @@ class TensorParallel(PartitionPass):
                 qg = a.geometry_as(GemmGeometry)
                 if out_sharded and qg.num_kv_heads is not None and qg.num_kv_heads < t:
                     declared.partial.add(n.name)  # whole KV heads on every rank (QKVParallelLinear)
+                    # its k and v outputs are those whole heads, not a slice: a k / v norm on them runs whole on
+                    # every rank, with no variance all-reduce (vLLM's k_norm on the rank's replicated KV head)
+                    kv_whole.update(_values(n)[1:])
                 if in_sharded and a.rows is not Rows.SEQUENCES and qg.bias:
                     # vLLM's RowParallelLinear keeps the whole bias on every rank and adds it on rank 0 only
                     # (model_executor/layers/linear.py RowParallelLinear: bias of output_size; forward:
@@ -268,7 +272,7 @@ class TensorParallel(PartitionPass):
                         bump("norm_variance_reduce")
             out.nodes.append(n)
             if out_sharded:
-                sharded.update(_values(n))
+                sharded.update(v for v in _values(n) if v not in kv_whole)
                 if a.kind is not KernelKind.GEMM:  # a per-token kernel carries its inputs' origins
                     came = frozenset(g for v in n.inputs for g in origins.get(v, ()))
                     origins.update((v, came) for v in _values(n))
