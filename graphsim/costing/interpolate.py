@@ -37,6 +37,7 @@ from graphsim.costing.hardware import HardwareSpec, load_hardware
 from graphsim.costing.kernels import (
     AttentionPrefillPoint, CollectiveKey, GemmKey, KernelKey, MoeKey, Point, check_point, point_coords,
 )
+from graphsim.costing.moe_variants import NonGatedCurve, gated_twin
 from graphsim.costing.profile_db import KernelRows, ProfileDB
 from graphsim.costing.roofline import roofline_us
 from graphsim.costing.timing import TimeSource, Timing
@@ -213,6 +214,11 @@ class KernelPricer:
             self.hardware = load_hardware(self.db.meta.hardware)
 
     def curve(self, key: KernelKey) -> Evaluator | None:
+        if isinstance(key, MoeKey) and not key.gated:  # from the gated experts' rows (costing/moe_variants.py)
+            if key not in self._curves:
+                gated = self.curve(gated_twin(key))
+                self._curves[key] = NonGatedCurve(key, gated) if gated is not None else None
+            return self._curves[key]
         if key not in self._curves:
             self._curves[key] = self._measured_curve(key)
             if self._curves[key] is None and self.db is not None:
@@ -222,8 +228,8 @@ class KernelPricer:
 
     def _measured_curve(self, key: KernelKey) -> Curve | None:
         if isinstance(key, MoeKey) and not key.gated:
-            # the MoE tables time gated experts (3 matrices: aiconfigurator collector/vllm/collect_moe.py builds
-            # w1 [E, 2·inter, hidden] for every model); non-gated experts (2 matrices) have no rows of their own
+            # the MoE tables time gated experts only (aiconfigurator collector/vllm/collect_moe.py builds w1
+            # [E, 2·inter, hidden] for every model): non-gated experts have no rows of their own (`curve`)
             return None
         rows = self.db.rows(key) if self.db is not None else None
         return Curve(rows) if rows is not None and len(rows) else None

@@ -1,12 +1,12 @@
 """Non-gated routed experts (Nemotron-H's relu², vLLM FusedMoE activation="relu2_no_mul": w1 [E, inter, hidden])
-are two matrices, not three: the roofline's FLOPs and weight bytes, the analyzer's performed weight bytes, and no
-measured rows taken from the (gated-only) MoE tables. Expected values are derived by hand in the comments."""
+are two matrices, not three: the roofline's FLOPs and bytes, and times from the (gated-only) MoE tables' rows
+scaled by the work ratio (costing/moe_variants.py). Expected values are derived by hand in the comments."""
 
 import numpy as np
 import pytest
 
 from graphsim.costing.dtypes import KernelDtype as D
-from graphsim.costing.interpolate import KernelPricer
+from graphsim.costing.interpolate import SOURCES, KernelPricer
 from graphsim.costing.kernels import Measurement, MoeKey, TableKind, TokensPoint
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta
 from graphsim.costing.roofline import kernel_work
@@ -30,7 +30,7 @@ def test_non_gated_experts_do_two_matrices_of_work():
     assert p.bytes[0] == pytest.approx(touched * 2 * 64 * 32 * 2 + 20 * (128 + 64) * 2)
 
 
-def test_gated_is_no_table_column_and_non_gated_keys_read_no_gated_rows(tmp_path):
+def test_gated_is_no_table_column_and_non_gated_keys_scale_the_gated_rows(tmp_path):
     assert "gated" not in [c.name for c in TABLES[TableKind.MOE].key_columns]
     path = tmp_path / "p.db"
     with ProfileDB.create(path, ProfileMeta(device="cpu: test", hardware="h100_sxm", engine="torch-eager")) as db:
@@ -40,6 +40,14 @@ def test_gated_is_no_table_column_and_non_gated_keys_read_no_gated_rows(tmp_path
         pr = KernelPricer(db)
         measured = pr.time(GATED, TokensPoint(16))
         assert measured.source is TimeSource.MEASURED and measured.time_us == 21.0
-        plain = pr.time(PLAIN, TokensPoint(16))  # the gated row (21 µs) is not its time
-        assert plain.source is not TimeSource.MEASURED and plain.source is not TimeSource.INTERPOLATED
-        assert plain.time_us is not None and plain.time_us > 0 and plain.time_us != 21.0
+        # 16 tokens: 32 pairs, touched experts 8·(1 − (7/8)^32) = 7.888; FLOPs ratio 2/3, bytes ratio
+        # (7.888·2·64·32·2 + 32·(128 + 64)·2) / (7.888·3·64·32·2 + 32·(128 + 96)·2) = 76,910 / 111,270 = 0.691
+        # (the larger): 21 µs × 0.691 = 14.5 µs, derived
+        touched = 8 * (1 - (7 / 8) ** 32)
+        ratio = (touched * 2 * 64 * 32 * 2 + 32 * 192 * 2) / (touched * 3 * 64 * 32 * 2 + 32 * 224 * 2)
+        plain = pr.time(PLAIN, TokensPoint(16))
+        assert plain.source is TimeSource.DERIVED and plain.time_us == pytest.approx(21.0 * ratio)
+        assert plain.time_us == pytest.approx(14.51, abs=0.01)
+        t, s = pr.times(PLAIN, np.array([[1], [16], [256]]))  # every row's time × a ratio in (2/3, 1)
+        assert np.all(t < np.array([6.0, 21.0, 261.0])) and np.all(t > 2 / 3 * np.array([6.0, 21.0, 261.0]))
+        assert [SOURCES[i] for i in s] == [TimeSource.DERIVED] * 3
