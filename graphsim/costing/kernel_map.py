@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import block_sparse, compressed, dsa, kda, lightning, mamba1, ssm
+from graphsim.costing import block_sparse, compressed, dsa, gdn, kda, lightning, mamba1, ssm
 from graphsim.costing.collectives import NCCL_ROWS, CollectiveContext, plan_steps
 from graphsim.costing.dtypes import KernelDtype, PeakClass, parse_kernel_dtype
 from graphsim.costing.hardware import HardwareSpec
@@ -154,6 +154,8 @@ def key_for(a: KernelAttrs, dt: Dtypes, prefill: bool = True) -> KernelKey:
         return ElementwiseKey(mamba1.op_name(mamba1.PREFILL, shape), shape.io_elements, KernelDtype(mamba1.COMPUTE_DTYPE))
     if is_kda(a):  # chunk_kda's key (kernel_rows prices fused_recurrent_kda and state rows besides)
         return ElementwiseKey(kda.op_name(kda.PREFILL, kda_shape(a)), kda_shape(a).io_elements, dtype)
+    if is_gdn(a):  # chunk_gated_delta_rule's key (kernel_rows prices the decode and state rows besides)
+        return ElementwiseKey(gdn.op_name(gdn.PREFILL, gdn_shape(a)), gdn_shape(a).io_elements, dtype)
     if is_lightning(a):  # lightning_attention's key (kernel_rows prices decode and state rows besides)
         shape = lightning_shape(a)
         return ElementwiseKey(lightning.op_name(lightning.PREFILL, shape), shape.heads * shape.head_dim, dtype)
@@ -284,6 +286,8 @@ def kernel_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes, coll: CollectiveCon
             return _mamba1_rows(a, arr, dt)
         if is_kda(a):
             return _kda_rows(a, arr, dt)
+        if is_gdn(a):
+            return _gdn_rows(a, arr, dt)
         if is_lightning(a):
             return _lightning_rows(a, arr, dt)
         key = key_for(a, dt)
@@ -434,6 +438,29 @@ def _block_sparse_attention_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) ->
     cached = np.where(arr.g_new == 1, np.minimum(arr.g_cached, cap - 1), arr.g_cached)
     clipped = StepArrays(arr.tokens, arr.seqs, arr.g_step, arr.g_new, cached, arr.g_count)
     return _attention_rows(decode_key, prefill_key, clipped)
+
+
+def is_gdn(a: KernelAttrs) -> bool:
+    """A gated delta rule (Qwen3-Next / Qwen3.5 gated DeltaNet: per decode token, prefill-step token and
+    sequence: costing/gdn.py)."""
+    return isinstance(a.geometry, LinearAttentionGeometry) and a.geometry.kind == "gated_delta_rule"
+
+
+def gdn_shape(a: KernelAttrs) -> gdn.GdnShape:
+    """The state dtype: the geometry's, else the activation dtype (vLLM's mamba_ssm_cache_dtype "auto":
+    MambaStateDtypeCalculator.gated_delta_net_state_dtype takes the conv-state, i.e. model, dtype)."""
+    g = a.geometry_as(LinearAttentionGeometry)
+    return gdn.GdnShape(heads=g.num_v_heads, k_heads=g.num_k_heads, k_dim=g.k_head_dim, v_dim=g.v_head_dim,
+                        chunk=g.chunk_size or gdn.DEFAULT_CHUNK, state_dtype=g.state_dtype or a.dtype)
+
+
+def _gdn_rows(a: KernelAttrs, arr: StepArrays, dt: Dtypes) -> KernelRows:
+    """fused_recurrent rows in decode-only steps; chunk_gated_delta_rule rows for every token and state rows for
+    every sequence of a step with a prefill (costing/gdn.py rows_per_step)."""
+    shape, dtype = gdn_shape(a), dt.of(a.dtype)
+    return _elementwise_parts(gdn.rows_per_step(arr.g_step, arr.g_new, arr.g_count, arr.n_steps), lambda kernel: (
+        ElementwiseKey(gdn.op_name(kernel, shape),
+                       shape.state_elements if kernel == gdn.PREFILL_STATE else shape.io_elements, dtype)))
 
 
 def is_lightning(a: KernelAttrs) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphsim.costing import block_sparse, compressed, dsa, kda, lightning, mamba1, ssm
+from graphsim.costing import block_sparse, compressed, dsa, gdn, kda, lightning, mamba1, ssm
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
@@ -109,6 +109,8 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
         scan = ssm.work(key.op, c[:, 0], key.dtype.activation_bytes)  # Mamba2 scan rows (costing/ssm.py)
         if scan is None:
             scan = kda.work(key.op, c[:, 0], key.dtype.activation_bytes)  # Kimi Delta Attention rows (costing/kda.py)
+        if scan is None:  # gated delta rule rows (costing/gdn.py)
+            scan = gdn.work(key.op, c[:, 0], key.dtype.activation_bytes)
         if scan is None:  # Mamba-1 selective scan rows (costing/mamba1.py)
             scan = mamba1.work(key.op, c[:, 0])
         if scan is None:
