@@ -26,6 +26,12 @@ tokens. The fla ops (vllm/model_executor/layers/fla/ops/kda.py) do, per head of 
 The recurrent state is float32 (vllm/model_executor/layers/mamba/mamba_utils.py
 MambaStateDtypeCalculator.kda_state_dtype); the op name carries it anyway (`.s<dtype>`), with the heads,
 the head dims and the chunk: `h<heads>.k<Dk>.v<Dv>.c<chunk>.s<state dtype>`.
+
+Against the accountant (builders/linear_attn.py KDA: 6·H·Dk·Dv FLOPs a token, the recurrent form's two reads and
+rank-1 update, the per-channel decay elementwise): `fused_recurrent_kda` performs 7/6 of it (the decay multiply over
+the state) and `chunk_kda` about 1.43× at Dk = Dv = 128, C = 64 (the intra-chunk k·kᵀ, q·kᵀ, the triangular solve
+and the w/u products of the chunked algorithm). Both are the kernels' work, which the recurrence does not need,
+and are left here (`graphsim analyze`, tiny Kimi-Linear sweep config, tp 1: 1.167 decode, 1.431 prefill).
 """
 
 from __future__ import annotations

@@ -20,6 +20,12 @@ with the per-head decay λ:
 The state is kept in the model dtype (vllm/model_executor/layers/mamba/mamba_utils.py
 MambaStateDtypeCalculator.linear_attention_state_dtype: the mamba cache dtype, "auto" = the model's). Op names:
 `h<heads>.d<head_dim>.b<block>.s<state dtype>`.
+
+Against the accountant (builders/linear_attn.py lightning attention: 4·H·D² FLOPs a token, the state update and
+read-out, the decay elementwise): the decode kernel performs 5/4 of it (the decay λ·S over the state) and the prefill
+kernel 1 + B/(2·D) of it (the intra-block (q·kᵀ ∘ decay)·v: 2.0× on the tiny MiniMax-Text-01 sweep config, B = 2·D).
+Both are the kernels' work, which the recurrence does not need, and are left here (`graphsim analyze`, tp 1,
+2026-12-01).
 """
 
 from __future__ import annotations

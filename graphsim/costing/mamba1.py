@@ -32,6 +32,12 @@ Instructions", throughput table: exp2f / __log2f / reciprocal vs 32-bit add, mul
 The op name carries the geometry (`d<channels>.n<state>.s<state dtype>.a<activation dtype>`) so a measured row is keyed
 on all of it.
 Not modelled: the intermediate states vLLM's prefix-caching mode writes every mamba_block_size tokens.
+
+Against the accountant (work/attention_work.py, Mamba-1: 4·D·N FLOPs a token, the rank-1 update and read-out, the
+decay and the per-channel work elementwise) these counts are 6.9× (decode) and 7.6× (prefill) on the tiny Mamba
+sweep config (`graphsim analyze`, tp 1, 2026-12-01): the per-element exp(Δ·A) weighted as 16 FMA-pipe FLOPs, the
+decay multiply and the per-channel softplus, skip and gate. They are the kernels' work in the unit that prices
+them on CUDA cores (fp32 FMA-pipe equivalents), not the accountant's matrix-shaped FLOPs, and are left as they are.
 """
 
 from __future__ import annotations

@@ -22,6 +22,13 @@ ops/mamba_ssm.py) does three kinds of work per step, each a part of the scan ker
 The op name carries the geometry (`h<heads>.p<head_dim>.n<state>.g<groups>.c<chunk>.s<state dtype>`), as
 `rms_norm/dim128` does for per-head norms: the elementwise key's width alone does not say what the kernel
 costs, so a measured row must be keyed on all of it.
+
+Against the accountant (work/attention_work.py, Mamba2: 4·H·P·N FLOPs a token, the recurrent form's rank-1 update
+and read-out, the decay exp(Δ·A)·h counted as elementwise): `selective_state_update` performs 5/4 of it (the decay
+multiply over the whole state, which the kernel does and the accountant's convention leaves out) and the chunked
+scan more (the intra-chunk CB and (CB∘L)·x products of the SSD algorithm, §6, which the recurrence does not need:
+1.63× on the tiny Mamba2 sweep config at prefill:4x512). Both are the kernels' work, not an accountant error, and
+are left here; `graphsim analyze` shows them as the scan's excess (measured 2026-12-01, tp 1, derived map).
 """
 
 from __future__ import annotations
