@@ -28,6 +28,7 @@ from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
+from graphsim.passes.fuse.vllm_ssm_residual import residual_fp32_casts
 
 _SOURCE = "model_executor/layers/mamba/mamba_mixer.py:MambaMixer"
 # the scan's inputs (mamba1_ops.selective_scan_op): x, dt, A, B, C, D, z, delta_bias, initial_state
@@ -126,20 +127,7 @@ MAMBA1_DT_PROJ = Rule(
 def _match_residual_fp32(ctx: FuseContext) -> list[Candidate]:
     """In a model with a Mamba-1 scan: a cast to float32 of a token's whole hidden vector in a block's own scope (the
     residual, `residual.to(torch.float32)`), and the cast of the final norm's output back to lm_head's dtype."""
-    scans = _scans(ctx)
-    if not scans:
-        return []
-    hidden = {int(n.outputs[0].shape[-1]) for n in ctx.graph.nodes if n.op is Op.EMBEDDING}
-    blocks = {P.parent(s.scope) for s in scans}
-    out = []
-    for n in ctx.graph.nodes:
-        if n.op is not Op.CAST or not ctx.is_free(n) or _static(n) or int(n.outputs[0].shape[-1]) not in hidden:
-            continue
-        to_fp32 = n.scope in blocks and n.outputs[0].dtype.value == "f32"
-        before_head = n.layer is None and any(u.op is Op.LINEAR for u in ctx.users.get(n.name, []))
-        if to_fp32 or before_head:
-            out.append(Candidate([n]))
-    return out
+    return residual_fp32_casts(ctx, _scans(ctx))
 
 
 MAMBA1_RESIDUAL_FP32 = Rule(

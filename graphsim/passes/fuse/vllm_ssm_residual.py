@@ -22,9 +22,10 @@ def _static(n: Node) -> bool:
     return all(isinstance(d, int) for o in n.outputs for d in o.shape)
 
 
-def _match_mamba2_residual_fp32(ctx: FuseContext) -> list[Candidate]:
-    scans = [n for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION
-             and n.attrs_as(LinearAttentionAttrs).kind == "mamba2_ssd"]
+def residual_fp32_casts(ctx: FuseContext, scans: list[Node]) -> list[Candidate]:
+    """In a model with these recurrent scans: a cast to float32 of a token's whole hidden vector in a block's own
+    scope (the residual, `residual.to(torch.float32)`), and the cast outside the layers feeding a GEMM (the final
+    norm's output back to lm_head's dtype). Shared by the Mamba2 rule here and Mamba-1's (vllm_mamba1.py)."""
     if not scans:
         return []
     hidden = {int(n.outputs[0].shape[-1]) for n in ctx.graph.nodes if n.op is Op.EMBEDDING}
@@ -38,6 +39,11 @@ def _match_mamba2_residual_fp32(ctx: FuseContext) -> list[Candidate]:
         if to_fp32 or before_head:
             out.append(Candidate([n]))
     return out
+
+
+def _match_mamba2_residual_fp32(ctx: FuseContext) -> list[Candidate]:
+    return residual_fp32_casts(ctx, [n for n in ctx.graph.nodes if n.op is Op.LINEAR_ATTENTION
+                                     and n.attrs_as(LinearAttentionAttrs).kind == "mamba2_ssd"])
 
 
 MAMBA2_RESIDUAL_FP32 = Rule(
