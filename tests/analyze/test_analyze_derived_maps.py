@@ -215,6 +215,18 @@ def _gemms_match(locs: dict) -> None:
             assert r.performed.flops == pytest.approx(r.necessary.flops, rel=0.02), r.location
 
 
+def _cores_match(locs: dict) -> None:
+    """At tp 1 the routed experts perform the FLOPs their rows need (gated experts three matrices, non-gated two:
+    Nemotron-H's relu² experts were priced as three), and a recurrence kernel never performs less than the
+    accountant's recurrent form (the gated delta rule was priced at 0 FLOPs); more is the kernels' own work
+    (the decay multiply, the chunked algorithms' intra-chunk products: costing/ssm.py, kda.py, gdn.py, ...)."""
+    for r in locs.values():
+        if r.kind == "moe_experts":
+            assert r.performed.flops == pytest.approx(r.necessary.flops, rel=0.02), r.location
+        if r.kind == "linear_attention" and r.necessary.flops:
+            assert r.performed.flops >= 0.98 * r.necessary.flops, r.location
+
+
 def test_gpt2_conv1d_layernorm_learned_positions(tmp_path):
     cfg = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
            "n_positions": 512, "vocab_size": 96, "n_inner": None, "torch_dtype": "bfloat16"}
@@ -378,8 +390,8 @@ def _registered() -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", _registered())
 def test_every_registered_class_analyzes_at_tp1(benchmark_script, tmp_path, arch):
-    """Necessary work available, reconciled, every GEMM in the layers at its rows' FLOPs (derived maps) and R6 in
-    [90 %, 101 %] at tp 1 for each registered class's tiny config (`benchmarks/architectures_sweep.py`); all
+    """Necessary work available, reconciled, every GEMM in the layers at its rows' FLOPs (derived maps), the routed
+    experts at theirs and no recurrence below the accountant's (`_cores_match`), and R6 in [90 %, 101 %] at tp 1 for each registered class's tiny config (`benchmarks/architectures_sweep.py`); all
     classes together took 240 s on 2 cores (133 passed, 41 skipped)."""
     if arch in UNSUPPORTED:
         pytest.skip(UNSUPPORTED[arch])
@@ -388,6 +400,7 @@ def test_every_registered_class_analyzes_at_tp1(benchmark_script, tmp_path, arch
     assert a.reconciliation is not None and a.reconciliation.ok, a.reconciliation
     if a.map_id == "derived v1":
         _gemms_match({r.location: r for r in a.locations})
+    _cores_match({r.location: r for r in a.locations})
     assert a.coverage is not None and a.coverage.share is not None
     low = 0.6 if arch in LOW_R6 else 0.90
     assert low <= a.coverage.share <= 1.01, a.coverage.share
