@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import types
 from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
+
+from graphsim.importers.hf.swap import swapped_forwards
 
 
 @torch.library.custom_op("graphsim::block_indexer", mutates_args=())
@@ -95,11 +96,5 @@ def _block_indexer_forward(self, hidden_states, position_embeddings, cache=None,
 @contextlib.contextmanager
 def block_sparse_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap each block indexer's forward for the semantic one; restore after."""
-    swapped = [m for m in model.modules() if _is_block_indexer(m)]
-    for m in swapped:
-        m.forward = types.MethodType(_block_indexer_forward, m)
-    try:
-        yield sorted({f"{type(m).__module__}.{type(m).__name__}.forward" for m in swapped})
-    finally:
-        for m in swapped:
-            del m.forward
+    with swapped_forwards(model, lambda m: _block_indexer_forward if _is_block_indexer(m) else None) as names:
+        yield names

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+
+from graphsim.importers.hf.swap import swapped_forwards
 
 
 def _interleaved_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -358,22 +359,13 @@ def _hyper_layer_forward(self, hidden_states, input_ids=None, **kwargs):
 @contextlib.contextmanager
 def compressed_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap each compressed-KV attention's and hyper-connection's forward for the semantic one; restore after."""
-    swapped: list[torch.nn.Module] = []
-    for m in model.modules():
-        if is_compressed_attention(m):
-            m.forward = types.MethodType(_compressed_attention_forward, m)
-            swapped.append(m)
-        elif is_hyper_connection(m):
-            m.forward = types.MethodType(_hyper_connection_forward, m)
-            swapped.append(m)
-        elif is_hyper_head(m):
-            m.forward = types.MethodType(_hyper_head_forward, m)
-            swapped.append(m)
-        elif is_hyper_layer(m):
-            m.forward = types.MethodType(_hyper_layer_forward, m)
-            swapped.append(m)
-    try:
-        yield sorted({f"{type(m).__module__}.{type(m).__name__}.forward" for m in swapped})
-    finally:
-        for m in swapped:
-            del m.forward
+    def choose(m: torch.nn.Module):
+        for test, forward in ((is_compressed_attention, _compressed_attention_forward),
+                              (is_hyper_connection, _hyper_connection_forward), (is_hyper_head, _hyper_head_forward),
+                              (is_hyper_layer, _hyper_layer_forward)):
+            if test(m):
+                return forward
+        return None
+
+    with swapped_forwards(model, choose) as names:
+        yield names

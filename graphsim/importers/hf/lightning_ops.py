@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import types
 from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
+
+from graphsim.importers.hf.swap import swapped_forwards
 
 
 @torch.library.custom_op("graphsim::lightning_attention", mutates_args=())
@@ -73,11 +74,5 @@ def _lightning_forward(self, hidden_states, position_embeddings=None, attention_
 @contextlib.contextmanager
 def lightning_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap each lightning attention's forward for the semantic one; restore after."""
-    swapped = [m for m in model.modules() if _is_lightning(m)]
-    for m in swapped:
-        m.forward = types.MethodType(_lightning_forward, m)
-    try:
-        yield sorted({f"{type(m).__module__}.{type(m).__name__}.forward" for m in swapped})
-    finally:
-        for m in swapped:
-            del m.forward
+    with swapped_forwards(model, lambda m: _lightning_forward if _is_lightning(m) else None) as names:
+        yield names

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-import types
 from collections.abc import Iterator
 
 import torch
+
+from graphsim.importers.hf.swap import swapped_forwards
 
 IMPL_NAME = "graphsim"
 
@@ -81,14 +82,8 @@ def _git_forward(self, hidden_states, attention_mask=None, cache=None, **kwargs)
 @contextlib.contextmanager
 def table_attention_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap GPT-Neo's and GIT's attention forwards for the semantic ones; restore after."""
-    swapped = []
-    for m in model.modules():
-        forward = _gpt_neo_forward if _is_gpt_neo_attention(m) else _git_forward if _is_git_attention(m) else None
-        if forward is not None:
-            m.forward = types.MethodType(forward, m)
-            swapped.append(m)
-    try:
-        yield sorted({f"{type(m).__module__}.{type(m).__name__}.forward" for m in swapped})
-    finally:
-        for m in swapped:
-            del m.forward
+    def choose(m: torch.nn.Module):
+        return _gpt_neo_forward if _is_gpt_neo_attention(m) else _git_forward if _is_git_attention(m) else None
+
+    with swapped_forwards(model, choose) as names:
+        yield names
