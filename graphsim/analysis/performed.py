@@ -11,14 +11,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphsim.costing import compressed, dsa
+from graphsim.costing import compressed, dsa, gdn, kda, lightning, mamba1, ssm
 from graphsim.costing.kernel_map import KernelRows
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey,
     MlaPrefillKey, MoeKey,
 )
 from graphsim.costing.roofline import kernel_work
+from graphsim.ir.tensor import DType
 from graphsim.work.analyzer import Performed
+
+
+def _recurrent_state(op: str, rows: np.ndarray) -> np.ndarray | None:
+    """The cached recurrent state a scan kernel's rows read and write (None: `op` is no scan row): the whole state
+    once each per decode token (the decode kernels update it in place: costing/ssm.py, mamba1.py, kda.py, gdn.py,
+    lightning.py) and per prefill sequence (the `.state` rows); none in the chunked prefill rows, whose chunk states
+    are intermediates (activations). The conv state is the conv kernel's."""
+    for mod in (ssm, mamba1, kda, gdn, lightning):
+        parsed = mod.parse(op)
+        if parsed is not None:
+            kernel, shape = parsed
+            if kernel == mod.PREFILL:
+                return np.zeros(len(rows))
+            return rows * 2.0 * shape.state_elements * DType(shape.state_dtype).bytes_per_element
+    return None
 
 
 def _split(key: KernelKey, c: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,10 +56,13 @@ def _split(key: KernelKey, c: np.ndarray, nbytes: np.ndarray) -> tuple[np.ndarra
         return touched * key.matrices * key.hidden_size * key.inter_size / key.tp * key.dtype.weight_bytes, zero
     if isinstance(key, ElementwiseKey) and key.op == "embedding":
         return nbytes / 2, zero  # the table rows read; the other half is the output written
-    if isinstance(key, ElementwiseKey):  # sparse attention keys, indexer key caches, DeepSeek-V4 compressor state
+    if isinstance(key, ElementwiseKey):  # sparse attention keys, indexer key caches, DeepSeek-V4 compressor state,
+        # recurrent (scan) states
         state = compressed.state_bytes(key.op, c[:, 0])
         if state is None:
             state = dsa.state_bytes(key.op, c[:, 0], key.dtype.activation_bytes)
+        if state is None:
+            state = _recurrent_state(key.op, c[:, 0])
         if state is not None:
             return zero, state
     return zero, zero

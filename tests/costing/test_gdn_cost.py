@@ -1,12 +1,13 @@
 """Pricing of the gated delta rule (Qwen3-Next / Qwen3.5 gated DeltaNet, graphsim/costing/gdn.py): FLOPs and bytes
 of each kernel by hand, the split of a step's rows into vLLM's decode, chunked prefill and state work, and the
-roofline reading the same work."""
+roofline and the analyzer reading the same work."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from graphsim.analysis.performed import performed_work
 from graphsim.costing import gdn, kda
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.kernel_map import Dtypes, StepArrays, kernel_rows
@@ -67,3 +68,16 @@ def test_kernel_rows_split_decode_prefill_and_state():
                    "chunk_gated_delta_rule.state": ([5.0], [0])}
     # no state dtype on the geometry: the activation dtype (vLLM mamba_ssm_cache_dtype "auto")
     assert all(isinstance(p.key, ElementwiseKey) and p.key.op.endswith(".c64.sbf16") for p in rows.parts)
+
+
+def test_the_analyzer_counts_the_cached_state_as_state_bytes():
+    geo = LinearAttentionGeometry(num_k_heads=2, num_v_heads=4, k_head_dim=16, v_head_dim=32, kind="gated_delta_rule")
+    a = KernelAttrs(KernelKind.LINEAR_ATTENTION, "chunk_gated_delta_rule", geo, "bf16", Rows.NONE)
+    steps = [Step((SeqGroup(1, 100, 3), SeqGroup(10, 0, 2))), Step((SeqGroup(1, 50, 5),))]
+    mixed, decode = performed_work(kernel_rows(a, StepArrays.of(steps), Dtypes()), 2)
+    # step 0: 5 sequences' states read and written (5 · 8,192 B); the 23 chunked tokens' hand-offs are activations:
+    # 23 · 5,152 B; 46,421.33 FLOPs a token
+    assert mixed.state_bytes == 5 * 8_192.0 and mixed.activation_bytes == 23 * 5_152.0
+    assert mixed.flops == pytest.approx(23 * 46_421.333, abs=0.01) and mixed.param_bytes == 0.0
+    # step 1: 5 decode tokens, each reading and writing its sequence's state in place (8,192 B) beside its io (672 B)
+    assert decode.state_bytes == 5 * 8_192.0 and decode.activation_bytes == 5 * 672.0 and decode.flops == 5 * 14_336.0
