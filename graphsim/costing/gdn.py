@@ -98,12 +98,9 @@ def parse(op: str) -> tuple[str, GdnShape] | None:
 
 
 def flops_per_row(kernel: str, s: GdnShape) -> float:
-    """FLOPs per row (see the module docstring for each term)."""
-    k, v, c = s.k_dim, s.v_dim, s.chunk
-    if kernel == DECODE:
-        return 7.0 * s.heads * k * v
-    if kernel == PREFILL:
-        return s.heads * (6.0 * k * v + 3.0 * c * k + 2.0 * c * v + c * c / 3.0)
+    """FLOPs per row (see the module docstring for each term; KDA's, kda.delta_rule_flops)."""
+    if kernel in (DECODE, PREFILL):
+        return kda.delta_rule_flops(kernel == DECODE, s.heads, s.k_dim, s.v_dim, s.chunk)
     return 0.0
 
 

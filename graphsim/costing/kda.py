@@ -94,13 +94,19 @@ def parse(op: str) -> tuple[str, KdaShape] | None:
                                        m.group("s"))
 
 
+def delta_rule_flops(decode: bool, heads: int, k: int, v: int, c: int) -> float:
+    """FLOPs per token of a delta-rule recurrence over `heads` states of k × v: the recurrent step (decode) or the
+    chunked form with chunk `c` (see the module docstring for each term). The gated delta rule (gdn.py) has the
+    same terms."""
+    if decode:
+        return 7.0 * heads * k * v
+    return heads * (6.0 * k * v + 3.0 * c * k + 2.0 * c * v + c * c / 3.0)
+
+
 def flops_per_row(kernel: str, s: KdaShape) -> float:
     """FLOPs per row (see the module docstring for each term)."""
-    k, v, c = s.k_dim, s.v_dim, s.chunk
-    if kernel == DECODE:
-        return 7.0 * s.heads * k * v
-    if kernel == PREFILL:
-        return s.heads * (6.0 * k * v + 3.0 * c * k + 2.0 * c * v + c * c / 3.0)
+    if kernel in (DECODE, PREFILL):
+        return delta_rule_flops(kernel == DECODE, s.heads, s.k_dim, s.v_dim, s.chunk)
     return 0.0
 
 
