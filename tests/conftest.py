@@ -91,3 +91,40 @@ def modules_loaded_by():
         return json.loads(out.stdout.strip().splitlines()[-1])
 
     return run
+
+
+@pytest.fixture(scope="session")
+def h200_vllm_db_path(tmp_path_factory):
+    """aiconfigurator-core's H200 vLLM tables imported into a profile.db once per session (~30 s); every user opens
+    it read-only (`ProfileDB.open`, or `--profile` on the command line)."""
+    pytest.importorskip("aiconfigurator_core")
+    from graphsim.costing import aiconfigurator_import as aic
+
+    path = tmp_path_factory.mktemp("aic") / "h200.db"
+    aic.import_aiconfigurator("h200_sxm", "vllm", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def h200_db(h200_vllm_db_path):
+    """The session's H200 vLLM profile.db, open read-only for one module."""
+    from graphsim.costing.profile_db import ProfileDB
+
+    with ProfileDB.open(h200_vllm_db_path) as db:
+        yield db
+
+
+@pytest.fixture(scope="session")
+def aic_config():
+    """`aic_config(name)`: the path of aiconfigurator-core's shipped `model_configs/<name>_config.json` (the real
+    public configs the issue-16/20 tests use); the test is skipped where the package or the file is missing."""
+    from pathlib import Path
+
+    def path_of(name: str) -> Path:
+        aic = pytest.importorskip("aiconfigurator_core")
+        path = Path(aic.__file__).parent / "model_configs" / f"{name}_config.json"
+        if not path.is_file():
+            pytest.skip(f"{path.name} not shipped by this aiconfigurator-core")
+        return path
+
+    return path_of

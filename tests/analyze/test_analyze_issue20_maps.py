@@ -8,7 +8,6 @@ TP1, TP8 and TP8/EP8 are `slow` (each trace ~20-40 s on the meta device)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -166,17 +165,9 @@ REAL = [
 ]
 
 
-def _real(name: str) -> str:
-    aic = pytest.importorskip("aiconfigurator_core")
-    path = Path(aic.__file__).parent / "model_configs" / f"{name}_config.json"
-    if not path.is_file():
-        pytest.skip(f"{path.name} not shipped by this aiconfigurator-core")
-    return str(path)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "map_id", "cases"), REAL, ids=[r[0] for r in REAL])
-def test_real_configs_report_r6_r7_at_tp1_tp8_ep8(name, map_id, cases):
-    got = _fits(_real(name), map_id, cases)
+def test_real_configs_report_r6_r7_at_tp1_tp8_ep8(aic_config, name, map_id, cases):
+    got = _fits(str(aic_config(name)), map_id, cases)
     for a in got.values():
         assert a.redundancy is not None and a.redundancy.performed.flops > 0

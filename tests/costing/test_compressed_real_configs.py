@@ -19,24 +19,8 @@ BATCHES = ["decode:64x4096", "prefill:1x8192"]
 
 
 @pytest.fixture(scope="module")
-def flash() -> Path:
-    aic = pytest.importorskip("aiconfigurator_core")
-    path = Path(aic.__file__).parent / "model_configs" / "deepseek-ai--DeepSeek-V4-Flash_config.json"
-    if not path.is_file():
-        pytest.skip(f"{path.name} not shipped by this aiconfigurator-core")
-    return path
-
-
-@pytest.fixture(scope="module")
-def h200_db(tmp_path_factory):
-    pytest.importorskip("aiconfigurator_core")
-    from graphsim.costing import aiconfigurator_import as aic
-    from graphsim.costing.profile_db import ProfileDB
-
-    path = tmp_path_factory.mktemp("aic") / "h200.db"
-    aic.import_aiconfigurator("h200_sxm", "vllm", path)
-    with ProfileDB.open(path) as db:
-        yield db
+def flash(aic_config) -> Path:
+    return aic_config("deepseek-ai--DeepSeek-V4-Flash")
 
 
 @pytest.mark.parametrize("ep", [1, 8])

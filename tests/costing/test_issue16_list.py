@@ -29,26 +29,6 @@ CONFIGS = [
 MEASURED_SLOW = {("google--gemma-4-26B-A4B", 1): 5.0}
 
 
-@pytest.fixture(scope="module")
-def h200_db(tmp_path_factory):
-    pytest.importorskip("aiconfigurator_core")
-    from graphsim.costing import aiconfigurator_import as aic
-    from graphsim.costing.profile_db import ProfileDB
-
-    path = tmp_path_factory.mktemp("aic") / "h200.db"
-    aic.import_aiconfigurator("h200_sxm", "vllm", path)
-    with ProfileDB.open(path) as db:
-        yield db
-
-
-def _config(name: str) -> Path:
-    aic = pytest.importorskip("aiconfigurator_core")
-    path = Path(aic.__file__).parent / "model_configs" / f"{name}_config.json"
-    if not path.is_file():
-        pytest.skip(f"{path.name} not shipped by this aiconfigurator-core")
-    return path
-
-
 def _weight_floor_us(path: Path, bandwidth: float) -> float:
     """Every stored weight of a TP8 rank read once (the accountant's bytes, quantization included), less the share
     a routed expert no token picks leaves unread: 64 tokens × top-k picks miss one of E experts with probability
@@ -72,11 +52,11 @@ def _cases():
 
 
 @pytest.mark.parametrize(("name", "ep"), _cases())
-def test_priced_complete_and_plausible(h200_db, name, ep):
+def test_priced_complete_and_plausible(h200_db, aic_config, name, ep):
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.predict import predict
 
-    path = _config(name)
+    path = aic_config(name)
     cm = build_cost_model(str(path), "h200", tp=8, ep=ep, profile=h200_db)
     step = parse_batch_spec(SPEC)
     rep = predict(cm, [step], [SPEC]).batches[0]

@@ -18,18 +18,6 @@ GRID = ["prefill:1x1024", "prefill:1x4096", "prefill:1x8192"] + [
     f"decode:{b}x{c}" for b in (1, 16, 64, 256) for c in (1024, 4096)]
 
 
-@pytest.fixture(scope="module")
-def h200_db(tmp_path_factory):
-    pytest.importorskip("aiconfigurator_core")
-    from graphsim.costing import aiconfigurator_import as aic
-    from graphsim.costing.profile_db import ProfileDB
-
-    path = tmp_path_factory.mktemp("aic") / "h200.db"
-    aic.import_aiconfigurator("h200_sxm", "vllm", path)
-    with ProfileDB.open(path) as db:
-        yield db
-
-
 @pytest.mark.parametrize("model, tp", DEPLOYMENTS)
 def test_no_time_below_its_roofline(h200_db, model, tp):
     from graphsim.cost_model import build_cost_model

@@ -6,7 +6,6 @@ carries more than 1 % of a decode or prefill step, and each decode step is plaus
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,26 +16,6 @@ pytestmark = pytest.mark.slow
 BATCHES = ["decode:64x4096", "prefill:1x8192"]
 
 
-def _config(name: str) -> Path:
-    aic = pytest.importorskip("aiconfigurator_core")
-    path = Path(aic.__file__).parent / "model_configs" / f"{name}_config.json"
-    if not path.is_file():
-        pytest.skip(f"{path.name} not shipped by this aiconfigurator-core")
-    return path
-
-
-@pytest.fixture(scope="module")
-def h200_db(tmp_path_factory):
-    pytest.importorskip("aiconfigurator_core")
-    from graphsim.costing import aiconfigurator_import as aic
-    from graphsim.costing.profile_db import ProfileDB
-
-    path = tmp_path_factory.mktemp("aic") / "h200.db"
-    aic.import_aiconfigurator("h200_sxm", "vllm", path)
-    with ProfileDB.open(path) as db:
-        yield db
-
-
 def _routed_expert_params(cfg: dict) -> int:
     """Routed-expert weights: MoE layers ('E' in the hybrid pattern) × experts × up and down (relu², ungated)."""
     moe_layers = cfg.get("hybrid_override_pattern", "").count("E")
@@ -44,11 +23,11 @@ def _routed_expert_params(cfg: dict) -> int:
 
 
 @pytest.mark.parametrize("name", ["nvidia--Nemotron-H-56B-Base-8K", "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"])
-def test_tp8_plausible_without_placeholders(h200_db, name):
+def test_tp8_plausible_without_placeholders(h200_db, aic_config, name):
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.predict import predict
 
-    path = _config(name)
+    path = aic_config(name)
     cfg = json.loads(path.read_text())
     cm = build_cost_model(str(path), "h200", tp=8, profile=h200_db)
     steps = [parse_batch_spec(s) for s in BATCHES]
@@ -84,12 +63,12 @@ def test_tp8_plausible_without_placeholders(h200_db, name):
     ("meta-llama--Llama-4-Scout-17B-16E-Instruct", 0.01), ("Qwen--Qwen3.5-27B", 0.02),
     ("google--gemma-4-26B-A4B", 0.05),
 ])
-def test_issue16_configs_price_complete(h200_db, name, placeholder_bound):
+def test_issue16_configs_price_complete(h200_db, aic_config, name, placeholder_bound):
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.predict import predict
     from graphsim.ir.geometry import RotaryGeometry
 
-    path = _config(name)
+    path = aic_config(name)
     cm = build_cost_model(str(path), "h200", tp=8, profile=h200_db)
     pred = predict(cm, [parse_batch_spec(s) for s in BATCHES], BATCHES)
     for rep in pred.batches:

@@ -180,18 +180,8 @@ def test_weight_bytes_per_rank_count_the_replicated_group():
 BAMBA_9B = Path(__file__).resolve().parents[1] / "data" / "Bamba-9B" / "config.json"  # sources in its "_source"
 
 
-@pytest.fixture(scope="module")
-def h200_db(tmp_path_factory):
-    pytest.importorskip("aiconfigurator_core")
-    from graphsim.costing import aiconfigurator_import as aic
-
-    path = tmp_path_factory.mktemp("aic") / "h200.db"
-    aic.import_aiconfigurator("h200_sxm", "vllm", path)
-    return path
-
-
 @pytest.mark.slow
-def test_bamba_9b_tp4_end_to_end(h200_db, tmp_path, monkeypatch, capsys):
+def test_bamba_9b_tp4_end_to_end(h200_vllm_db_path, tmp_path, monkeypatch, capsys):
     from graphsim.cli.app import main
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.predict import predict
@@ -201,7 +191,7 @@ def test_bamba_9b_tp4_end_to_end(h200_db, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))
     batches = ["decode:64x4096"]
     steps = [parse_batch_spec(s) for s in batches]
-    with ProfileDB.open(h200_db) as db:
+    with ProfileDB.open(h200_vllm_db_path) as db:
         cm = build_cost_model(str(BAMBA_9B), "h200", tp=4, profile=db)
         pred = predict(cm, steps, batches)
     # in_proj: gate 8192 + x 8192 + B 128 + C 128 + dt 128 = 16768; 1 group padded to 4 → (16768 + 2·3·128) / 4 =
@@ -225,7 +215,7 @@ def test_bamba_9b_tp4_end_to_end(h200_db, tmp_path, monkeypatch, capsys):
     assert layout.state_bytes_per_request == 29 * (2304 * 3 * 2 + 32 * 64 * 128 * 2) == 15_605_248
     assert layout.bytes_per_token == 3 * 2 * 2 * 128 * 2 == 3072
     assert main(["kv", str(BAMBA_9B), "--gpu", "h200", "-tp", "4", "--max-model-len", "4096", "--json"]) == 0
-    assert main(["simulate", str(BAMBA_9B), "--gpu", "h200", "-tp", "4", "--profile", str(h200_db),
+    assert main(["simulate", str(BAMBA_9B), "--gpu", "h200", "-tp", "4", "--profile", str(h200_vllm_db_path),
                  "--concurrency", "4", "-n", "8", "--input-len", "512", "--output-len", "16", "--max-model-len", "4096",
                  "--json"]) == 0
     assert "Traceback" not in capsys.readouterr().err
