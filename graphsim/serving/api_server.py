@@ -145,7 +145,8 @@ class ApiServers:
 
     # --- what the client sees ---------------------------------------------------------------------------
     def delivered_array(self, server: int, times: np.ndarray) -> np.ndarray:
-        """`delivered` for an array of engine times (NaN stays NaN)."""
+        """When tokens the engine emitted at `times` (iteration ends) reached the client: the end of the first
+        output turn that served each; the time itself where no turn did (no per-chunk cost); NaN stays NaN."""
         s = self.servers[server]
         if not s.dones:
             return times
@@ -155,8 +156,5 @@ class ApiServers:
         return np.where(np.isnan(times), times, out)
 
     def delivered(self, server: int, t: float) -> float:
-        """When a token the engine emitted at `t` (an iteration end) reached the client; t itself where no
-        output turn served it (no per-chunk cost)."""
-        s = self.servers[server]
-        i = bisect.bisect_left(s.covers, t)
-        return s.dones[i] if i < len(s.dones) else t
+        """`delivered_array` for one engine time."""
+        return float(self.delivered_array(server, np.array([t], dtype=float))[0])
