@@ -198,14 +198,16 @@ def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_token
 
 def network_overrides(network: dict[str, Any] | None) -> dict[str, float]:
     """The interconnect fields of a test's network between nodes (none stated: the GPU spec's own figures).
-    "tcp": NCCL over TCP sockets on Ethernet of that line rate (graphsim.costing.network.TcpNetwork)."""
+    "tcp": NCCL over TCP sockets on Ethernet of that line rate (graphsim.costing.network.TcpNetwork), with the
+    test's `hop_latency_us` where the data states one (its `hop_latency_evidence` says where it comes from)."""
     if not network:
         return {}
-    from graphsim.costing.network import TcpNetwork
+    from graphsim.costing.network import NCCL_SOCKET_HOP_LATENCY_US, TcpNetwork
 
     if network["transport"] != "tcp":
         raise ValueError(f"network transport {network['transport']!r}: the harness knows 'tcp'")
-    return TcpNetwork(network["line_rate_gbit_s"], network.get("mtu", 1500)).interconnect()
+    return TcpNetwork(network["line_rate_gbit_s"], network.get("mtu", 1500),
+                      network.get("hop_latency_us", NCCL_SOCKET_HOP_LATENCY_US)).interconnect()
 
 
 def ensure_profile(directory: str | None, system: str) -> str:

@@ -50,6 +50,9 @@ class TcpNetwork:
 
     line_rate_gbit_s: float
     mtu: int = 1500
+    # one NCCL NET/Socket transfer between two nodes, launch to completion: NCCL_SOCKET_HOP_LATENCY_US (a public
+    # measurement of bare VMs) unless a figure of the network priced is given (e.g. a Kubernetes pod network's)
+    hop_latency_us: float = NCCL_SOCKET_HOP_LATENCY_US
 
     @property
     def bandwidth_gb_s(self) -> float:
@@ -58,7 +61,7 @@ class TcpNetwork:
 
     @property
     def latency_us(self) -> float:
-        return NCCL_SOCKET_HOP_LATENCY_US
+        return self.hop_latency_us
 
     def interconnect(self) -> dict[str, float]:
         """The `InterconnectOverrides` fields of this network."""

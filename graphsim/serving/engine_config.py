@@ -107,11 +107,14 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9
     profile: EngineProfile = NEWEST_PROFILE  # the vLLM version whose behaviour the scheduler follows
     async_scheduling: bool = True
+    executor_step_us: float = 0.0  # per step, the executor's own (a Ray compiled graph across nodes: executor.py)
 
     @property
     def host(self) -> HostModel:
-        """The engine's host-time model: its family's constants, overlapped with the GPU under async scheduling."""
-        return self.profile.host.with_overlap(self.async_scheduling)
+        """The engine's host-time model: its family's constants plus the executor's per-step time, overlapped with
+        the GPU under async scheduling."""
+        host = self.profile.host.with_overlap(self.async_scheduling)
+        return replace(host, step_us=host.step_us + self.executor_step_us) if self.executor_step_us else host
 
     @property
     def prefill_first(self) -> bool:

@@ -68,3 +68,11 @@ def test_tp2_across_two_nodes_over_tcp_sockets():
 def test_tcp_network_describes_its_figures():
     s = TcpNetwork(10).describe()
     assert "10 GbE" in s and "1.177 GB/s" in s and "45.82" in s
+
+
+def test_tcp_network_takes_the_hop_latency_of_the_network_priced():
+    # a pod network's figure replaces the bare-VM default in the interconnect fields and the description
+    net = TcpNetwork(10, hop_latency_us=240.1)
+    assert net.interconnect()["network_latency_us"] == 240.1
+    assert "240.1 µs per NCCL socket hop" in net.describe()
+    assert TcpNetwork(10).latency_us == 45.82
