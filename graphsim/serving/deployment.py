@@ -18,7 +18,6 @@ from graphsim.costing.moe_routing import RoutingModel
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.config import DeploymentConfig, ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
-from graphsim.serving.executor import with_executor
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mode
 from graphsim.serving.memory import MemoryBudget, memory_budget
@@ -85,9 +84,19 @@ class Deployment:
     def dtype(self) -> str | None:
         return self.config.dtype
 
-    def engine_host(self) -> EngineHost:
-        """The engine's host time and sampling bound to this deployment's vocabulary and GPU (host.py)."""
-        return EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s)
+    def engine_host(self, cost: IterationCost | None = None) -> EngineHost:
+        """The engine's host time and sampling bound to this deployment's vocabulary and GPU (host.py); with `cost`,
+        a vLLM V1 engine's steps above its CUDA-graph capture bound also pay their kernels' dispatch (eager.py)."""
+        eager = None
+        prof = self.engine.profile
+        if cost is not None and prof.is_vllm and prof.family in ("v1", "v1-async"):
+            from graphsim.costing.collectives import CollectiveSettings
+            from graphsim.serving.eager import eager_dispatch
+
+            bound = CollectiveSettings.for_engine(self.engine.max_num_seqs, self.engine.max_num_batched_tokens)
+            eager = eager_dispatch(cost, bound.max_cudagraph_tokens)
+        return EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s, eager)
+
 
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
                          fast_forward: bool = True, host_time: bool = True) -> SimulationSetup:
@@ -108,7 +117,7 @@ class Deployment:
         parallel = ParallelConfig(tensor_parallel_size=self.tp, pipeline_parallel_size=p.pipeline_parallel_size,
                                   data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas,
                                   prefill_context_parallel_size=p.prefill_context_parallel_size)
-        host = self.engine_host() if host_time else None
+        host = self.engine_host(cost) if host_time else None
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
                                host=host)
 
@@ -187,11 +196,10 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     if reason is not None:  # no accountant model: layout and budget from the traced graph (graph_deployment.py)
         from graphsim.serving.graph_deployment import plan_graph_deployment
 
-        return plan_graph_deployment(config, resolved, hw, with_executor(e.resolve(hw, cfg), hw, _world(config)), cfg,
-                                     reason)
+        return plan_graph_deployment(config, resolved, hw, e.resolve(hw, cfg), cfg, reason)
     acc = accounting(resolved.config, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
                      ignore_quant=config.ignore_quant)
-    eng = with_executor(e.resolve(hw, cfg), hw, _world(config))  # a Ray round trip a step across nodes (executor.py)
+    eng = e.resolve(hw, cfg)
     if not eng.profile.is_vllm and (config.parallel.pipeline_parallel_size > 1 or config.parallel.pp_layer_partition):
         from graphsim.costing.pipeline import PipelineError
 
@@ -226,11 +234,6 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
         assert spec is not None
         dep = with_speculation(dep, spec)
     return dep
-
-
-def _world(config: DeploymentConfig) -> int:
-    """GPUs of one engine's TP × PP group (the ranks its executor drives)."""
-    return config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
 
 
 def _plan_other_engine(config: DeploymentConfig, resolved: ResolvedModel, hw: HardwareSpec, acc: Accounting,

@@ -53,7 +53,10 @@ The constants, per family (each names where it comes from; nothing is fitted to 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from graphsim.serving.eager import EagerDispatch
 
 # --- sampling (GPU) ---------------------------------------------------------------------------------------------
 # Bytes the sampler moves per logit, greedy path of vLLM's V1 Sampler (vllm/v1/sample/sampler.py, 0.10.1):
@@ -187,11 +190,24 @@ class EngineHost:
     model: HostModel
     vocab: int
     bandwidth_bytes_per_s: float
+    eager: EagerDispatch | None = None  # steps above the CUDA-graph capture bound (eager.py); None: not modelled
 
     def iteration_us(self, gpu_us, tokens, seqs):
         """Wall time of iterations whose kernels take `gpu_us` (scalar or array): every scheduled sequence gets a
         sampled row (vLLM V1 samples every request of the batch and discards partial prefills' tokens,
-        gpu_model_runner.py `discard_sampled_tokens_req_indices`)."""
+        gpu_model_runner.py `discard_sampled_tokens_req_indices`). A step vLLM runs without a CUDA graph also
+        dispatches its kernels from the host (eager.py): host work of the step when it overlaps the GPU, else a
+        floor under the GPU time."""
         m = self.model
         gpu = gpu_us + m.sample_us(seqs, self.vocab, self.bandwidth_bytes_per_s)
-        return m.iteration_us(gpu, m.host_us(tokens, seqs))
+        host = m.host_us(tokens, seqs)
+        if self.eager is not None:
+            dispatch = self.eager.cpu_us(tokens)
+            if m.overlap:
+                host = host + dispatch
+            else:
+                import numpy as np
+
+                gpu = np.maximum(gpu, dispatch) if hasattr(gpu, "__len__") or hasattr(dispatch, "__len__") \
+                    else max(gpu, dispatch)
+        return m.iteration_us(gpu, host)
