@@ -18,6 +18,7 @@ from graphsim.costing.moe_routing import RoutingModel
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.config import DeploymentConfig, ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
+from graphsim.serving.executor import with_executor
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mode
 from graphsim.serving.memory import MemoryBudget, memory_budget
@@ -96,7 +97,6 @@ class Deployment:
             bound = CollectiveSettings.for_engine(self.engine.max_num_seqs, self.engine.max_num_batched_tokens)
             eager = eager_dispatch(cost, bound.max_cudagraph_tokens)
         return EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s, eager)
-
 
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
                          fast_forward: bool = True, host_time: bool = True) -> SimulationSetup:
@@ -196,10 +196,11 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     if reason is not None:  # no accountant model: layout and budget from the traced graph (graph_deployment.py)
         from graphsim.serving.graph_deployment import plan_graph_deployment
 
-        return plan_graph_deployment(config, resolved, hw, e.resolve(hw, cfg), cfg, reason)
+        return plan_graph_deployment(config, resolved, hw, with_executor(e.resolve(hw, cfg), hw, _world(config)), cfg,
+                                     reason)
     acc = accounting(resolved.config, dtype=config.dtype, kv_dtype=config.kv_cache_dtype, state_dtype=config.mamba_ssm_cache_dtype,
                      ignore_quant=config.ignore_quant)
-    eng = e.resolve(hw, cfg)
+    eng = with_executor(e.resolve(hw, cfg), hw, _world(config))  # a Ray round trip a step across nodes (executor.py)
     if not eng.profile.is_vllm and (config.parallel.pipeline_parallel_size > 1 or config.parallel.pp_layer_partition):
         from graphsim.costing.pipeline import PipelineError
 
@@ -234,6 +235,11 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
         assert spec is not None
         dep = with_speculation(dep, spec)
     return dep
+
+
+def _world(config: DeploymentConfig) -> int:
+    """GPUs of one engine's TP × PP group (the ranks its executor drives)."""
+    return config.parallel.tensor_parallel_size * config.parallel.pipeline_parallel_size
 
 
 def _plan_other_engine(config: DeploymentConfig, resolved: ResolvedModel, hw: HardwareSpec, acc: Accounting,
