@@ -15,6 +15,7 @@ from graphsim.versions import versions
 def analyze_cmd(
     model: opt.ConfigModel,
     revision: opt.Revision = None,
+    trust_remote_code: opt.TrustRemoteCode = False,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     ep: opt.Ep = 1,

@@ -29,6 +29,7 @@ def _check_output(path: Path) -> None:
 def import_model(
     model: str = typer.Argument(..., help="Catalog name, HF id, config.json, model directory, or .onnx file."),
     revision: opt.Revision = None,
+    trust_remote_code: opt.TrustRemoteCode = False,
     output: opt.GraphOutput = None,
     dtype: opt.Dtype = None,
     as_json: opt.Json = False,

@@ -18,6 +18,7 @@ def kv_cmd(
     ctx: typer.Context,
     model: opt.ConfigModel,
     revision: opt.Revision = None,
+    trust_remote_code: opt.TrustRemoteCode = False,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     prefill_context_parallel_size: cp_cli.PrefillContextParallel = 1,

@@ -91,6 +91,25 @@ Revision = Annotated[str | None, typer.Option(
     help="Branch, tag or commit of an HF id in the local Hugging Face cache (default: the snapshot refs/main "
          "names), as vLLM's --revision; never downloads.")]
 
+
+def _trust_remote_code(value: bool) -> bool:
+    """--trust-remote-code reaches every importer (worker processes too) through the environment."""
+    import os
+
+    from graphsim.importers.hf.remote_code import TRUST_ENV
+
+    if value:
+        os.environ[TRUST_ENV] = "1"
+    else:
+        os.environ.pop(TRUST_ENV, None)
+    return value
+
+
+TrustRemoteCode = Annotated[bool, typer.Option(
+    "--trust-remote-code", callback=_trust_remote_code,
+    help="Build a model directory whose config.json has auto_map from its own configuration_*.py / modeling_*.py "
+         "(as vLLM's and transformers' --trust-remote-code): runs that code, offline, on the meta device.")]
+
 # The deployment.
 GPU_HELP = ("GPU: a hardware spec id or alias (h100, h200, b200, a100, l40s; `graphsim profiles hardware` lists "
             "them) or a JSON spec file.")

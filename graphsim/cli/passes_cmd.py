@@ -22,6 +22,7 @@ def passes(
     list_passes: bool = typer.Option(False, "--list", help="List the registered passes and their options."),
     output: opt.GraphOutput = None,
     as_json: opt.Json = False,
+    trust_remote_code: opt.TrustRemoteCode = False,
 ) -> None:
     """Run passes (fold, fuse, tp, ep) and show counts per rule and the kernels of each layer type."""
     from graphsim.errors import GraphsimError

@@ -19,6 +19,7 @@ from graphsim.versions import versions
 def predict_cmd(
     model: opt.GraphModel,
     revision: opt.Revision = None,
+    trust_remote_code: opt.TrustRemoteCode = False,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     ep: opt.Ep = 1,

@@ -30,6 +30,7 @@ def search_cmd(
     ctx: typer.Context,
     model: opt.ConfigModel,
     revision: opt.Revision = None,
+    trust_remote_code: opt.TrustRemoteCode = False,
     gpus: int = typer.Option(8, "--gpus", min=1, help="GPU budget."),
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     isl: str = typer.Option("4000", "--isl", help="Input tokens per request: N or LO:HI."),

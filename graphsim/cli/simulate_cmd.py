@@ -63,6 +63,7 @@ def simulate_cmd(
     ctx: typer.Context,
     model: opt.ConfigModel,
     revision: opt.Revision = None,
+    trust_remote_code: opt.TrustRemoteCode = False,
     gpu: opt.Gpu = opt.DEFAULT_GPU,
     tp: opt.Tp = 1,
     pipeline_parallel_size: opt.PipelineParallel = 1,

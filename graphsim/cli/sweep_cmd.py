@@ -32,6 +32,7 @@ def _values(text: str | None, what: str, kind: type) -> list[Any] | None:
 @app.command("sweep")
 def sweep_cmd(
     model: opt.ConfigModel,
+    trust_remote_code: opt.TrustRemoteCode = False,
     rates: str | None = typer.Option(None, "--rates", help="Open loop: request rates to sweep, req/s (e.g. 1,2,4,8)."),
     concurrencies: str | None = typer.Option(None, "--concurrencies",
                                              help="Closed loop: client counts to sweep (e.g. 1,8,32)."),

@@ -105,6 +105,7 @@ def _render_step(report: WorkReport) -> None:
 def work(
     model: opt.ConfigModel,
     revision: opt.Revision = None,
+    trust_remote_code: opt.TrustRemoteCode = False,
     prefill: list[str] | None = typer.Option(
         None, "--prefill", help="N@P: N new tokens after P cached (repeatable; K*N@P for K sequences)."
     ),

@@ -180,6 +180,11 @@ def build_model(cfg: dict[str, Any]) -> ModelSpec:
         spec = BUILDERS[text_arch](ConfigView(text_cfg, text_arch))
         note = f"{arch}: accounts its language model ({text_arch}, from text_config); other towers are not counted"
         return replace(spec, notes=(*spec.notes, note))
+    if isinstance(cfg.get("auto_map"), dict) and cfg["auto_map"]:  # the model's own code (importers/hf/remote_code.py)
+        raise UnsupportedArchitectureError(
+            f"architecture '{arch}' is the model's own code (auto_map) and the work accountant has no builder for "
+            "it, so graphsim work / analyze are unavailable; predict, kv and simulate use its traced graph "
+            "(--trust-remote-code)")
     raise UnsupportedArchitectureError(
         f"architecture '{arch}' is not supported by the work accountant; supported: "
         f"{', '.join(supported_architectures())}"

@@ -34,55 +34,69 @@ class ImportReport:
     semantic_kernels: list[str]
     timings_s: dict[str, float] = field(default_factory=dict)
     cache: str = "off"  # the graph cache (graphsim/importers/graph_cache.py): "hit <file>", "stored <file>" or "off"
+    remote_code: str = ""  # the snapshot directory whose own .py files built the model (remote_code.py), else ""
 
     def to_json(self) -> dict[str, Any]:
         return dict(vars(self))
 
 
 def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_depth: bool = False,
-              cache: bool = True) -> tuple[Graph, ImportReport]:
-    """Import a causal LM. `full_depth=True` traces every layer (slow; for comparison only).
+              cache: bool = True, trust_remote_code: bool | None = None) -> tuple[Graph, ImportReport]:
+    """Import a causal LM. `full_depth=True` traces every layer (slow; for comparison only). `trust_remote_code`
+    (None: $GRAPHSIM_TRUST_REMOTE_CODE, which --trust-remote-code sets): build a snapshot with auto_map from its own
+    .py files (importers/hf/remote_code.py); the cache key then holds their sha256.
 
     With `cache` (and GRAPHSIM_NO_CACHE unset) a graph traced before from the same config, dtype, options and
     graphsim / torch / transformers versions is read back from $GRAPHSIM_HOME/cache/graphs without importing
     torch (graphsim/importers/graph_cache.py), and a new trace is stored there."""
     from graphsim.importers import graph_cache
+    from graphsim.importers.hf import remote_code
 
     t0 = time.perf_counter()
     resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
-    fields = graph_cache.key_fields(resolved.config, resolved.name, dtype, full_depth=full_depth)
+    code_dir = remote_code.code_dir(resolved.location, resolved.source)
+    remote = remote_code.applies(resolved.config, code_dir, trust_remote_code)
+    code = {"remote_code": remote_code.code_digest(code_dir)} if remote and code_dir is not None else {}
+    fields = graph_cache.key_fields(resolved.config, resolved.name, dtype, full_depth=full_depth, **code)
     hit = graph_cache.load(fields) if cache else None
     if hit is not None:
         graph, report_json = hit
         graph.meta.config_source, graph.meta.config_location = resolved.source, resolved.location
-        report = ImportReport(**{**report_json, "source": resolved.source})
+        report = ImportReport(**{**report_json, "source": resolved.source,
+                                 "remote_code": str(code_dir) if code else ""})  # (this snapshot, same code)
         report.timings_s = {"cache_load_s": time.perf_counter() - t0}
         report.cache = f"hit {graph_cache.entry_path(graph_cache.cache_key(fields))}"
         return graph, report
-    graph, report = _trace_hf(resolved, dtype, full_depth)
+    graph, report = _trace_hf(resolved, dtype, full_depth, code_dir, trust_remote_code)
     if cache:
         stored = graph_cache.store(fields, graph, report.to_json())
         report.cache = f"stored {stored}" if stored is not None else "off"
     return graph, report
 
 
-def _trace_failure(architecture: str, error: Exception) -> str:
+def _trace_failure(architecture: str, error: Exception, code_dir: Path | None = None) -> str:
     """One line naming where in the model's own code tracing on the meta device failed."""
     import traceback
 
+    from graphsim.importers.hf.remote_code import where_in_code
+
     frames = traceback.extract_tb(error.__traceback__)
     model_frames = [f for f in frames if "transformers" in Path(f.filename).parts and "models" in Path(f.filename).parts]
-    where = ""
-    if model_frames:
+    where = where_in_code(error, code_dir)  # a frame in the snapshot's own code (trusted remote code), else ''
+    if model_frames and not where:
         f = model_frames[-1]
         where = f" in {'/'.join(Path(f.filename).parts[-2:])} line {f.lineno} ({f.line or ''})"
     detail = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+    if code_dir is not None:  # the model's own (remote) code: the accountant has no builder for it either
+        return (f"graphsim cannot trace {architecture}'s own code on the meta device{where}: {detail}; the code must "
+                "run without weights and without reading tensor values in Python (docs/import.md, remote code)")
     return (f"graphsim cannot trace {architecture} yet: its forward failed on the meta device{where}: {detail}; "
             "this mechanism needs a semantic op in graphsim (docs/adding-an-architecture.md); "
             "graphsim work / kv may still account it from the config")
 
 
-def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> tuple[Graph, ImportReport]:
+def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool, code_dir: Path | None = None,
+              trust_remote_code: bool | None = None) -> tuple[Graph, ImportReport]:
     from graphsim.importers.hf.alibi_ops import alibi_patches, register_attention_tables
     from graphsim.importers.hf.build import build_on_meta, text_model
     from graphsim.importers.hf.convert import ConvertContext, convert_graph
@@ -93,7 +107,7 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     register_attention_tables()
-    built = build_on_meta(resolved.config, dtype)
+    built = build_on_meta(resolved.config, dtype, code_dir, trust_remote_code)
     timings["build_s"] = time.perf_counter() - t0
 
     m = built.model
@@ -123,7 +137,8 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
         except (KeyboardInterrupt, GraphsimError):
             raise
         except Exception as e:  # the model's own forward failed under the trace: say where, in one line
-            raise UnsupportedArchitectureError(_trace_failure(built.architecture, e)) from e
+            remote = Path(built.remote_code) if built.remote_code is not None else None
+            raise UnsupportedArchitectureError(_trace_failure(built.architecture, e, remote)) from e
     timings["trace_s"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()
@@ -160,6 +175,10 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
     m.tied_params, m.dynamic_tokens = canonical, traced.dynamic
     timings["convert_s"] = time.perf_counter() - t2
     graph.verify("import.hf")
+    if built.remote_code is not None:
+        from graphsim.importers.hf.remote_code import check_attention
+
+        check_attention(graph, built.architecture)
     opaque: dict[str, int] = {}
     for t in ctx.opaque:
         opaque[t] = opaque.get(t, 0) + 1
@@ -167,6 +186,7 @@ def _trace_hf(resolved: ResolvedModel, dtype: str | None, full_depth: bool) -> t
         model=resolved.name, architecture=built.architecture, source=resolved.source,
         num_layers=len(plan.tags), traced_layers=kept, param_count=int(param_count), nodes=len(graph.nodes),
         opaque_ops=opaque, dynamic_tokens=traced.dynamic, semantic_kernels=swapped, timings_s=timings,
+        remote_code=built.remote_code or "",
     )
     return graph, report
 

@@ -6,12 +6,13 @@ import copy
 import logging
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
-from graphsim.importers.hf import custom_ops
+from graphsim.importers.hf import custom_ops, remote_code
 from graphsim.importers.hf.unbuilt import activation_note, unbuilt_reason, unknown_activation
 from graphsim.importers.hf.wrappers import unknown_wrapper_text_config
 from graphsim.quantization import parse_quant_config, raw_quantization_config
@@ -31,6 +32,7 @@ class BuiltModel:
     dtype: torch.dtype
     architecture: str
     quantization: dict[str, Any] | None
+    remote_code: str | None = None  # the snapshot directory whose own code built it (remote_code.py), else None
 
 
 def config_dtype(cfg: dict[str, Any], override: str | None = None) -> torch.dtype:
@@ -188,12 +190,21 @@ def text_model(model: torch.nn.Module) -> torch.nn.Module:
     return lms[0] if len(lms) == 1 else model
 
 
-def build_on_meta(cfg: dict[str, Any], dtype: str | None = None) -> BuiltModel:
+def build_on_meta(cfg: dict[str, Any], dtype: str | None = None, code_dir: Path | None = None,
+                  trust_remote_code: bool | None = None) -> BuiltModel:
     """Construct the model on the meta device with graphsim's semantic attention and experts (a wrapper class
-    transformers lacks around a language model it has: that language model, wrappers.py)."""
+    transformers lacks around a language model it has: that language model, wrappers.py). With trusted remote code
+    and a snapshot directory `code_dir`, a config with auto_map is built from the snapshot's own files
+    (remote_code.py); without trust, one transformers cannot build is refused in one line."""
     custom_ops.register()
+    if remote_code.applies(cfg, code_dir, trust_remote_code):
+        assert code_dir is not None
+        return remote_code.build(cfg, dtype, code_dir)
     cfg = unknown_wrapper_text_config(cfg) or cfg
     arch = check_config(cfg)
+    refused = remote_code.refusal(cfg, trust_remote_code, code_dir)
+    if refused is not None:
+        raise UnsupportedArchitectureError(refused)
     unbuilt = unbuilt_reason(arch, cfg)  # a remote-code model transformers' class of that name would not be
     if unbuilt is not None:
         raise UnsupportedArchitectureError(
