@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from graphsim.errors import GraphError
 from graphsim.ir import Graph, Node, Op, TensorSpec, split_value, unique_name, value_name
 from graphsim.ir.kernel import KernelAttrs
+from graphsim.passes.fuse.acyclic import KernelDag
 
 
 @dataclass
@@ -115,6 +116,8 @@ def apply_rules(graph: Graph, rules: list[Rule], leftover: Callable[[FuseContext
     groups: list[Group] = []
     stats: dict[str, int] = {}
     rejected: dict[str, int] = {}
+    dag = KernelDag(graph.nodes, ctx.users)  # the guard against groups that close a cycle (acyclic.py)
+    trims: list[str] = []
     for rule in rules:
         for cand in rule.match(ctx):
             nodes = [n for n in cand.nodes if ctx.is_free(n)]
@@ -125,10 +128,25 @@ def apply_rules(graph: Graph, rules: list[Rule], leftover: Callable[[FuseContext
                 rejected[f"{rule.name}: {reason}"] = rejected.get(f"{rule.name}: {reason}", 0) + 1
                 continue
             attrs = rule.build(ctx, cand)
+            if attrs is not None and len(nodes) > 1:
+                cut = _acyclic_part(ctx, dag, rule, cand)
+                if cut is None:
+                    why = f"{rule.name}: its group would close a cycle between kernels"
+                    rejected[why] = rejected.get(why, 0) + 1
+                    continue
+                if cut is not cand:
+                    left = {n.name for n in nodes} - {n.name for n in cut.nodes}
+                    for n in sorted(left, key=ctx.pos.__getitem__):
+                        trims.append(f"rule {rule.name} left {n} ({ctx.by_name[n].op.value} in "
+                                     f"{ctx.by_name[n].scope}) to other rules: in its group it closed a cycle")
+                    cand, nodes = cut, cut.nodes
+                    attrs = rule.build(ctx, cand)
             idx = len(groups)
             groups.append(Group(sorted(nodes, key=lambda n: ctx.pos[n.name]), attrs, rule.name))
             for n in nodes:
                 ctx.claimed[n.name] = idx
+            if attrs is not None:
+                dag.add(idx, [n.name for n in nodes])
             stats[rule.name] = stats.get(rule.name, 0) + 1
     left_stats: dict[str, int] = {}
     for n in graph.nodes:
@@ -140,8 +158,22 @@ def apply_rules(graph: Graph, rules: list[Rule], leftover: Callable[[FuseContext
         ctx.claimed[n.name] = idx
         left_stats[label] = left_stats.get(label, 0) + 1
     stats.update(left_stats)
-    notes = [f"rule {k} did not apply ×{v}" for k, v in sorted(rejected.items())]
+    notes = [f"rule {k} did not apply ×{v}" for k, v in sorted(rejected.items())] + trims
     return FuseOutcome(_build_graph(graph, ctx, groups, target), stats, notes)
+
+
+def _acyclic_part(ctx: FuseContext, dag: KernelDag, rule: Rule, cand: Candidate) -> Candidate | None:
+    """`cand` itself when contracting it closes no cycle with the kernels claimed so far; else the part of it that
+    closes none, checked again by the rule (None: nothing acceptable is left, or an anchor of `info` would go)."""
+    anchors = {v.name for v in cand.info.values() if isinstance(v, Node)}
+    part = dag.convex_part([n.name for n in cand.nodes], anchors)
+    if part is None:
+        return None
+    kept, dropped = part
+    if not dropped:
+        return cand
+    trimmed = Candidate([n for n in cand.nodes if n.name in set(kept)], cand.info)
+    return trimmed if rule.check(ctx, trimmed) is None else None
 
 
 def _build_graph(graph: Graph, ctx: FuseContext, groups: list[Group], target: str) -> Graph:
