@@ -14,8 +14,9 @@ and a front end per request before the engine sees it (frontend.py: tokenise, HT
 the client's TTFT includes and which queues a burst of requests.
 Detokenising and streaming are off the ENGINE's critical path in V1 (a separate API-server process,
 vllm/v1/engine/output_processor.py) and in V0 ≥ 0.6 (the async output processor, vllm-project/vllm PR 7049), so
-no iteration is charged for them; they are the API server's work, on the same event loop as the front end
-(api_server.py: `api_per_chunk_us` per stream chunk), so they delay what the client sees and the next requests.
+no iteration is charged for them; they are the API server's work on its event loop, beside the front end's serial
+work (api_server.py: `api_per_chunk_us` per stream chunk, `api_per_output_us` of it per output even when merged), so
+they delay what the client sees.
 
 The constants, per family (each names where it comes from; nothing is fitted to a graphsim run or to one real run):
 
@@ -36,18 +37,19 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   figures beside the constant below).
 - `per_token_us` 0 in every family: no published per-token figure for input preparation (vectorised numpy
   in V1); prefill steps are long enough that it would not matter at this scale.
-- the front end (frontend.py: a FIFO queue before the engine, one server per replica, because vLLM tokenises on
-  one worker thread per API server, `OpenAIServing._tokenizer_executor = ThreadPoolExecutor(max_workers=1)`, and
-  handles the rest of a request on that server's one event loop), the same in every family:
+- the front end (frontend.py: a FIFO queue before the engine, one server per replica, beside the API server's
+  streaming loop: api_server.py says why), the same in every family:
   `frontend_per_token_us` 2.0 — a fast (Rust) tokenizer called per prompt encodes ≈ 500k tokens/s (1.18 ms for
   679 tokens … 220 ms for 101,615 on one core: github.com/andyluo7/cpu-gpu-codesign-agentic-inference,
-  RESULTS_SUMMARY.md "Phase 2.1"); `frontend_us` 11,500 (serial) and `frontend_latency_us` 11,000 (not serial)
-  are FITTED (with the API server's streaming in place: api_server.py), on a validation set and never on one run: `benchmarks/fit_frontend.py` fits both on the four public
-  single-GPU runs whose GPU work is a small, well-priced part of TTFT (one request; bursts whose prompts are all
-  in the prefix cache: vLLM 0.10.1.1, A100, Qwen2-7B) and reports the other 97 runs as held out (median |TTFT
-  error| 22.3 % without a front end → 13.4 %; TPOT 9.5 %, output throughput 6.8 % either way). The same source's server measured 7 ms of
-  "HTTP overhead" for a single 1k-token request on vLLM 0.19 (a faster front end or CPU than the fit's 25 ms):
-  the front end depends on the server's CPU and vLLM version, which the runs do not let graphsim separate.
+  RESULTS_SUMMARY.md "Phase 2.1"); `frontend_us` 12,500 (serial) and `frontend_latency_us` 10,000 (not serial)
+  are FITTED (with the API server's streaming in place: api_server.py), on a validation set and never on one run:
+  `benchmarks/fit_frontend.py` fits both on the four public single-GPU runs whose GPU work is a small, well-priced
+  part of TTFT (one request; bursts whose prompts are all in the prefix cache: vLLM 0.10.1.1, A100, Qwen2-7B) and
+  reports the other 97 runs as held out (median |TTFT error| 22.3 % without a front end → 13.6 %; TPOT 9.7 %,
+  output throughput 6.8 %). What the 12.5 ms of serial work is, the runs do not say: a fast tokenizer takes ~1 ms
+  for such a prompt. The same source's server measured 7 ms of "HTTP overhead" for a single 1k-token request on
+  vLLM 0.19: the front end depends on the server's CPU and vLLM version, which the runs do not let graphsim
+  separate.
 """
 
 from __future__ import annotations
@@ -101,17 +103,22 @@ V1_ENGINE_PER_SEQ_US = 60.0
 # Fitted by benchmarks/fit_frontend.py on the four single-GPU runs that isolate the front end (dl22-t4-36, t5-46:
 # one request; t5-48, t5-49: bursts of 20 and 30 prompts all in the prefix cache; vLLM 0.10.1.1, A100) and held
 # against the other 70 runs of benchmarks/validate_serving.py (see the module docstring).
-FRONTEND_US = 11_500.0  # serial, per request
+FRONTEND_US = 12_500.0  # serial, per request
 FRONTEND_PER_TOKEN_US = 1e6 / 500_000  # serial, per prompt token: a fast tokenizer encodes ~500k tokens/s (above)
-FRONTEND_LATENCY_US = 11_000.0  # not serial, per request
-# The API server's CPU time per stream chunk (one per request that got tokens in an iteration), serial with the
-# front end above on the server's one event loop (api_server.py): MEASURED, not fitted, by
+FRONTEND_LATENCY_US = 10_000.0  # not serial, per request
+# The API server's CPU time per stream chunk (one per request that got tokens in an iteration), on the server's one
+# event loop (api_server.py; the front end above runs beside it): MEASURED, not fitted, by
 # benchmarks/host_streaming.py running vLLM 0.10.1's own output path on this project's 2-core AMD EPYC VM (CPU
 # time, not wall time): `OutputProcessor.process_outputs` (detokenise, collect) + the completion stream chunk built
 # and serialised as `completion_stream_generator` does + FastAPI/uvicorn (uvloop, httptools) sending it to a client
 # over TCP. Per chunk at 16 / 64 / 256 concurrent streams (each the median of 3 runs): 37.41 / 32.38 / 36.89 µs
 # (process_outputs 4.7 / 4.8 / 7.8, chunk 7.7 / 8.0 / 8.4, HTTP 25.0 / 19.5 / 20.7); the median of the three, 36.89.
 API_SERVER_PER_CHUNK_US = 36.89
+# Of it, the part paid per request per engine output even when the loop is behind and a request's tokens of several
+# iterations leave as one merged chunk: `OutputProcessor.process_outputs` runs on every engine-core output
+# (async_llm.py `output_handler`), the chunk is built and sent once per merged delta (`RequestOutputCollector.put`
+# merges what the generator has not taken). 7.8 µs of the 36.89 at 256 streams (above).
+API_SERVER_PER_OUTPUT_US = 7.8
 # v1-async (vLLM >= 0.14): vLLM 0.19.0's output path, the same benchmark run right after 0.10.1's on the same VM and
 # the same FastAPI 0.165 / uvicorn 0.54 / uvloop / httptools (so the HTTP part is not the version's): per chunk at
 # 16 / 64 / 256 streams, process_outputs 6.53 / 6.42 / 7.01 µs against 0.10.1's 4.70 / 4.64 / 5.32, the completion
@@ -119,6 +126,7 @@ API_SERVER_PER_CHUNK_US = 36.89
 # 256 streams 36.89 + 7.8 × (7.01 / 5.32 − 1) + 8.4 × (8.24 / 7.88 − 1) = 39.75 µs, the median of the three
 # (39.92 / 34.68 / 39.75), as 0.10.1's was.
 API_SERVER_PER_CHUNK_US_V1_ASYNC = 36.89 + 7.8 * (7.01 / 5.32 - 1) + 8.4 * (8.24 / 7.88 - 1)
+API_SERVER_PER_OUTPUT_US_V1_ASYNC = 7.8 * 7.01 / 5.32  # process_outputs at 256 streams, scaled as above
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,8 @@ class HostModel:
     sample_bytes_per_logit: int = SAMPLE_BYTES_PER_LOGIT
     frontend_per_token_us: float = 0.0  # per prompt token, serial with frontend_us (tokenising; frontend.py)
     frontend_latency_us: float = 0.0  # per request, not serial (HTTP, input processing, the hop to the engine)
-    api_per_chunk_us: float = 0.0  # per stream chunk, serial with the front end (api_server.py)
+    api_per_chunk_us: float = 0.0  # per stream chunk on the API server's loop (api_server.py)
+    api_per_output_us: float = 0.0  # of it, paid per engine output even when outputs merge into one chunk
 
     def host_us(self, tokens, seqs):
         """CPU time of an iteration of `tokens` tokens over `seqs` sequences (scalars or numpy arrays)."""
@@ -161,7 +170,7 @@ class HostModel:
         return {"family": self.family, "step_us": self.step_us, "per_seq_us": self.per_seq_us,
                 "per_token_us": self.per_token_us, "frontend_us": self.frontend_us,
                 "frontend_per_token_us": self.frontend_per_token_us, "frontend_latency_us": self.frontend_latency_us,
-                "api_per_chunk_us": self.api_per_chunk_us,
+                "api_per_chunk_us": self.api_per_chunk_us, "api_per_output_us": self.api_per_output_us,
                 "overlap": self.overlap,
                 "sample_bytes_per_logit": self.sample_bytes_per_logit, "source": "derived"}
 
@@ -171,16 +180,18 @@ NO_HOST = HostModel("none", 0.0, 0.0, 0.0, 0.0, True, 0)  # GPU kernels only (th
 
 def host_model(family: str) -> HostModel:
     if family == "v0":
-        step, per_seq, overlap, chunk = V0_STEP_US, V0_PER_SEQ_US, False, API_SERVER_PER_CHUNK_US
+        step, per_seq, overlap = V0_STEP_US, V0_PER_SEQ_US, False
+        chunk, output = API_SERVER_PER_CHUNK_US, API_SERVER_PER_OUTPUT_US
     else:
-        overlap, chunk = family == "v1-async", API_SERVER_PER_CHUNK_US
+        overlap = family == "v1-async"
+        chunk, output = API_SERVER_PER_CHUNK_US, API_SERVER_PER_OUTPUT_US
         sched_step, sched_seq = V1_SCHEDULER_STEP_US, V1_SCHEDULER_PER_SEQ_US
         if overlap:  # vLLM 0.19's scheduler and output path (above); the runner's and engine's terms as v1's
             sched_step, sched_seq = V1_ASYNC_SCHEDULER_STEP_US, V1_ASYNC_SCHEDULER_PER_SEQ_US
-            chunk = API_SERVER_PER_CHUNK_US_V1_ASYNC
+            chunk, output = API_SERVER_PER_CHUNK_US_V1_ASYNC, API_SERVER_PER_OUTPUT_US_V1_ASYNC
         step, per_seq = sched_step + V1_RUNNER_STEP_US, sched_seq + V1_ENGINE_PER_SEQ_US
     return HostModel(family, step, per_seq, 0.0, FRONTEND_US, overlap, frontend_per_token_us=FRONTEND_PER_TOKEN_US,
-                     frontend_latency_us=FRONTEND_LATENCY_US, api_per_chunk_us=chunk)
+                     frontend_latency_us=FRONTEND_LATENCY_US, api_per_chunk_us=chunk, api_per_output_us=output)
 
 
 @dataclass(frozen=True)

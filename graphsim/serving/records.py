@@ -294,10 +294,11 @@ class Samples:
 
     def __init__(self) -> None:
         self._parts: list[np.ndarray] = []
-        self._weights: list[float] = []
+        self._weights: list[float | np.ndarray] = []  # one weight for a part, or one per value
         self._runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
-    def add(self, values: np.ndarray, weight: float = 1.0) -> None:
+    def add(self, values: np.ndarray, weight: float | np.ndarray = 1.0) -> None:
+        """Samples `values`, each of `weight` (a scalar, or an array as long as `values`)."""
         if len(values):
             self._parts.append(values)
             self._weights.append(weight)
@@ -308,7 +309,8 @@ class Samples:
         if not self._parts:
             return
         v = np.concatenate(self._parts).astype(np.float64)
-        w = np.repeat(np.asarray(self._weights, dtype=np.float64), [len(p) for p in self._parts])
+        w = np.concatenate([np.broadcast_to(np.asarray(wt, dtype=np.float64), (len(p),))
+                            for p, wt in zip(self._parts, self._weights, strict=True)])
         self._parts, self._weights = [], []
         new = np.ones(len(v), dtype=bool)
         new[1:] = (v[1:] != v[:-1]) | (w[1:] != w[:-1])
@@ -333,3 +335,55 @@ class Samples:
         """Every sample, expanded (for small runs and tests: a million requests make ~10⁸)."""
         v, w, c = self.runs()
         return np.repeat(v, c), np.repeat(w, c)
+
+
+class TokenGaps:
+    """Inter-token gaps kept as engine times, to be read as the client sees them (api_server.py): per token after
+    a request's first, the engine time of its request's previous token and its own, by engine, with a weight (how
+    many tokens share the pair). `client(delivered)` maps both ends through the API servers' delivery times: a gap
+    is one of `vllm bench serve`'s ITL samples (one per stream chunk after the first) when the two tokens reached
+    the client in different chunks; tokens one output turn delivered together are one chunk (the request's
+    collector merged them, vllm/v1/engine/output_processor.py `RequestOutputCollector.put`), no sample.
+    Compact as `Samples`: one iteration's gaps share its end, so equal previous times are kept once, counted."""
+
+    FLUSH = 4096
+
+    def __init__(self) -> None:
+        self._adds: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._packed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, engine: int, prev: np.ndarray, end: float | np.ndarray, weight: float = 1.0) -> None:
+        """Tokens ending at `end` (one time, or one per token) whose requests' previous tokens ended at `prev`."""
+        prev = np.asarray(prev, dtype=np.float64)
+        if not len(prev):
+            return
+        if np.ndim(end) == 0:
+            prev, counts = np.unique(prev, return_counts=True)
+            ends, weights = np.full(len(prev), float(end)), counts * float(weight)
+        else:
+            ends, weights = np.asarray(end, dtype=np.float64), np.full(len(prev), float(weight))
+        self._adds.append((engine, prev, ends, weights))
+        if len(self._adds) >= self.FLUSH:
+            self._pack()
+
+    def _pack(self) -> None:
+        if self._adds:
+            engines = np.concatenate([np.full(len(a[1]), a[0], dtype=np.int32) for a in self._adds])
+            prev, ends, weights = (np.concatenate([a[k] for a in self._adds]) for k in (1, 2, 3))
+            self._packed.append((engines, prev, ends, weights))
+            self._adds = []
+
+    def client(self, delivered: Callable[[int, np.ndarray], np.ndarray]) -> Samples:
+        """The client's ITL samples: `delivered(engine, engine times)` gives when the client saw them."""
+        self._pack()
+        out = Samples()
+        if not self._packed:
+            return out
+        engines, prev, ends, weights = (np.concatenate(x) for x in zip(*self._packed, strict=True))
+        for j in np.unique(engines).tolist():
+            m = engines == j
+            gaps = delivered(int(j), ends[m]) - delivered(int(j), prev[m])
+            keep = gaps > 0
+            order = np.argsort(gaps[keep], kind="stable")  # equal gaps adjacent: Samples keeps them as one run
+            out.add(gaps[keep][order], weights[m][keep][order])
+        return out

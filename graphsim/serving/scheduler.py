@@ -42,7 +42,7 @@ from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pricing import IterationCost, SourceMeter
-from graphsim.serving.records import IterationLog, Request, Samples
+from graphsim.serving.records import IterationLog, Request, Samples, TokenGaps
 from graphsim.serving.speculative import SpecState
 
 MAX_SEGMENT_ITERATIONS = 2048  # longest decode segment priced in one call
@@ -131,6 +131,7 @@ class Engine:
         self.prefix_caching = config.enable_prefix_caching and layout.prefix_cacheable
         self.pool = BlockPool(num_blocks, self.prefix_caching)
         self.log, self.itl, self.on_finish = log, itl, on_finish
+        self.gaps: TokenGaps | None = None  # with API servers: the gaps as engine times (records.py)
         self.waiting: deque[Request] = deque()
         self.running = RunningBatch(config.max_num_seqs)
         self.busy_until: float | None = None
@@ -554,6 +555,10 @@ class Engine:
             self.itl.add(plan.start_t + durations_s[0] - last_token_t)
             if k > 1:
                 self.itl.add(durations_s[1:], n)
+            if self.gaps is not None:
+                ends = plan.start_t + np.cumsum(durations_s)
+                self.gaps.add(self.index, last_token_t, float(ends[0]))
+                self.gaps.add(self.index, ends[:-1], ends[1:], n)
             computed += k
             num_tokens += k
             num_output_tokens += k
@@ -577,6 +582,8 @@ class Engine:
                 self.itl.add(end - gaps[~fresh])
             else:
                 self.itl.add(end - gaps)
+            if self.gaps is not None:
+                self.gaps.add(self.index, gaps[~fresh], end)
             if fresh.any():
                 for i in np.flatnonzero(produced)[fresh]:
                     running.requests[i].first_token_t = end

@@ -33,7 +33,9 @@ from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout
 from graphsim.serving.pipeline_engine import PipelineCost, PipelineEngine
 from graphsim.serving.pricing import SOURCES, IterationCost, new_meter
-from graphsim.serving.records import IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples
+from graphsim.serving.records import (
+    IterationLog, IterationTotals, Request, RequestRecord, RequestTable, Samples, TokenGaps,
+)
 from graphsim.serving.requests import ClosedLoop, RequestSpec, warm_prefixes
 from graphsim.serving.router import Router
 from graphsim.serving.scheduler import DecodeEngine, Engine, SegmentPlan
@@ -253,10 +255,10 @@ def _api_servers(setup: SimulationSetup | DisaggSetup, frontend: FrontEnd | None
     single-stage engines (a disaggregated or pipelined deployment keeps the front-end queue alone)."""
     if not isinstance(setup, SimulationSetup) or setup.host is None or isinstance(setup.cost, PipelineCost):
         return None
-    per_chunk = setup.host.model.api_per_chunk_us
-    if per_chunk <= 0:
+    m = setup.host.model
+    if m.api_per_chunk_us <= 0:
         return None
-    return ApiServers(frontend or FrontEnd(0.0, 0.0, 0.0), per_chunk, setup.replicas)
+    return ApiServers(frontend or FrontEnd(0.0, 0.0, 0.0), m.api_per_chunk_us, setup.replicas, m.api_per_output_us)
 
 
 def _frontend(setup: SimulationSetup | DisaggSetup) -> FrontEnd | None:
@@ -278,10 +280,9 @@ class EventLoop:
         frontend = _frontend(setup)
         self.api = _api_servers(setup, frontend)
         self.arrivals = Arrivals(workload, frontend, self.api)
-        # engine → (its segment plan, iterations reported to the API servers, the iterations' ends)
-        self.segment_emitted: dict[int, tuple[object, int, np.ndarray | None]] = {}
         self.progress = progress
         self.log, self.itl = log if log is not None else IterationLog(), Samples()
+        self.gaps = TokenGaps()  # with API servers: the engines' gaps as engine times, read as the client's at the end
         self.table = RequestTable(self.arrivals.total)  # outcomes as the clients see them, by id (arrival order)
         self.arrived = 0
         self.inflight: dict[int, Request] = {}  # disaggregated: client requests whose prefill has not ended
@@ -335,6 +336,8 @@ class EventLoop:
         e = kind(index, setup.engine, setup.layout, setup.num_blocks, setup.cost, self.log, itl, on_finish)
         e.fast_forward = setup.fast_forward
         e.host = setup.host
+        if self.api is not None:
+            e.gaps = self.gaps
         e.spec = setup.speculative.state(index) if setup.speculative is not None else None
         if setup.source_shares:
             e.meter = new_meter(setup.cost)
@@ -446,36 +449,9 @@ class EventLoop:
                                   "(KV cache too small); raise --gpu-memory-utilization or lower --max-model-len")
 
     # --- the API servers (api_server.py) -------------------------------------------------------------------
-    def _emit_segment(self, e: Engine, upto_s: float) -> bool:
-        """Report the stream chunks of e's decode segment in progress whose iterations end by `upto_s`; whether
-        any was new."""
-        plan = e.plan
-        if not isinstance(plan, SegmentPlan) or self.api is None:
-            return False
-        seen, done, ends = self.segment_emitted.get(e.index, (None, 0, None))
-        if seen is not plan or ends is None:
-            done, ends = 0, plan.start_t + np.cumsum(plan.durations_s)
-        upto = int(np.searchsorted(ends, upto_s, side="right"))
-        n = e.running.size
-        for k in range(done, upto):
-            self.api.emit(e.index, float(ends[k]), n)
-        self.segment_emitted[e.index] = (plan, max(done, upto), ends)
-        return upto > done
-
-    def _next_arrival(self, now_s: float) -> float:
-        """When the next request reaches an engine: with API servers, once every stream chunk ready before it is
-        reported (a decode segment's iterations that end before it) and the turns up to now are committed."""
-        api = self.api
-        if api is None:
-            return self.arrivals.next_time()
-        busy = [e for e in self.engines if e.busy_until is not None]
-        for e in busy:
-            self._emit_segment(e, now_s)
-        api.advance(now_s)
-        t = api.peek()
-        while t != math.inf and any([self._emit_segment(e, t) for e in busy]):
-            t = api.peek()
-        return t
+    def _next_arrival(self) -> float:
+        """When the next request reaches an engine (through the API servers' ingestion when there are any)."""
+        return self.arrivals.next_time() if self.api is None else self.api.peek()
 
     def _finished(self, e: Engine) -> None:
         """Apply e's iteration (or segment) and report its stream chunks to the API servers."""
@@ -484,8 +460,9 @@ class EventLoop:
             e.finish()
             return
         if isinstance(plan, SegmentPlan):
-            self._emit_segment(e, math.inf)
-            self.segment_emitted.pop(e.index, None)
+            n = e.running.size
+            for end in (plan.start_t + np.cumsum(plan.durations_s)).tolist():
+                self.api.emit(e.index, end, n)
             e.finish()
         else:
             e.finish()
@@ -496,9 +473,8 @@ class EventLoop:
         engines = self.engines
         single = engines[0] if len(engines) == 1 else None
         transfers = self.transfers
-        now = 0.0
         while True:
-            t_arrival = self._next_arrival(now)
+            t_arrival = self._next_arrival()
             if single is not None:
                 ending = single if single.busy_until is not None else None
             else:
@@ -510,29 +486,27 @@ class EventLoop:
             if min(t_arrival, t_end, t_transfer, t_ready) == math.inf:
                 break
             if ending is not None and t_end <= t_arrival and t_end <= t_transfer and t_end <= t_ready:
-                now = t_end
                 self._finished(ending)  # an iteration ends first: it frees blocks before arrivals are routed
                 if ending.has_work():
                     ready[ending.index] = t_end
             elif t_transfer <= t_arrival and t_transfer <= t_ready:
-                now = t_transfer
                 self._transferred(t_transfer)
             elif t_arrival <= t_ready:
-                now = t_arrival
                 self._arrive(t_arrival)
             else:
-                now = t_ready
                 self._start(min(ready, key=lambda j: (ready[j], j)))
         if self.api is not None:
             self._deliver()
 
     def _deliver(self) -> None:
         """The run is over: the API servers stream what is left, and each request's first token and finish
-        become the times its client saw them (`first_token_t`, `finish_t`; the engine's own ITL samples stay)."""
+        become the times its client saw them (`first_token_t`, `finish_t`), its inter-token gaps the gaps
+        between the stream chunks its client got (`itl`; records.TokenGaps)."""
         api = self.api
         assert api is not None
         api.drain()
         self.table.deliver(api.delivered_array)
+        self.itl = self.gaps.client(api.delivered_array)
 
     def source_us(self) -> tuple[dict[int, float], str | None]:
         """Predicted µs per source code over all engines, and the basis of the split (the coarser one when the
