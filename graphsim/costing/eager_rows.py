@@ -12,7 +12,10 @@ fp8-block rows of aiconfigurator's SGLang / TensorRT-LLM collectors on the same 
 mixed batches up to its capture sizes) from CUDA graphs, where none of that host time is on the GPU's path.
 
 A row is therefore read as GPU time only where it is well above the dispatch floor: below `EAGER_BAND` × the
-smallest time of the dtype's rows the row says only that the GPU took no longer. Such a point is priced from the
+smallest time of the dtype's rows the row says only that the GPU took no longer. A row is read through the
+envelope of the rows at its m and larger (a GEMM of more rows does at least its work, so their eager time bounds its
+GPU time too): a lone outlier above its larger neighbours (n 2048, k 512: 84.9 / 203.2 / 83.1 µs at m 32 / 64 / 128)
+is host time like them. Such a point is priced from the
 profile's GRAPHED rows of the same shape in the sibling dtype (`GRAPHED_SIBLING`: fp8_block → fp8 per-tensor),
 scaled by the fp8_block / fp8 time ratio the same profile measures where the eager rows are GPU time
 (`sibling_ratio`), held at the kernel's roofline floor and never above the eager row itself, and labelled
@@ -53,7 +56,9 @@ from graphsim.costing.roofline import kernel_work
 EAGER_TIMED: dict[tuple[str, str], frozenset[str]] = {("aiconfigurator-core", "vllm"): frozenset({"fp8_block"})}
 # A row under twice the dispatch floor cannot be told from dispatch time plus noise: the eager rows of one key
 # scatter by up to ~1.3× around their floor (n 2048, k 7168: 80–95 µs from m 32 to 2048), with single outliers
-# to 2.6× (m 49: 132.6 µs) that the band does not catch; 2× keeps the GPU-bound rows (≥ 160 µs from m 4096).
+# to 2.6× (m 49: 132.6 µs): a row is held to the band through the envelope of the rows at its m and larger
+# (`KernelPricer._eager_envelope`: more rows, at least the work), which catches such outliers; 2× keeps the GPU-bound
+# rows (≥ 160 µs from m 4096).
 EAGER_BAND = 2.0
 # eagerly timed dtype → the graphed dtype whose same-shape rows stand in for its GPU time (module docstring)
 GRAPHED_SIBLING: dict[str, str] = {"fp8_block": "fp8"}

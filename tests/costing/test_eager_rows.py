@@ -148,3 +148,31 @@ def test_the_stand_in_is_held_at_the_roofline(tmp_path):
         # (64·4096 + 4096·8192 + 2·64·8192) B = 34,865,152 B / 4.8 TB/s = 7.2636 µs
         t = KernelPricer(db, hw).time(WIDE, GemmPoint(64))
         assert t.source is TimeSource.DERIVED and t.time_us == pytest.approx(7.2636, abs=1e-4)
+
+
+def test_an_outlier_above_larger_rows_is_held_to_their_envelope(tmp_path):
+    # aiconfigurator-core 0.12's H200 vLLM fp8_block rows at n 2048, k 512 read 84.9 / 203.2 / 83.1 µs at m 32 / 64 /
+    # 128: the m 64 row is above the 2 × floor band, but the m 128 row (more work) took 83.1 µs, so m 64's GPU time is
+    # at most that, inside the band: host time, priced like the other host-time rows (here the roofline: too few rows
+    # for a sibling ratio or derived rates)
+    meta = ProfileMeta(device="NVIDIA H200", hardware="h200_sxm", engine="vllm", engine_version="0.24.0",
+                       torch_version="", provenance={"source": "aiconfigurator-core"})
+    path = tmp_path / "outlier.db"
+    rows = {1: 60.0, 32: 84.9, 64: 203.2, 128: 83.1, 16384: 536.0}
+    with ProfileDB.create(path, meta) as db:
+        db.put_many([(KEY, GemmPoint(m), Measurement(t)) for m, t in rows.items()])
+    hw = load_hardware("h200")
+    roofs = roofline_us(hw, KEY, np.asarray([[64.0], [100.0]]))
+    assert roofs is not None
+    with ProfileDB.open(path) as db:
+        pricer = KernelPricer(db, hw)
+        t = pricer.time(KEY, GemmPoint(64))
+        assert t.source is TimeSource.ROOFLINE and t.time_us == pytest.approx(float(roofs[0]))
+        assert "row 203 µs, 83.1 µs at a larger m" in t.detail
+        # m 100, read between the 203.2 and 83.1 µs rows, is held by the m 128 row the same way
+        assert pricer.time(KEY, GemmPoint(100)).time_us == pytest.approx(float(roofs[1]))
+        # the GPU-bound row stands (nothing larger), and the vectorised chain agrees
+        assert pricer.time(KEY, GemmPoint(16384)).source is TimeSource.MEASURED
+        times, sources = pricer.times(KEY, np.asarray([[64.0], [100.0], [16384.0]]))
+        assert times == pytest.approx([float(roofs[0]), float(roofs[1]), 536.0])
+        assert [int(s) for s in sources] == [ROOFLINE, ROOFLINE, MEASURED]

@@ -7,15 +7,12 @@ real tables and traces eleven large models: slow (a few minutes)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from graphsim.workload import parse_batch_spec
+from tests.costing.real_config_bar import assert_plausible
 
 pytestmark = pytest.mark.slow
 
-SPEC = "decode:64x4096"
 # (DeepSeek-V4-Flash and the two Nemotron configs have tests of their own: test_compressed_real_configs.py,
 # test_ssm_real_configs.py)
 CONFIGS = [
@@ -29,21 +26,6 @@ CONFIGS = [
 MEASURED_SLOW = {("google--gemma-4-26B-A4B", 1): 5.0}
 
 
-def _weight_floor_us(path: Path, bandwidth: float) -> float:
-    """Every stored weight of a TP8 rank read once (the accountant's bytes, quantization included), less the share
-    a routed expert no token picks leaves unread: 64 tokens × top-k picks miss one of E experts with probability
-    (1 − 1/E)^(64·k); that share is taken off ALL the weights, so the floor is a lower bound."""
-    from graphsim.catalog import resolve_model
-    from graphsim.serving.memory import weight_bytes_per_rank
-    from graphsim.work import accounting
-    from graphsim.work.specs import MoeFfn
-
-    acc = accounting(resolve_model(str(path)).config)
-    moe = [layer.ffn for layer in acc.spec.stack.layers if isinstance(layer.ffn, MoeFfn)]
-    untouched = max(((1 - 1 / f.experts) ** (64 * f.top_k) for f in moe), default=0.0)
-    return weight_bytes_per_rank(acc.spec, acc.precision, 8) * (1 - untouched) / bandwidth * 1e6
-
-
 def _cases():
     moe = {"nvidia--GLM-5-NVFP4", "deepseek-ai--DeepSeek-V3.2", "moonshotai--Kimi-K2-Instruct",
            "Qwen--Qwen3.5-35B-A3B", "google--gemma-4-26B-A4B", "meta-llama--Llama-4-Scout-17B-16E-Instruct",
@@ -53,18 +35,5 @@ def _cases():
 
 @pytest.mark.parametrize(("name", "ep"), _cases())
 def test_priced_complete_and_plausible(h200_db, aic_config, name, ep):
-    from graphsim.cost_model import build_cost_model
-    from graphsim.costing.predict import predict
+    assert_plausible(aic_config(name), h200_db, ep, MEASURED_SLOW.get((name, ep), 3.0))
 
-    path = aic_config(name)
-    cm = build_cost_model(str(path), "h200", tp=8, ep=ep, profile=h200_db)
-    step = parse_batch_spec(SPEC)
-    rep = predict(cm, [step], [SPEC]).batches[0]
-    assert rep.total_us is not None, rep.missing
-    placeholders = sum(r.total_us or 0.0 for r in rep.rows if r.approximate)
-    assert placeholders <= 0.01 * rep.total_us, [(r.kernel, r.total_us) for r in rep.rows if r.approximate]
-    hw = cm.pricer.hardware
-    assert hw is not None
-    floors = float(cm.roofline_sum_us([step])[0])
-    assert rep.total_us <= MEASURED_SLOW.get((name, ep), 3.0) * floors, (rep.total_us, floors)
-    assert rep.total_us >= _weight_floor_us(path, hw.memory_bandwidth_bytes_per_s), rep.total_us
