@@ -110,6 +110,7 @@ class HardwareSpec:
     network_latency_us: float = 0.0
     compute_capability: str = ""  # CUDA compute capability ("9.0"); vLLM keys its all-reduce limits on it
     link_measured: bool = False  # the interconnect figures are what NCCL achieves there (given), not the datasheet's
+    l2_cache_bytes: int = 0  # on-chip L2 (0: not stated); serving/mixed_attention.py asks whether a working set fits
 
     def topology(self) -> Topology:
         """The spec's interconnect as a `Topology` (no link kind stated: PCIe without peer access, the
@@ -189,6 +190,7 @@ class HardwareSpec:
             "network_latency_us": self.network_latency_us,
             "compute_capability": self.compute_capability,
             "link_measured": self.link_measured,
+            "l2_cache_bytes": self.l2_cache_bytes,
             "source": self.source,
             "notes": self.notes,
             "aliases": list(self.aliases),
@@ -212,7 +214,7 @@ class HardwareSpec:
                    pcie_bandwidth_bytes_per_s=f.pcie_bandwidth_bytes_per_s,
                    network_bandwidth_bytes_per_s=f.network_bandwidth_bytes_per_s,
                    network_latency_us=f.network_latency_us, compute_capability=f.compute_capability,
-                   link_measured=f.link_measured)
+                   link_measured=f.link_measured, l2_cache_bytes=f.l2_cache_bytes)
 
 
 # Upper bounds are sanity limits, each far above any device shipped today (an H200 has 141 GB at
@@ -240,6 +242,7 @@ class HardwareSpecFile(Strict):
     network_latency_us: float = Field(0.0, ge=0, le=1e6)
     compute_capability: str = Field("", pattern=r"^(\d+\.\d+)?$")
     link_measured: bool = False  # interconnect_* are NCCL's achieved figures on this link, not the datasheet's
+    l2_cache_bytes: int = Field(0, ge=0, le=1 << 34)  # on-chip L2 cache (0: not stated)
     source: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = ()

@@ -22,7 +22,8 @@ from graphsim.serving.executor import with_executor
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mode
 from graphsim.serving.memory import MemoryBudget, memory_budget
-from graphsim.serving.pricing import IterationCost, iteration_cost
+from graphsim.serving.mixed_attention import mixed_decode
+from graphsim.serving.pricing import IterationCost, TreeCost, iteration_cost
 from graphsim.serving.simulator import SimulationSetup
 from graphsim.work import accounting
 from graphsim.work.api import Accounting
@@ -289,5 +290,7 @@ def build_cost(dep: Deployment, profile: str | None = None, target: str | None =
         return pipeline_cost(dep, cm)  # one cost per stage; the simulator runs pp batches at once
     e = dep.engine
     cost = iteration_cost(cm.tree, cm.pricer, cm.dtypes, e.max_num_batched_tokens, e.max_num_seqs, e.max_model_len)
+    if isinstance(cost, TreeCost):  # vLLM V1's FlashAttention-2: decodes unpacked in a step with a prefill chunk
+        cost.mixed = mixed_decode(cm.tree, e.profile, dep.hardware, cm.dtypes.kv.element_bytes)
     note = f"{cm.data_note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else cm.data_note
     return cost, note, cm.kernels

@@ -42,16 +42,19 @@ under its worst source.
 from __future__ import annotations
 
 from array import array
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
 from graphsim.costing.cost_tree import CompiledTree, NodeKind
-from graphsim.costing.interpolate import MISSING, SOURCES, KernelPricer
+from graphsim.costing.interpolate import DERIVED, MISSING, SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.errors import GraphsimError
 from graphsim.ir.kernel import KernelKind, Rows
 from graphsim.workload import SeqGroup, Step
+
+if TYPE_CHECKING:
+    from graphsim.serving.mixed_attention import MixedDecode
 
 
 class MissingTimingError(GraphsimError):
@@ -212,6 +215,11 @@ class TreeCost:
         self._pre: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._dec_split: dict[int, np.ndarray] = {}
         self._pre_split: dict[int, np.ndarray] = {}
+        # decode attention in a step with a prefill chunk where it differs from decode-only steps (vLLM V1's
+        # FlashAttention-2: serving/mixed_attention.py); None: the same tables
+        self.mixed: MixedDecode | None = None
+        self._dec_mixed: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._dec_mixed_split: dict[int, np.ndarray] = {}
 
     # --- probes --------------------------------------------------------------------------------
     def _leaf_times(self, steps: list[Step]) -> tuple[np.ndarray, np.ndarray]:
@@ -253,6 +261,28 @@ class TreeCost:
             self._check(t, ls, f"decode batches of {batch}")
             row = self._dec[batch] = (t, s)
             self._dec_split[batch] = self._split(lt, ls, self._attn)
+        return row
+
+    def is_mixed(self, dec_count: int, chunks: list[tuple[int, int]]) -> bool:
+        """Whether a step's decodes are priced by the mixed-step row: a model is set, and a chunk has > 1 token."""
+        return self.mixed is not None and dec_count > 0 and any(n > 1 for n, _ in chunks)
+
+    def _decode_row_mixed(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """`_decode_row` for a step with a prefill chunk: each leaf's time × `mixed.multipliers`; the time added
+        is labelled derived (the split puts it under DERIVED)."""
+        row = self._dec_mixed.get(batch)
+        if row is None:
+            assert self.mixed is not None
+            lt, ls = self._leaf_times([Step((SeqGroup(1, int(c), batch),)) for c in self.ctx_grid])
+            mult = self.mixed.multipliers(batch, self.ctx_grid)
+            t, s = self._part(lt * mult, ls, self._attn)
+            self._check(t, ls, f"decode batches of {batch}")
+            extra = (lt * (mult - 1.0))[self._attn].sum(axis=0)
+            s = np.where(extra > 0, np.maximum(s, DERIVED), s).astype(np.int8)
+            split = self._split(lt, ls, self._attn)
+            split[DERIVED] += extra
+            row = self._dec_mixed[batch] = (t, s)
+            self._dec_mixed_split[batch] = split
         return row
 
     def _prefill_row(self, p_index: int) -> tuple[np.ndarray, np.ndarray]:
@@ -323,8 +353,8 @@ class TreeCost:
         return TableMeter(self)
 
     # --- lookups -------------------------------------------------------------------------------
-    def decode_attention(self, batch: int, ctx: float) -> tuple[float, int]:
-        t, s = self._decode_row(batch)
+    def decode_attention(self, batch: int, ctx: float, mixed: bool = False) -> tuple[float, int]:
+        t, s = self._decode_row_mixed(batch) if mixed else self._decode_row(batch)
         g = self.ctx_grid
         c = min(max(ctx, 0.0), g[-1])
         i = min(int(np.searchsorted(g, c, side="right")) - 1, len(g) - 2)
@@ -353,7 +383,7 @@ class TreeCost:
         t = self.G[tokens] + self.H[seqs] + self.C
         src = max(int(self.G_src[tokens]), int(self.H_src[seqs]), self.C_src)
         if dec_count:
-            a, s = self.decode_attention(dec_count, dec_ctx_mean)
+            a, s = self.decode_attention(dec_count, dec_ctx_mean, self.is_mixed(dec_count, chunks))
             t += a
             src = max(src, s)
         for n, p in chunks:
@@ -369,8 +399,12 @@ class TreeCost:
         out = self.G_split[:, tokens] + self.H_split[:, seqs] + self.C_split
         g = self.ctx_grid
         if dec_count:
-            self._decode_row(dec_count)
-            sp = self._dec_split[dec_count]
+            if self.is_mixed(dec_count, chunks):
+                self._decode_row_mixed(dec_count)
+                sp = self._dec_mixed_split[dec_count]
+            else:
+                self._decode_row(dec_count)
+                sp = self._dec_split[dec_count]
             c = min(max(dec_ctx_mean, 0.0), g[-1])
             i = min(int(np.searchsorted(g, c, side="right")) - 1, len(g) - 2)
             f = (c - g[i]) / (g[i + 1] - g[i])
@@ -426,14 +460,15 @@ class TableMeter:
         self.seqs = np.zeros(cost.max_seqs + 1)
         self.a0 = np.zeros(cost.max_tokens + 1)  # prefill chunks without a cached prefix, by tokens
         self.dec_w = np.zeros((cost.max_seqs + 1, len(cost.ctx_grid)))  # batch × ctx_grid weights
+        self.dec_mixed_w = np.zeros_like(self.dec_w)  # the same for decodes in steps with a prefill chunk
         self.pre_w = np.zeros((len(cost.ctx_grid), len(cost.n_grid)))  # prefix grid index × n_grid weights
-        self._steps = array("d")  # (tokens, sequences, decode count, mean decode context) per iteration
+        self._steps = array("d")  # (tokens, sequences, decode count, mean decode context, mixed) per iteration
         self._runs = array("d")  # (batch, first mean context, iterations) per decode segment
         self._chunks = array("d")  # (tokens, cached prefix) per prefill chunk
 
     def step(self, us: float, source: int, tokens: int, seqs: int, dec_count: int, dec_ctx_mean: float,
              chunks: list[tuple[int, int]]) -> None:
-        self._steps.extend((tokens, seqs, dec_count, dec_ctx_mean))
+        self._steps.extend((tokens, seqs, dec_count, dec_ctx_mean, float(self.cost.is_mixed(dec_count, chunks))))
         for chunk in chunks:
             self._chunks.extend(chunk)
         if len(self._steps) > self.FLUSH:
@@ -447,7 +482,7 @@ class TableMeter:
     def _flush(self) -> None:
         g, ng = self.cost.ctx_grid, self.cost.n_grid
         lg, lng = len(g), len(ng)
-        steps = np.frombuffer(self._steps).reshape(-1, 4)
+        steps = np.frombuffer(self._steps).reshape(-1, 5)
         runs = np.frombuffer(self._runs).reshape(-1, 3)
         st_tok, st_seq, st_dec = (steps[:, c].astype(np.int64) for c in range(3))
         rb, ks = runs[:, 0].astype(np.int64), runs[:, 2].astype(np.int64)
@@ -462,9 +497,11 @@ class TableMeter:
         c = np.clip(np.concatenate([steps[dec, 3], run_c]), 0.0, g[-1])  # as TreeCost.decode_attention
         i = np.minimum(np.searchsorted(g, c, side="right") - 1, lg - 2)
         f = (c - g[i]) / (g[i + 1] - g[i])
-        flat = self.dec_w.reshape(-1)
-        flat += np.bincount(b * lg + i, weights=1.0 - f, minlength=flat.size)
-        flat += np.bincount(b * lg + i + 1, weights=f, minlength=flat.size)
+        mixed = np.concatenate([steps[dec, 4] > 0, np.zeros(int(ks.sum()), dtype=bool)])
+        for w, sel in ((self.dec_w, ~mixed), (self.dec_mixed_w, mixed)):
+            flat = w.reshape(-1)
+            flat += np.bincount(b[sel] * lg + i[sel], weights=1.0 - f[sel], minlength=flat.size)
+            flat += np.bincount(b[sel] * lg + i[sel] + 1, weights=f[sel], minlength=flat.size)
         ch = np.frombuffer(self._chunks).reshape(-1, 2)
         fresh = ch[:, 1] <= 0
         self.a0 += np.bincount(ch[fresh, 0].astype(np.int64), minlength=len(self.a0))
@@ -489,6 +526,9 @@ class TableMeter:
         for b in np.flatnonzero(self.dec_w.any(axis=1)):
             c._decode_row(int(b))
             out = out + c._dec_split[int(b)] @ self.dec_w[b]
+        for b in np.flatnonzero(self.dec_mixed_w.any(axis=1)):
+            c._decode_row_mixed(int(b))
+            out = out + c._dec_mixed_split[int(b)] @ self.dec_mixed_w[b]
         for j in np.flatnonzero(self.pre_w.any(axis=1)):
             c._prefill_row(int(j))
             out = out + c._pre_split[int(j)] @ self.pre_w[j]
