@@ -11,7 +11,10 @@ floored by its dispatch:
     eager_cpu_us = launches × dispatch_us            (tokens > max_cudagraph_tokens, else 0)
 
 - `launches`: the kernels of one step of the model on one rank, as graphsim's fused graph has them (the cost
-  tree's leaves × their multiplicity).
+  tree's leaves × their multiplicity), plus one per FlashAttention kernel for its KV-cache write: vLLM launches
+  `reshape_and_cache_flash` apart from the attention kernel (inside `FlashAttentionImpl.forward` in 0.10.1; its own
+  `do_kv_cache_update` since vllm-project/vllm PR 25954, vllm/v1/attention/backends/flash_attn.py at v0.19.0), and
+  the fused graph's attention kernel stands for both.
 - `dispatch_us`: what the profile measured one vLLM op to cost when dispatched from Python with no CUDA graph: the
   smallest `vllm_custom_eager` all-reduce row (aiconfigurator collector/collect_all_reduce.py
   `benchmark_vllm_allreduce`, eager mode: a loop of `tensor_model_parallel_all_reduce(input.clone())` calls timed
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 
 # aiconfigurator's implementation name of vLLM's all-reduce timed without a CUDA graph (costing/collectives.py)
 EAGER_ROWS = "vllm_custom_eager"
+FLASH_ATTENTION = "flash_attn_varlen"  # vLLM's FlashAttention kernel after the fuse pass (passes/fuse/vllm.py)
 
 
 @dataclass(frozen=True)
@@ -94,5 +98,17 @@ def eager_dispatch(cost: Any, max_graph_tokens: int) -> EagerDispatch | None:
     found = eager_dispatch_us(db)
     if found is None:
         return None
-    launches = int(round(float(np.asarray(tree.multiplicity).sum())))
+    mult = np.asarray(tree.multiplicity, dtype=np.float64)
+    writes = [i for i, lf in enumerate(getattr(tree, "leaves", ())) if _writes_kv_apart(lf.attrs)]
+    launches = int(round(float(mult.sum() + mult[writes].sum())))
     return EagerDispatch(max_graph_tokens, launches, found[0], found[1])
+
+
+def _writes_kv_apart(attrs: Any) -> bool:
+    """A vLLM FlashAttention kernel, whose KV-cache write is a launch of its own (`reshape_and_cache_flash`)."""
+    from graphsim.ir.geometry import AttentionGeometry
+    from graphsim.ir.kernel import KernelKind
+
+    g = attrs.geometry
+    return (attrs.kind is KernelKind.ATTENTION and attrs.name == FLASH_ATTENTION and isinstance(g, AttentionGeometry)
+            and not g.is_mla)

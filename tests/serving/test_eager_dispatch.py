@@ -12,6 +12,8 @@ from serving_helpers import AffineCost, llama_layout
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.kernels import CollectiveKey, CollectiveOp, Measurement, MessagePoint
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta
+from graphsim.ir.geometry import AttentionGeometry
+from graphsim.ir.kernel import KernelKind
 from graphsim.serving import EngineConfig, ParallelConfig, SimulationSetup, simulate
 from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.deployment import plan_deployment
@@ -89,6 +91,24 @@ def test_dispatch_is_the_profiles_smallest_eager_vllm_row(eager_db):
     e = eager_dispatch(cost, 512)
     assert e is not None
     assert (e.max_graph_tokens, e.launches, e.dispatch_us) == (512, 57, 22.0)
+
+
+def test_a_flash_attention_kernel_launches_its_kv_cache_write_too(eager_db):
+    # leaves: a GEMM ×28, vLLM's FlashAttention ×28 (+28 reshape_and_cache_flash launches), an MLA attention ×2 (its
+    # write is not counted apart), an embedding ×1: 28 + 2 × 28 + 2 + 1 = 87 launches
+    def leaf(kind, name, geometry):
+        return SimpleNamespace(attrs=SimpleNamespace(kind=kind, name=name, geometry=geometry))
+
+    gqa = AttentionGeometry(num_heads=16, num_kv_heads=8, head_dim=128, v_head_dim=128, window=0, causal=True)
+    mla = AttentionGeometry(num_heads=16, num_kv_heads=1, head_dim=192, v_head_dim=128, window=0, causal=True,
+                            kv_lora_rank=512, qk_rope_head_dim=64)
+    tree = SimpleNamespace(multiplicity=np.asarray([28.0, 28.0, 2.0, 1.0]),
+                           leaves=[leaf(KernelKind.GEMM, "qkv_proj", None),
+                                   leaf(KernelKind.ATTENTION, "flash_attn_varlen", gqa),
+                                   leaf(KernelKind.ATTENTION, "mla_attention", mla),
+                                   leaf(KernelKind.EMBEDDING, "embedding", None)])
+    e = eager_dispatch(SimpleNamespace(tree=tree, pricer=SimpleNamespace(db=eager_db)), 512)
+    assert e is not None and e.launches == 87
 
 
 def test_no_eager_rows_no_floor(tmp_path):
