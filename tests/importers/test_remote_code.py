@@ -127,6 +127,20 @@ def test_a_modeling_file_that_raises_is_one_line(tmp_path, capsys):
     missing = write_snapshot(tmp_path, "missing", extra="import wombat_kernels")
     with pytest.raises(ConfigError, match="wombat_kernels"):
         import_hf(resolve_model(str(missing)), cache=False, trust_remote_code=True)
+    companion = write_snapshot(tmp_path, "companion", extra="from .wombat_cache import WombatCache")
+    with pytest.raises(ConfigError, match=r"modeling_wombat\.py imports wombat_cache\.py, which .* does not hold"):
+        import_hf(resolve_model(str(companion)), cache=False, trust_remote_code=True)
+
+
+def test_code_the_snapshot_lacks_is_never_fetched(tmp_path):
+    d = write_snapshot(tmp_path)
+    (d / "modeling_wombat.py").unlink()
+    with pytest.raises(ConfigError, match=r"names modeling_wombat\.py, which .* does not hold; graphsim never downloads"):
+        import_hf(resolve_model(str(d)), cache=False, trust_remote_code=True)
+    other = dict(CONFIG, auto_map=dict(CONFIG["auto_map"], AutoConfig="someone/wombat--configuration_wombat.WombatConfig"))
+    e = write_snapshot(tmp_path, "elsewhere", config=other)
+    with pytest.raises(ConfigError, match=r"code in another repository \(someone/wombat\)"):
+        import_hf(resolve_model(str(e)), cache=False, trust_remote_code=True)
 
 
 def test_a_forward_that_raises_under_the_trace_is_one_line(tmp_path, capsys):

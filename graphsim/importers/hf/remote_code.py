@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -122,13 +123,9 @@ def applies(cfg: dict[str, Any], directory: Path | None, trust: bool | None = No
 
 
 def code_digest(directory: Path) -> dict[str, str]:
-    """sha256 of every .py file in the snapshot (relative path → digest): part of the graph cache key."""
-    out: dict[str, str] = {}
-    for f in sorted(directory.rglob("*.py")):
-        if "__pycache__" in f.parts:
-            continue
-        out[f.relative_to(directory).as_posix()] = hashlib.sha256(f.read_bytes()).hexdigest()
-    return out
+    """sha256 of every .py file beside config.json (name → digest): part of the graph cache key. (Top level only, as a
+    Hub snapshot keeps its code; a config.json passed from a large directory does not make this walk it.)"""
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(directory.glob("*.py")) if f.is_file()}
 
 
 def _modules_cache() -> Path:
@@ -176,9 +173,15 @@ def _load_class(ref: str, directory: Path, what: str):
         raise ConfigError(f"auto_map's {what} names {module}, which {directory} does not hold; graphsim never "
                           "downloads: place the model's .py files beside its config.json")
     try:
-        return get_class_from_dynamic_module(ref, str(directory), local_files_only=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return get_class_from_dynamic_module(ref, str(directory), local_files_only=True)
     except (KeyboardInterrupt, ConfigError, UnsupportedArchitectureError):
         raise
+    except FileNotFoundError as e:  # a relative import of a file the snapshot lacks (transformers copies them first)
+        missing = Path(str(e.filename or "")).name or str(e)
+        raise ConfigError(f"cannot load {what} {ref}: {module} imports {missing}, which {directory} does not hold; "
+                          "graphsim never downloads: place all of the model's .py files beside its config.json") from None
     except Exception as e:  # the snapshot's code failed to import (transformers parses it first), or lacks the class
         where = where_in_code(e, directory) or f" in {directory / module}"
         raise ConfigError(f"cannot load {what} {ref}{where}: {_one_line(e)}; fix the model's code") from None
@@ -193,7 +196,9 @@ def build_config(cfg: dict[str, Any], directory: Path):
         raise ConfigError(f"config.json's auto_map names no {CONFIG_KEY}; add the snapshot's configuration class")
     config_class = _load_class(ref, directory, CONFIG_KEY)
     try:
-        return config_class.from_dict(raw)
+        with warnings.catch_warnings():  # (deprecation notices of transformers' config base class)
+            warnings.simplefilter("ignore")
+            return config_class.from_dict(raw)
     except (KeyboardInterrupt, ConfigError):
         raise
     except Exception as e:
@@ -237,7 +242,6 @@ def check_attention(graph, arch: str) -> None:
 def build(cfg: dict[str, Any], dtype: str | None, directory: Path):
     """The snapshot's causal LM on the meta device with graphsim's attention and experts (a BuiltModel)."""
     import logging
-    import warnings
 
     import torch
 
