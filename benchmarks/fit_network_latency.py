@@ -5,9 +5,9 @@
 Test 1 (Qwen2-7B-Instruct, TP2 over 2 pods) and test 9 (gpt-oss-120b, TP4 over 4 pods) of
 benchmarks/data/dennislee22_vllm_benchmarking.json ran vLLM 0.10.1.1 on Cloudera ML worker pods whose NCCL talks TCP
 over the pod network (no RDMA device: NET/Socket). At light load a decode step there is mostly the network latency of
-its collectives (2 network steps an all-reduce over 2 nodes; over 4 nodes graphsim counts the ring's 6, NCCL's tree
-for small messages would take 4: costing/network.py `network_steps`). The public per-hop figure graphsim defaults
-to (45.82 µs, bare Azure VMs, nccl-tests issue 82) leaves these steps ~24 ms (2 nodes) and ~63 ms (4 nodes) short.
+its collectives (2 network steps an all-reduce over 2 nodes; over 4 nodes 4 on NCCL's tree, which graphsim takes for
+messages of a few kB: costing/roofline.py `collective_roofline_us`). The public per-hop figure graphsim defaults to
+(45.82 µs, bare Azure VMs, nccl-tests issue 82) leaves these steps ~24 ms (2 nodes) and ~67 ms (4 nodes) short.
 
 The fit: for each run of FIT, the harness's own simulation (benchmarks/validate_serving.py `predict`, with the Ray
 executor's round trip, serving/executor.py) at two hop latencies gives the mean TPOT as a line in the latency; the

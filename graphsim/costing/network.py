@@ -17,6 +17,7 @@ secondary network. Its figures:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from graphsim.costing.kernels import CollectiveOp
@@ -86,3 +87,21 @@ def network_steps(op: CollectiveOp, nodes: int) -> int:
     if op in (CollectiveOp.ALL_GATHER, CollectiveOp.REDUCE_SCATTER):
         return nodes - 1
     return 1
+
+
+# NCCL's tree all-reduce across nodes (src/graph/tuning.cc `ncclTopoTuneModel`): its latency counts
+# 2 · log2i(nNodes) network steps (a reduce up and a broadcast down the double binary tree), its bus bandwidth is the
+# ring's × .92 and its algorithm bandwidth half that (each of the two trees carries half the data): an all-reduce of
+# S bytes moves in S / (0.5 · 0.92 · bw). NCCL picks, per size, the algorithm its model finds fastest.
+TREE_ALLREDUCE_BUS_SHARE = 0.92
+TREE_ALGBW_RATIO = 0.5
+
+
+def tree_network_steps(nodes: int) -> int:
+    """Sequential network crossings of NCCL's tree all-reduce over `nodes` nodes: 2 · floor(log2(nodes))."""
+    return 2 * int(math.log2(nodes)) if nodes > 1 else 0
+
+
+def tree_allreduce_seconds_per_byte(bandwidth_bytes_per_s: float) -> float:
+    """Seconds per message byte of NCCL's tree all-reduce on links of `bandwidth_bytes_per_s` per direction."""
+    return 1.0 / (TREE_ALGBW_RATIO * TREE_ALLREDUCE_BUS_SHARE * bandwidth_bytes_per_s)

@@ -20,7 +20,7 @@ from graphsim.costing.kernels import (
     SEND_RECV_NETWORK, AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey,
     KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey,
 )
-from graphsim.costing.network import network_steps
+from graphsim.costing.network import network_steps, tree_allreduce_seconds_per_byte, tree_network_steps
 
 
 @dataclass(frozen=True)
@@ -165,20 +165,29 @@ def collective_roofline_us(spec: HardwareSpec, key: CollectiveKey, coords: np.nd
     passes it, at one GPU's network bandwidth, and the latency adds the network's to the link's. NCCL can
     spread rings over several NICs and do better; give the bandwidth it reaches with --network-bandwidth. The
     network's latency is paid once per network step of the ring (`network.network_steps`: NCCL's nInterSteps,
-    e.g. twice for an all-reduce over two nodes)."""
+    e.g. twice for an all-reduce over two nodes). An all-reduce across nodes takes the faster of the ring and NCCL's
+    tree (`network.tree_network_steps`: 2·log2(nodes) network steps at a lower bandwidth), as NCCL's tuner picks per
+    size: the tree for small messages over 4 or more nodes; over 2 nodes both take 2 steps and the ring wins."""
     topo = spec.topology()
     bw, lat = topo.link_bandwidth_bytes_per_s, topo.link_latency_us
+    nodes = topo.nodes(key.num_gpus)
+    tree_lat = None
     # a pipeline send/recv is between two GPUs; its key says when they sit on different nodes
-    if topo.nodes(key.num_gpus) > 1 or (key.op is CollectiveOp.SEND_RECV and key.implementation == SEND_RECV_NETWORK):
+    if nodes > 1 or (key.op is CollectiveOp.SEND_RECV and key.implementation == SEND_RECV_NETWORK):
         if topo.network_bandwidth_bytes_per_s <= 0:
             return None
-        steps = max(1, network_steps(key.op, topo.nodes(key.num_gpus)))
+        steps = max(1, network_steps(key.op, nodes))
+        if key.op is CollectiveOp.ALL_REDUCE and nodes > 1:
+            tree_lat = lat + tree_network_steps(nodes) * topo.network_latency_us
         bw, lat = min(bw, topo.network_bandwidth_bytes_per_s), lat + steps * topo.network_latency_us
     if bw <= 0:
         return None
     msg = np.asarray(coords, dtype=np.float64).reshape(-1)
     factor = _BUS_FACTOR[key.op](key.num_gpus) if key.num_gpus > 1 else 0.0
-    return lat + factor * msg / bw * 1e6
+    ring = lat + factor * msg / bw * 1e6
+    if tree_lat is None:
+        return ring
+    return np.minimum(ring, tree_lat + msg * tree_allreduce_seconds_per_byte(bw) * 1e6)
 
 
 def roofline_parts_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

@@ -18,8 +18,9 @@ to the driver) ran 640.64 executions/s (ray-project/ray PR 49755, "Gpu multinode
 1e6 / 640.64 = 1,560.9 µs an execution. A measurement of Ray on AWS nodes, not of the deployment priced; a step of
 vLLM moves a few kB of scheduler output the same way.
 
-With async scheduling (vLLM >= 0.11 sets max_concurrent_batches 2 for Ray) the engine overlaps its host time with
-the GPU step (`HostModel.overlap`), this term with it. V0 engines broadcast the step's inputs from the driver worker
+With async scheduling (the Ray executor then keeps two batches in flight: `max_concurrent_batches` 2) the engine
+overlaps its host time with the GPU step (`HostModel.overlap`), this term with it. With pipeline stages and no async
+scheduling vLLM also keeps `pipeline_parallel_size` batches in flight; graphsim still adds the term to every step. V0 engines broadcast the step's inputs from the driver worker
 over torch.distributed instead (not modelled: no term); SGLang and TensorRT-LLM do not run Ray (no term).
 """
 

@@ -7,7 +7,7 @@ import pytest
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.hardware import InterconnectOverrides, load_hardware
 from graphsim.costing.kernels import CollectiveKey, CollectiveOp
-from graphsim.costing.network import TcpNetwork, network_steps, tcp_goodput_bytes_per_s
+from graphsim.costing.network import TcpNetwork, network_steps, tcp_goodput_bytes_per_s, tree_network_steps
 from graphsim.costing.roofline import collective_roofline_us
 
 
@@ -76,3 +76,22 @@ def test_tcp_network_takes_the_hop_latency_of_the_network_priced():
     assert net.interconnect()["network_latency_us"] == 240.1
     assert "240.1 µs per NCCL socket hop" in net.describe()
     assert TcpNetwork(10).latency_us == 45.82
+
+
+def test_an_all_reduce_over_four_nodes_takes_nccl_s_tree_when_small():
+    net = TcpNetwork(10)
+    hw = InterconnectOverrides(gpus_per_node=1, network_bandwidth_gb_s=net.bandwidth_gb_s,
+                               network_latency_us=net.latency_us).apply(load_hardware("a100"))
+    link_lat = hw.topology().link_latency_us
+    key = CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.BF16, "nccl@nvswitch")
+    # 5,760 B (gpt-oss-120b, one token: 2880 × 2 B). Tree: 2·log2(4) = 4 steps × 45.82 = 183.28 µs + 5,760 /
+    # (0.5 · 0.92 · 1,176,853,056 B/s) = 10.640 µs → 193.920; ring: 6 × 45.82 = 274.92 + 1.5 · 5,760 / 1.176853e9 =
+    # 7.342 µs → 282.262. The tree is faster.
+    assert _us(hw, key, 5760) == pytest.approx(link_lat + 193.920, abs=1e-3)
+    # 10 MB: ring 274.92 + 1.5e7 / 1.176853e9 · 1e6 = 13,020.776 µs; tree 183.28 + 1e7 / (0.46 · 1.176853e9) · 1e6 =
+    # 18,655.536 µs. The ring is faster.
+    assert _us(hw, key, 10_000_000) == pytest.approx(link_lat + 13020.776, abs=1e-2)
+    # over 2 nodes both take 2 steps and the ring's bandwidth is higher: the ring's 152.548 µs for 71,680 B
+    two = CollectiveKey(CollectiveOp.ALL_REDUCE, 2, D.BF16, "nccl@nvswitch")
+    assert _us(hw, two, 71680) == pytest.approx(link_lat + 152.548, abs=1e-3)
+    assert tree_network_steps(2) == 2 and tree_network_steps(4) == 4 and tree_network_steps(8) == 6
