@@ -65,6 +65,9 @@ def import_model(
     from graphsim.render.graph_tree import render_graph
 
     console.print(render_graph(graph, max_ops))
+    if report.get("remote_code"):
+        console.print(f"built from the model's own code in {report['remote_code']} (--trust-remote-code)",
+                      highlight=False)
     if output is not None:
         console.print(f"[green]wrote[/] {output}")
 

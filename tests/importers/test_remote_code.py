@@ -92,6 +92,10 @@ def test_cli_import_predict_kv_simulate(tmp_path, capsys):
     assert code == 0, err
     rep = json.loads(out)
     assert rep["architecture"] == "WombatForCausalLM" and rep["param_count"] == PARAMS
+    code, out, err = run(capsys, "import", d, "--trust-remote-code")
+    assert code == 0, err
+    said = f"built from the model's own code in {d} (--trust-remote-code)"
+    assert "".join(said.split()) in "".join(out.split())  # (rich may fold the long path)
     code, out, err = run(capsys, "predict", d, "--trust-remote-code", "--gpu", "h200", "--json")
     assert code == 0, err
     assert all(b["total_us"] > 0 for b in json.loads(out)["batches"])
@@ -170,3 +174,26 @@ def test_cache_key_holds_the_code(tmp_path):
     p.write_text(p.read_text() + "\n# edited\n")  # same config, other code: traced again
     _, edited = import_hf(resolve_model(str(d)), trust_remote_code=True)
     assert edited.cache.startswith("stored ") and edited.cache != first.cache
+
+
+def test_a_snapshot_in_the_local_hf_cache(tmp_path, monkeypatch):
+    # huggingface_hub's layout: snapshots/<commit>/<file> are symlinks to blobs/<hash>, refs/main names the commit
+    files = write_snapshot(tmp_path / "src", "files")
+    repo = tmp_path / "hub" / "models--acme--wombat"
+    snap = repo / "snapshots" / "0123abcd"
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for i, f in enumerate(sorted(files.iterdir())):
+        blob = repo / "blobs" / f"blob{i}"
+        blob.write_bytes(f.read_bytes())
+        (snap / f.name).symlink_to(blob)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr("graphsim.catalog.hf_cache_dirs", lambda: [tmp_path / "hub"])
+    resolved = resolve_model("acme/wombat")
+    assert resolved.source == "hf-cache"
+    with pytest.raises(UnsupportedArchitectureError, match="pass --trust-remote-code"):
+        import_hf(resolved, cache=False)
+    _, report = import_hf(resolved, cache=False, trust_remote_code=True)
+    assert report.architecture == "WombatForCausalLM" and report.param_count == PARAMS
+    assert report.remote_code == str(snap)
