@@ -18,7 +18,7 @@ from graphsim.costing.moe_routing import RoutingModel
 from graphsim.serving.capacity import CapacityError, KvCapacity, kv_capacity
 from graphsim.serving.config import DeploymentConfig, ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
-from graphsim.serving.executor import with_executor
+from graphsim.serving.executor import executor_json, with_executor
 from graphsim.serving.host import EngineHost
 from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mode
 from graphsim.serving.memory import MemoryBudget, memory_budget
@@ -164,7 +164,7 @@ class Deployment:
                        "max_in_flight_tokens": e.max_in_flight_tokens,
                        "gpu_memory_utilization": e.gpu_memory_utilization,
                        "async_scheduling": e.async_scheduling, "profile": e.profile.to_json(),
-                       "host": e.host.to_json()},
+                       "host": e.host.to_json(), "executor": executor_json(e.executor_step_us)},
             "layout": {
                 "source": self.layout.source,
                 "bytes_per_token_per_rank": self.layout.bytes_per_token,

@@ -54,3 +54,12 @@ def with_executor(engine: EngineConfig, hardware: HardwareSpec, world_size: int)
     """`engine` with its executor's per-step time for `world_size` GPUs on `hardware` (`EngineConfig.host` adds it)."""
     step = executor_step_us(hardware, world_size, is_vllm=engine.profile.is_vllm, family=engine.profile.family)
     return engine.with_(executor_step_us=step) if step else engine
+
+
+def executor_json(step_us: float) -> dict[str, object]:
+    """The executor's per-step term as the deployment's JSON states it, with its source."""
+    if not step_us:
+        return {"step_us": 0.0, "source": "none: one node (multiprocessing executor), V0, or not vLLM"}
+    return {"step_us": step_us, "source": "derived: Ray compiled graph round trip to workers on other nodes, "
+                                          "1e6 / 640.64 executions/s (ray-project/ray PR 49755, exec_ray_dag_cpu "
+                                          "multi-node)"}

@@ -45,3 +45,12 @@ def test_a_two_node_tp2_engine_adds_the_round_trip_to_every_step():
         grown = across.engine.host.host_us(tokens, seqs) - inside.engine.host.host_us(tokens, seqs)
         assert grown == pytest.approx(RAY_CGRAPH_CROSS_NODE_ROUNDTRIP_US)
     assert not across.engine.host.overlap
+
+
+def test_the_deployment_json_states_the_executor_term_and_its_source():
+    across, inside = _deployment(1).to_json()["engine"], _deployment(None).to_json()["engine"]
+    assert across["executor"]["step_us"] == RAY_CGRAPH_CROSS_NODE_ROUNDTRIP_US
+    assert "PR 49755" in across["executor"]["source"]
+    # the host model's own step term carries it too: 1560.94 µs more than the one-node deployment's
+    assert across["host"]["step_us"] - inside["host"]["step_us"] == pytest.approx(RAY_CGRAPH_CROSS_NODE_ROUNDTRIP_US)
+    assert inside["executor"]["step_us"] == 0.0
