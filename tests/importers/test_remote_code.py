@@ -197,3 +197,17 @@ def test_a_snapshot_in_the_local_hf_cache(tmp_path, monkeypatch):
     _, report = import_hf(resolved, cache=False, trust_remote_code=True)
     assert report.architecture == "WombatForCausalLM" and report.param_count == PARAMS
     assert report.remote_code == str(snap)
+
+
+def test_an_attention_class_table_without_graphsim_is_refused_by_name(tmp_path):
+    # pre-4.48 remote code picks its attention class from a table keyed by config._attn_implementation (eager / sdpa /
+    # flash_attention_2, as DeciLM's DECILM_ATTENTION_CLASSES): no graphsim entry, so no attention node
+    d = write_snapshot(tmp_path)
+    p = d / "modeling_wombat.py"
+    text = p.read_text().replace("        self.attn = WombatAttention(config, layer_idx)",
+                                 "        self.attn = TABLE[config._attn_implementation](config, layer_idx)")
+    p.write_text(text.replace("    _supports_attention_backend = True", "    _supports_sdpa = True")
+                 + "\nTABLE = {'eager': WombatAttention, 'sdpa': WombatAttention}\n")
+    with pytest.raises(UnsupportedArchitectureError,
+                       match=r"does not accept graphsim's attention implementation in .*modeling_wombat\.py line"):
+        import_hf(resolve_model(str(d)), cache=False, trust_remote_code=True)

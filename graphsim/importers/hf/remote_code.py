@@ -214,8 +214,11 @@ def model_class(cfg: dict[str, Any], directory: Path):
 
 def construct_failure(arch: str, error: BaseException, directory: Path) -> str:
     """One line for the snapshot's model class failing to build on the meta device."""
+    from graphsim.importers.hf.custom_ops import IMPL_NAME
+
     text = str(error)
-    if "attn_implementation" in text or ("attention" in text.lower() and isinstance(error, (ValueError, KeyError))):
+    table = isinstance(error, KeyError) and error.args == (IMPL_NAME,)  # a class table keyed by attn_implementation
+    if table or "attn_implementation" in text or ("attention" in text.lower() and isinstance(error, ValueError)):
         return (f"graphsim cannot trace {arch}'s own code yet: it does not accept graphsim's attention implementation"
                 f"{where_in_code(error, directory)} ({_one_line(error)}); graphsim needs the model's attention to "
                 "call transformers' attention interface (ALL_ATTENTION_FUNCTIONS[config._attn_implementation])")
