@@ -132,9 +132,12 @@ def _step_checks(path: Path, ep: int, profile: str | None) -> dict:
     """predict's decode step through the library: `plausibility.check_step`'s figures."""
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.plausibility import check_step
+    from graphsim.errors import GraphsimError
 
     try:
         c = check_step(build_cost_model(str(path), GPU, tp=8, ep=ep, profile=profile), SPEC, path)
+    except GraphsimError as e:  # the one line the CLI would print
+        return {"status": "error", "error": str(e).splitlines()[0][:300]}
     except Exception as e:
         return {"status": "traceback", "error": f"{type(e).__name__}: {e}".splitlines()[0][:300],
                 "traceback": traceback.format_exc()}

@@ -160,9 +160,14 @@ def batch_defaults(hardware: HardwareSpec, profile: EngineProfile = NEWEST_PROFI
 
 def default_max_model_len(cfg: dict) -> int | None:
     """vLLM derives the context length from the config; graphsim reads max_position_embeddings (GPT-2's
-    n_positions, MPT's max_seq_len, ChatGLM2's seq_length: keys of vllm/config.py _get_and_verify_max_len)."""
-    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
-        v = cfg.get(key)
-        if isinstance(v, int) and v > 0:
-            return v
+    n_positions, MPT's max_seq_len, ChatGLM2's seq_length: keys of vllm/config.py _get_and_verify_max_len), of the
+    text model's config first: vLLM reads them from `hf_text_config` (transformers_utils/config.py
+    get_hf_text_config: a multimodal wrapper's `text_config`), e.g. MiniMax-M3-NVFP4's wrapper states its 1,048,576
+    only there."""
+    inner = cfg.get("text_config")
+    for c in ((inner, cfg) if isinstance(inner, dict) else (cfg,)):
+        for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+            v = c.get(key)
+            if isinstance(v, int) and v > 0:
+                return v
     return None
