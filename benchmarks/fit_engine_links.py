@@ -19,7 +19,7 @@ from fitting import vs
 
 PER_SEQ_US = (0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 80.0)
 SHARES = (0.15, 0.2, 0.25, 0.3, 0.4, 0.6)
-TRAIN = {4: 10_000, 2: 100}  # test → most prompts of a training run
+TRAIN = {fit.DL22 + "4": 10_000, fit.DL22 + "2": 100}  # dennislee22 test → most prompts of a training run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = fit.arguments(__doc__, argv)
     runs, tests, usable = fit.usable_runs()
-    train = [r for r in usable if r["test"] in TRAIN and r["bench"]["num_prompts"] <= TRAIN[r["test"]]]
+    train = [r for r in usable if r["test_key"] in TRAIN and r["bench"]["num_prompts"] <= TRAIN[r["test_key"]]]
     held = [r for r in usable if r not in train]
 
     def errors(chosen, per_seq: float, share: float) -> fit.Errors:

@@ -23,7 +23,7 @@ import fitting as fit  # this folder's shared fitting code (it puts the harness 
 from fitting import vs
 
 COARSE = [(200.0 * i, 2.5 * j) for i in range(9) for j in range(13)]
-TRAIN_TEST = 4
+TRAIN_TEST = fit.DL22 + "4"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = fit.arguments(__doc__, argv)
     runs, tests, usable = fit.usable_runs()
-    train = [r for r in usable if r["test"] == TRAIN_TEST]
-    held = [r for r in usable if r["test"] != TRAIN_TEST]
+    train = [r for r in usable if r["test_key"] == TRAIN_TEST]
+    held = [r for r in usable if r["test_key"] != TRAIN_TEST]
     pred = vs.Predictor(args.profiles)
 
     def engine(step_us: float, per_seq_us: float):

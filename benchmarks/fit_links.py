@@ -29,7 +29,7 @@ from fitting import vs
 
 SHARES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0)
 LATENCIES_US = (5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
-TRAIN_TEST, TRAIN_MAX_PROMPTS = 2, 100
+TRAIN_TEST, TRAIN_MAX_PROMPTS = fit.DL22 + "2", 100
 
 
 def no_p2p(test: dict[str, Any]) -> bool:
@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = fit.arguments(__doc__, argv)
     runs, tests, usable = fit.usable_runs()
     usable = [r for r in usable if no_p2p(tests[r["test_key"]])]
-    train = [r for r in usable if r["test"] == TRAIN_TEST and r["bench"]["num_prompts"] <= TRAIN_MAX_PROMPTS]
-    held = [r for r in usable if r["test"] != TRAIN_TEST]
+    train = [r for r in usable if r["test_key"] == TRAIN_TEST and r["bench"]["num_prompts"] <= TRAIN_MAX_PROMPTS]
+    held = [r for r in usable if r["test_key"] != TRAIN_TEST]
 
     def link(share: float, latency_us: float):
         return fit.patched(hw, PCIE_SHM_BANDWIDTH_SHARE=share, PCIE_SHM_LATENCY_US=latency_us)
