@@ -25,7 +25,7 @@ from graphsim.costing.kernels import (
     ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey, MlaPrefillKey, MoeKey,
 )
 from graphsim.costing.moe_routing import BALANCED, RoutingModel
-from graphsim.costing.roofline import attended_pairs
+from graphsim.costing.roofline import READS_TAG, attended_pairs
 from graphsim.ir.geometry import (
     AttentionGeometry, CollectiveGeometry, Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, GemmGeometry,
     IndexerGeometry, LinearAttentionGeometry, MoeExpertsGeometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
@@ -187,6 +187,8 @@ def elementwise_op(a: KernelAttrs) -> str:
     g = a.geometry
     if isinstance(g, NormGeometry) and g.dim != g.width:
         return f"{a.name}/dim{g.dim}"
+    if isinstance(g, ElementwiseGeometry) and g.reads is not None and g.reads != 1:
+        return f"{a.name}{READS_TAG}{g.reads}"  # reads `reads` tensors of its width (roofline.kernel_work)
     return a.name
 
 

@@ -80,6 +80,15 @@ def _moe(tokens: np.ndarray, key: MoeKey) -> KernelWork:
     return KernelWork(flops, weight_bytes + act_bytes)
 
 
+READS_TAG = "/r"  # an elementwise key's op `name/r<n>`: the kernel reads n tensors of its width, writes one
+
+
+def elementwise_reads(op: str) -> int:
+    """Tensors of the key's width an elementwise kernel reads: n for `name/r<n>`, else one."""
+    head, sep, tail = op.rpartition(READS_TAG)
+    return int(tail) if sep and head and tail.isdigit() else 1
+
+
 def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
     """FLOPs and bytes for `key` at points `coords` (N, d); None for collectives (see
     `collective_roofline_us`)."""
@@ -125,7 +134,9 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
             scan = compressed.work(key.op, c[:, 0], key.dtype.activation_bytes)
         if scan is not None:
             return KernelWork(*scan)
-        nbytes = 2.0 * c[:, 0] * key.width * key.dtype.activation_bytes  # read once, write once
+        # read once, write once; an op reading several tensors of its width (`name/r<n>`, kernel_map.elementwise_op:
+        # a binary add / sub / mul of two token tensors, n = 2) reads n and writes one
+        nbytes = (elementwise_reads(key.op) + 1.0) * c[:, 0] * key.width * key.dtype.activation_bytes
         return KernelWork(np.zeros(len(c)), nbytes)
     return None
 

@@ -155,6 +155,9 @@ class ElementwiseGeometry(Geometry):
     num_v_heads: int | None = _opt(None)
     width: int
     in_width: int | None = _opt(None)
+    # token tensors of `width` elements it reads, when not one (a binary op on two such tensors reads 2): its
+    # bytes are (reads + 1) x width a token instead of a read and a write (costing/roofline.py kernel_work)
+    reads: int | None = _opt(None)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,6 +39,7 @@ from graphsim.passes.fuse.vllm_compressed import compressed_attention_kernel
 from graphsim.passes.fuse.vllm_dead import DEAD_INDEX_OPS
 from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
 from graphsim.passes.fuse.vllm_gdn_prep import RULES as GDN_PREP_RULES
+from graphsim.passes.fuse.vllm_gemma3n import RULES as GEMMA3N_RULES
 from graphsim.passes.fuse.vllm_kda import RULES as KDA_RULES
 from graphsim.passes.fuse.vllm_kda import in_kda_module
 from graphsim.passes.fuse.vllm_legacy import EARLY_RULES as LEGACY_EARLY_RULES
@@ -686,6 +687,7 @@ RULES: list[Rule] = [
     *SWIGLU_OAI_RULES, *MOE_CAST_RULES, *ATTN_GATE_RULES,
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
+    *GEMMA3N_RULES,  # no-op casts, self copies, then Gemma-3n's ops as vLLM's port runs them
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
     *LEGACY_LATE_RULES,
 ]
