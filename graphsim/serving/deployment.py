@@ -88,16 +88,19 @@ class Deployment:
 
     def engine_host(self, cost: IterationCost | None = None) -> EngineHost:
         """The engine's host time and sampling bound to this deployment's vocabulary and GPU (host.py); with `cost`,
-        a vLLM V1 engine's steps above its CUDA-graph capture bound also pay their kernels' dispatch (eager.py)."""
-        eager = None
+        a vLLM V1 engine's steps above its CUDA-graph capture bound also pay their kernels' dispatch (eager.py), and its
+        FlashAttention kernels' KV-cache writes their GPU time (kv_write.py)."""
+        eager = write = None
         prof = self.engine.profile
         if cost is not None and prof.is_vllm and prof.family in ("v1", "v1-async"):
             from graphsim.costing.collectives import CollectiveSettings
             from graphsim.serving.eager import eager_dispatch
+            from graphsim.serving.kv_write import kv_cache_write
 
             bound = CollectiveSettings.for_engine(self.engine.max_num_seqs, self.engine.max_num_batched_tokens)
             eager = eager_dispatch(cost, bound.max_cudagraph_tokens)
-        return EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s, eager)
+            write = kv_cache_write(cost, self.engine.max_num_batched_tokens)
+        return EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s, eager, write)
 
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
                          fast_forward: bool = True, host_time: bool = True) -> SimulationSetup:

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 # aiconfigurator's implementation name of vLLM's all-reduce timed without a CUDA graph (costing/collectives.py)
 EAGER_ROWS = "vllm_custom_eager"
-FLASH_ATTENTION = "flash_attn_varlen"  # vLLM's FlashAttention kernel after the fuse pass (passes/fuse/vllm.py)
 
 
 @dataclass(frozen=True)
@@ -98,17 +97,9 @@ def eager_dispatch(cost: Any, max_graph_tokens: int) -> EagerDispatch | None:
     found = eager_dispatch_us(db)
     if found is None:
         return None
+    from graphsim.serving.kv_write import is_flash_attention
+
     mult = np.asarray(tree.multiplicity, dtype=np.float64)
-    writes = [i for i, lf in enumerate(getattr(tree, "leaves", ())) if _writes_kv_apart(lf.attrs)]
+    writes = [i for i, lf in enumerate(getattr(tree, "leaves", ())) if is_flash_attention(lf.attrs)]
     launches = int(round(float(mult.sum() + mult[writes].sum())))
     return EagerDispatch(max_graph_tokens, launches, found[0], found[1])
-
-
-def _writes_kv_apart(attrs: Any) -> bool:
-    """A vLLM FlashAttention kernel, whose KV-cache write is a launch of its own (`reshape_and_cache_flash`)."""
-    from graphsim.ir.geometry import AttentionGeometry
-    from graphsim.ir.kernel import KernelKind
-
-    g = attrs.geometry
-    return (attrs.kind is KernelKind.ATTENTION and attrs.name == FLASH_ATTENTION and isinstance(g, AttentionGeometry)
-            and not g.is_mla)
