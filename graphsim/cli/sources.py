@@ -13,12 +13,20 @@ if TYPE_CHECKING:  # graphsim.ir pulls in sympy: the CLI starts (and reports a u
 
 def load_source(arg: str, dtype: str | None = None) -> Graph:
     """`*.json` → a saved graph, except a model config (`config.json`, `<name>_config.json` as aiconfigurator-core
-    names them); `*.onnx` → the ONNX importer; anything else → the HF importer."""
+    names them, or any JSON without the graph format tag that names an architecture or model type); `*.onnx` → the
+    ONNX importer; anything else → the HF importer."""
     is_config = Path(arg).name == "config.json" or arg.endswith("_config.json")
     if arg.endswith(".json") and Path(arg).is_file() and not is_config:
+        from graphsim.errors import GraphsimError
         from graphsim.ir import load_graph
 
-        return load_graph(arg)
+        try:
+            return load_graph(arg)
+        except GraphsimError:
+            if not _is_model_config(Path(arg)):
+                raise
+            # a model config saved under another name (graphsim's catalog configs, `Llama-3.1-8B.json`): as kv and
+            # simulate read it
     if arg.endswith(".onnx"):
         from graphsim.importers.onnx_importer import import_onnx
 
@@ -28,3 +36,15 @@ def load_source(arg: str, dtype: str | None = None) -> Graph:
     with err_console.status(f"loading {arg} (traced on the meta device unless the graph cache holds it)…"):
         graph, _ = import_hf(arg, dtype=dtype)
     return graph
+
+
+def _is_model_config(path: Path) -> bool:
+    """A JSON object with no graphsim format tag that names an architecture or model type: a model's config.json
+    under another file name."""
+    import json
+
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(d, dict) and "format" not in d and ("architectures" in d or "model_type" in d)
