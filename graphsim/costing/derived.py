@@ -42,12 +42,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphsim.costing import dsa
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
-    CollectiveKey, GemmKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey, TableKind,
+    CollectiveKey, ElementwiseKey, GemmKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey, TableKind,
 )
 from graphsim.costing.profile_db import ProfileDB
-from graphsim.costing.roofline import KernelWork, kernel_work
+from graphsim.costing.roofline import KernelWork, kernel_work, on_device_key
 
 # Tables read for the rates (see the module docstring for why these).
 RATE_TABLES: tuple[TableKind, ...] = (TableKind.GEMM, TableKind.ATTENTION_PREFILL, TableKind.ATTENTION_DECODE,
@@ -174,6 +175,7 @@ def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: 
     keep `roofline`, the kernel's roofline at the same points); None when no point can be derived."""
     if isinstance(key, CollectiveKey):  # the interconnect, not DRAM
         return None
+    key = on_device_key(spec, key)  # the kernel the GPU runs (DSA's sparse MLA at its padded heads)
     work = kernel_work(key, coords)
     if work is None or spec.memory_bandwidth_bytes_per_s <= 0:
         return None
@@ -183,6 +185,8 @@ def derived_us(rates: ProfileRates, spec: HardwareSpec, key: KernelKey, coords: 
     mem = work.bytes / spec.memory_bandwidth_bytes_per_s
     out = np.maximum(np.maximum(rates.floor_us, work.bytes / rates.bandwidth_bytes_per_s * 1e6), roofline)
     share = rates.compute_share.get(key.dtype.value) if isinstance(key, GemmKey) else None
+    if isinstance(key, ElementwiseKey) and (measured := dsa.measured_peak_share(key.op)) is not None:
+        share = measured  # a kernel whose achieved share of the peak is published (DSA's sparse MLA prefill)
     if share:  # a compute-bound GEMM no rows cover (e.g. an LM head wider than every measured n)
         return np.maximum(out, comp / share * 1e6)
     return np.where(mem >= comp, out, np.nan)

@@ -76,6 +76,49 @@ def attention_op_name(kernel: str, heads: int, latent: int, rope: int, topk: int
     return f"{kernel}/h{heads}.l{latent}.r{rope}.k{topk}"
 
 
+# Query heads FlashMLA's sparse kernels take per launch, by the GPU's CUDA major version. vLLM pads a rank's heads
+# up to it (vllm/v1/attention/backends/mla/flashmla_sparse.py, FlashMLASparseImpl._bf16_flash_mla_kernel: "kernel
+# requires num_local_head to be a multiple of 64 on hopper and 128 on blackwell", q_padded = q.new_empty(...); the
+# first release, vLLM 0.11's _forward_bf16_kv, pads to 64): DeepSeek-V3.2's 128 heads at TP 8 run 16 real and 48
+# padded heads on an H200, every padded head doing a real head's (query, key) products and its q / output rows.
+# The fp8 cache's decode kernel pads to 64 too (FlashMLASparseImpl._compute_fp8_decode_padded_heads). Not stated
+# for other majors (no padding).
+SPARSE_KERNEL_HEADS = {"9": 64, "10": 128}
+
+
+def kernel_heads(heads: int, compute_capability: str) -> int:
+    """Query heads the sparse MLA kernel runs for a rank's `heads` on a GPU of `compute_capability` ("9.0")."""
+    tile = SPARSE_KERNEL_HEADS.get(compute_capability.split(".")[0], 0) if compute_capability else 0
+    return -(-heads // tile) * tile if tile else heads
+
+
+# FlashMLA's sparse prefill kernel (flash_mla_sparse_fwd) measured at up to 640 TFLOP/s in bf16 on an H800 SXM5
+# (deepseek-ai/FlashMLA README, "2025.09.29 Release of Sparse Attention Kernels"; its FLOPs count every query head
+# the kernel runs), whose dense bf16 peak is an H100's 989.4 TFLOP/s (NVIDIA H100 datasheet; the FlashMLA
+# deep-dive, docs/20250422-new-kernel-deep-dive.md, uses 990): 0.647 of the peak. Its (query, key) pair rows
+# run at that share of the device's bf16 peak at best (`measured_peak_share`), never at the peak itself.
+SPARSE_PREFILL_PEAK_SHARE = 640.0 / 989.4
+
+
+def measured_peak_share(op: str) -> float | None:
+    """The share of the peak FLOP/s a public measurement shows this op's kernel reaching (None: none known)."""
+    m = _ATTN_TAG.match(op)
+    return SPARSE_PREFILL_PEAK_SHARE if m is not None and m.group("kernel") == ATTN_PAIRS else None
+
+
+def on_device(op: str, compute_capability: str) -> str:
+    """`op` with the heads the device's sparse MLA kernel runs (`kernel_heads`) for its pairs and query-token rows;
+    any other op unchanged."""
+    m = _ATTN_TAG.match(op)
+    if m is None or m.group("kernel") not in (ATTN_PAIRS, ATTN_TOKENS):
+        return op
+    h = int(m.group("h"))
+    padded = kernel_heads(h, compute_capability)
+    if padded == h:
+        return op
+    return attention_op_name(m.group("kernel"), padded, int(m.group("l")), int(m.group("r")), int(m.group("k")))
+
+
 def attention_work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.ndarray] | None:
     """Sparse MLA prefill, absorbed (q of latent + rope dims per head, one key head, values the latent):
     per pair 2·H·(2·latent + rope) FLOPs; per query token q read and output written (H·(2·latent + rope) elements)

@@ -201,6 +201,16 @@ def collective_roofline_us(spec: HardwareSpec, key: CollectiveKey, coords: np.nd
     return np.minimum(ring, tree_lat + msg * tree_allreduce_seconds_per_byte(bw) * 1e6)
 
 
+def on_device_key(spec: HardwareSpec, key: KernelKey) -> KernelKey:
+    """The kernel `spec`'s GPU runs for `key`: DSA's sparse MLA rows at the query heads FlashMLA pads a rank's heads
+    to there (`dsa.on_device`); every other key as it is."""
+    if isinstance(key, ElementwiseKey):
+        op = dsa.on_device(key.op, spec.compute_capability)
+        if op != key.op:
+            return ElementwiseKey(op, key.width, key.dtype)
+    return key
+
+
 def roofline_parts_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """(compute µs, memory µs) of each point, the two terms `roofline_us` takes the larger of; None for a
     collective, for a kernel without work, or where the spec has no peak for its dtype. Kernels that run at the
@@ -208,7 +218,7 @@ def roofline_parts_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) ->
     terms add and their memory terms add: the floor of an overlap (`cost_tree.Parallel`)."""
     if isinstance(key, CollectiveKey):
         return None
-    work = kernel_work(key, coords)
+    work = kernel_work(on_device_key(spec, key), coords)
     if work is None or spec.memory_bandwidth_bytes_per_s <= 0:
         return None
     mem_us = work.bytes / spec.memory_bandwidth_bytes_per_s * 1e6
@@ -226,7 +236,7 @@ def roofline_us(spec: HardwareSpec, key: KernelKey, coords: np.ndarray) -> np.nd
     (no peak for its dtype, no bandwidth)."""
     if isinstance(key, CollectiveKey):
         return collective_roofline_us(spec, key, coords)
-    work = kernel_work(key, coords)
+    work = kernel_work(on_device_key(spec, key), coords)
     if work is None or spec.memory_bandwidth_bytes_per_s <= 0:
         return None
     mem_s = work.bytes / spec.memory_bandwidth_bytes_per_s
