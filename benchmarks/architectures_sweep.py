@@ -120,8 +120,11 @@ def shrink(cfg: dict[str, Any]) -> dict[str, Any]:
                 groups = next((out[gk] for gk in _SSM_GROUP_KEYS if isinstance(out.get(gk), int)), 1)
                 v = out.get(k)
                 tied = head_dim is not None and expand is not None and v == expand * cfg[hid] // head_dim
-                if tied and isinstance(v, int) and v % g == 0 and (v // g) % max(groups, 1) == 0:
-                    out[k] = v // g
+                # (no fewer than TINY_HEADS Mamba heads where the class has them: vLLM's MambaMixer2 splits its
+                # heads over the tp ranks, so a one-head tiny mixer would be refused at tp 2 for the shrink's sake)
+                small = max(v // g, min(v, TINY_HEADS)) if isinstance(v, int) and g else 0
+                if tied and isinstance(v, int) and v % small == 0 and small % max(groups, 1) == 0:
+                    out[k] = small
             for k in _FFN_KEYS:
                 v = out.get(k)
                 if isinstance(v, int) and not isinstance(v, bool) and v > 0:

@@ -76,9 +76,13 @@ def plan(graph: Graph, users: dict[str, list[Node]], t: int) -> GroupReplication
             continue
         g = a.geometry
         groups = g.num_k_heads
+        where = f"tp{{size={t}}} at {n.name}"
+        if g.num_v_heads % t:  # vllm 0.33.0 model_executor/layers/mamba/mamba_mixer2.py MambaMixer2.__init__
+            raise PassError(f"{where}: vLLM refuses this Mamba2 mixer at tensor parallel size {t}: 'Tensor parallel "
+                            f"world size must divide num heads.' ({g.num_v_heads} heads; MambaMixer2.__init__); "
+                            f"choose a -tp that divides {g.num_v_heads}")
         if groups % t == 0:
             continue
-        where = f"tp{{size={t}}} at {n.name}"
         if groups != 1:
             raise PassError(f"{where}: n_groups = {groups} is neither 1 nor divisible by tp size {t}; vLLM's "
                             "MambaMixer2 replicates B/C groups only for n_groups == 1 (mamba_mixer2.py); "

@@ -30,7 +30,7 @@ from graphsim.ir.geometry import (
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassError, PassResult, register_pass
-from graphsim.passes.partition import gather, mamba_groups
+from graphsim.passes.partition import gather, mamba_groups, replicated
 from graphsim.passes.partition.conservation import Declared, check_conservation
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
@@ -54,7 +54,11 @@ class TensorParallel(PartitionPass):
         if graph.meta.tp != 1:
             raise PassError("tp was already applied to this graph")
         _check_attention_heads(graph, self.size)
-        gathered: frozenset[str] = frozenset()
+        users: dict[str, list[Node]] = {}
+        for n in graph.nodes:
+            for v in n.inputs:
+                users.setdefault(v, []).append(n)
+        gathered = replicated.lora_downs(graph, users)  # gather_output=True by vLLM's own choice (replicated.py)
         while True:  # column-parallel GEMMs whose slice meets a replicated copy are gathered (gather.py)
             res, mixed = self._run(graph, gathered)
             if mixed <= gathered:
@@ -93,6 +97,7 @@ class TensorParallel(PartitionPass):
         variance_reduced: set[str] = set()
         declared = Declared()
         groups = mamba_groups.plan(graph, users, t)  # Mamba2 mixers with fewer B/C groups than ranks
+        whole_proj = replicated.residual_projections(graph, users)  # vLLM ReplicatedLinear (replicated.py)
 
         def bump(key: str) -> None:
             stats[key] = stats.get(key, 0) + 1
@@ -113,6 +118,11 @@ class TensorParallel(PartitionPass):
                 bump("replicated")
                 if in_partial:
                     partial.update(_values(n))
+            elif n.name in whole_proj and not in_sharded and not in_partial:
+                # a projection of a reduced block output added straight into the residual stream: whole on every
+                # rank (vLLM ReplicatedLinear, e.g. Zamba2HybridLayer.linear; graphsim/passes/partition/replicated.py)
+                declared.replicated.add(n.name)
+                bump("replicated")
             elif n.name in groups.extra:
                 # a Mamba2 in_proj / conv1d (or a per-token multiplier between them) that holds the one B/C
                 # group every rank replicates (vLLM MambaMixer2, n_groups == 1): column-parallel over
