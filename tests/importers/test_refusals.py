@@ -1,5 +1,6 @@
 """Mechanisms refused by name before the trace (graphsim/importers/hf/refusals.py): Musicgen's codebook token
-streams, XLM's parallel per-layer lists, X-MOD's per-language adapters. Each was the traceback line of whatever the
+streams, XLM's parallel per-layer lists, X-MOD's per-language adapters, xLSTM's mLSTM recurrence; each line says vLLM
+has no implementation of the class. Each was the traceback line of whatever the
 meta-device forward hit first (a reshape by num_codebooks, an IndexError on a cut list, "Input language unknown")."""
 
 from __future__ import annotations
@@ -26,16 +27,28 @@ TINY = {
                         "num_attention_heads": 4, "intermediate_size": 64, "languages": ["en_XX", "de_DE"],
                         "max_position_embeddings": 256, "is_decoder": True, "pad_token_id": 1, "bos_token_id": 0,
                         "eos_token_id": 2},
+    "xLSTMForCausalLM": {"model_type": "xlstm", "vocab_size": 64, "hidden_size": 64, "num_heads": 4, "num_hidden_layers": 2,
+                         "num_blocks": 2, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
 }
 MATCH = {
     "MusicgenForCausalLM": r"reads 4 codebook token streams per position \(MusicgenDecoder",
     "XLMWithLMHeadModel": r"parallel per-layer lists \(XLMModel: attentions, ffns",
     "XmodForCausalLM": r"its language's adapter \(XmodOutput\.adapter_modules over 2 language",
+    "xLSTMForCausalLM": r"mLSTM matrix-memory recurrence \(xLSTMBackend\.chunkwise_kernel_fn",
 }
+# vllm 0.33.0's registry has none of them; its `_try_resolve_transformers` takes a transformers class only when
+# is_backend_compatible() or _can_set_attn_implementation() (transformers 5.24: XLMWithLMHeadModel False / False,
+# the other three False or True / True, read once by hand from the classes)
+GENERIC = {"MusicgenForCausalLM": True, "XLMWithLMHeadModel": False, "XmodForCausalLM": True, "xLSTMForCausalLM": True}
 
 
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_refused_by_mechanism(arch):
     cfg = {"architectures": [arch], **copy.deepcopy(TINY[arch])}
-    with pytest.raises(UnsupportedArchitectureError, match=MATCH[arch]):
+    with pytest.raises(UnsupportedArchitectureError, match=MATCH[arch]) as e:
         import_hf(ResolvedModel(f"tiny-{arch}", cfg, "path", "test"), cache=False)
+    line = str(e.value)
+    assert "\n" not in line and f"vLLM has no implementation of {arch} (none in vllm 0.33.0's model registry" in line
+    generic = "only its generic Transformers backend would run transformers' own forward"
+    refused = "its Transformers backend refuses the class as not compatible with vLLM"
+    assert (generic if GENERIC[arch] else refused) in line and (refused if GENERIC[arch] else generic) not in line

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from graphsim.errors import UnsupportedArchitectureError
+from graphsim.importers.hf.refusals import no_vllm
 
 _CONTRACT = ("hidden_states", "top_k_index", "top_k_weights")
 
@@ -177,7 +178,7 @@ def looped_experts_patches(model: torch.nn.Module) -> Iterator[list[str]]:
                     f"graphsim cannot trace {type(model).__name__} yet: its attention is a mixture of attention "
                     f"experts ({type(m).__name__}.map / .reduce: each token's top-k query and output projections come "
                     "from routed experts and stay apart per slot around the attention), which no graphsim semantic "
-                    "op expresses (graphsim::moe_experts sums its slots) and vLLM has no port of; graphsim work / kv "
+                    "op expresses (graphsim::moe_experts sums its slots)" + no_vllm(model) + "; graphsim work / kv "
                     "may still account it from the config")
             lay = layout(m)
             if lay is None:

@@ -10,7 +10,16 @@ whatever the meta-device forward trips over first). Each is recognised by what t
 - **Per-language adapters chosen by `lang_ids`** (X-MOD: models/xmod/modeling_xmod.py `XmodOutput.adapter_modules`,
   a gather of each language's tokens): a data-dependent split with no semantic op.
 
-vLLM has no port of any of them.
+- **mLSTM matrix-memory cells** (xLSTM: models/xlstm/modeling_xlstm.py `xLSTMBackend`, whose chunkwise / step
+  kernel functions run the exponentially gated recurrence over per-head C, n, m states in Python): no semantic op
+  holds that recurrence yet.
+
+vLLM has an implementation of none of them: vllm 0.33.0's model registry (model_executor/models/registry.py) lists no
+MusicgenForCausalLM, MusicgenMelodyForCausalLM, XLMWithLMHeadModel, XmodForCausalLM or xLSTMForCausalLM (nor
+JetMoeForCausalLM, refused in looped_experts.py). Each line says so (`no_vllm`), and whether vLLM's generic
+Transformers backend would take the class at all: `_try_resolve_transformers` (same file) accepts a transformers
+class only if `is_backend_compatible()` or `_can_set_attn_implementation()`, else raises "The Transformers
+implementation of ... is not compatible with vLLM"; the same two class methods answer here.
 """
 
 from __future__ import annotations
@@ -20,6 +29,18 @@ import torch
 from graphsim.errors import UnsupportedArchitectureError
 
 _TAIL = "; graphsim work / kv may still account it from the config"
+
+
+def no_vllm(model: torch.nn.Module) -> str:
+    """'vLLM has no implementation of <class>', and what its generic Transformers backend would do with it."""
+    cls, arch = type(model), type(model).__name__
+    try:
+        generic = bool(cls.is_backend_compatible() or cls._can_set_attn_implementation())  # pyright: ignore
+    except Exception:  # (not a transformers PreTrainedModel)
+        generic = False
+    fallback = ("only its generic Transformers backend would run transformers' own forward" if generic else
+                "and its Transformers backend refuses the class as not compatible with vLLM")
+    return f"; vLLM has no implementation of {arch} (none in vllm 0.33.0's model registry; {fallback})"
 
 
 def _lists(m: torch.nn.Module) -> dict[str, torch.nn.ModuleList]:
@@ -37,15 +58,20 @@ def check_traceable(model: torch.nn.Module) -> None:
             raise UnsupportedArchitectureError(
                 f"graphsim cannot trace {arch} yet: its decoder reads {books} codebook token streams per position "
                 f"({type(m).__name__}: input_ids [batch x {books}, T], one embedding table and LM head per codebook), "
-                "and graphsim traces one text-token stream" + _TAIL)
+                "and graphsim traces one text-token stream" + no_vllm(model) + _TAIL)
         if {"attentions", "ffns"} <= set(lists):  # (by then the layer plan has cut one of them to its representatives)
             raise UnsupportedArchitectureError(
                 f"graphsim cannot trace {arch} yet: its layers are spread over parallel per-layer lists "
                 f"({type(m).__name__}: {', '.join(sorted(lists))} indexed by layer number), and graphsim's "
-                "one-layer-per-type plan holds one stack of layer modules" + _TAIL)
+                "one-layer-per-type plan holds one stack of layer modules" + no_vllm(model) + _TAIL)
         adapters = getattr(m, "adapter_modules", None)
         if isinstance(adapters, torch.nn.ModuleDict) and len(adapters) > 0:
             raise UnsupportedArchitectureError(
                 f"graphsim cannot trace {arch} yet: each layer routes every token through its language's adapter "
                 f"({type(m).__name__}.adapter_modules over {len(adapters)} language(s), chosen by lang_ids: a "
-                "data-dependent split with no semantic op)" + _TAIL)
+                "data-dependent split with no semantic op)" + no_vllm(model) + _TAIL)
+        if callable(getattr(m, "chunkwise_kernel_fn", None)) and callable(getattr(m, "step_kernel_fn", None)):
+            raise UnsupportedArchitectureError(
+                f"graphsim cannot trace {arch} yet: its layers run an mLSTM matrix-memory recurrence "
+                f"({type(m).__name__}.chunkwise_kernel_fn / step_kernel_fn: exponentially gated per-head C, n, m "
+                "states updated in Python), which no graphsim semantic op holds" + no_vllm(model) + _TAIL)
