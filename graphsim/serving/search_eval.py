@@ -241,17 +241,19 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
         return dp_steady(ctx, c)
     if c.mode == "agg":
         (p,) = c.pools
-        sp: SteadyPoint = aggregated_point(cost_of(ctx, p.tp, p.ep, **_cp(p)) if p.pp == 1 else _cycle(ctx, p), isl, osl,
-                                           c.clients, p.max_num_batched_tokens, host=_host(ctx, p))
+        cost = cost_of(ctx, p.tp, p.ep, **_cp(p)) if p.pp == 1 else _cycle(ctx, p)
+        sp: SteadyPoint = aggregated_point(cost, isl, osl, c.clients, p.max_num_batched_tokens, host=_host(ctx, p, cost))
         link_src = None
     else:
         pp, pd = c.pools
         setup_bytes = _transfer_bytes(ctx, pp, pd, isl)
         link = kv_link(ctx, c.unit_gpus)
-        sp = disaggregated_point(cost_of(ctx, pp.tp, pp.ep, **_cp(pp)), cost_of(ctx, pd.tp, pd.ep, **_cp(pd)), isl, osl,
+        pc, dc = cost_of(ctx, pp.tp, pp.ep, **_cp(pp)), cost_of(ctx, pd.tp, pd.ep, **_cp(pd))
+        sp = disaggregated_point(pc, dc, isl, osl,
                                  pp.instances, pd.instances, pd.max_num_seqs, pp.max_num_batched_tokens,
                                  pd.max_num_batched_tokens, link.transfer_s(setup_bytes),
-                                 setup_bytes / link.bandwidth_bytes_per_s, pp.max_num_seqs, _host(ctx, pp), _host(ctx, pd))
+                                 setup_bytes / link.bandwidth_bytes_per_s, pp.max_num_seqs, _host(ctx, pp, pc),
+                                 _host(ctx, pd, dc))
         link_src = link.source
     return Evaluation(c.id, "steady-state", sp.requests_per_s, sp.output_tokens_per_s / c.unit_gpus,
                       sp.tokens_per_s_per_user, sp.ttft_s * 1e3, sp.tpot_s * 1e3, SOURCES[sp.source].value, link_src,
@@ -259,9 +261,10 @@ def _steady_of(ctx: SearchContext, c: Candidate, isl: int, osl: int, cost_of) ->
                       source_us={SOURCES[k].value: v for k, v in enumerate(sp.source_us) if v > 0})
 
 
-def _host(ctx: SearchContext, pool: PoolConfig) -> EngineHost:
-    """The pool's engine host time, as its simulation charges it (Deployment.simulation_setup)."""
-    return deployment(ctx, pool).engine_host()
+def _host(ctx: SearchContext, pool: PoolConfig, cost: IterationCost | None = None) -> EngineHost:
+    """The pool's engine host time, as its simulation charges it (Deployment.simulation_setup: with `cost`, the
+    dispatch of steps past the CUDA-graph bound and FlashAttention's KV-cache writes too)."""
+    return deployment(ctx, pool).engine_host(cost)
 
 
 def _cp(pool: PoolConfig) -> dict[str, int]:
