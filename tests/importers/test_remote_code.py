@@ -211,3 +211,19 @@ def test_an_attention_class_table_without_graphsim_is_refused_by_name(tmp_path):
     with pytest.raises(UnsupportedArchitectureError,
                        match=r"does not accept graphsim's attention implementation in .*modeling_wombat\.py line"):
         import_hf(resolve_model(str(d)), cache=False, trust_remote_code=True)
+
+
+def test_trusted_config_only_directory_of_a_transformers_model(tmp_path, capsys):
+    # `--trust-remote-code` out of habit (as with vllm serve) on a directory holding only config.json of a model
+    # transformers has: built by transformers, with a notice; Kimi-K2's shape (test_unknown_wrapper.py)
+    from test_unknown_wrapper import KIMI_TEXT
+
+    d = tmp_path / "kimi-config-only"
+    d.mkdir()
+    auto = {"AutoConfig": "configuration_deepseek.DeepseekV3Config",
+            "AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}
+    (d / "config.json").write_text(json.dumps(dict(KIMI_TEXT, auto_map=auto)))
+    _, report = import_hf(resolve_model(str(d)), cache=False, trust_remote_code=True)
+    assert report.architecture == "DeepseekV3ForCausalLM" and report.remote_code == ""
+    err = capsys.readouterr().err
+    assert "holds no configuration_deepseek.py, modeling_deepseek.py (auto_map): built with transformers' own" in err

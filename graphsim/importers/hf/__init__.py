@@ -56,6 +56,9 @@ def import_hf(model: str | ResolvedModel, *, dtype: str | None = None, full_dept
     resolved = model if isinstance(model, ResolvedModel) else resolve_model(model)
     code_dir = remote_code.code_dir(resolved.location, resolved.source)
     remote = remote_code.applies(resolved.config, code_dir, trust_remote_code)
+    fallback = remote_code.transformers_fallback(resolved.config, code_dir, trust_remote_code)
+    if fallback is not None:
+        graph_cache.notice(fallback)
     code = {"remote_code": remote_code.code_digest(code_dir)} if remote and code_dir is not None else {}
     fields = graph_cache.key_fields(resolved.config, resolved.name, dtype, full_depth=full_depth, **code)
     hit = graph_cache.load(fields) if cache else None

@@ -116,10 +116,33 @@ def code_dir(location: str, source: str) -> Path | None:
     return p.parent if p.name.endswith(".json") else p
 
 
+def missing_files(cfg: dict[str, Any], directory: Path) -> list[str]:
+    """The auto_map's code files (configuration and causal LM) that `directory` does not hold."""
+    return [f for f in _files(auto_map(cfg) or {}) if not (directory / f).is_file()]
+
+
 def applies(cfg: dict[str, Any], directory: Path | None, trust: bool | None = None) -> bool:
-    """Whether this config is built from its own code: trusted, an auto_map naming a causal LM, a code directory."""
+    """Whether this config is built from its own code: trusted, an auto_map naming a causal LM, a code directory, and
+    either the code files are there or transformers cannot build the config itself. (`vllm serve … --trust-remote-code`
+    is habit for models transformers has, e.g. DeepSeek-V3, and a directory holding only their config.json is then
+    built by transformers, as `transformers_fallback` says; without the files and without transformers, loading the
+    code names the missing file.)"""
     m = auto_map(cfg)
-    return trusted(trust) and directory is not None and m is not None and _ref(m.get(MODEL_KEY)) is not None
+    if not (trusted(trust) and directory is not None and m is not None and _ref(m.get(MODEL_KEY)) is not None):
+        return False
+    return not missing_files(cfg, directory) or not transformers_builds(cfg)
+
+
+def transformers_fallback(cfg: dict[str, Any], directory: Path | None, trust: bool | None = None) -> str | None:
+    """The notice for a trusted config whose code files are absent but that transformers builds (None otherwise)."""
+    m = auto_map(cfg)
+    if not trusted(trust) or directory is None or m is None or applies(cfg, directory, trust):
+        return None
+    missing = missing_files(cfg, directory)
+    if not missing:
+        return None
+    return (f"{directory} holds no {', '.join(missing)} (auto_map): built with transformers' own class for "
+            f"model_type '{cfg.get('model_type')}' instead of the model's code")
 
 
 def code_digest(directory: Path) -> dict[str, str]:
