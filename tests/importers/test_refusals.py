@@ -52,3 +52,22 @@ def test_refused_by_mechanism(arch):
     generic = "only its generic Transformers backend would run transformers' own forward"
     refused = "its Transformers backend refuses the class as not compatible with vLLM"
     assert (generic if GENERIC[arch] else refused) in line and (refused if GENERIC[arch] else generic) not in line
+
+
+@pytest.mark.parametrize("arch", ["Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"])
+def test_a_drafter_reading_its_targets_kv_is_refused_as_a_draft(arch):
+    # Gemma-4's assistants: forward(..., shared_kv_states) reads the target's K/V (Q-only layers); vLLM runs them
+    # only as a draft (vllm 0.33.0 config/speculative.py: model_type gemma4_assistant → Gemma4MTPModel)
+    import transformers
+
+    text = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+            "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 32,
+            "hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}
+    config_class = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    cfg = {**config_class(text_config=text, backbone_hidden_size=64).to_dict(), "architectures": [arch]}
+    cfg.pop("transformers_version", None)
+    with pytest.raises(UnsupportedArchitectureError, match=rf"cannot trace {arch}: it is a speculative drafter whose "
+                       r"forward reads its target model's KV states \(shared_kv_states.*vLLM runs it only as the "
+                       r"draft of its target"):
+        import_hf(ResolvedModel(f"tiny-{arch}", cfg, "path", "test"), cache=False)

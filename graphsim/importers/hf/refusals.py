@@ -14,7 +14,12 @@ whatever the meta-device forward trips over first). Each is recognised by what t
   kernel functions run the exponentially gated recurrence over per-head C, n, m states in Python): no semantic op
   holds that recurrence yet.
 
-vLLM has an implementation of none of them: vllm 0.33.0's model registry (model_executor/models/registry.py) lists no
+- **Speculative drafters that read their target's KV** (Gemma-4's assistants: models/gemma4_assistant
+  `Gemma4AssistantForCausalLM.forward(..., shared_kv_states)`, Q-only decoder layers): refused by what the forward
+  needs. vLLM runs them only as a draft (vllm 0.33.0 config/speculative.py turns model_type gemma4_assistant /
+  gemma4_unified_assistant into `Gemma4MTPModel`, models/gemma4_mtp.py "shares KV cache with the target").
+
+vLLM has an implementation of none of the first four: vllm 0.33.0's model registry (model_executor/models/registry.py) lists no
 MusicgenForCausalLM, MusicgenMelodyForCausalLM, XLMWithLMHeadModel, XmodForCausalLM or xLSTMForCausalLM (nor
 JetMoeForCausalLM, refused in looped_experts.py). Each line says so (`no_vllm`), and whether vLLM's generic
 Transformers backend would take the class at all: `_try_resolve_transformers` (same file) accepts a transformers
@@ -23,6 +28,8 @@ implementation of ... is not compatible with vLLM"; the same two class methods a
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
@@ -50,6 +57,14 @@ def _lists(m: torch.nn.Module) -> dict[str, torch.nn.ModuleList]:
 def check_traceable(model: torch.nn.Module) -> None:
     """Raise UnsupportedArchitectureError naming the first mechanism above that `model` holds."""
     arch = type(model).__name__
+    if "shared_kv_states" in inspect.signature(type(model).forward).parameters:
+        model_type = getattr(getattr(model, "config", None), "model_type", "?")
+        raise UnsupportedArchitectureError(
+            f"graphsim cannot trace {arch}: it is a speculative drafter whose forward reads its target model's KV "
+            "states (shared_kv_states: its decoder layers have no K/V projections of their own), and graphsim traces "
+            "no such draft yet; vLLM runs it only as the draft of its target, not on its own (vllm 0.33.0 "
+            f"config/speculative.py maps model_type {model_type} to Gemma4MTPModel, models/gemma4_mtp.py); predict "
+            "the target, alone or with an MTP / EAGLE draft graphsim traces")
     for m in model.modules():
         lists = _lists(m)
         books = getattr(m, "num_codebooks", None)
