@@ -30,6 +30,7 @@ from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 from graphsim.passes.fuse.vllm_attn_gate import RULES as ATTN_GATE_RULES
 from graphsim.passes.fuse.vllm_attn_scale import RULES as ATTN_SCALE_RULES
+from graphsim.passes.fuse.vllm_axk2 import RULES as AXK2_RULES
 from graphsim.passes.fuse.vllm_block_sparse import BLOCK_SPARSE_ATTENTION, BLOCK_SPARSE_INDEXER
 from graphsim.passes.fuse.vllm_block_sparse import indexer_prep as block_indexer_prep
 from graphsim.passes.fuse.vllm_compressed import COMPRESSED_ATTENTION_TARGET
@@ -688,6 +689,7 @@ RULES: list[Rule] = [
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *GEMMA3N_RULES,  # no-op casts, self copies, then Gemma-3n's ops as vLLM's port runs them
+    *AXK2_RULES,  # A.X-K2's fused sigmoid output gate and q-latent cat
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
     *LEGACY_LATE_RULES,
 ]
