@@ -73,6 +73,7 @@ def _find_entry(arg: str) -> CatalogEntry | None:
 
 
 REVISION_ENV = "GRAPHSIM_HF_REVISION"  # set by --revision; resolve_model's default revision
+TRUST_REMOTE_CODE_ENV = "GRAPHSIM_TRUST_REMOTE_CODE"  # set by --trust-remote-code (graphsim/importers/hf/remote_code.py)
 
 
 def hf_hub_cache() -> Path:

@@ -96,12 +96,12 @@ def _trust_remote_code(value: bool) -> bool:
     """--trust-remote-code reaches every importer (worker processes too) through the environment."""
     import os
 
-    from graphsim.importers.hf.remote_code import TRUST_ENV
+    from graphsim.catalog import TRUST_REMOTE_CODE_ENV  # (not the importer: every command runs this callback)
 
     if value:
-        os.environ[TRUST_ENV] = "1"
+        os.environ[TRUST_REMOTE_CODE_ENV] = "1"
     else:
-        os.environ.pop(TRUST_ENV, None)
+        os.environ.pop(TRUST_REMOTE_CODE_ENV, None)
     return value
 
 

@@ -38,9 +38,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from graphsim.catalog import TRUST_REMOTE_CODE_ENV
 from graphsim.errors import ConfigError, UnsupportedArchitectureError
 
-TRUST_ENV = "GRAPHSIM_TRUST_REMOTE_CODE"  # set by the CLI's --trust-remote-code (worker processes inherit it)
+TRUST_ENV = TRUST_REMOTE_CODE_ENV  # set by the CLI's --trust-remote-code (worker processes inherit it)
 MODEL_KEY = "AutoModelForCausalLM"
 CONFIG_KEY = "AutoConfig"
 FLAG = "--trust-remote-code"
