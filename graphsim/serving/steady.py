@@ -118,7 +118,10 @@ class _Timer:
         if hit is None:
             if len(self._splits) > 200_000:
                 self._splits.clear()
-            if isinstance(self.cost, TreeCost):  # decode attention from the by-batch table `_price` read
+            if isinstance(self.cost, TreeCost) and self.cost.is_mixed(int(dec), chunks):  # as `_price`: the step whole
+                us = self.cost.step_split_us(int(tokens), int(seqs), int(dec), float(ctx), chunks)
+                hit = us / us.sum() if us.sum() > 0 else us
+            elif isinstance(self.cost, TreeCost):  # decode attention from the by-batch table `_price` read
                 us = self.cost.step_split_us(int(tokens), int(seqs), 0, 0.0, chunks)
                 if dec:
                     self.step(tokens, seqs, dec, ctx, chunks)
@@ -132,7 +135,8 @@ class _Timer:
 
     def _price(self, tokens: int, seqs: int, dec: int, ctx: float, chunks: list[tuple[int, int]]) -> tuple[float, int]:
         c = self.cost
-        if not self._tree or not dec:
+        # decodes beside a prefill chunk that the engine's attention prices apart (TreeCost.mixed): the step whole
+        if not self._tree or not dec or (isinstance(c, TreeCost) and c.is_mixed(dec, chunks)):
             us, s = c.step_us(tokens, seqs, dec, ctx, chunks)
             return us * 1e-6, int(s)
         assert isinstance(c, TreeCost)

@@ -94,3 +94,13 @@ def test_the_source_split_and_the_meter_add_up_with_mixed_steps(a100_cost):
         meter.step(us, src, *st)
         total += us
     assert meter.source_us().sum() == pytest.approx(total, rel=1e-9)
+
+
+def test_the_search_fast_path_prices_a_mixed_step_as_the_simulator_does(a100_cost):
+    from graphsim.serving.steady import _Timer
+
+    plain, mixed = a100_cost
+    step = (1564, 65, 64, 4096.0, [(1500, 0)])
+    assert _Timer(mixed).gpu(*step) == pytest.approx(mixed.step_us(*step)[0] * 1e-6, rel=1e-12)
+    assert _Timer(mixed).gpu(*step) > _Timer(plain).gpu(*step)
+    assert _Timer(mixed).split(*step).sum() == pytest.approx(1.0)
