@@ -34,7 +34,9 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   — 10 % of 2.73 ms, 273 µs, taken as what that preparation
   costs per step; and `V1_ENGINE_PER_SEQ_US` 60 per sequence beyond the scheduler, FITTED with the PCIe share on
   two tests of the validation set (benchmarks/fit_engine_links.py; held-out result and corroborating public
-  figures beside the constant below).
+  figures beside the constant below). v1-async replaces it with `V1_ASYNC_ENGINE_PER_SEQ_US` 2.70, vLLM 0.19.0's
+  runner and engine-core output work per sequence timed on CPU (benchmarks/host_engine.py; a floor: its input
+  preparation is not timed), as the fitted 60 would cap one 0.19 engine below its measured peak.
 - `per_token_us` 0 in every family: no published per-token figure for input preparation (vectorised numpy
   in V1); prefill steps are long enough that it would not matter at this scale.
 - the front end (frontend.py: a FIFO queue before the engine, one server per replica, beside the API server's
@@ -99,6 +101,27 @@ V1_RUNNER_STEP_US = 2730.0 * 0.10  # PR 17866: ≈ 10 % of a 2.73 ms TPOT remove
 # between V0 steps at batch 200 (100 µs a sequence). A fit of a per-sequence term alone, on test 4 alone
 # (benchmarks/fit_engine_step.py), made the held-out runs worse: the PCIe share fitted alone had absorbed part of it.
 V1_ENGINE_PER_SEQ_US = 60.0
+# v1-async (vLLM >= 0.14) per sequence beyond the scheduler: MEASURED on vLLM 0.19.0's own code, not fitted.
+# V1_ENGINE_PER_SEQ_US above was fitted on vLLM 0.10.1 runs of a SYNC engine; with it a v1-async engine could not
+# exceed 1 / 67.9 µs = 14,728 tokens/s, and vLLM 0.19.0 on one H100 measured a peak of 16,751 output tokens/s
+# (benchmarks/data/kvcached_h100_qwen3_0.6b.json `max_output_tokens_per_s`), so it cannot hold for this family.
+# benchmarks/host_engine.py times, per decode step (thread CPU time, batches 1 / 8 / 32 / 128 / 256, 60 steps each,
+# least-squares slope per part), vLLM 0.19.0's `GPUModelRunner._update_states` on a real CPU `InputBatch`, its
+# `_bookkeeping_sync` on the async-scheduling path + the sampled ids' `tolist()` (`AsyncGPUModelRunnerOutput`), and
+# the engine core's output thread (`MsgpackEncoder.encode_into` of the step's `EngineCoreOutputs` + ZMQ
+# `send_multipart`, vllm/v1/engine/core.py `process_output_sockets`), beside the AsyncScheduler in the same run.
+# Two runs on this project's 2-core VM (load 7.4 / 9.2): update_states 0.860 / 1.279, bookkeeping 2.421 / 3.431,
+# output 0.345 / 0.418 µs a sequence, against the same run's scheduler 11.526 / 14.031: ratios 3.626 / 11.526 =
+# 0.3146 and 5.128 / 14.031 = 0.3655, mean 0.3400, which scales the scheduler's own 7.9469 µs (above; the VM was
+# less loaded then): 7.9469 × 0.3400 = 2.702 µs. Paired with vLLM 0.10.1 (same script, same VM, interleaved), the
+# runner's update_states + output is 1.367 / 1.915 µs a sequence there (two runs) against 0.19's 1.205 / 1.697
+# (0.88 / 0.89 of 0.10.1's): the version did not make this work heavier. Not timed (a floor, then):
+# `_prepare_inputs` (vectorised numpy / torch index ops over the batch), `ModelRunnerOutput` construction, the engine
+# core's queues. vllm-project/vllm PR 42131 (a decode fast path, B200; batch not stated) saves ~0.18 ms in
+# `_update_states` and ~0.05 ms in `_prepare_inputs` per step, so input preparation is the smaller of the two there.
+# The parts' per-step intercepts (~15 + ~45 + ~12 µs at batch 1) stay inside `V1_RUNNER_STEP_US` (not re-derived).
+V1_ASYNC_ENGINE_PER_SEQ_US = V1_ASYNC_SCHEDULER_PER_SEQ_US * ((0.860 + 2.421 + 0.345) / 11.526
+                                                              + (1.279 + 3.431 + 0.418) / 14.031) / 2
 
 # --- the front end (frontend.py; the same in every family) --------------------------------------------------------
 # Fitted by benchmarks/fit_frontend.py on the four single-GPU runs that isolate the front end (dl22-t4-36, t5-46:
@@ -187,10 +210,12 @@ def host_model(family: str) -> HostModel:
         overlap = family == "v1-async"
         chunk, output = API_SERVER_PER_CHUNK_US, API_SERVER_PER_OUTPUT_US
         sched_step, sched_seq = V1_SCHEDULER_STEP_US, V1_SCHEDULER_PER_SEQ_US
-        if overlap:  # vLLM 0.19's scheduler and output path (above); the runner's and engine's terms as v1's
+        engine_seq = V1_ENGINE_PER_SEQ_US
+        if overlap:  # vLLM 0.19's scheduler, runner/engine per sequence and output path (above); runner step as v1's
             sched_step, sched_seq = V1_ASYNC_SCHEDULER_STEP_US, V1_ASYNC_SCHEDULER_PER_SEQ_US
+            engine_seq = V1_ASYNC_ENGINE_PER_SEQ_US
             chunk, output = API_SERVER_PER_CHUNK_US_V1_ASYNC, API_SERVER_PER_OUTPUT_US_V1_ASYNC
-        step, per_seq = sched_step + V1_RUNNER_STEP_US, sched_seq + V1_ENGINE_PER_SEQ_US
+        step, per_seq = sched_step + V1_RUNNER_STEP_US, sched_seq + engine_seq
     return HostModel(family, step, per_seq, 0.0, FRONTEND_US, overlap, frontend_per_token_us=FRONTEND_PER_TOKEN_US,
                      frontend_latency_us=FRONTEND_LATENCY_US, api_per_chunk_us=chunk, api_per_output_us=output)
 
