@@ -54,6 +54,7 @@ from graphsim.passes.fuse.vllm_short_conv import RULES as SHORT_CONV_RULES
 from graphsim.passes.fuse.vllm_ssm_residual import RULES as SSM_RESIDUAL_RULES
 from graphsim.passes.fuse.vllm_swiglu_oai import RULES as SWIGLU_OAI_RULES
 from graphsim.passes.fuse.vllm_xielu import RULES as XIELU_RULES
+from graphsim.passes.fuse.vllm_zamba2 import RULES as ZAMBA2_RULES
 from graphsim.passes.fuse.vllm_zero_experts import ZERO_EXPERTS
 from graphsim.quantization import Quantization, parse_quant_config
 
@@ -690,6 +691,7 @@ RULES: list[Rule] = [
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
     *GEMMA3N_RULES,  # no-op casts, self copies, then Gemma-3n's ops as vLLM's port runs them
     *AXK2_RULES,  # A.X-K2's fused sigmoid output gate and q-latent cat
+    *ZAMBA2_RULES,  # Zamba2's concatenate, adapter add and embedding clone as its port runs them
     *ELEMENTWISE_RULES,  # last: only what no specific rule fused
     *LEGACY_LATE_RULES,
 ]

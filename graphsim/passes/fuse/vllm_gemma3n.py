@@ -113,10 +113,6 @@ SELF_COPY = Rule(
 )
 
 
-def _gemma3n(n: Node) -> bool:
-    return n.module_type in GEMMA3N_MODULES
-
-
 def _match_host_scalars(ctx: FuseContext) -> list[Candidate]:
     """transformers' per-forward scalar constants (lift_fresh_copy of a 0-d tensor) in Gemma-3n's MLP."""
     return [Candidate([n]) for n in ctx.graph.nodes if n.module_type == "Gemma3nTextMLP" and ctx.is_free(n)
@@ -145,20 +141,32 @@ def _token_widths(ctx: FuseContext, n: Node) -> list[int]:
     return widths
 
 
+# aten aliases graphsim's IR traces as opaque ops, by the kernel they launch
+_ALIASES = {"multiply": "mul", "concatenate": "cat"}
+
+
 def _name(n: Node) -> str:
     if n.op is Op.MATMUL:
         return "bmm"
     if n.op is Op.OPAQUE and n.target.startswith("aten::"):
-        return n.target.removeprefix("aten::").split(".")[0].replace("multiply", "mul")
+        name = n.target.removeprefix("aten::").split(".")[0]
+        return _ALIASES.get(name, name)
     return n.op.value
 
 
+def leftover_ops_in(ctx: FuseContext, modules: set[str], rule: str) -> list[Candidate]:
+    """Each free, priced op (not a view, not position arithmetic, not a GEMM) of the given module classes."""
+    return [Candidate([n], {"rule": rule}) for n in ctx.graph.nodes if n.module_type in modules and ctx.is_free(n)
+            and n.outputs and n.op not in P.ABSORBED_OPS and not ctx.index_only(n) and n.op is not Op.LINEAR]
+
+
 def _match_layer_ops(ctx: FuseContext) -> list[Candidate]:
-    return [Candidate([n]) for n in ctx.graph.nodes if _gemma3n(n) and ctx.is_free(n) and n.outputs
-            and n.op not in P.ABSORBED_OPS and not ctx.index_only(n) and n.op is not Op.LINEAR]
+    return leftover_ops_in(ctx, GEMMA3N_MODULES, "gemma3n_ops")
 
 
-def _build_layer_op(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+def port_op_kernel(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    """One named kernel for a leftover op a vLLM port runs as written, priced by the bytes it moves (the candidate's
+    info names the rule; else gemma3n_ops)."""
     n = c.nodes[0]
     width, rows = P.per_token(n.outputs[0], n)
     widths = _token_widths(ctx, n)
@@ -168,7 +176,7 @@ def _build_layer_op(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     else:
         geo = ElementwiseGeometry(width=width, reads=reads if reads > 1 else None)
     return KernelAttrs(KernelKind.ELEMENTWISE, _name(n), geo, n.outputs[0].dtype.value, rows, (n.name,),
-                       "gemma3n_ops")
+                       c.info.get("rule", "gemma3n_ops"))
 
 
 GEMMA3N_OPS = Rule(
@@ -176,7 +184,7 @@ GEMMA3N_OPS = Rule(
     "scale_corrected_output, Gemma3nDecoderLayer.forward (the Laurel scale, the per-layer input mul); "
     "layers/activation.py GeluAndMulSparse._gaussian_topk (mean, std, mul, add, sub, relu); Gemma3nTextModel.forward "
     "(AltUp embed / unembed: magnitudes, stack, mean): one kernel each",
-    _match_layer_ops, _build_layer_op,
+    _match_layer_ops, port_op_kernel,
 )
 
 # after every specific rule, before the elementwise catch-alls (vllm.py RULES)
