@@ -52,7 +52,7 @@ class EagerDispatch:
     dispatch_us: float  # host time to dispatch one of them
     source: str  # where dispatch_us comes from
 
-    def cpu_us(self, tokens):
+    def cpu_us(self, tokens) -> Any:  # float for a scalar, ndarray for an array (as EngineHost.iteration_us)
         """Host time to dispatch a step of `tokens` tokens (scalar or array): 0 inside the capture bound."""
         cost = self.launches * self.dispatch_us
         if isinstance(tokens, np.ndarray):
