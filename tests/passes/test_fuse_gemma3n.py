@@ -97,3 +97,14 @@ def test_a_binary_kernel_is_priced_for_both_reads():
     assert work is not None and work.bytes.tolist() == [6144.0]
     plain = kernel_work(ElementwiseKey("add", 256, KernelDtype("bf16")), np.array([[4]]))
     assert plain is not None and plain.bytes.tolist() == [4096.0]
+
+
+def test_the_profiler_times_a_two_read_key_as_its_binary_op():
+    # `add/r2` is the same kernel the profiler's table times as a binary add of two [tokens, width] tensors
+    from graphsim.profiles.profiler.pointwise import _select
+
+    k = KernelAttrs(KernelKind.ELEMENTWISE, "add", ElementwiseGeometry(width=256, reads=2), "bf16", Rows.TOKENS,
+                    ("add_",), "gemma3n_ops")
+    key = ElementwiseKey(elementwise_op(k), 256, KernelDtype("bf16"))
+    _build, label, _ = _select(k, key)
+    assert label == "aten::add"

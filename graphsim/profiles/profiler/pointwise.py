@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from graphsim.costing.kernels import ElementwiseKey, TokensPoint
+from graphsim.costing.roofline import READS_TAG, elementwise_reads
 from graphsim.ir.geometry import (
     Conv1dGeometry, ElementwiseGeometry, EmbeddingGeometry, Geometry, MoeRouterGeometry, NormGeometry, RotaryGeometry,
 )
@@ -60,6 +61,10 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
 }
+
+
+# ops timed on two [tokens, width] operands (a key `op/r2`, costing/roofline.py READS_TAG, is the same kernel)
+BINARY_OPS = ("add", "sub", "mul", "div")
 
 
 # ---- elementwise placeholders by op name -------------------------------------------------------
@@ -169,7 +174,7 @@ def _gdn_gating(s: Shape) -> Fn:
 # name → (builder, label). Names are the IR op kinds (graphsim.ir.Op values) and vLLM kernel names;
 # the plain aten ops are torch's (or torch.nn.functional's) function of the same name.
 ELEMENTWISE_OPS: dict[str, tuple[Callable[[Shape], Fn], str]] = {
-    **{op: (_binary(getattr(torch, op)), f"aten::{op}") for op in ("add", "sub", "mul", "div")},
+    **{op: (_binary(getattr(torch, op)), f"aten::{op}") for op in BINARY_OPS},
     **{op: (_unary(getattr(torch, op)), f"aten::{op}") for op in ("neg", "exp", "abs", "sin", "cos", "tanh", "sigmoid")},
     **{op: (_unary(getattr(torch, op), True), f"aten::{op}") for op in ("log", "sqrt", "rsqrt")},  # positive inputs
     **{op: (_unary(getattr(F, op)), f"aten::{op}") for op in ("silu", "gelu", "relu", "softplus")},
@@ -397,6 +402,10 @@ def _select(a: KernelAttrs, key: ElementwiseKey) -> tuple[Callable[[Shape], Fn],
         raise Unmeasurable(f"no per-token benchmark for kernel kind {kind.value}")
     if key.op in ELEMENTWISE_OPS:
         build, label = ELEMENTWISE_OPS[key.op]
+        return build, label, ()
+    base = key.op.rpartition(READS_TAG)[0]
+    if elementwise_reads(key.op) == 2 and base in BINARY_OPS:  # `add/r2`: the binary op the table already times
+        build, label = ELEMENTWISE_OPS[base]
         return build, label, ()
     if key.op in NOT_MEASURABLE:
         raise Unmeasurable(f"elementwise '{key.op}': {NOT_MEASURABLE[key.op]}")
