@@ -165,7 +165,11 @@ def test_attention_outside_the_interface_is_refused(tmp_path):
         import_hf(resolve_model(str(d)), cache=False, trust_remote_code=True)
 
 
-def test_cache_key_holds_the_code(tmp_path):
+def test_cache_key_holds_the_code(tmp_path, monkeypatch):
+    from graphsim.importers import graph_cache
+
+    monkeypatch.setenv("GRAPHSIM_HOME", str(tmp_path / "home"))  # a cache of its own, on whatever CI sets
+    monkeypatch.delenv(graph_cache.NO_CACHE_ENV, raising=False)
     d = write_snapshot(tmp_path, "wombat-cached")
     _, first = import_hf(resolve_model(str(d)), trust_remote_code=True)
     _, again = import_hf(resolve_model(str(d)), trust_remote_code=True)
