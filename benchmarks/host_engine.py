@@ -1,5 +1,5 @@
-"""Time vLLM's own per-step engine work beyond the scheduler on this CPU: the model runner's persistent-batch update
-and the engine core's output serialisation and send, per decode step, by batch size.
+"""Time vLLM's own per-step engine work beyond the scheduler on this CPU: the model runner's persistent-batch update,
+its input preparation, and the engine core's output serialisation and send, per decode step, by batch size.
 
 The source of graphsim's v1-async runner/engine per-sequence term (graphsim/serving/host.py
 `V1_ASYNC_ENGINE_PER_SEQ_US`). Runs in an interpreter with vLLM (as benchmarks/host_scheduler.py, whose
@@ -15,6 +15,10 @@ Each decode step, timed apart with the thread's CPU time (`time.thread_time`), m
   run on a real `InputBatch` (vllm/v1/worker/gpu_input_batch.py) on the CPU device; the runner object carries only
   the attributes that method reads (no model, no GPU; `get_pp_group` is a single rank, `_may_reorder_batch` a no-op:
   FlashAttention does not reorder);
+- `prepare_inputs` (0.19 only): `GPUModelRunner._prepare_inputs(scheduler_output, num_scheduled_tokens)` over
+  `GPUModelRunner.__init__`'s buffers made on the CPU device; the block table's commit (an H2D copy) and the slot
+  mapping (a Triton kernel) are device work and left out; its other `copy_to_gpu` calls run as CPU copies here (a
+  few bytes a request: an overcount); 0.10.1's takes other arguments and is not timed;
 - `bookkeeping` (0.19 only): `GPUModelRunner._bookkeeping_sync` on the async-scheduling path (sampled tokens kept on the
   device, `[-1]` placeholders appended per request) plus the `tolist()` of the [B, 1] sampled ids that
   `AsyncGPUModelRunnerOutput.get_output` does; 0.10.1 has this loop inline in `execute_model` (not callable apart),
@@ -23,8 +27,8 @@ Each decode step, timed apart with the thread's CPU time (`time.thread_time`), m
   `MsgpackEncoder.encode_into` (vllm/v1/serial_utils.py) of the step's `EngineCoreOutputs` (those `update_from_output`
   returned) and `send_multipart(copy=False)` on a ZMQ PUSH socket over IPC (a drain thread receives them).
 
-Not timed: `_prepare_inputs` (vectorised numpy / torch index ops over the batch, device copies), the CUDA-graph
-dispatch and the sampler (GPU), `ModelRunnerOutput` construction, the engine core's busy loop and queues.
+Not timed: the CUDA-graph dispatch and the sampler (GPU), `ModelRunnerOutput` construction, the engine core's busy
+loop and queues.
 Prints one JSON line per batch and a least-squares slope per part over the batch sizes.
 """
 
@@ -75,10 +79,36 @@ def _runner(batch: int, new: bool) -> Any:
                                                       register_request=lambda rid, p: None))
     r._to_list = lambda t: t.tolist()
     r._get_prompt_logprobs_dict = types.MethodType(GPUModelRunner._get_prompt_logprobs_dict, r)
+    if new:  # what 0.19's `_prepare_inputs` reads: GPUModelRunner.__init__'s buffers, on the CPU device
+        tokens = max(8192, 128 * batch)
+        span = max(batch + 1, tokens)
+
+        def buf(*size, dtype, numpy=True):
+            return GPUModelRunner._make_buffer(r, *size, dtype=dtype, numpy=numpy)
+
+        r.__dict__.update(
+            max_num_tokens=tokens, max_num_reqs=batch, num_spec_tokens=0, enable_prompt_embeds=False,
+            lora_config=None, num_accepted_tokens_event=None, valid_sampled_token_count_gpu=None,
+            input_ids=buf(tokens, dtype=torch.int32), positions=torch.zeros(tokens, dtype=torch.int64),
+            query_start_loc=buf(batch + 1, dtype=torch.int32), seq_lens=torch.zeros(batch, dtype=torch.int32),
+            optimistic_seq_lens_cpu=torch.zeros(batch, dtype=torch.int32),
+            num_computed_tokens=torch.zeros(batch, dtype=torch.int32),
+            prev_num_draft_tokens=buf(batch, dtype=torch.int32), req_indices=buf(tokens, dtype=torch.int64),
+            prev_positions=buf(batch, dtype=torch.int64), num_scheduled_tokens=buf(batch, dtype=torch.int32),
+            inputs_embeds=buf(tokens, 8, dtype=torch.bfloat16, numpy=False), is_token_ids=buf(tokens, dtype=torch.bool),
+            discard_request_mask=buf(batch, dtype=torch.bool), num_decode_draft_tokens=buf(batch, dtype=torch.int32),
+            num_accepted_tokens=buf(batch, dtype=torch.int32), arange_np=np.arange(span, dtype=np.int64),
+            query_pos=buf(span, dtype=torch.int64), _arange_scratch=np.empty(span, dtype=np.int64))
+        for name in ("_get_cumsum_and_arange", "_prepare_input_ids", "_compute_prev_positions"):
+            setattr(r, name, types.MethodType(getattr(GPUModelRunner, name), r))
+        # device work, not the host's: the slot mapping is a Triton kernel, the block table's commit a H2D copy
+        r.input_batch.block_table.compute_slot_mapping = lambda *a, **k: None
+        r.input_batch.block_table.commit_block_table = lambda *a, **k: None
     return r
 
 
 def run(batch: int, steps: int, clock=time.thread_time) -> dict[str, float]:
+    import numpy as np
     import torch
     import zmq
     from vllm.sampling_params import SamplingParams
@@ -112,7 +142,8 @@ def run(batch: int, steps: int, clock=time.thread_time) -> dict[str, float]:
     threading.Thread(target=drain, daemon=True).start()
     encoder = MsgpackEncoder()
     pp = types.SimpleNamespace(is_last_rank=True, is_first_rank=True)
-    parts: dict[str, list[float]] = {"sched": [], "update_states": [], "bookkeeping": [], "output": []}
+    parts: dict[str, list[float]] = {"sched": [], "update_states": [], "prepare_inputs": [], "bookkeeping": [],
+                                     "output": []}
 
     def step(record: bool) -> None:
         t0 = clock()
@@ -120,8 +151,16 @@ def run(batch: int, steps: int, clock=time.thread_time) -> dict[str, float]:
         t1 = clock()
         GPUModelRunner._update_states(runner, out)
         t2 = clock()
+        upd = t2 - t1
         n = runner.input_batch.num_reqs
+        prep = 0.0
         if new:
+            # the per-request token counts in batch order, as execute_model builds them (not timed)
+            per_req = np.array([out.num_scheduled_tokens[q] for q in runner.input_batch.req_ids], dtype=np.int32)
+            p0 = clock()
+            GPUModelRunner._prepare_inputs(runner, out, per_req)
+            prep = clock() - p0
+            t2 = clock()
             sampled = torch.full((n, 1), 7, dtype=torch.int64)
             GPUModelRunner._bookkeeping_sync(runner, out, SamplerOutput(sampled_token_ids=sampled,
                                                                         logprobs_tensors=None),
@@ -141,7 +180,8 @@ def run(batch: int, steps: int, clock=time.thread_time) -> dict[str, float]:
         t6 = clock()
         if record:
             parts["sched"].append((t1 - t0 + t5 - t4) * 1e6)
-            parts["update_states"].append((t2 - t1) * 1e6)
+            parts["update_states"].append(upd * 1e6)
+            parts["prepare_inputs"].append(prep * 1e6)
             parts["bookkeeping"].append((t3 - t2) * 1e6)
             parts["output"].append((t6 - t5) * 1e6)
 

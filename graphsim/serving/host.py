@@ -34,9 +34,9 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   — 10 % of 2.73 ms, 273 µs, taken as what that preparation
   costs per step; and `V1_ENGINE_PER_SEQ_US` 60 per sequence beyond the scheduler, FITTED with the PCIe share on
   two tests of the validation set (benchmarks/fit_engine_links.py; held-out result and corroborating public
-  figures beside the constant below). v1-async replaces it with `V1_ASYNC_ENGINE_PER_SEQ_US` 2.70, vLLM 0.19.0's
-  runner and engine-core output work per sequence timed on CPU (benchmarks/host_engine.py; a floor: its input
-  preparation is not timed), as the fitted 60 would cap one 0.19 engine below its measured peak.
+  figures beside the constant below). v1-async replaces it with `V1_ASYNC_ENGINE_PER_SEQ_US` 4.16, vLLM 0.19.0's
+  runner (state update, input preparation, bookkeeping) and engine-core output work per sequence timed on CPU
+  (benchmarks/host_engine.py), as the fitted 60 would cap one 0.19 engine below its measured peak.
 - `per_token_us` 0 in every family: no published per-token figure for input preparation (vectorised numpy
   in V1); prefill steps are long enough that it would not matter at this scale.
 - the front end (frontend.py: a FIFO queue before the engine, one server per replica, beside the API server's
@@ -107,21 +107,24 @@ V1_ENGINE_PER_SEQ_US = 60.0
 # (benchmarks/data/kvcached_h100_qwen3_0.6b.json `max_output_tokens_per_s`), so it cannot hold for this family.
 # benchmarks/host_engine.py times, per decode step (thread CPU time, batches 1 / 8 / 32 / 128 / 256, 60 steps each,
 # least-squares slope per part), vLLM 0.19.0's `GPUModelRunner._update_states` on a real CPU `InputBatch`, its
+# `_prepare_inputs` (the block table's H2D commit and the slot-mapping Triton kernel, device work, left out; its
+# other `copy_to_gpu` calls run here as CPU copies of a few bytes a request, an overcount), its
 # `_bookkeeping_sync` on the async-scheduling path + the sampled ids' `tolist()` (`AsyncGPUModelRunnerOutput`), and
 # the engine core's output thread (`MsgpackEncoder.encode_into` of the step's `EngineCoreOutputs` + ZMQ
 # `send_multipart`, vllm/v1/engine/core.py `process_output_sockets`), beside the AsyncScheduler in the same run.
-# Two runs on this project's 2-core VM (load 7.4 / 9.2): update_states 0.860 / 1.279, bookkeeping 2.421 / 3.431,
-# output 0.345 / 0.418 µs a sequence, against the same run's scheduler 11.526 / 14.031: ratios 3.626 / 11.526 =
-# 0.3146 and 5.128 / 14.031 = 0.3655, mean 0.3400, which scales the scheduler's own 7.9469 µs (above; the VM was
-# less loaded then): 7.9469 × 0.3400 = 2.702 µs. Paired with vLLM 0.10.1 (same script, same VM, interleaved), the
-# runner's update_states + output is 1.367 / 1.915 µs a sequence there (two runs) against 0.19's 1.205 / 1.697
-# (0.88 / 0.89 of 0.10.1's): the version did not make this work heavier. Not timed (a floor, then):
-# `_prepare_inputs` (vectorised numpy / torch index ops over the batch), `ModelRunnerOutput` construction, the engine
-# core's queues. vllm-project/vllm PR 42131 (a decode fast path, B200; batch not stated) saves ~0.18 ms in
-# `_update_states` and ~0.05 ms in `_prepare_inputs` per step, so input preparation is the smaller of the two there.
-# The parts' per-step intercepts (~15 + ~45 + ~12 µs at batch 1) stay inside `V1_RUNNER_STEP_US` (not re-derived).
-V1_ASYNC_ENGINE_PER_SEQ_US = V1_ASYNC_SCHEDULER_PER_SEQ_US * ((0.860 + 2.421 + 0.345) / 11.526
-                                                              + (1.279 + 3.431 + 0.418) / 14.031) / 2
+# Two runs on this project's 2-core VM (load 2.5 / 2.2): update_states 0.681 / 0.577, prepare_inputs 2.352 / 2.394,
+# bookkeeping 1.653 / 1.442, output 0.188 / 0.146 µs a sequence, against the same run's scheduler 9.397 / 8.612:
+# ratios 4.874 / 9.397 = 0.5187 and 4.559 / 8.612 = 0.5294, mean 0.5240, which scales the scheduler's own 7.9469 µs
+# (above): 7.9469 × 0.5240 = 4.164 µs. (Two earlier runs without `_prepare_inputs`, load 7.4 / 9.2, gave the other
+# three parts 0.315 / 0.365 of the scheduler, against 0.328 / 0.334 here.) Paired with vLLM 0.10.1 (same script,
+# same VM, interleaved, those earlier runs): `_update_states` + output 1.367 / 1.915 µs a sequence there against
+# 0.19's 1.205 / 1.697 (0.88 / 0.89 of 0.10.1's): the version did not make this work heavier. 0.10.1's bookkeeping
+# is inline in `execute_model` and its `_prepare_inputs` takes other arguments: not timed there. Not timed at all
+# (so a floor): `ModelRunnerOutput` construction, the engine core's queues and busy loop. The parts' per-step
+# intercepts (`_prepare_inputs` ~190–320 µs at batch 1, the others ~15 + ~40 + ~15) are of the order of
+# `V1_RUNNER_STEP_US` (273, PR 17866), which stays as it is (not re-derived).
+V1_ASYNC_ENGINE_PER_SEQ_US = V1_ASYNC_SCHEDULER_PER_SEQ_US * ((0.681 + 2.352 + 1.653 + 0.188) / 9.397
+                                                              + (0.577 + 2.394 + 1.442 + 0.146) / 8.612) / 2
 
 # --- the front end (frontend.py; the same in every family) --------------------------------------------------------
 # Fitted by benchmarks/fit_frontend.py on the four single-GPU runs that isolate the front end (dl22-t4-36, t5-46:
