@@ -214,22 +214,10 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None, code_dir: Path 
     hf_cfg = make_hf_config(cfg)
     cls = model_class(arch)
     torch_dtype = config_dtype(cfg, dtype)
-    kwargs: dict[str, Any] = {
-        "attn_implementation": custom_ops.IMPL_NAME,
-        "experts_implementation": custom_ops.IMPL_NAME,
-        "dtype": torch_dtype,
-    }
-    logging.getLogger("transformers").setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), torch.device("meta"):
-            warnings.simplefilter("ignore")
-            try:
-                model = cls._from_config(hf_cfg, **kwargs)
-            except (ValueError, TypeError) as e:
-                if "experts_implementation" not in str(e):
-                    raise ConfigError(f"cannot build {arch} from this config: {e}") from None
-                kwargs.pop("experts_implementation")
-                model = cls._from_config(hf_cfg, **kwargs)
+        model = instantiate_on_meta(cls, hf_cfg, torch_dtype)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"cannot build {arch} from this config: {e}") from None
     except KeyError as e:
         if e.args == (custom_ops.IMPL_NAME,):  # (GPT-Neo's GPT_NEO_ATTENTION_CLASSES, Git's: eager / flash only)
             raise UnsupportedArchitectureError(
@@ -246,6 +234,30 @@ def build_on_meta(cfg: dict[str, Any], dtype: str | None = None, code_dir: Path 
         raise ConfigError(f"cannot build {arch} from this config ({type(e).__name__}: {e}); check config.json") from None
     model.eval()
     return BuiltModel(model, hf_cfg, torch_dtype, arch, quant)
+
+
+def instantiate_on_meta(cls: Any, hf_cfg: Any, torch_dtype: Any) -> Any:
+    """`cls` built from `hf_cfg` on the meta device with graphsim's attention and experts implementations (without
+    the experts one when the class does not take it); transformers' warnings silenced. Errors propagate."""
+    import torch
+
+    from graphsim.importers.hf import custom_ops
+
+    kwargs: dict[str, Any] = {
+        "attn_implementation": custom_ops.IMPL_NAME,
+        "experts_implementation": custom_ops.IMPL_NAME,
+        "dtype": torch_dtype,
+    }
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        try:
+            return cls._from_config(hf_cfg, **kwargs)
+        except (ValueError, TypeError) as e:
+            if "experts_implementation" not in str(e):
+                raise
+            kwargs.pop("experts_implementation")
+            return cls._from_config(hf_cfg, **kwargs)
 
 
 def quantization_of(cfg: dict[str, Any]) -> dict[str, Any] | None:

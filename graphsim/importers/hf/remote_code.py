@@ -268,31 +268,15 @@ def check_attention(graph, arch: str) -> None:
 
 def build(cfg: dict[str, Any], dtype: str | None, directory: Path):
     """The snapshot's causal LM on the meta device with graphsim's attention and experts (a BuiltModel)."""
-    import logging
-
-    import torch
-
-    from graphsim.importers.hf import custom_ops
-    from graphsim.importers.hf.build import BuiltModel, check_config, config_dtype, quantization_of
+    from graphsim.importers.hf.build import BuiltModel, check_config, config_dtype, instantiate_on_meta, quantization_of
 
     arch = check_config(cfg)
     quant = quantization_of(cfg)
     hf_cfg = build_config(cfg, directory)
     cls = model_class(cfg, directory)
     torch_dtype = config_dtype(cfg, dtype)
-    kwargs: dict[str, Any] = {"attn_implementation": custom_ops.IMPL_NAME,
-                              "experts_implementation": custom_ops.IMPL_NAME, "dtype": torch_dtype}
-    logging.getLogger("transformers").setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), torch.device("meta"):
-            warnings.simplefilter("ignore")
-            try:
-                model = cls._from_config(hf_cfg, **kwargs)
-            except (ValueError, TypeError) as e:
-                if "experts_implementation" not in str(e):
-                    raise
-                kwargs.pop("experts_implementation")
-                model = cls._from_config(hf_cfg, **kwargs)
+        model = instantiate_on_meta(cls, hf_cfg, torch_dtype)
     except (KeyboardInterrupt, ConfigError, UnsupportedArchitectureError):
         raise
     except Exception as e:  # the snapshot's constructor failed: say where, in one line
