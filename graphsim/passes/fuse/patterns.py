@@ -26,6 +26,14 @@ ABSORBED_OPS = VIEW_LIKE | {Op.ARANGE, Op.FULL}
 ACTIVATIONS = {Op.SILU: "silu", Op.GELU: "gelu", Op.RELU: "relu"}
 
 
+def through_views(ctx: FuseContext, value: str) -> Node | None:
+    """The node producing `value`, looking through the ops the fuser absorbs (views, arange, full)."""
+    p = ctx.producer(value)
+    while p is not None and p.op in ABSORBED_OPS and p.inputs:
+        p = ctx.producer(p.inputs[0])
+    return p
+
+
 def per_token(spec: TensorSpec, node: Node | None = None) -> tuple[int, Rows]:
     """Elements per token of a value and whether it scales with tokens. A size that depends on the data (a symbol
     other than T: torch.export's unbacked sizes, e.g. the tokens a loop over experts gives each expert) has no

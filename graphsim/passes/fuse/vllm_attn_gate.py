@@ -18,26 +18,19 @@ from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 from graphsim.passes.fuse.vllm_elementwise import _one_kernel
 
 
-def _through_views(ctx: FuseContext, value: str) -> Node | None:
-    p = ctx.producer(value)
-    while p is not None and p.op in P.ABSORBED_OPS and p.inputs:
-        p = ctx.producer(p.inputs[0])
-    return p
-
-
 def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
     """The casts and the softplus from a GEMM output to `n` (the gate value), or None."""
     chain: list[Node] = []
     while n is not None and n.op is Op.CAST and ctx.is_free(n) and n.inputs:
         chain.append(n)
-        n = _through_views(ctx, n.inputs[0])
+        n = P.through_views(ctx, n.inputs[0])
     if n is None or n.op is not Op.SOFTPLUS or not ctx.is_free(n) or not n.inputs:
         return None
     chain.append(n)
-    n = _through_views(ctx, n.inputs[0])
+    n = P.through_views(ctx, n.inputs[0])
     while n is not None and n.op is Op.CAST and ctx.is_free(n) and n.inputs:
         chain.append(n)
-        n = _through_views(ctx, n.inputs[0])
+        n = P.through_views(ctx, n.inputs[0])
     return chain if n is not None and n.op is Op.LINEAR else None
 
 
@@ -47,7 +40,7 @@ def _match_softplus_gate(ctx: FuseContext) -> list[Candidate]:
         for m in ctx.nodes_in_scope(a.scope, exact=True):
             if m.op is not Op.MUL or not ctx.is_free(m) or len(m.inputs) != 2:
                 continue
-            sources = [_through_views(ctx, v) for v in m.inputs]
+            sources = [P.through_views(ctx, v) for v in m.inputs]
             if a not in sources:
                 continue
             chain = _gate_chain(ctx, sources[1 - sources.index(a)])

@@ -13,26 +13,19 @@ token-data operand is the query and whose other operand is computed from positio
 
 from __future__ import annotations
 
-from graphsim.ir import Node, Op
+from graphsim.ir import Op
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 from graphsim.passes.fuse.vllm_elementwise import _one_kernel
 
 
-def _through_views(ctx: FuseContext, value: str) -> Node | None:
-    p = ctx.producer(value)
-    while p is not None and p.op in P.ABSORBED_OPS and p.inputs:
-        p = ctx.producer(p.inputs[0])
-    return p
-
-
 def _match_query_position_scale(ctx: FuseContext) -> list[Candidate]:
     out = []
     for a in (n for n in ctx.graph.nodes if n.op is Op.ATTENTION and n.inputs):
-        cast = _through_views(ctx, a.inputs[0])
+        cast = P.through_views(ctx, a.inputs[0])
         if cast is None or cast.op is not Op.CAST or not ctx.is_free(cast) or not cast.inputs:
             continue
-        mul = _through_views(ctx, cast.inputs[0])
+        mul = P.through_views(ctx, cast.inputs[0])
         if mul is None or mul.op is not Op.MUL or not ctx.is_free(mul) or len(mul.inputs) != 2:
             continue
         sources = [ctx.producer(v) for v in mul.inputs]

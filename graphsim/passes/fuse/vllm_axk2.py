@@ -31,20 +31,13 @@ from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 _PORT = "SeungminHeo/vllm fork vllm/models/axk2/attention.py:AXK2Attention.forward"
 
 
-def _through_views(ctx: FuseContext, value: str) -> Node | None:
-    p = ctx.producer(value)
-    while p is not None and p.op in P.ABSORBED_OPS and p.inputs:
-        p = ctx.producer(p.inputs[0])
-    return p
-
-
 def _match_fused_gate(ctx: FuseContext) -> list[Candidate]:
     out = []
     for a in (n for n in ctx.graph.nodes if n.op is Op.ATTENTION):
         for m in ctx.nodes_in_scope(a.scope, exact=True):
             if m.op is not Op.MUL or not ctx.is_free(m) or len(m.inputs) != 2:
                 continue
-            sources = [_through_views(ctx, v) for v in m.inputs]
+            sources = [P.through_views(ctx, v) for v in m.inputs]
             if a not in sources:
                 continue
             s = sources[1 - sources.index(a)]

@@ -20,18 +20,11 @@ GEMM and reads q|k|v as a slice of its output (olmo_gdn_linear_attn.py): transfo
 
 from __future__ import annotations
 
-from graphsim.ir import Node, Op
+from graphsim.ir import Op
 from graphsim.ir.geometry import ElementwiseGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
-
-
-def _upstream(ctx: FuseContext, value: str) -> Node | None:
-    p = ctx.producer(value)
-    while p is not None and p.op in P.ABSORBED_OPS and p.inputs:
-        p = ctx.producer(p.inputs[0])
-    return p
 
 
 def _match_gdn_qkv_cat(ctx: FuseContext) -> list[Candidate]:
@@ -40,7 +33,7 @@ def _match_gdn_qkv_cat(ctx: FuseContext) -> list[Candidate]:
     for n in ctx.graph.nodes:
         if n.op is not Op.CAT or not ctx.is_free(n) or n.scope not in scopes or len(n.inputs) < 2:
             continue
-        sources = {p.name if p is not None and p.op is Op.LINEAR else None for p in (_upstream(ctx, v) for v in n.inputs)}
+        sources = {p.name if p is not None and p.op is Op.LINEAR else None for p in (P.through_views(ctx, v) for v in n.inputs)}
         if len(sources) == 1 and None not in sources:
             out.append(Candidate([n]))
     return out
@@ -67,10 +60,10 @@ def _match_packed_qkv_cat(ctx: FuseContext) -> list[Candidate]:
     for n in ctx.graph.nodes:
         if n.op is not Op.CAT or not ctx.is_free(n) or n.scope not in scopes or len(n.inputs) < 2:
             continue
-        sources = [p for p in (_upstream(ctx, v) for v in n.inputs) if p is not None and p.op is Op.LINEAR]
+        sources = [p for p in (P.through_views(ctx, v) for v in n.inputs) if p is not None and p.op is Op.LINEAR]
         if len(sources) != len(n.inputs) or len({p.name for p in sources}) != len(sources):
             continue
-        reads = {(q.name if (q := _upstream(ctx, p.inputs[0])) is not None else None) for p in sources if p.inputs}
+        reads = {(q.name if (q := P.through_views(ctx, p.inputs[0])) is not None else None) for p in sources if p.inputs}
         if len(reads) != 1 or None in reads:
             continue
         users = [u for v in ctx.outputs_of([n]) for u in ctx.users.get(v, [])]

@@ -13,25 +13,18 @@ and the cast of that add's output when it is the add's only user.
 
 from __future__ import annotations
 
-from graphsim.ir import Node, Op
+from graphsim.ir import Op
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
-
-
-def _through_views(ctx: FuseContext, value: str) -> Node | None:
-    p = ctx.producer(value)
-    while p is not None and p.op in P.ABSORBED_OPS and p.inputs:
-        p = ctx.producer(p.inputs[0])
-    return p
 
 
 def _match_moe_sum_casts(ctx: FuseContext) -> list[Candidate]:
     out = []
     for add in (n for n in ctx.graph.nodes if n.op is Op.ADD and len(n.inputs) == 2):
-        casts = [_through_views(ctx, v) for v in add.inputs]
+        casts = [P.through_views(ctx, v) for v in add.inputs]
         if not all(c is not None and c.op is Op.CAST and ctx.is_free(c) and c.inputs for c in casts):
             continue
-        kinds = {(s.op if (s := _through_views(ctx, c.inputs[0])) is not None else None)
+        kinds = {(s.op if (s := P.through_views(ctx, c.inputs[0])) is not None else None)
                  for c in casts if c is not None}
         if kinds != {Op.MOE_EXPERTS, Op.LINEAR}:
             continue
