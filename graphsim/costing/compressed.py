@@ -25,6 +25,13 @@ vllm/v1/attention/backends/mla/sparse_swa.py) runs, per layer:
   (post·x + combᵀ·streams: 2·n·n·D + 2·n·D FLOPs, (2n + 1)·D moved), `hc_head` (the final collapse,
   2·n·n·D FLOPs, (n + 1)·D moved), in the model dtype. Their fn weights (fp32, (2 + n)·n × n·D, read once
   a step) are not priced: a known gap of about 1.5 MB per block at V4-Flash's sizes.
+
+HunYuan-V4's independent hyper-connections (no comb, no Sinkhorn; vllm/models/hy_v4/nvidia/hc.py
+HYV4HCPreLayer / HYV4HCPostLayer on the in-tree Triton kernels of triton_ihc.py) are priced the same way:
+`triton_ihc_pre` (stage 1: sum of squares and the fn projection to 2n mixes per split of 1024 inputs, stage 2: the
+gates and the collapse: 2·2n·n·D + 2·n·D + 2·n·D FLOPs; `ihc_pre_bytes`), `triton_ihc_post` (post·x + streams:
+2·n·D FLOPs, (2n + 1)·D moved plus the n fp32 gates). The pre kernel's two launches are one key here, and its fn
+weight (fp32, 2n × n·D, a ReplicatedLinear: whole on every tensor-parallel rank) is not priced, as above.
 """
 
 from __future__ import annotations
@@ -39,10 +46,12 @@ ATTN_TOKENS = "flashmla_sparse_swa.tokens"
 ATTN_KINDS = (ATTN_PAIRS, ATTN_KEYS, ATTN_TOKENS)
 COMPRESSOR = "deepseek_compressor"
 MHC_PRE, MHC_POST, HC_HEAD = "mhc_pre", "mhc_post", "hc_head"
+IHC_PRE, IHC_POST = "triton_ihc_pre", "triton_ihc_post"
 
 _ATTN = re.compile(r"^(?P<kernel>[a-z_.]+)/h(?P<h>\d+)\.d(?P<d>\d+)\.e(?P<e>\d+)$")
 _COMP = re.compile(r"^deepseek_compressor/d(?P<d>\d+)\.c(?P<c>\d+)\.m(?P<m>\d+)\.e(?P<e>\d+)$")
-_HC = re.compile(r"^(?P<kernel>mhc_pre|mhc_post|hc_head)/n(?P<n>\d+)\.d(?P<d>\d+)$")
+_HC = re.compile(r"^(?P<kernel>mhc_pre|mhc_post|hc_head|triton_ihc_pre|triton_ihc_post)/n(?P<n>\d+)\.d(?P<d>\d+)$")
+_IHC_BLOCK_K = 1024  # vllm/models/hy_v4/nvidia/triton_ihc.py _BLOCK_K: the pre kernel's split of the n·D inputs
 
 
 def attention_op(kernel: str, heads: int, head_dim: int, entry_bytes: int) -> str:
@@ -55,6 +64,16 @@ def compressor_op(head_dim: int, coff: int, ratio: int, entry_bytes: int) -> str
 
 def hc_op(kernel: str, streams: int, hidden: int) -> str:
     return f"{kernel}/n{streams}.d{hidden}"
+
+
+def ihc_pre_bytes(streams: int, hidden: int, act_bytes: float) -> float:
+    """Bytes a token moves through vLLM's triton_ihc_pre (vllm/models/hy_v4/nvidia/triton_ihc.py): stage 1 reads
+    the n·D streams once, stage 2 reads them again for the collapse and writes D outputs and n fp32 post gates;
+    the fp32 partials (ceil(n·D / 1024) splits of 1 + 2·next_pow2(n) values) are written then read back."""
+    n, d = streams, hidden
+    splits = -(-n * d // _IHC_BLOCK_K)
+    stride = 1 + 2 * (1 << max(n - 1, 0).bit_length())
+    return (2 * n + 1) * d * act_bytes + 4.0 * n + 2 * splits * stride * 4.0
 
 
 def work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.ndarray] | None:
@@ -79,6 +98,10 @@ def work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.nd
             return rows * 2.0 * (2 + n) * n * n * d, rows * ((n + 1) * d * act_bytes + (n + n * n) * 4.0)
         if kernel == MHC_POST:
             return rows * (2.0 * n * n * d + 2.0 * n * d), rows * (2 * n + 1) * d * act_bytes
+        if kernel == IHC_PRE:
+            return rows * (4.0 * n * n * d + 4.0 * n * d), rows * ihc_pre_bytes(n, d, act_bytes)
+        if kernel == IHC_POST:
+            return rows * 2.0 * n * d, rows * ((2 * n + 1) * d * act_bytes + 4.0 * n)
         return rows * 2.0 * n * n * d, rows * (n + 1) * d * act_bytes
     return None
 

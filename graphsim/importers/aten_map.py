@@ -62,6 +62,7 @@ ATEN_OPS: dict[str, Op] = {
     "selective_scan": Op.LINEAR_ATTENTION, "block_indexer": Op.SPARSE_INDEXER, "lightning_attention": Op.LINEAR_ATTENTION,
     "alibi_attention": Op.ATTENTION, "compressed_attention": Op.ATTENTION, "compressed_indexer": Op.SPARSE_INDEXER, "kv_compress": Op.KV_COMPRESS,
     "hc_pre": Op.HYPER_CONNECTION, "hc_post": Op.HYPER_CONNECTION, "hc_head": Op.HYPER_CONNECTION,
+    "ihc_pre": Op.HYPER_CONNECTION, "ihc_post": Op.HYPER_CONNECTION,
 }
 
 DROPPED = {

@@ -25,6 +25,10 @@ hold (never by class name) and their forwards swapped:
   (vLLM's MHCPreOp); the layer holding two of them (`attn_hc`, `ffn_hc`) updates its streams with
   `graphsim::hc_post` (post·out + combᵀ·streams, vLLM's MHCPostOp); the model's final collapse (`hc_fn`,
   `hc_base`, `hc_scale`) is `graphsim::hc_head` (vLLM's HCHeadOp).
+- an independent hyper-connection (HunYuan-V4's iHC: `fn` projecting to pre and post gates only, 2n rows, a
+  `hc_post_magnitude`, no comb and no Sinkhorn): `graphsim::ihc_pre` (post gates and the collapse, vLLM's
+  triton_ihc_pre); the layer holding two of them updates its streams with `graphsim::ihc_post` (post·out + streams,
+  vLLM's triton_ihc_post). Its final collapse has the fields above and is `graphsim::hc_head` too.
 
 The reference kernels compute what transformers' no-cache forward computes (`tests/importers/test_compressed_ops.py`
 compares logits on a tiny random model). With a cache (generation) the original forwards run.
@@ -246,6 +250,43 @@ def _hc_head_fake(streams, fn, base, scale, eps, norm_eps):
     return streams.new_empty((b, t, d))
 
 
+@torch.library.custom_op("graphsim::ihc_pre", mutates_args=())
+def ihc_pre_op(
+    streams: torch.Tensor, fn: torch.Tensor, base: torch.Tensor, scale: torch.Tensor, magnitude: float, eps: float,
+    norm_eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Independent hyper-connection (no comb): streams [B,T,n,D], fn [2n, n·D] → post [B,T,n] (fp32) and the block
+    input [B,T,D]: mixes = fn · RMS(flatten(streams)); pre = σ(mix·s₀ + b) + ε, post = magnitude·σ(mix·s₁ + b) + ε;
+    block input Σ_i pre_i·stream_i (transformers HYV4HyperConnection.forward; vLLM's triton_ihc_pre)."""
+    n = streams.shape[-2]
+    flat = streams.flatten(2).float()
+    mixes = F.linear(_unweighted_rms(flat, norm_eps), fn.float())
+    pre_w, post_w = mixes.split([n, n], dim=-1)
+    pre_b, post_b = base.float().split([n, n])
+    s_pre, s_post = scale.float().unbind(0)
+    pre = torch.sigmoid(pre_w * s_pre + pre_b) + eps
+    post = magnitude * torch.sigmoid(post_w * s_post + post_b) + eps
+    return post, (pre.unsqueeze(-1) * streams).sum(dim=2).to(streams.dtype)
+
+
+@ihc_pre_op.register_fake
+def _ihc_pre_fake(streams, fn, base, scale, magnitude, eps, norm_eps):
+    b, t, n, d = streams.shape
+    return streams.new_empty((b, t, n), dtype=torch.float32), streams.new_empty((b, t, d))
+
+
+@torch.library.custom_op("graphsim::ihc_post", mutates_args=())
+def ihc_post_op(out: torch.Tensor, streams: torch.Tensor, post: torch.Tensor) -> torch.Tensor:
+    """out [B,T,D], streams [B,T,n,D], post [B,T,n] → [B,T,n,D]: stream_i = post_i·out + stream_i, in fp32
+    (transformers HYV4DecoderLayer.forward; vLLM's triton_ihc_post)."""
+    return (post.float().unsqueeze(-1) * out.float().unsqueeze(-2) + streams.float()).to(streams.dtype)
+
+
+@ihc_post_op.register_fake
+def _ihc_post_fake(out, streams, post):
+    return torch.empty_like(streams)
+
+
 # --- recognising the modules -------------------------------------------------------------------------
 def _has(m: torch.nn.Module, *names: str) -> bool:
     return all(hasattr(m, a) for a in names)
@@ -267,6 +308,15 @@ def is_hyper_connection(m: torch.nn.Module) -> bool:
     return _has(m, "fn", "base", "scale", "hc_mult", "hc_sinkhorn_iters", "hc_eps", "input_norm")
 
 
+def is_independent_hyper_connection(m: torch.nn.Module) -> bool:
+    """A hyper-connection without the comb mixing: its fn projects to pre and post gates only (2n rows)."""
+    if not _has(m, "fn", "base", "scale", "hc_mult", "hc_eps", "input_norm", "hc_post_magnitude") or _has(
+            m, "hc_sinkhorn_iters"):
+        return False
+    fn, streams = m.fn, m.hc_mult
+    return isinstance(fn, torch.Tensor) and fn.dim() == 2 and isinstance(streams, int) and fn.shape[0] == 2 * streams
+
+
 def is_hyper_head(m: torch.nn.Module) -> bool:
     return _has(m, "hc_fn", "hc_base", "hc_scale", "hc_mult", "input_norm", "eps")
 
@@ -275,6 +325,12 @@ def is_hyper_layer(m: torch.nn.Module) -> bool:
     """A decoder layer whose residual is hyper-connection streams around its attention and MLP blocks."""
     return _has(m, "attn_hc", "ffn_hc", "self_attn", "mlp", "input_layernorm", "post_attention_layernorm") and all(
         is_hyper_connection(getattr(m, a)) for a in ("attn_hc", "ffn_hc"))
+
+
+def is_independent_hyper_layer(m: torch.nn.Module) -> bool:
+    """A decoder layer whose residual is independent hyper-connection streams around its attention and MLP."""
+    return _has(m, "attn_hc", "ffn_hc", "self_attn", "mlp", "input_layernorm", "post_attention_layernorm") and all(
+        is_independent_hyper_connection(getattr(m, a)) for a in ("attn_hc", "ffn_hc"))
 
 
 def _rope_scaling(rotary: Any, kind: str) -> float:
@@ -356,13 +412,34 @@ def _hyper_layer_forward(self, hidden_states, input_ids=None, **kwargs):
     return torch.ops.graphsim.hc_post(mlp_output, hidden_states, post, comb)
 
 
+def _independent_hyper_connection_forward(self, hidden_streams):
+    """transformers' HYV4HyperConnection.forward as one op: (post, block input)."""
+    return torch.ops.graphsim.ihc_pre(hidden_streams, self.fn, self.base, self.scale, float(self.hc_post_magnitude),
+                                      float(self.hc_eps), float(self.input_norm.eps))
+
+
+def _independent_hyper_layer_forward(self, hidden_states, cache=None, **kwargs):
+    """transformers' HYV4DecoderLayer.forward with each stream update (post·out + streams) one op; the attention's
+    last output (the indexer's top-k, handed to the next layer) is returned beside the streams as there."""
+    if cache is not None:
+        return type(self).forward(self, hidden_states, cache=cache, **kwargs)
+    post, collapsed = self.attn_hc(hidden_states)
+    attn = self.self_attn(hidden_states=self.input_layernorm(collapsed), cache=cache, **kwargs)
+    hidden_states = torch.ops.graphsim.ihc_post(attn[0], hidden_states, post)
+    post, collapsed = self.ffn_hc(hidden_states)
+    mlp_output = self.mlp(self.post_attention_layernorm(collapsed))
+    return torch.ops.graphsim.ihc_post(mlp_output, hidden_states, post), attn[-1]
+
+
 @contextlib.contextmanager
 def compressed_patches(model: torch.nn.Module) -> Iterator[list[str]]:
     """Swap each compressed-KV attention's and hyper-connection's forward for the semantic one; restore after."""
     def choose(m: torch.nn.Module):
         for test, forward in ((is_compressed_attention, _compressed_attention_forward),
                               (is_hyper_connection, _hyper_connection_forward), (is_hyper_head, _hyper_head_forward),
-                              (is_hyper_layer, _hyper_layer_forward)):
+                              (is_hyper_layer, _hyper_layer_forward),
+                              (is_independent_hyper_connection, _independent_hyper_connection_forward),
+                              (is_independent_hyper_layer, _independent_hyper_layer_forward)):
             if test(m):
                 return forward
         return None

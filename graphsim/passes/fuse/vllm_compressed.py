@@ -16,6 +16,9 @@ graphsim/importers/hf/compressed_ops.py), priced in costing/compressed.py.
 - `Op.HYPER_CONNECTION`: vllm/model_executor/layers/mhc.py MHCPreOp (`mhc_pre`: norm, fn projection,
   Sinkhorn and collapse fused), MHCPostOp (`mhc_post`) and HCHeadOp (`hc_head`); vLLM fuses a block's post
   with the next block's pre (MHCFusedPostPreOp), priced here as the two parts it does.
+  HunYuan-V4's independent hyper-connections (`graphsim::ihc_pre` / `ihc_post`, no comb) are vLLM's
+  triton_ihc_pre / triton_ihc_post (vllm/models/hy_v4/nvidia/triton_ihc.py, vLLM 0.33.0); their fn projection
+  is a ReplicatedLinear (hc.py HYV4HCPreLayer.hc_fn), so the node stays whole under tensor parallelism.
 """
 
 from __future__ import annotations
@@ -83,7 +86,9 @@ KV_COMPRESS = Rule(
 )
 
 _HC_KERNELS = {"graphsim::hc_pre": compressed.MHC_PRE, "graphsim::hc_post": compressed.MHC_POST,
-               "graphsim::hc_head": compressed.HC_HEAD}
+               "graphsim::hc_head": compressed.HC_HEAD, "graphsim::ihc_pre": compressed.IHC_PRE,
+               "graphsim::ihc_post": compressed.IHC_POST}
+_STREAMS_SECOND = ("graphsim::hc_post", "graphsim::ihc_post")  # (out, streams, ...): the streams are input 1
 
 
 def _match_hc(ctx: FuseContext):
@@ -92,7 +97,7 @@ def _match_hc(ctx: FuseContext):
 
 def _build_hc(ctx: FuseContext, c: Candidate) -> KernelAttrs:
     n = c.nodes[0]
-    streams = ctx.spec(n.inputs[0] if n.target != "graphsim::hc_post" else n.inputs[1])  # [B,T,n,D]
+    streams = ctx.spec(n.inputs[1] if n.target in _STREAMS_SECOND else n.inputs[0])  # [B,T,n,D]
     count, hidden = int(streams.shape[-2]), int(streams.shape[-1])
     op = compressed.hc_op(_HC_KERNELS[n.target], count, hidden)
     return KernelAttrs(KernelKind.ELEMENTWISE, op, ElementwiseGeometry(width=count * hidden), streams.dtype.value,
@@ -100,7 +105,8 @@ def _build_hc(ctx: FuseContext, c: Candidate) -> KernelAttrs:
 
 
 HYPER_CONNECTION = Rule(
-    "hyper_connection", "model_executor/layers/mhc.py:MHCPreOp / MHCPostOp / HCHeadOp (tilelang kernels)",
+    "hyper_connection", "model_executor/layers/mhc.py:MHCPreOp / MHCPostOp / HCHeadOp (tilelang kernels); "
+    "models/hy_v4/nvidia/hc.py:HYV4HCPreLayer / HYV4HCPostLayer (triton_ihc_pre / triton_ihc_post)",
     _match_hc, _build_hc,
 )
 
