@@ -351,7 +351,7 @@ UNSUPPORTED: dict[str, str] = {
     "Gemma4UnifiedAssistantForCausalLM": "not traceable yet (one-line import error)",
     "Gemma4UnifiedForCausalLM": "rows no derivation rule places (ffn.scalar: the layer scalar)",
     "Gemma4UnifiedForConditionalGeneration": "rows no derivation rule places (ffn.scalar: the layer scalar)",
-    "HYV4ForCausalLM": "the vLLM fuse builds a kernel cycle at its indexer (one-line error)",
+    "HYV4ForCausalLM": "rows no derivation rule places (attn.hc, attn.index, ffn.hc: the iHC gates and its indexer)",
     "JetMoeForCausalLM": "not traceable yet (one-line import error)",
     "LongcatFlashForCausalLM": "the fold counts 28 layers where the accountant counts 56 (two sub-layers a layer)",
     "MegatronBertForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
