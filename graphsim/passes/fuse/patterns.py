@@ -34,6 +34,20 @@ def through_views(ctx: FuseContext, value: str) -> Node | None:
     return p
 
 
+def attention_gate_muls(ctx: FuseContext) -> list[tuple[Node, Node | None]]:
+    """(mul, the producer of its other operand) for every free two-input mul in an attention node's scope that
+    takes that attention's output (through views): the output gates model ports fuse before o_proj."""
+    out = []
+    for a in (n for n in ctx.graph.nodes if n.op is Op.ATTENTION):
+        for m in ctx.nodes_in_scope(a.scope, exact=True):
+            if m.op is not Op.MUL or not ctx.is_free(m) or len(m.inputs) != 2:
+                continue
+            sources = [through_views(ctx, v) for v in m.inputs]
+            if a in sources:
+                out.append((m, sources[1 - sources.index(a)]))
+    return out
+
+
 def per_token(spec: TensorSpec, node: Node | None = None) -> tuple[int, Rows]:
     """Elements per token of a value and whether it scales with tokens. A size that depends on the data (a symbol
     other than T: torch.export's unbacked sizes, e.g. the tokens a loop over experts gives each expert) has no

@@ -36,16 +36,10 @@ def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
 
 def _match_softplus_gate(ctx: FuseContext) -> list[Candidate]:
     out = []
-    for a in (n for n in ctx.graph.nodes if n.op is Op.ATTENTION):
-        for m in ctx.nodes_in_scope(a.scope, exact=True):
-            if m.op is not Op.MUL or not ctx.is_free(m) or len(m.inputs) != 2:
-                continue
-            sources = [P.through_views(ctx, v) for v in m.inputs]
-            if a not in sources:
-                continue
-            chain = _gate_chain(ctx, sources[1 - sources.index(a)])
-            if chain:
-                out += [Candidate([n]) for n in (*reversed(chain), m)]
+    for m, gate in P.attention_gate_muls(ctx):
+        chain = _gate_chain(ctx, gate)
+        if chain:
+            out += [Candidate([n]) for n in (*reversed(chain), m)]
     return out
 
 

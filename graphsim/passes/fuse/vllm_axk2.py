@@ -33,22 +33,15 @@ _PORT = "SeungminHeo/vllm fork vllm/models/axk2/attention.py:AXK2Attention.forwa
 
 def _match_fused_gate(ctx: FuseContext) -> list[Candidate]:
     out = []
-    for a in (n for n in ctx.graph.nodes if n.op is Op.ATTENTION):
-        for m in ctx.nodes_in_scope(a.scope, exact=True):
-            if m.op is not Op.MUL or not ctx.is_free(m) or len(m.inputs) != 2:
-                continue
-            sources = [P.through_views(ctx, v) for v in m.inputs]
-            if a not in sources:
-                continue
-            s = sources[1 - sources.index(a)]
-            if s is None or s.op is not Op.SIGMOID or not ctx.is_free(s) or not s.inputs:
-                continue
-            c1 = ctx.producer(s.inputs[0])
-            users = ctx.users.get(m.name, [])
-            if (c1 is None or c1.op is not Op.CAST or not ctx.is_free(c1) or c1.outputs[0].dtype is not DType.FLOAT32
-                    or len(users) != 1 or users[0].op is not Op.CAST or not ctx.is_free(users[0])):
-                continue
-            out.append(Candidate([c1, s, m, users[0]]))
+    for m, s in P.attention_gate_muls(ctx):
+        if s is None or s.op is not Op.SIGMOID or not ctx.is_free(s) or not s.inputs:
+            continue
+        c1 = ctx.producer(s.inputs[0])
+        users = ctx.users.get(m.name, [])
+        if (c1 is None or c1.op is not Op.CAST or not ctx.is_free(c1) or c1.outputs[0].dtype is not DType.FLOAT32
+                or len(users) != 1 or users[0].op is not Op.CAST or not ctx.is_free(users[0])):
+            continue
+        out.append(Candidate([c1, s, m, users[0]]))
     return out
 
 
