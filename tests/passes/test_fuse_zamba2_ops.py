@@ -6,22 +6,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from passes_helpers import ZAMBA2
+
 from graphsim.catalog import ResolvedModel
 from graphsim.importers.hf import import_hf
 from graphsim.ir.geometry import ElementwiseGeometry
 from graphsim.ir.kernel import KernelAttrs, Rows
 from graphsim.passes import run_pipeline
-
-# layer 0 Mamba2, layer 1 hybrid (shared transformer on concat(hidden 64, original 64), MLP intermediate 96 so
-# gate_up 192, LoRA rank 8 on gate_up)
-ZAMBA2 = {
-    "architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "hidden_size": 64, "intermediate_size": 96,
-    "num_hidden_layers": 2, "layers_block_type": ["mamba", "hybrid"], "num_attention_heads": 4,
-    "num_key_value_heads": 4, "n_mamba_heads": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
-    "mamba_ngroups": 1, "num_mem_blocks": 1, "use_shared_attention_adapter": False, "adapter_rank": 8,
-    "vocab_size": 96, "max_position_embeddings": 256, "chunk_size": 8, "use_mem_rope": False, "hidden_act": "gelu",
-    "torch_dtype": "bfloat16",
-}
 
 
 @pytest.mark.slow
