@@ -42,7 +42,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphsim.costing import kda
-from graphsim.ir.tensor import DType
 
 DECODE = "fused_recurrent_gated_delta_rule"
 PREFILL = "chunk_gated_delta_rule"
@@ -105,15 +104,9 @@ def flops_per_row(kernel: str, s: GdnShape) -> float:
 
 
 def bytes_per_row(kernel: str, s: GdnShape, act_bytes: float) -> float:
-    state_bytes = DType(s.state_dtype).bytes_per_element
-    io = s.io_elements * act_bytes + s.gate_bytes
-    if kernel == DECODE:
-        return io + 2.0 * s.state_elements * state_bytes
-    if kernel == PREFILL:
-        k, v, c = s.k_dim, s.v_dim, s.chunk
-        handoff = s.heads * (2.0 * c * 4.0 + (2.0 * c + 2.0 * (k + v) + 2.0 * v + 2.0 * k * v / c) * act_bytes)
-        return io + handoff
-    return 2.0 * s.state_elements * state_bytes
+    """KDA's byte model (kda.delta_rule_bytes) with one fp32 value a chunk position and one key row handed off."""
+    decode = True if kernel == DECODE else False if kernel == PREFILL else None
+    return kda.delta_rule_bytes(decode, s, act_bytes, fp32_per_position=1, key_copies=1)
 
 
 def work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.ndarray] | None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -110,16 +111,29 @@ def flops_per_row(kernel: str, s: KdaShape) -> float:
     return 0.0
 
 
-def bytes_per_row(kernel: str, s: KdaShape, act_bytes: float) -> float:
+def delta_rule_bytes(decode: bool | None, s: Any, act_bytes: float, fp32_per_position: int,
+                     key_copies: int) -> float:
+    """Bytes per row of a delta-rule kernel on shape `s` (heads, k_dim, v_dim, chunk, state_dtype, io_elements,
+    gate_bytes, state_elements): the recurrent step (`decode` True: its I/O and the state read and written), the
+    chunked form (False: its I/O and the chunk hand-off between its kernels: `fp32_per_position` fp32 values a chunk
+    position, written and read; the chunk, `key_copies` key and one value row, a value row and the k × v / c state
+    share, each written and read in the activation dtype) or the per-sequence state pass (None). KDA hands off two
+    fp32 values a position and two key rows (the decayed key), the gated delta rule (gdn.py) one and one."""
     state_bytes = DType(s.state_dtype).bytes_per_element
     io = s.io_elements * act_bytes + s.gate_bytes
-    if kernel == DECODE:
+    if decode:
         return io + 2.0 * s.state_elements * state_bytes
-    if kernel == PREFILL:
+    if decode is False:
         k, v, c = s.k_dim, s.v_dim, s.chunk
-        handoff = s.heads * (2.0 * 2 * c * 4.0 + (2.0 * c + 2.0 * (2 * k + v) + 2.0 * v + 2.0 * k * v / c) * act_bytes)
+        handoff = s.heads * (2.0 * fp32_per_position * c * 4.0
+                             + (2.0 * c + 2.0 * (key_copies * k + v) + 2.0 * v + 2.0 * k * v / c) * act_bytes)
         return io + handoff
     return 2.0 * s.state_elements * state_bytes
+
+
+def bytes_per_row(kernel: str, s: KdaShape, act_bytes: float) -> float:
+    decode = True if kernel == DECODE else False if kernel == PREFILL else None
+    return delta_rule_bytes(decode, s, act_bytes, fp32_per_position=2, key_copies=2)
 
 
 def work(op: str, rows: np.ndarray, act_bytes: float) -> tuple[np.ndarray, np.ndarray] | None:
