@@ -28,13 +28,21 @@ def value_name(node: str, index: int = 0) -> str:
     return node if index == 0 else f"{node}#{index}"
 
 
-def unique_name(base: str, used: set[str]) -> str:
-    """`base`, or `base_2`, `base_3`, … — the first not in `used` (which it joins)."""
-    name, k = base, 1
+def unique_name(base: str, used: set[str], last: dict[str, int] | None = None) -> str:
+    """`base`, or `base_2`, `base_3`, … — the first not in `used` (which it joins).
+
+    `last` (base → the suffix it last got) lets many calls with one base start where the previous one stopped
+    instead of probing every taken suffix again (7,423 kernels named from a few bases took 1.6 s); valid while
+    names are only added to `used`.
+    """
+    k = 1 if last is None else last.get(base, 1)
+    name = base if k == 1 else f"{base}_{k}"
     while name in used:
         k += 1
         name = f"{base}_{k}"
     used.add(name)
+    if last is not None:
+        last[base] = k
     return name
 
 
@@ -114,6 +122,8 @@ class Graph:
     outputs: list[str] = field(default_factory=list)
     schedule: LayerSchedule | None = None
     meta: GraphMeta = field(default_factory=GraphMeta)
+    # name → position in `nodes`, rebuilt when a lookup finds it stale (passes edit `nodes` in place)
+    _index: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     # --- access -----------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Node]:
@@ -123,10 +133,18 @@ class Graph:
         return len(self.nodes)
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        """The node called `name` (KeyError if none); O(1) through an index checked on every hit."""
+        i = self._index.get(name)
+        nodes = self.nodes
+        if i is None or i >= len(nodes) or nodes[i].name != name:
+            index: dict[str, int] = {}
+            for k, n in enumerate(nodes):
+                index.setdefault(n.name, k)
+            self._index = index
+            i = index.get(name)
+            if i is None:
+                raise KeyError(name)
+        return nodes[i]
 
     def spec_of(self, value: str) -> TensorSpec:
         if value in self.inputs:

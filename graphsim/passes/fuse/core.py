@@ -241,11 +241,12 @@ def _build_graph(graph: Graph, ctx: FuseContext, groups: list[Group], target: st
                          "nodes wrongly") from None
     rename: dict[str, str] = {}
     names: set[str] = set()
+    last_suffix: dict[str, int] = {}
     new_nodes: list[Node] = []
     for i in order:
         g = groups[i]
         assert g.attrs is not None  # `kernels` holds the groups with attrs
-        base = _kernel_name(g, names)
+        base = _kernel_name(g, names, last_suffix)
         exposed = needed[i] or [ctx.outputs_of(g.nodes)[-1]]
         for k, v in enumerate(exposed):
             rename[v] = value_name(base, k)
@@ -278,11 +279,11 @@ def _common_scope(scopes: list[str]) -> str:
     return ".".join(common)
 
 
-def _kernel_name(g: Group, used: set[str]) -> str:
+def _kernel_name(g: Group, used: set[str], last: dict[str, int]) -> str:
     attrs = g.attrs
     assert attrs is not None, "only groups that make a kernel are named"
     layer = g.nodes[-1].layer
-    return unique_name((f"L{layer}." if layer is not None else "") + attrs.name, used)
+    return unique_name((f"L{layer}." if layer is not None else "") + attrs.name, used, last)
 
 
 def _lexicographic_order(nodes: list[int], succ: dict[int, dict[int, None]], key: dict[int, int]) -> list[int]:
