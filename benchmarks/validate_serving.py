@@ -283,7 +283,13 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     warm = {i: t for i, t in warm_prompts(run, runs, dep.capacity.tokens).items() if i < n}
     key = (test["model"], test["tp"], test["gpu"], network)
     cost, note, _ = pred.cost(dep, key, GPU[test["gpu"]][1])
-    setup = dep.simulation_setup(cost)
+    sampling = test.get("sampling")  # what the run's requests asked the sampler for (None: greedy)
+    if sampling:
+        from graphsim.serving.sampler import Sampling
+
+        setup = dep.simulation_setup(cost, sampling=Sampling(**sampling))
+    else:
+        setup = dep.simulation_setup(cost)
     rate = math.inf if b["request_rate"] in ("inf", None) else float(b["request_rate"])
     workload = bench_random(n, in_len, out_len, 0.0, 0, rate, 1.0, b.get("max_concurrency"), b["seed"], warm_prompts=warm)
     t0 = time.perf_counter()

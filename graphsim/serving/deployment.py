@@ -24,6 +24,7 @@ from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mod
 from graphsim.serving.memory import MemoryBudget, memory_budget
 from graphsim.serving.mixed_attention import mixed_decode
 from graphsim.serving.pricing import IterationCost, TreeCost, iteration_cost
+from graphsim.serving.sampler import Sampling, random_sampler
 from graphsim.serving.simulator import SimulationSetup
 from graphsim.work import accounting
 from graphsim.work.api import Accounting
@@ -86,10 +87,11 @@ class Deployment:
     def dtype(self) -> str | None:
         return self.config.dtype
 
-    def engine_host(self, cost: IterationCost | None = None) -> EngineHost:
+    def engine_host(self, cost: IterationCost | None = None, sampling: Sampling | None = None) -> EngineHost:
         """The engine's host time and sampling bound to this deployment's vocabulary and GPU (host.py); with `cost`,
         a vLLM V1 engine's steps above its CUDA-graph capture bound also pay their kernels' dispatch (eager.py), and its
-        FlashAttention kernels' KV-cache writes their GPU time (kv_write.py)."""
+        FlashAttention kernels' KV-cache writes their GPU time (kv_write.py); `sampling` at a temperature above 0:
+        the random-sampling kernels (sampler.py; None: greedy)."""
         eager = write = None
         prof = self.engine.profile
         if cost is not None and prof.is_vllm and prof.family in ("v1", "v1-async"):
@@ -100,13 +102,17 @@ class Deployment:
             bound = CollectiveSettings.for_engine(self.engine.max_num_seqs, self.engine.max_num_batched_tokens)
             eager = eager_dispatch(cost, bound.max_cudagraph_tokens)
             write = kv_cache_write(cost, self.engine.max_num_batched_tokens)
-        return EngineHost(self.engine.host, self.vocab, self.hardware.memory_bandwidth_bytes_per_s, eager, write)
+        bandwidth = self.hardware.memory_bandwidth_bytes_per_s
+        return EngineHost(self.engine.host, self.vocab, bandwidth, eager, write,
+                          random_sampler(sampling, self.vocab, bandwidth))
 
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
-                         fast_forward: bool = True, host_time: bool = True) -> SimulationSetup:
+                         fast_forward: bool = True, host_time: bool = True,
+                         sampling: Sampling | None = None) -> SimulationSetup:
         """The simulator's setup: `replicas` engines (default: the config's data_parallel_size × replicas, independent
         engines; a MoE model's coupled DP ranks are `dp_simulation_setup`'s) behind `router`; `host_time`: each
-        iteration carries the engine's host time (host.py; False: GPU kernels only)."""
+        iteration carries the engine's host time (host.py; False: GPU kernels only); `sampling`: what the requests
+        ask the sampler for (sampler.py; None: greedy)."""
         if not self.capacity.fits_one_request:
             raise CapacityError(
                 f"the KV cache holds {self.capacity.num_blocks} blocks but one request of max_model_len "
@@ -121,7 +127,7 @@ class Deployment:
         parallel = ParallelConfig(tensor_parallel_size=self.tp, pipeline_parallel_size=p.pipeline_parallel_size,
                                   data_parallel_size=p.data_parallel_size * p.replicas if replicas is None else replicas,
                                   prefill_context_parallel_size=p.prefill_context_parallel_size)
-        host = self.engine_host(cost) if host_time else None
+        host = self.engine_host(cost, sampling) if host_time else None
         return SimulationSetup(self.engine, self.layout, self.capacity.num_blocks, cost, parallel, router, fast_forward,
                                host=host)
 

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from graphsim.serving.eager import EagerDispatch
     from graphsim.serving.kv_write import KvCacheWrite
+    from graphsim.serving.sampler import RandomSampler
 
 # --- sampling (GPU) ---------------------------------------------------------------------------------------------
 # Bytes the sampler moves per logit, greedy path of vLLM's V1 Sampler (vllm/v1/sample/sampler.py, 0.10.1):
@@ -232,6 +233,7 @@ class EngineHost:
     bandwidth_bytes_per_s: float
     eager: EagerDispatch | None = None  # steps above the CUDA-graph capture bound (eager.py); None: not modelled
     kv_write: KvCacheWrite | None = None  # FlashAttention's KV-cache writes, GPU (kv_write.py); None: not modelled
+    sampler: RandomSampler | None = None  # random sampling's kernels (sampler.py); None: greedy, the roofline above
 
     def iteration_us(self, gpu_us, tokens, seqs):
         """Wall time of iterations whose kernels take `gpu_us` (scalar or array): every scheduled sequence gets a
@@ -239,9 +241,13 @@ class EngineHost:
         gpu_model_runner.py `discard_sampled_tokens_req_indices`). A step vLLM runs without a CUDA graph also
         dispatches its kernels from the host (eager.py): host work of the step when it overlaps the GPU, else a
         floor under the GPU time. vLLM's FlashAttention KV-cache writes, which no profile row holds, add GPU time
-        (kv_write.py)."""
+        (kv_write.py). Requests that sample at random pay vLLM's random-sampling kernels instead of the greedy
+        roofline (sampler.py)."""
         m = self.model
-        gpu = gpu_us + m.sample_us(seqs, self.vocab, self.bandwidth_bytes_per_s)
+        if self.sampler is not None:
+            gpu = gpu_us + self.sampler.us(seqs)
+        else:
+            gpu = gpu_us + m.sample_us(seqs, self.vocab, self.bandwidth_bytes_per_s)
         if self.kv_write is not None:
             gpu = gpu + self.kv_write.us(tokens)
         host = m.host_us(tokens, seqs)
