@@ -17,8 +17,18 @@ otherwise the kernels are priced one by one, as before. Today's composite is the
   of the block's RMSNorm other than the kv_a one; 0 without one) and the projections' dtype.
 - *Which points.* Decode groups are priced at (batch, kv_len); a prefill group without a cached prefix at
   (batch, q_len, q_len). The imported module prefill rows were all measured without a cached prefix
-  (collect_mla_module.py `get_context_test_cases`: MLA context cases carry no prefix length), so a
-  prefill chunk after a cached prefix is priced by the block's kernels instead, inside the same leaf.
+  (collect_mla_module.py `get_context_test_cases`: MLA context cases carry no prefix length).
+- *A chunk after a cached prefix* (n new tokens after p cached, `count` such sequences) is what vLLM's MLA
+  prefill runs for chunked prefill and prefix hits (vllm/v1/attention/backends/mla/common.py,
+  `MLACommonImpl._forward_prefill` and `_compute_prefill_context`, 0.10.1; the same in 0.19's
+  model_executor/layers/attention/mla_attention.py): the block's projections for the n tokens, causal attention
+  among them, and for the context a gather of the p cached latents, `kv_b_proj` up-projecting them, one
+  non-causal attention of the n queries over the p keys, and `merge_attn_states`. It is priced as the
+  difference of two measured module rows, T(count, n + p) − T(count, p): the projections of n tokens and
+  the attention pairs n·p + n(n + 1)/2, at the efficiency the measured module reached on those lengths;
+  plus the block's `kv_b_proj` GEMM on the p cached latents (in a fresh prefill the up-projection covers
+  the new tokens only). Both rows come from the table, so the chunk's source is the table's (measured /
+  interpolated / extrapolated). Without module rows the chunk is priced by the block's kernels, as before.
 
 The composite is one cost-tree leaf whose kernel is named `composite: mla_module`; it is priced per
 sequence group like attention (kind `attention`), so the simulator's additive tables treat it as such.
@@ -60,6 +70,12 @@ class MlaModuleBlock:
         geo = (g.num_heads, g.kv_lora_rank, g.head_dim - rope, rope, g.v_head_dim, dt.of(self.attention.dtype), dt.kv,
                self.hidden_size, self.q_lora_rank, dt.of(self.gemm_dtype))
         return MlaModuleDecodeKey(*geo), MlaModulePrefillKey(*geo)
+
+    def kv_b_proj(self) -> KernelAttrs | None:
+        """The block's up-projection of the latent (the GEMM whose inputs are kv_lora_rank wide), if it has one."""
+        rank = self.attention.geometry_as(AttentionGeometry).kv_lora_rank
+        return next((p for p in self.parts if p.kind is KernelKind.GEMM and isinstance(p.geometry, GemmGeometry)
+                     and p.geometry.k == rank), None)
 
     @property
     def used(self) -> bool:
@@ -132,18 +148,23 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
     parts: list[KeyRows] = []
     use_dec = dec if block.decode_rows else np.zeros_like(dec)
     use_pre = pre_whole if block.prefill_rows else np.zeros_like(dec)
+    kv_b = block.kv_b_proj()
+    use_ctx = ~dec & (arr.g_cached > 0) if block.prefill_rows and kv_b is not None else np.zeros_like(dec)
     if use_dec.any():
         coords = np.stack([arr.g_count[use_dec], arr.g_cached[use_dec] + 1], axis=1)
         parts.append(KeyRows(decode_key, coords, arr.g_step[use_dec], group[use_dec]))
     if use_pre.any():
         coords = np.stack([arr.g_count[use_pre], arr.g_new[use_pre], arr.g_new[use_pre]], axis=1)
         parts.append(KeyRows(prefill_key, coords, arr.g_step[use_pre], group[use_pre]))
-    rest = ~(use_dec | use_pre)
+    offset = len(group)
+    if use_ctx.any() and kv_b is not None:
+        parts.extend(_context_rows(prefill_key, kv_b, arr, use_ctx, group, offset, dt))
+        offset += 3 * (len(group) + arr.n_steps)
+    rest = ~(use_dec | use_pre | use_ctx)
     if rest.any():
         sub = _subset(arr, rest)
         present = np.zeros(arr.n_steps, dtype=bool)
         present[sub.g_step] = True
-        offset = len(group)
         for a in block.parts:
             kr = kernel_rows(a, sub, dt)
             if kr.missing:
@@ -154,6 +175,29 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
                     parts.append(KeyRows(p.key, p.coords[keep], p.step[keep], p.order[keep] + offset))
             offset += len(group) + arr.n_steps
     return KernelRows(tuple(parts))
+
+
+def _context_rows(prefill_key: KernelKey, kv_b: KernelAttrs, arr: StepArrays, sel: np.ndarray, group: np.ndarray,
+                  offset: int, dt: Dtypes) -> list[KeyRows]:
+    """Rows of the prefill groups `sel` (n new tokens after p cached): the module row at (count, n + p) less the
+    row at (count, p), and `kv_b_proj` on the p cached latents of each sequence (see the module docstring)."""
+    n, p, c, step = arr.g_new[sel], arr.g_cached[sel], arr.g_count[sel], arr.g_step[sel]
+    whole = np.stack([c, n + p, n + p], axis=1)
+    prefix = np.stack([c, p, p], axis=1)
+    out = [KeyRows(prefill_key, whole, step, group[sel] + offset),
+           KeyRows(prefill_key, prefix, step, group[sel] + offset + len(group), weight=-1.0)]
+    latents = StepArrays(np.bincount(step, weights=p * c, minlength=arr.n_steps).astype(np.float64),
+                         np.bincount(step, weights=c, minlength=arr.n_steps).astype(np.float64),
+                         step, p, np.zeros_like(p), c)
+    kr = kernel_rows(kv_b, latents, dt)
+    present = np.zeros(arr.n_steps, dtype=bool)
+    present[step] = True
+    for part in kr.parts:
+        keep = present[part.step] & (part.coords >= 1).all(axis=1)
+        if keep.any():
+            out.append(KeyRows(part.key, part.coords[keep], part.step[keep],
+                               part.order[keep] + offset + 2 * len(group), part.note, part.weight))
+    return out
 
 
 def composite_note(blocks: Sequence[MlaModuleBlock], dt: Dtypes) -> str:

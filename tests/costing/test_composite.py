@@ -67,9 +67,17 @@ def profile(tmp_path):
         db.put_many([
             (DECODE, AttentionDecodePoint(4, 128), Measurement(100.0)),
             (DECODE, AttentionDecodePoint(4, 512), Measurement(144.0)),
+            (PREFILL, AttentionPrefillPoint(1, 192, 192), Measurement(240.0)),
             (PREFILL, AttentionPrefillPoint(1, 256, 256), Measurement(300.0)),
         ])
     return ProfileDB.open(tmp_path / "mla.db")
+
+
+@pytest.fixture()
+def decode_only(tmp_path):
+    with ProfileDB.create(tmp_path / "mla_decode.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
+        db.put_many([(DECODE, AttentionDecodePoint(4, 128), Measurement(100.0))])
+    return ProfileDB.open(tmp_path / "mla_decode.db")
 
 
 def test_block_is_the_attention_scope_without_its_collective():
@@ -111,22 +119,63 @@ def test_without_rows_the_block_is_priced_by_its_kernels():
     assert composite_note(graph_mla_blocks(g, Dtypes(), lambda key: False), Dtypes()) == cm.data_note
 
 
-def test_prefill_after_a_cached_prefix_falls_back_to_the_kernels(profile):
-    # module prefill rows have no cached prefix, so a chunk after one is priced by the block's kernels, inside
-    # the composite leaf: its time is the sum of those kernels' times priced on their own
+def _kernel_times(g: Graph, pricer: KernelPricer, dt: Dtypes, step: Step) -> dict[str, float]:
+    """Each kernel of the graph priced on its own (no composite) for one step."""
+    parts = compile_tree(build_tree(g))
+    ev = parts.evaluate([step], pricer, dt)
+    return {leaf.name: float(ev.leaf_time_us[i, 0]) for i, leaf in enumerate(parts.leaves)}
+
+
+def test_prefill_after_a_cached_prefix_is_the_difference_of_two_module_rows(profile):
+    # vLLM's MLA prefill of 64 new tokens after 192 cached (MLACommonImpl._forward_prefill and
+    # _compute_prefill_context): the projections of the 64 tokens and their attention to 256 positions, which is
+    # the module row at 256 less the row at 192 (300 - 240 = 60 µs, both measured), plus kv_b_proj
+    # up-projecting the 192 cached latents (one GEMM of m = 192, priced as that kernel on its own)
     hw = load_hardware("h200")
     g = _graph()
     dt = Dtypes()
     pricer = KernelPricer(profile, hw)
     whole = compile_tree(build_tree(g, dt, lambda key: pricer.curve(key) is not None))
-    parts = compile_tree(build_tree(g))
+    chunk = Step((SeqGroup(64, 192, 1),))
+    mixed = Step((SeqGroup(1, 127, 4), SeqGroup(64, 192, 1)))
+    ev = whole.evaluate([chunk, mixed], pricer, dt)
+    comp = next(i for i, leaf in enumerate(whole.leaves) if leaf.block is not None)
+    kv_b_192 = _kernel_times(g, pricer, dt, Step((SeqGroup(192, 0, 1),)))["L0.kv_b"]
+    assert kv_b_192 > 0
+    assert ev.leaf_time_us[comp, 0] == pytest.approx(300.0 - 240.0 + kv_b_192)
+    # mixed step: the decode group from its row (4 × kv 128: 100 µs) plus the chunk
+    assert ev.leaf_time_us[comp, 1] == pytest.approx(100.0 + 60.0 + kv_b_192)
+
+
+def test_two_sequences_after_a_prefix_use_the_batch_rows(profile, tmp_path):
+    # two identical chunks (count 2) are priced at batch 2 of the module rows, and the up-projection covers
+    # both sequences' cached latents (m = 2 × 192 = 384)
+    hw = load_hardware("h200")
+    with ProfileDB.create(tmp_path / "b2.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
+        db.put_many([(PREFILL, AttentionPrefillPoint(2, 192, 192), Measurement(410.0)),
+                     (PREFILL, AttentionPrefillPoint(2, 256, 256), Measurement(530.0))])
+    pricer = KernelPricer(ProfileDB.open(tmp_path / "b2.db"), hw)
+    g, dt = _graph(), Dtypes()
+    whole = compile_tree(build_tree(g, dt, lambda key: pricer.curve(key) is not None))
+    ev = whole.evaluate([Step((SeqGroup(64, 192, 2),))], pricer, dt)
+    comp = next(i for i, leaf in enumerate(whole.leaves) if leaf.block is not None)
+    kv_b_384 = _kernel_times(g, pricer, dt, Step((SeqGroup(384, 0, 1),)))["L0.kv_b"]
+    assert ev.leaf_time_us[comp, 0] == pytest.approx(530.0 - 410.0 + kv_b_384)
+
+
+def test_without_prefill_rows_a_chunk_after_a_prefix_is_priced_by_the_kernels(decode_only):
+    # no module prefill rows: the chunk is priced by the block's kernels, inside the composite leaf
+    hw = load_hardware("h200")
+    g = _graph()
+    dt = Dtypes()
+    pricer = KernelPricer(decode_only, hw)
+    whole = compile_tree(build_tree(g, dt, lambda key: pricer.curve(key) is not None))
     chunk = Step((SeqGroup(64, 192, 1),))
     mixed = Step((SeqGroup(1, 127, 4), SeqGroup(64, 192, 1)))
     ev_whole = whole.evaluate([chunk, mixed], pricer, dt)
-    ev_parts = parts.evaluate([chunk], pricer, dt)
     comp, blk = next((i, leaf.block) for i, leaf in enumerate(whole.leaves) if leaf.block is not None)
-    block = set(blk.part_names)
-    by_parts = sum(float(ev_parts.leaf_time_us[i, 0]) for i, leaf in enumerate(parts.leaves) if leaf.name in block)
+    times = _kernel_times(g, pricer, dt, chunk)
+    by_parts = sum(times[name] for name in blk.part_names)
     assert ev_whole.leaf_time_us[comp, 0] == pytest.approx(by_parts)
     # mixed step: the decode group from its row (100 µs) plus the chunk by the kernels
     assert ev_whole.leaf_time_us[comp, 1] == pytest.approx(100.0 + by_parts)
