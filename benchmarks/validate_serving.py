@@ -10,7 +10,9 @@ on one node and TP2 across two nodes, Qwen2.5-32B at TP1/TP2, Qwen2-72B at TP2, 
 result files of kvcached's vanilla runs, at rate inf and 16; `benchmarks/data/gpustack_performance_lab.json`:
 GPUStack's performance-lab baselines with vLLM's defaults, held out: vLLM 0.11.0 with Qwen3-14B and Qwen3-32B on one
 H100 or A100 80GB, Qwen3-235B-A22B-Instruct-2507 on 8 H100 / 8 A100 at TP8, DeepSeek-R1-0528 on 8 H200 at TP8, and
-vLLM 0.13.0 with DeepSeek-V3.2 on 8 H200 at TP8; 32000/100, 4000/200, 2000/100 and 128/4 tokens, rate inf). For each
+vLLM 0.13.0 with DeepSeek-V3.2 on 8 H200 at TP8; 32000/100, 4000/200, 2000/100 and 128/4 tokens, rate inf);
+`benchmarks/data/lambdalabs_vllm_benchmark.json`: Lambda's vLLM 0.5.4 runs, held out: Mistral-7B-Instruct-v0.3 on 1
+or 2 H100 80GB, ShareGPT prompts at rate inf replayed with each run's own per-request lengths. For each
 run the harness
 
 1. plans the deployment with the run's own numbers: GPU, TP, `--max-model-len`, the available KV cache
@@ -78,6 +80,9 @@ MODELS = {
     "Qwen3-235B-A22B-Instruct-2507": str(CONFIGS / "Qwen3-235B-A22B-Instruct-2507"),
     "DeepSeek-V3.2": str(CONFIGS / "DeepSeek-V3.2"),
     "gpt-oss-120b": "gpt-oss-120b",
+    # Lambda's runs serve the Instruct releases; the catalog's base configs have their geometry (layers, heads, vocab)
+    "Mistral-7B-Instruct-v0.3": "mistral-7b-v0.3",
+    "Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b-v0.1",
 }
 # The runs' GPUs → (graphsim's --gpu, aiconfigurator's system for the tables). No A100 40GB spec or tables: priced as
 # the 80 GB SXM part (stated in its group label). "H100 80GB HBM3" is the SXM part's name.
@@ -109,7 +114,7 @@ def topology(t: dict[str, Any]) -> str:
 def excluded(run: dict[str, Any], test: dict[str, Any]) -> str | None:
     if run.get("incomplete"):
         return run["incomplete"]
-    if run["bench"]["random_output_len"] is None:
+    if run["bench"].get("dataset_name", "random") == "random" and run["bench"]["random_output_len"] is None:
         return "the README's command lost its --random-output-len value"
     if test["model"] == "gpt-oss-120b":
         return ("gpt-oss-120b: a reasoning model whose outputs end at EOS long before 1024 tokens (mean "
@@ -252,6 +257,8 @@ class Predictor:
             extra["kv_memory"] = f"{test['kv_cache_memory_gib']}GiB"
         else:  # no log: graphsim's memory budget at the run's --gpu-memory-utilization
             extra["gpu_memory_utilization"] = test["gpu_memory_utilization"]
+        if "max_num_seqs" in test:  # the run's own --max-num-seqs (else vLLM's default for the version)
+            extra["max_num_seqs"] = test["max_num_seqs"]
         data = opt.deployment_data(MODELS[test["model"]], GPU[test["gpu"]][0], test["tp"], 1,
                                    max_model_len=test["max_model_len"], **extra)
         return plan_deployment(DeploymentConfig.parse(data)), "interconnect" in extra
@@ -269,18 +276,42 @@ class Predictor:
         return self.costs[key]
 
 
+def per_request_lengths(bench: dict[str, Any], n: int) -> tuple[list[int], list[int]] | None:
+    """The first n requests' (input, output) token counts when the run states them per request (a benchmark result
+    file's `input_lens` / `output_lens`, e.g. ShareGPT prompts); None for the random dataset's fixed lengths."""
+    if "input_lens" not in bench:
+        return None
+    return [int(x) for x in bench["input_lens"][:n]], [int(x) for x in bench["output_lens"][:n]]
+
+
+def score_empty_text_as_client(doc: dict[str, Any], output_lens: list[int]) -> None:
+    """Score the replay as vLLM's client scored the run. A request whose streamed text stayed empty ran its prompt and
+    one token, yet the client (benchmarks/backend_request_func.py `async_request_openai_completions`, which sets TTFT
+    at the first chunk with text) recorded TTFT 0.0 for it and 0 re-tokenized output tokens, and counted both in the
+    mean TTFT and the output throughput; TPOT skips it either way (output length <= 1)."""
+    empty = [o == 0 for o in output_lens]
+    if not any(empty):
+        return
+    ttfts = [0.0 if e else t for t, e in zip(doc["ttfts"], empty, strict=True)]
+    doc["mean_ttft_ms"] = statistics.fmean(ttfts) * 1e3
+    doc["total_output_tokens"] -= sum(empty)
+    doc["output_throughput"] = doc["total_output_tokens"] / doc["duration"]
+    doc["graphsim"]["empty_text_requests"] = sum(empty)
+
+
 def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]], pred: Predictor,
             max_prompts: int | None) -> dict[str, Any]:
     from graphsim.serving import simulate, summarize
     from graphsim.serving.bench_metrics import BenchSettings, bench_result
-    from graphsim.serving.requests import bench_arrivals, bench_random
+    from graphsim.serving.requests import RequestSpec, bench_arrivals, bench_random
 
     m, b = run["measured"], run["bench"]
     n = b["num_prompts"] if max_prompts is None else min(b["num_prompts"], max_prompts)
     in_len = round(m["total_input_tokens"] / m["completed"])
     out_len = max(1, round(m["total_output_tokens"] / m["completed"]))
     dep, network = pred.deployment(test)
-    warm = {i: t for i, t in warm_prompts(run, runs, dep.capacity.tokens).items() if i < n}
+    lens = per_request_lengths(b, n)
+    warm = {} if lens else {i: t for i, t in warm_prompts(run, runs, dep.capacity.tokens).items() if i < n}
     key = (test["model"], test["tp"], test["gpu"], network)
     cost, note, _ = pred.cost(dep, key, GPU[test["gpu"]][1])
     sampling = test.get("sampling")  # what the run's requests asked the sampler for (None: greedy)
@@ -291,15 +322,25 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     else:
         setup = dep.simulation_setup(cost)
     rate = math.inf if b["request_rate"] in ("inf", None) else float(b["request_rate"])
-    workload = bench_random(n, in_len, out_len, 0.0, 0, rate, 1.0, b.get("max_concurrency"), b["seed"], warm_prompts=warm)
+    if lens:  # the run's own per-request lengths (a dataset other than random), all sent at t = 0
+        if not math.isinf(rate) or b.get("max_concurrency") is not None:
+            raise ValueError("per-request lengths are replayed at rate inf without --max-concurrency only")
+        workload = [RequestSpec(0.0, i, max(1, o), None, 0, False) for i, o in zip(*lens, strict=True)]
+        in_len, out_len = round(sum(lens[0]) / n), max(1, round(sum(lens[1]) / n))
+    else:
+        workload = bench_random(n, in_len, out_len, 0.0, 0, rate, 1.0, b.get("max_concurrency"), b["seed"],
+                                warm_prompts=warm)
     t0 = time.perf_counter()
     res = simulate(setup, workload)
     summary = summarize(res)
     doc = bench_result(res, BenchSettings(model_id=test["model"], num_prompts=n, request_rate=rate,
-                                          max_concurrency=b.get("max_concurrency")), bench_arrivals(n, rate, 1.0, b["seed"]),
+                                          max_concurrency=b.get("max_concurrency"), save_detailed=bool(lens)),
+                       bench_arrivals(n, rate, 1.0, b["seed"]),
                        {"predicted": True, "deployment": dep.to_json(), "data": note, "run": run["id"],
                         "prompts_in_prefix_cache": len(warm), "time_source": summary.source,
                         "source_shares": getattr(summary, "source_shares", {})})
+    if lens:
+        score_empty_text_as_client(doc, lens[1])
     return {"predicted": {k: doc[k] for k, _ in METRICS}, "document": doc, "warm_prompts": len(warm), "prompts": n,
             "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
             "network": network}

@@ -55,7 +55,9 @@ def test_left_out_runs_say_why(benchmark_script):
 def test_stored_runs_are_complete_facts(benchmark_script):
     h = benchmark_script("validate_serving")
     runs, tests = h.load_runs()
-    assert len(runs) == 119  # 81 dennislee22 runs + 6 kvcached runs + 32 GPUStack performance-lab runs
+    expected = {"dennislee22_vllm_benchmarking.json": 81, "kvcached_h100_qwen3_0.6b.json": 6,
+                "gpustack_performance_lab.json": 32, "lambdalabs_vllm_benchmark.json": 12}
+    assert {f: sum(r["file"] == f for r in runs) for f in expected} == expected  # runs per data file
     for r in runs:
         t = tests[r["test_key"]]
         assert t["model"] in h.MODELS and t["gpu"] in h.GPU
