@@ -114,6 +114,8 @@ def topology(t: dict[str, Any]) -> str:
 def excluded(run: dict[str, Any], test: dict[str, Any]) -> str | None:
     if run.get("incomplete"):
         return run["incomplete"]
+    if test.get("gpu_mismatch"):  # the runs' timings are not those of the GPU the source names (the data says why)
+        return "the GPU is not the one named: " + test["gpu_mismatch"].split(". ")[0]  # its first sentence
     if run["bench"].get("dataset_name", "random") == "random" and run["bench"]["random_output_len"] is None:
         return "the README's command lost its --random-output-len value"
     if test["model"] == "gpt-oss-120b":
