@@ -314,7 +314,9 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     dep, network = pred.deployment(test)
     lens = per_request_lengths(b, n)
     warm = {} if lens else {i: t for i, t in warm_prompts(run, runs, dep.capacity.tokens).items() if i < n}
-    key = (test["model"], test["tp"], test["gpu"], network)
+    # the cost tree depends on the deployment's engine limits too (max_num_batched_tokens follows --max-model-len
+    # in V0, the CUDA-graph bound follows --max-num-seqs): one per model, TP, GPU, network and those limits
+    key = (test["model"], test["tp"], test["gpu"], network, test["max_model_len"], test.get("max_num_seqs"))
     cost, note, _ = pred.cost(dep, key, GPU[test["gpu"]][1])
     sampling = test.get("sampling")  # what the run's requests asked the sampler for (None: greedy)
     if sampling:
