@@ -11,8 +11,8 @@ result files of kvcached's vanilla runs, at rate inf and 16; `benchmarks/data/gp
 GPUStack's performance-lab baselines with vLLM's defaults, held out: vLLM 0.11.0 with Qwen3-14B and Qwen3-32B on one
 H100 or A100 80GB, Qwen3-235B-A22B-Instruct-2507 on 8 H100 / 8 A100 at TP8, DeepSeek-R1-0528 on 8 H200 at TP8, and
 vLLM 0.13.0 with DeepSeek-V3.2 on 8 H200 at TP8; 32000/100, 4000/200, 2000/100 and 128/4 tokens, rate inf);
-`benchmarks/data/lambdalabs_vllm_benchmark.json`: Lambda's vLLM 0.5.4 runs, held out: Mistral-7B-Instruct-v0.3 on 1
-or 2 H100 80GB, ShareGPT prompts at rate inf replayed with each run's own per-request lengths. For each
+`benchmarks/data/lambdalabs_vllm_benchmark.json`: Lambda's vLLM 0.5.4 runs, held out: Mistral-7B-Instruct-v0.3 on 1,
+2 or 4 H100 80GB, ShareGPT prompts at rate inf replayed with each run's own per-request lengths. For each
 run the harness
 
 1. plans the deployment with the run's own numbers: GPU, TP, `--max-model-len`, the available KV cache

@@ -19,7 +19,7 @@ file is a `benchmark_serving.py --save-result` document; the harness needs its s
   (2024-09-04), are taken: files dated 2024-09 carry ITLs of many tokens per chunk (multi-step scheduling) and the
   version that wrote them is not stated.
 
-Taken (RUNS below): Mistral-7B-Instruct-v0.3 on 1 and 2 H100-80GB-SXM. Left out with the reason in the file:
+Taken (RUNS below): Mistral-7B-Instruct-v0.3 on 1, 2 and 4 H100-80GB-SXM. Left out with the reason in the file:
 Mixtral-8x7B-Instruct-v0.1 on 2 H100s (cold start, see LEFT_OUT). Files the index of the repository does not hold
 (e.g. 1xH100 Mistral prompt_40 len2000) are not listed.
 """
@@ -39,17 +39,24 @@ MODELS = {"Mistral-7B-Instruct-v0.3": "mistralai/Mistral-7B-Instruct-v0.3",
 # (model, GPUs, max_model_len) → test number; the runs of one test share a deployment (each on a fresh server).
 TESTS = {("Mistral-7B-Instruct-v0.3", 1, 2000): 1, ("Mistral-7B-Instruct-v0.3", 1, 8000): 2,
          ("Mistral-7B-Instruct-v0.3", 2, 2000): 3, ("Mistral-7B-Instruct-v0.3", 2, 8000): 4,
-         ("Mixtral-8x7B-Instruct-v0.1", 2, 2000): 5, ("Mixtral-8x7B-Instruct-v0.1", 2, 16000): 6}
+         ("Mixtral-8x7B-Instruct-v0.1", 2, 2000): 5, ("Mixtral-8x7B-Instruct-v0.1", 2, 16000): 6,
+         ("Mistral-7B-Instruct-v0.3", 2, 16000): 7, ("Mistral-7B-Instruct-v0.3", 4, 2000): 8,
+         ("Mistral-7B-Instruct-v0.3", 4, 8000): 9, ("Mistral-7B-Instruct-v0.3", 4, 16000): 10}
 RUNS = [
     "results/prompt_10/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json",
     "results/prompt_20/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json",
     "results/prompt_80/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len8000.json",
     "results/prompt_160/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json",
     "results/prompt_320/1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json",
+    "results/prompt_10/2xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len16000.json",
     "results/prompt_20/2xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len2000.json",
     "results/prompt_40/2xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len8000.json",
     "results/prompt_160/2xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len8000.json",
     "results/prompt_320/2xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len8000.json",
+    "results/prompt_10/4xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp4_len8000.json",
+    "results/prompt_40/4xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp4_len16000.json",
+    "results/prompt_80/4xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp4_len2000.json",
+    "results/prompt_160/4xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp4_len8000.json",
     "results/prompt_10/2xH100-80GB-SXM/Mixtral-8x7B-Instruct-v0.1_tp2_len2000.json",
     "results/prompt_80/2xH100-80GB-SXM/Mixtral-8x7B-Instruct-v0.1_tp2_len2000.json",
     "results/prompt_320/2xH100-80GB-SXM/Mixtral-8x7B-Instruct-v0.1_tp2_len16000.json",
@@ -81,7 +88,7 @@ def main() -> None:
         "source": REPO,
         "commit": commit,
         "what": ("Lambda's vLLM benchmark (benchmark_v0.md): vLLM 0.5.4's OpenAI server with --gpu-memory-utilization "
-                 "0.95 --max-num-seqs 1024 and a per-file --max-model-len, on 1 or 2 H100-80GB-SXM (TP 1 or 2), "
+                 "0.95 --max-num-seqs 1024 and a per-file --max-model-len, on 1, 2 or 4 H100-80GB-SXM (TP 1, 2 or 4), "
                  "benchmark_serving.py --backend vllm --dataset-name sharegpt at rate inf; facts copied from each "
                  "result file (summary, per-request input_lens / output_lens)."),
         "workload_notes": [

@@ -17,7 +17,7 @@ def test_every_run_states_its_source_and_its_lengths_add_up(benchmark_script):
     h = benchmark_script("validate_serving")
     runs, tests = h.load_runs()
     mine = [r for r in runs if r["file"] == DATA.name]
-    assert len(mine) == 12
+    assert len(mine) == 17
     for r in mine:
         t, b, m = tests[r["test_key"]], r["bench"], r["measured"]
         assert t["model"] in h.MODELS and t["gpu"] in h.GPU and t["vllm"] == "0.5.4"
