@@ -19,7 +19,9 @@ Per config it runs the CLI in this process, through `graphsim.cli.app.main` as t
 one line) or `traceback` (an exception escaped the CLI: its last line, the full text in the log). For each predict
 that succeeds, its decode step through the library (`graphsim.costing.plausibility.check_step`, the numbers the
 slow tests assert): time and source, the share of time in approximate (placeholder) kernels, and the step over
-its weight-read floor (must be ≥ 1) and over the sum of its kernels' roofline floors (must be ≤ 3). The
+its weight-read floor (must be ≥ 1) and over the sum of its kernels' roofline floors (must be ≤ 3, or over it
+as a stated exception: `exception`, one line naming the measured rows of `costing/measured_slow.py` that vLLM
+runs that slow; the tally counts those apart, as ">3x roofline, stated"). The
 partition's conservation check runs inside every `predict` at TP8 (a failure is an error exit). Traces are
 cached by graphsim, so only the first command per model traces.
 """
@@ -148,7 +150,8 @@ def _step_checks(path: Path, ep: int, profile: str | None) -> dict:
             "placeholder_share_pct": round(100 * c.placeholder_share, 2),
             "placeholders": sorted(c.placeholders, key=lambda x: -x[1])[:3],
             "over_roofline_sum": round(c.over_roofline_sum, 2) if c.over_roofline_sum else None,
-            "over_weight_floor": round(ratio, 2) if ratio else None}
+            "over_weight_floor": round(ratio, 2) if ratio else None,
+            **({"exception": c.exception} if c.exception else {})}
 
 
 def run_config(name: str, path: Path, profile: str | None) -> dict:
@@ -190,7 +193,9 @@ def summary(rows: list[dict]) -> dict[str, dict[str, int]]:
                 if label.startswith("tp8") and row[label]["status"] == "ok":
                     e = row[label]
                     d["placeholders>1%"] = d.get("placeholders>1%", 0) + (e["placeholder_share_pct"] > 1)
-                    d[">3x roofline"] = d.get(">3x roofline", 0) + ((e["over_roofline_sum"] or 0) > 3)
+                    over = (e["over_roofline_sum"] or 0) > 3
+                    d[">3x roofline"] = d.get(">3x roofline", 0) + (over and not e.get("exception"))
+                    d[">3x roofline, stated"] = d.get(">3x roofline, stated", 0) + bool(over and e.get("exception"))
                     d["<weight floor"] = d.get("<weight floor", 0) + ((e["over_weight_floor"] or 1) < 1)
     return out
 

@@ -307,6 +307,13 @@ class ProfileDB:
         self._rows_cache[key] = out
         return out
 
+    def kernel_labels(self, key: KernelKey) -> set[str]:
+        """The `kernel` column's distinct non-empty values over `key`'s rows (which kernel the rows timed)."""
+        spec = TABLES[key.KIND]
+        where, args = _where(spec, key, None)
+        data = self._exec(f"SELECT DISTINCT kernel FROM {spec.name} WHERE {where}", args).fetchall()
+        return {str(k) for (k,) in data if k}
+
     def keys_read(self) -> list[KernelKey]:
         """The geometry keys whose rows were read through this connection (`rows`), in the order first read."""
         return list(self._rows_cache)

@@ -2,11 +2,12 @@
 mechanism or a quantization the list (test_issue16_list.py) does not have, held to the same bar at TP8 and, for
 MoE, TP8 + EP8 on aiconfigurator's measured H200 vLLM tables (tests/costing/real_config_bar.py): every kernel
 priced, no placeholder above 1 % of decode 64×4096, the partition passes conserving work, the step at least its
-weight-read floor and at most 3 × its kernels' roofline floors (one measured exception, below).
+weight-read floor and at most 3 × its kernels' roofline floors, or over it only as a stated exception: measured
+rows vLLM really runs that slow (costing/measured_slow.py; the rest of the step within 3 ×).
 
 `python benchmarks/architectures_e2e.py --all-configs` runs every shipped config of these families (and all the
 others) through the CLI; the configs that only resize or requantize a listed one the same way (Qwen3.5-122B /
-397B, GLM-5.x, Kimi-K2.6 / K2.7, MiniMax-M2.7, DeepSeek-V3.x-NVFP4, …) are left to it. Traces eight large
+397B, GLM-5.x, Kimi-K2.6 / K2.7, MiniMax-M2.7, DeepSeek-V3.x-NVFP4, …) are left to it. Traces thirteen large
 models: slow."""
 
 from __future__ import annotations
@@ -32,26 +33,47 @@ CONFIGS = {
     # Mamba2 hybrid, ModelOpt NVFP4, fp8 KV
     "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4": (1, 8),
     # the same in ModelOpt fp8 per-tensor (static scales) with an fp8 KV cache
-    "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8": (8,),
+    "nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8": (1, 8),
+    # Nemotron-3-Ultra: the latent MoE at 2048 / 5120, ModelOpt fp8 per-tensor
+    "nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": (1, 8),
     # ModelOpt MIXED_PRECISION (per-layer formats in hf_quant_config.json) on the gated-delta-rule hybrid MoE
     "nvidia--Qwen3.6-35B-A3B-NVFP4": (1, 8),
     # ModelOpt MIXED_PRECISION on DeepSeek-V4's compressed attention
     "nvidia--DeepSeek-V4-Flash-NVFP4": (1, 8),
+    # Gemma-4 MoE in ModelOpt NVFP4 with an fp8 KV cache: 256-wide sliding and 512-wide global attention
+    "nvidia--Gemma-4-26B-A4B-NVFP4": (1, 8),
+    # gpt-oss: MXFP4 experts (vLLM's OpenAI Triton MoE on Hopper), attention sinks, alternating sliding layers
+    "openai--gpt-oss-120b": (1, 8),
+    "openai--gpt-oss-20b": (1, 8),
 }
-# Nemotron-3-Super-FP8 at TP8 + EP8 runs 4.45 × its roofline sum (TP8 alone: 5.74 ×): its routed experts are
-# ModelOpt fp8 per-tensor, which vLLM runs on FlashInfer's CUTLASS MoE, and aiconfigurator's MEASURED H200 rows for
-# exactly this geometry (512 experts, top 22, the 1024-wide latent as hidden, inter 2688; kernel
-# vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts) read 665.5 µs (tp 1 ep 8) and 925.8 µs (tp 8) for 64
-# tokens, balanced: ~6 × the kernel's own roofline (528 MB of fp8 expert weights a rank, 110 µs). The same tables put
-# that kernel 3.4 × above vLLM's bf16 Triton MoE on Ultra's geometry (2247.7 vs 657.9 µs, tp 8, 64 tokens): a
-# measured kernel that slow, not a pricing error.
-MEASURED_SLOW = {("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8", 8): 5.0}
+# Over 3 × their roofline sum only through measured rows that vLLM runs that slow: (config, ep) → the rule of
+# costing/measured_slow.py whose rows' excess covers the step's (each rule's evidence is in that module):
+# ModelOpt fp8 MoE on FlashInfer's CUTLASS kernel (Nemotron-3-Super at EP8: 4.45 ×, its MoE 6.1 × its own
+# roofline; Ultra 4.37 / 4.15 ×), FA3 with an fp8 KV cache at 1 KV head a rank (Gemma-4-26B-NVFP4: 3.30 / 3.11 ×,
+# its sliding attention 6.8 ×), OpenAI's Triton MXFP4 MoE at EP8 (gpt-oss-120b 3.11 ×, gpt-oss-20b 4.16 ×).
+STATED = {
+    ("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8", 8): "flashinfer_cutlass_fp8_moe",
+    ("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8", 1): "flashinfer_cutlass_fp8_moe",
+    ("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8", 8): "flashinfer_cutlass_fp8_moe",
+    ("nvidia--Gemma-4-26B-A4B-NVFP4", 1): "fa3_fp8_kv_decode",
+    ("nvidia--Gemma-4-26B-A4B-NVFP4", 8): "fa3_fp8_kv_decode",
+    ("openai--gpt-oss-120b", 8): "oai_triton_mxfp4_moe",
+    ("openai--gpt-oss-20b", 8): "oai_triton_mxfp4_moe",
+}
+# Over the bar even so: the stated MoE rows cover most of the excess, but the rest of the step is itself just over
+# 3 × its roofline (dozens of latency-bound kernels a layer — small GEMMs, norms, all-reduces at 3-11 µs against
+# sub-µs to few-µs rooflines). Not done: issue 16's bar is not met here.
+KNOWN_OVER = {
+    ("nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-FP8", 1): "the rest of the step (without its stated MoE rows) is 3.04x",
+    ("openai--gpt-oss-20b", 1): "the rest of the step (without its stated MoE rows) is 3.07x its roofline",
+}
 
 
 def _cases():
-    return [pytest.param(n, ep, id=f"{n}-ep{ep}") for n, eps in CONFIGS.items() for ep in eps]
+    return [pytest.param(n, ep, id=f"{n}-ep{ep}", marks=[pytest.mark.xfail(strict=True, reason=KNOWN_OVER[(n, ep)])]
+                         if (n, ep) in KNOWN_OVER else []) for n, eps in CONFIGS.items() for ep in eps]
 
 
 @pytest.mark.parametrize(("name", "ep"), _cases())
 def test_family_config_priced_complete_and_plausible(h200_db, aic_config, name, ep):
-    assert_plausible(aic_config(name), h200_db, ep, MEASURED_SLOW.get((name, ep), 3.0))
+    assert_plausible(aic_config(name), h200_db, ep, STATED.get((name, ep)))

@@ -1,7 +1,7 @@
 """Issue 16's list of real public configs (aiconfigurator-core's model_configs), each priced at TP8 and, for MoE,
 TP8 + EP8 on aiconfigurator's measured H200 vLLM tables: every kernel priced, no placeholder above 1 % of the decode
 step, the partition passes conserve work (checked inside them), and the decode step plausible — at least its
-weight-read floor and at most 3 × the sum of its kernels' roofline floors (one measured exception, below).
+weight-read floor and at most 3 × the sum of its kernels' roofline floors (one config known over it, below).
 `python benchmarks/architectures_e2e.py` runs the same list through the CLI (kv and simulate too). Imports the
 real tables and traces eleven large models: slow (a few minutes)."""
 
@@ -20,20 +20,23 @@ CONFIGS = [
     "Qwen--Qwen3.5-35B-A3B", "google--gemma-4-26B-A4B", "meta-llama--Llama-4-Scout-17B-16E-Instruct",
     "MiniMaxAI--MiniMax-M2.5", "XiaomiMiMo--MiMo-V2-Flash",
 ]
-# Gemma-4-26B-A4B at TP8 (not EP8) runs 4.3 × its roofline sum: its fused_moe splits 704 intermediate features
-# into 88 per rank, and aiconfigurator's measured H200 rows put that kernel at 276 µs for 64 tokens (balanced),
-# slower than at TP4 (152 µs): 5 × its own roofline, a real kernel's inefficiency, not a pricing error.
-MEASURED_SLOW = {("google--gemma-4-26B-A4B", 1): 5.0}
+# Gemma-4-26B-A4B at TP8 (not EP8) runs 4.3 × its roofline sum and is NOT within the bar, not even as a stated
+# exception: its fused_moe splits 704 intermediate features into 88 a rank, and vLLM's Triton MoE at a per-rank size
+# that is not a multiple of 16 is measured that slow (costing/measured_slow.py `triton_moe_unaligned`: 275.8 µs
+# at tp 8 against 152.0 at tp 4, 64 tokens balanced), which covers 3.9 of its 4.0 ms over the bar; the rest of the
+# step is still 3.08 × its roofline (some 20 latency-bound kernels a layer, ~3 µs each against sub-µs rooflines).
+KNOWN_OVER = {("google--gemma-4-26B-A4B", 1): "the rest of the step (without its stated MoE rows) is 3.08x its roofline"}
 
 
 def _cases():
     moe = {"nvidia--GLM-5-NVFP4", "deepseek-ai--DeepSeek-V3.2", "moonshotai--Kimi-K2-Instruct",
            "Qwen--Qwen3.5-35B-A3B", "google--gemma-4-26B-A4B", "meta-llama--Llama-4-Scout-17B-16E-Instruct",
            "MiniMaxAI--MiniMax-M2.5", "XiaomiMiMo--MiMo-V2-Flash"}
-    return [pytest.param(n, ep, id=f"{n}-ep{ep}") for n in CONFIGS for ep in ((1, 8) if n in moe else (1,))]
+    return [pytest.param(n, ep, id=f"{n}-ep{ep}", marks=[pytest.mark.xfail(strict=True, reason=KNOWN_OVER[(n, ep)])]
+                         if (n, ep) in KNOWN_OVER else []) for n in CONFIGS for ep in ((1, 8) if n in moe else (1,))]
 
 
 @pytest.mark.parametrize(("name", "ep"), _cases())
 def test_priced_complete_and_plausible(h200_db, aic_config, name, ep):
-    assert_plausible(aic_config(name), h200_db, ep, MEASURED_SLOW.get((name, ep), 3.0))
+    assert_plausible(aic_config(name), h200_db, ep)
 
