@@ -96,6 +96,35 @@ def test_percentile_key_spelling_and_queue_metrics():
     assert "mean_tpot_ms" not in doc
 
 
+def _burst_result(speculative: object = None) -> SimulationResult:
+    # Two requests sent at t = 0; the iteration log (start, duration, decode tokens):
+    #   it0 0.0 + 0.2, no decode (both prefills): first tokens of A and B at 0.2
+    #   it1 0.2 + 0.1, it2 0.3 + 0.1, it3 0.4 + 0.1: A and B decode, 2 tokens each, ending 0.3, 0.4, 0.5 (B done)
+    #   it4 0.5 + 2.0: A's last token at 2.5 (A: 5 tokens, B: 4)
+    table = RequestTable()
+    for r in (_request(0, 0.0, 0.2, 2.5, 10, 5), _request(1, 0.0, 0.2, 0.5, 10, 4)):
+        table.record(r)
+    its = {"start_s": np.asarray([0.0, 0.2, 0.3, 0.4, 0.5]), "dur_s": np.asarray([0.2, 0.1, 0.1, 0.1, 2.0]),
+           "decode_seqs": np.asarray([0, 2, 2, 2, 1])}
+    runs = (np.asarray([0.1, 2.0]), np.asarray([2.0, 1.0]), np.asarray([3, 1]))
+    return SimpleNamespace(requests=table, itl_runs=runs, iterations=its,  # type: ignore[return-value]
+                           setup=SimpleNamespace(speculative=speculative))
+
+
+def test_peak_output_tokens_from_the_iteration_log():
+    # vLLM counts each token at its own time, in whole seconds from the first start. From the log: second 0 holds
+    # the two first tokens (0.2) and the decodes ending at 0.3, 0.4, 0.5 (2 each): 8; second 2 holds A's last: 1.
+    doc = bench_result(_burst_result(), BenchSettings(model_id="m", num_prompts=2))
+    assert doc["max_output_tokens_per_s"] == 8
+    assert "iteration log" in doc["graphsim"]["derived"]["max_output_tokens_per_s"]
+    # Spread evenly instead (speculative decoding: the log does not count its tokens), A's 5 tokens at
+    # linspace(0.2, 2.5, 5) = 0.2, 0.775, 1.35, 1.925, 2.5 put 2 in second 0, and B's 4 (0.2 … 0.5) all in second 0:
+    # 6, the burst flattened
+    spread = bench_result(_burst_result(speculative=object()), BenchSettings(model_id="m", num_prompts=2))
+    assert spread["max_output_tokens_per_s"] == 6
+    assert "spread evenly" in spread["graphsim"]["derived"]["max_output_tokens_per_s"]
+
+
 def test_peak_concurrency_half_open():
     # [0, 1) and [1, 2) never overlap; [0.5, 1.5) overlaps both: peak 2
     assert peak_concurrency(np.asarray([0.0, 1.0]), np.asarray([1.0, 2.0])) == 1
