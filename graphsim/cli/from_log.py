@@ -22,7 +22,7 @@ PARAMS = {"tensor_parallel_size": "tp", "max_model_len": "max_model_len", "kv_ca
           "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
           "enable_prefix_caching": "prefix_caching", "enable_chunked_prefill": "chunked_prefill",
           "speculative_config": "speculative_config", "data_parallel_size": "data_parallel_size",
-          "enable_expert_parallel": "enable_expert_parallel"}
+          "enable_expert_parallel": "enable_expert_parallel", "api_server_count": "api_server_count"}
 # Parameters whose change invalidates the KV memory the log measured (it is what was left after weights and
 # activations at those settings).
 # data_parallel_size: a MoE model's DP ranks each hold 1/(dp × tp) of the experts (serving/dp_attention.py)

@@ -207,6 +207,10 @@ ChunkedPrefill = Annotated[bool | None, typer.Option(
 AsyncScheduling = Annotated[bool | None, typer.Option(
     "--async-scheduling/--no-async-scheduling",
     help="vLLM's --async-scheduling: host work overlaps the GPU step. Default: the --engine version's (on from 0.14).")]
+ApiServerCount = Annotated[int | None, typer.Option(
+    "--api-server-count", "-asc", min=1, max=4096,
+    help="vLLM's --api-server-count: API server processes of a deployment, sharing its requests and streams. "
+         "Default: the --engine version's (1; the data-parallel size from 0.19).")]
 DEFAULT_ENGINE = "vllm"
 
 

@@ -108,6 +108,13 @@ def simulate_cmd(
     metric_percentiles: str = typer.Option("99", "--metric-percentiles", help="Percentiles --save-result stores, "
                                            "e.g. 50,90,99."),
     seed: opt.Seed = 0,
+    temperature: float | None = typer.Option(None, "--temperature", help="vllm bench serve's --temperature, as every "
+                                             "request sends it (0: greedy; 1.0 when only --top-k/--top-p is given). "
+                                             "Default greedy, what vllm bench serve sent before vLLM PR 32723; a newer "
+                                             "bench sends none and the server applies the model's "
+                                             "generation_config.json (Qwen3: 0.6, top-k 20, top-p 0.95)."),
+    top_k: int | None = typer.Option(None, "--top-k", help="vllm bench serve's --top-k (0 or -1: off)."),
+    top_p: float | None = typer.Option(None, "--top-p", help="vllm bench serve's --top-p (1: off)."),
     gpu_memory_utilization: opt.GpuMemoryUtilization = opt.GPU_MEMORY_UTILIZATION,
     kv_memory: opt.KvMemory = None,
     from_vllm_log: opt.FromVllmLog = None,
@@ -119,6 +126,7 @@ def simulate_cmd(
     chunked_prefill: opt.ChunkedPrefill = None,
     engine: opt.Engine = opt.DEFAULT_ENGINE,
     async_scheduling: opt.AsyncScheduling = None,
+    api_server_count: opt.ApiServerCount = None,
     host_time: opt.HostTime = True,
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
@@ -172,8 +180,8 @@ def simulate_cmd(
          prefix_caching, chunked_prefill, kv_dtype, dtype) = from_log.get(
             "tp", "gpu_memory_utilization", "kv_memory", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
             "block_size", "prefix_caching", "chunked_prefill", "kv_dtype", "dtype")
-        (engine, speculative_config, data_parallel_size, enable_expert_parallel) = from_log.get(
-            "engine", "speculative_config", "data_parallel_size", "enable_expert_parallel")
+        (engine, speculative_config, data_parallel_size, enable_expert_parallel, api_server_count) = from_log.get(
+            "engine", "speculative_config", "data_parallel_size", "enable_expert_parallel", "api_server_count")
         err_console.print(from_log.summary(), highlight=False, soft_wrap=True)
     afd_config = afd_cli.afd_config(afd, afd_micro_batches, afd_ffn_parallel, afd_link_gbps, afd_link_latency_us,
                                     afd_attention_tp)
@@ -186,6 +194,7 @@ def simulate_cmd(
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
         enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
+        api_server_count=api_server_count,
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                            network_latency_us), data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})
@@ -247,6 +256,9 @@ def simulate_cmd(
         from graphsim.render.serving_plots import check_plot_path
 
         check_plot_path(plot)
+    from graphsim.serving.sampler import parse_sampling, with_sampling
+
+    sampling = parse_sampling(temperature, top_k, top_p)  # bad values fail here, before the trace
     with err_console.status(f"tracing {model} and pricing its cost tables…"):
         if dp_coupled:
             from graphsim.serving.dp_attention import dp_simulation_setup
@@ -263,6 +275,7 @@ def simulate_cmd(
                 from graphsim.serving.afd import afd_setup
 
                 setup = afd_setup(dep, cost, afd_config, router=router, host_time=host_time)
+    setup = with_sampling(setup, sampling, dep.vocab, dep.hardware.memory_bandwidth_bytes_per_s)
     slo = SLO(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
     total = workload.num_requests if isinstance(workload, ClosedLoop) else len(workload)
     res = _run_streamed(setup, workload, total, as_json, iteration_log, chrome_trace, trace_sample, requests_out)
@@ -281,6 +294,8 @@ def simulate_cmd(
         out = {"deployment": dep.to_json(), "workload": label, "replicas": replicas, "router": router,
                "data": note, "slo": vars(slo), "summary": summary.to_json(), "per_replica": res.per_replica,
                "versions": versions(profile, gpu, engine)}
+        if sampling is not None:
+            out["sampling"] = sampling.to_json()
         if afd_config is not None:
             out["afd"] = afd_config.to_json()
         if (spec_sim := getattr(setup, "speculative", None)) is not None:

@@ -20,7 +20,14 @@ over ~4.9 s (p99 TTFT), about 10 ms of serial work a request, yet its clients sa
 as the mean TPOT (5.1–5.7 ms): one token a chunk. Had each request held the loop for its ~10 ms, every stream would
 have waited for it (chunks of several tokens, ITL ≥ 10 ms).
 
-graphsim models one such server per engine replica with
+A deployment runs `--api-server-count` such servers (vLLM's default: one; the data-parallel size from 0.19,
+engine_versions.py `api_server_count`). With several, each takes a share of the requests in and streams its own
+requests' tokens (every API server talks to every engine; the scheduler sends each request's outputs to the API
+server that sent it: `Scheduler.update_from_output` groups them by `request.client_index`, vllm/v1/core/sched/
+scheduler.py 0.10.1). graphsim spreads each engine's stream evenly over them: with A servers for E
+engines, each engine's stream is served as by one loop A/E times as fast (exact when A is a multiple of E and the
+requests split evenly; with fewer servers than engines, one server's turns do not merge across engines here), and
+the front end has A × replicas servers. In each
 
     ingestion   one per request, in the order sent, FIFO over the servers (frontend.FrontEndQueue's rule):
                 reaches the engine at max(sent, server free) + frontend_us + frontend_per_token_us × prompt tokens
@@ -80,7 +87,7 @@ class ApiServers:
         self.per_output_s = min(per_output_us, per_chunk_us) * 1e-6  # of a chunk's cost, paid per merged output
         self.servers = [_Server() for _ in range(max(1, servers))]
         self._queue: deque[tuple[float, int]] = deque()  # ingestion FIFO: (sent, prompt tokens), in the order sent
-        self._ingest_free = [0.0] * len(self.servers)  # when each server's ingestion is next free (a heap)
+        self._ingest_free = [0.0] * max(1, frontend.servers)  # when each front end is next free (a heap)
 
     # --- jobs coming in ---------------------------------------------------------------------------------
     def send(self, sent_s: float, prompt_tokens: int) -> None:

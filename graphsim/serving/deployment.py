@@ -103,8 +103,9 @@ class Deployment:
             eager = eager_dispatch(cost, bound.max_cudagraph_tokens)
             write = kv_cache_write(cost, self.engine.max_num_batched_tokens)
         bandwidth = self.hardware.memory_bandwidth_bytes_per_s
+        dp = self.config.parallel.data_parallel_size
         return EngineHost(self.engine.host, self.vocab, bandwidth, eager, write,
-                          random_sampler(sampling, self.vocab, bandwidth))
+                          random_sampler(sampling, self.vocab, bandwidth), self.engine.api_servers(dp) / dp)
 
     def simulation_setup(self, cost: IterationCost, replicas: int | None = None, router: str = "round-robin",
                          fast_forward: bool = True, host_time: bool = True,
@@ -172,7 +173,9 @@ class Deployment:
                        "enable_chunked_prefill": e.enable_chunked_prefill,
                        "max_in_flight_tokens": e.max_in_flight_tokens,
                        "gpu_memory_utilization": e.gpu_memory_utilization,
-                       "async_scheduling": e.async_scheduling, "profile": e.profile.to_json(),
+                       "async_scheduling": e.async_scheduling,
+                       "api_server_count": e.api_servers(self.config.parallel.data_parallel_size),
+                       "profile": e.profile.to_json(),
                        "host": e.host.to_json(), "executor": executor_json(e.executor_step_us)},
             "layout": {
                 "source": self.layout.source,

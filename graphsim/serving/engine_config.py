@@ -48,6 +48,9 @@ class EngineArgs(Strict):
     enable_chunked_prefill: bool | None = None
     async_scheduling: bool | None = None  # None: the engine version's default (on from 0.14)
     max_concurrent_batches: int | None = Field(default=None, ge=1, le=64)  # None: 2 with async scheduling (0.30+)
+    # `vllm serve --api-server-count`: API server processes of one deployment (None: the version's default,
+    # EngineProfile.api_server_count; api_server.py)
+    api_server_count: int | None = Field(default=None, ge=1, le=4096)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     kv_cache_memory_bytes: int | None = Field(default=None, gt=0, le=1 << 50)
     # SGLang's --mem-fraction-static and TensorRT-LLM's kv_cache_config.free_gpu_memory_fraction (None: the engine's
@@ -90,7 +93,8 @@ class EngineArgs(Strict):
         async_ = p.async_scheduling if self.async_scheduling is None else self.async_scheduling
         batches = self.max_concurrent_batches or p.concurrent_batches(async_)
         return EngineConfig(self.max_num_batched_tokens or mnbt, self.max_num_seqs or seqs, mml, self.block_size,
-                            caching, chunked, batches, self.gpu_memory_utilization, p, async_).check()
+                            caching, chunked, batches, self.gpu_memory_utilization, p, async_,
+                            api_server_count=self.api_server_count).check()
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,11 @@ class EngineConfig:
     profile: EngineProfile = NEWEST_PROFILE  # the vLLM version whose behaviour the scheduler follows
     async_scheduling: bool = True
     executor_step_us: float = 0.0  # per step, the executor's own (a Ray compiled graph across nodes: executor.py)
+    api_server_count: int | None = None  # `--api-server-count` as given; None: the version's default for the dp size
+
+    def api_servers(self, data_parallel_size: int) -> int:
+        """API server processes in front of `data_parallel_size` engines (`vllm serve --api-server-count`)."""
+        return self.api_server_count or self.profile.api_server_count(data_parallel_size)
 
     @property
     def host(self) -> HostModel:

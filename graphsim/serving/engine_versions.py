@@ -56,6 +56,7 @@ V0_CHUNKED_LONG_CONTEXT = 32768  # EngineArgs.create_engine_config, 0.6.3 / 0.7.
 V0_CHUNK_TOKENS = 512  # SchedulerConfig, 0.6.3: max_num_batched_tokens with chunked prefill ("best balance on A100")
 V0_WATERMARK = 0.01  # EngineArgs.block_manager watermark, 0.6.3 / 0.7.3 (vllm/engine/arg_utils.py)
 V0_SWAP_SPACE_GIB = 4  # EngineArgs.swap_space, 0.6.3 (GiB of CPU blocks per GPU)
+API_SERVER_COUNT_IS_DP = (0, 19, 0)  # --api-server-count defaults to the dp size (PR 32525; first inspected: 0.19.0)
 
 
 class EngineVersionError(GraphsimError):
@@ -112,6 +113,16 @@ class EngineProfile:
     @property
     def watermark(self) -> float:
         return V0_WATERMARK if self.family == "v0" else 0.0
+
+    def api_server_count(self, data_parallel_size: int) -> int:
+        """`vllm serve`'s API server processes when `--api-server-count` is not given: 1 through the inspected 0.10.1
+        (vllm/entrypoints/openai/cli_args.py `--api-server-count` default=1); the data-parallel size from vLLM PR
+        32525 (merged 2026-01-17; vllm/entrypoints/cli/serve.py `ServeSubcommand.cmd`, "Defaulting api_server_count
+        to data_parallel_size"), first seen in the inspected 0.19.0 (taken from 0.19.0). SGLang and TensorRT-LLM:
+        one server process."""
+        if self.is_vllm and self.version >= API_SERVER_COUNT_IS_DP:
+            return max(1, data_parallel_size)
+        return 1
 
     def concurrent_batches(self, async_scheduling: bool | None = None) -> int:
         """Batches whose tokens a sliding-window reservation covers (`VllmConfig.max_concurrent_batches`, 0.30+:

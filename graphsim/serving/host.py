@@ -234,6 +234,9 @@ class EngineHost:
     eager: EagerDispatch | None = None  # steps above the CUDA-graph capture bound (eager.py); None: not modelled
     kv_write: KvCacheWrite | None = None  # FlashAttention's KV-cache writes, GPU (kv_write.py); None: not modelled
     sampler: RandomSampler | None = None  # random sampling's kernels (sampler.py); None: greedy, the roofline above
+    # API server processes per engine (`--api-server-count` / data-parallel engines): each engine's stream is served
+    # at this many loops' speed and requests are taken in by this many front ends (api_server.py)
+    api_servers_per_engine: float = 1.0
 
     def iteration_us(self, gpu_us, tokens, seqs):
         """Wall time of iterations whose kernels take `gpu_us` (scalar or array): every scheduled sequence gets a

@@ -258,17 +258,21 @@ def _api_servers(setup: SimulationSetup | DisaggSetup, frontend: FrontEnd | None
     m = setup.host.model
     if m.api_per_chunk_us <= 0:
         return None
-    return ApiServers(frontend or FrontEnd(0.0, 0.0, 0.0), m.api_per_chunk_us, setup.replicas, m.api_per_output_us)
+    share = setup.host.api_servers_per_engine  # several API servers split an engine's stream evenly
+    return ApiServers(frontend or FrontEnd(0.0, 0.0, 0.0), m.api_per_chunk_us / share, setup.replicas,
+                      m.api_per_output_us / share)
 
 
 def _frontend(setup: SimulationSetup | DisaggSetup) -> FrontEnd | None:
-    """The front end requests pass before the entry pool (one server per entry replica); None without host time."""
+    """The front end requests pass before the entry pool (one per API server process: `--api-server-count` per
+    deployment, by default one per engine replica); None without host time."""
     entry = setup if isinstance(setup, SimulationSetup) else getattr(setup, "prefill", setup)
     host = getattr(entry, "host", None)
     if host is None:
         return None
     m = host.model
-    fe = FrontEnd(m.frontend_us, m.frontend_per_token_us, m.frontend_latency_us, getattr(entry, "replicas", 1))
+    servers = max(1, round(getattr(entry, "replicas", 1) * host.api_servers_per_engine))  # API server processes
+    fe = FrontEnd(m.frontend_us, m.frontend_per_token_us, m.frontend_latency_us, servers)
     return fe if fe.active or fe.latency_us > 0 else None
 
 

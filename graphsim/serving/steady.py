@@ -228,15 +228,16 @@ def aggregated_point(cost: IterationCost, isl: int, osl: int, clients: int, max_
 
 
 def _api_capped(p: SteadyPoint, host: EngineHost | None, isl: int, osl: int, clients: int) -> SteadyPoint:
-    """The instance's API server (api_server.py) takes requests in one at a time (the front end's FIFO:
-    `frontend_us + frontend_per_token_us × isl` a request) and streams on its loop, where a request's `osl` outputs
-    cost at least `osl × api_per_output_us` however merged its chunks: requests/s ≤ the smaller of the two rates.
-    Where that binds, throughput is the server's and the clients wait in front of it (TTFT by Little's law: a
-    client's cycle C / rps less its decode)."""
+    """The instance's API servers (api_server.py; `api_servers_per_engine` of them side by side) take requests in one
+    at a time each (the front end's FIFO: `frontend_us + frontend_per_token_us × isl` a request) and stream on their
+    loops, where a request's `osl` outputs cost at least `osl × api_per_output_us` however merged its chunks:
+    requests/s ≤ the smaller of the two rates. Where that binds, throughput is the servers' and the clients wait in
+    front of them (TTFT by Little's law: a client's cycle C / rps less its decode)."""
     if host is None or host.model.api_per_chunk_us <= 0:
         return p
     m = host.model
     per_request_s = max(m.frontend_us + m.frontend_per_token_us * isl, osl * m.api_per_output_us) * 1e-6
+    per_request_s /= host.api_servers_per_engine  # several API servers per engine take requests side by side
     if per_request_s <= 0 or p.requests_per_s * per_request_s <= 1.0:
         return p
     rps = 1.0 / per_request_s

@@ -74,7 +74,7 @@ _CONFIG_FIELDS = {"model": "model", "dtype": "dtype", "max_seq_len": "max_model_
 _ARG_FIELDS = ("model", "dtype", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size",
                "data_parallel_size", "kv_cache_dtype", "quantization", "gpu_memory_utilization", "block_size",
                "max_num_seqs", "max_num_batched_tokens", "enable_prefix_caching", "enable_chunked_prefill",
-               "kv_cache_memory_bytes", "enable_expert_parallel")
+               "kv_cache_memory_bytes", "enable_expert_parallel", "api_server_count")
 
 
 @dataclass
