@@ -43,10 +43,12 @@ bandwidth-bound, so this is an assumption, not a measurement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from graphsim.errors import GraphsimError
 
 SAMPLING_EPS = 1e-5  # vllm/sampling_params.py `_SAMPLING_EPS`: a lower temperature is greedy
 TRITON_FILTER_MIN_ROWS = 8  # apply_top_k_top_p: `HAS_TRITON and logits.shape[0] >= 8` takes the Triton kernel
@@ -118,3 +120,40 @@ def random_sampler(sampling: Sampling | None, vocab: int, bandwidth_bytes_per_s:
     if sampling is None or sampling.greedy or vocab <= 0 or bandwidth_bytes_per_s <= 0:
         return None
     return RandomSampler(sampling.filters, vocab / TRACE_VOCAB * TRACE_BANDWIDTH / bandwidth_bytes_per_s)
+
+
+class SamplingError(GraphsimError):
+    pass
+
+
+def parse_sampling(temperature: float | None, top_k: int | None, top_p: float | None) -> Sampling | None:
+    """`vllm bench serve`'s --temperature / --top-k / --top-p as the requests send them; None when none is given
+    (greedy, as `vllm bench serve` sent before vllm-project/vllm PR 32723). Top-k / top-p without a temperature:
+    vLLM's default temperature 1.0 (SamplingParams)."""
+    if temperature is None and top_k is None and top_p is None:
+        return None
+    t = 1.0 if temperature is None else temperature
+    k = 0 if top_k is None else top_k
+    p = 1.0 if top_p is None else top_p
+    if t < 0:
+        raise SamplingError(f"--temperature {t}: must be >= 0 (0: greedy)")
+    if k < -1:
+        raise SamplingError(f"--top-k {k}: must be -1 or 0 (off) or a positive number of tokens")
+    if not 0.0 < p <= 1.0:
+        raise SamplingError(f"--top-p {p}: must be in (0, 1] (1: off)")
+    return Sampling(t, k, p, "given: --temperature / --top-k / --top-p")
+
+
+def with_sampling(setup: Any, sampling: Sampling | None, vocab: int, bandwidth_bytes_per_s: float) -> Any:
+    """`setup` (a SimulationSetup, or a DP setup holding one as `ranks`) whose engines sample as `sampling` asks:
+    random sampling's kernels in their iterations (unchanged for greedy requests)."""
+    sampler = random_sampler(sampling, vocab, bandwidth_bytes_per_s)
+    if sampler is None:
+        return setup
+    if hasattr(setup, "ranks"):
+        return replace(setup, ranks=with_sampling(setup.ranks, sampling, vocab, bandwidth_bytes_per_s))
+    host = getattr(setup, "host", None)
+    if host is None:
+        raise SamplingError("--temperature prices vLLM's sampler with the engine's host and sampling time; "
+                            "drop --no-host-time to simulate random sampling")
+    return replace(setup, host=replace(host, sampler=sampler))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,9 @@ from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.engine_config import EngineArgs
 from graphsim.serving.host import EngineHost, HostModel
-from graphsim.serving.sampler import GREEDY, RandomSampler, Sampling, random_sampler
+from graphsim.serving.sampler import (
+    GREEDY, RandomSampler, Sampling, SamplingError, parse_sampling, random_sampler, with_sampling,
+)
 
 TOPK_TOPP = RandomSampler(filters=True, scale=1.0)
 RANDOM = RandomSampler(filters=False, scale=1.0)
@@ -81,3 +85,41 @@ def test_deployment_passes_the_sampling_to_its_host():
     assert host.sampler is not None and host.sampler.filters
     # Llama-3.1-8B's 128,256 logits on the h100 spec's 3.35 TB/s: 128,256 / 151,936
     assert host.sampler.scale == pytest.approx(128_256 / 151_936)
+
+
+def test_parse_sampling_takes_vllm_bench_serves_options():
+    assert parse_sampling(None, None, None) is None  # nothing given: greedy, as before PR 32723's bench
+    s = parse_sampling(0.6, 20, 0.95)
+    assert s is not None and (s.temperature, s.top_k, s.top_p) == (0.6, 20, 0.95) and s.filters
+    only_p = parse_sampling(None, None, 0.9)  # vLLM's default temperature 1.0 when only a filter is given
+    assert only_p is not None and only_p.temperature == 1.0 and only_p.filters
+    greedy = parse_sampling(0.0, 20, None)
+    assert greedy is not None and greedy.greedy and random_sampler(greedy, 151_936, 3.35e12) is None
+    for bad in ((-0.1, None, None), (None, -2, None), (None, None, 1.5), (None, None, 0.0)):
+        with pytest.raises(SamplingError):
+            parse_sampling(*bad)
+
+
+def test_with_sampling_swaps_the_sampler_of_a_setup_and_of_dp_ranks():
+    m = HostModel("t", 0.0, 0.0, 0.0, 0.0, True)
+    host = EngineHost(m, 151_936, 3.35e12)
+    setup = SimpleNamespaceSetup(host=host)
+    out = with_sampling(setup, Sampling(0.6, 20, 0.95), 151_936, 3.35e12)
+    assert out.host.sampler == RandomSampler(True, 1.0) and host.sampler is None
+    assert with_sampling(setup, GREEDY, 151_936, 3.35e12) is setup  # greedy: unchanged
+    dp = DpLike(ranks=setup)
+    assert with_sampling(dp, Sampling(1.0), 151_936, 3.35e12).ranks.host.sampler == RandomSampler(False, 1.0)
+    with pytest.raises(SamplingError, match="--no-host-time"):
+        with_sampling(SimpleNamespaceSetup(host=None), Sampling(1.0), 151_936, 3.35e12)
+    assert with_sampling(SimpleNamespaceSetup(host=None), None, 151_936, 3.35e12).host is None
+
+
+@dataclass(frozen=True)
+class SimpleNamespaceSetup:
+    host: EngineHost | None
+
+
+@dataclass(frozen=True)
+class DpLike:
+    ranks: SimpleNamespaceSetup
+
