@@ -7,9 +7,9 @@ A run whose page published no vLLM startup log ("Available KV cache memory") is 
 `validate_serving.py` at graphsim's memory budget for the run's `--gpu-memory-utilization` (weights, activation peak,
 an assumed non-torch overhead: serving/memory.py). That budget is an estimate; the run itself bounds it from below:
 vLLM refuses to start when the KV cache cannot hold one request of `--max-model-len` tokens
-(vLLM 0.10.1 vllm/v1/core/kv_cache_utils.py `check_enough_kv_cache_memory`, "To serve at least one request with the
-models's max
-seq len ..."), and these servers started at vLLM's default `--max-model-len` (the model's max_position_embeddings).
+(vLLM 0.10.1 vllm/v1/core/kv_cache_utils.py `check_enough_kv_cache_memory`: "To serve at least one request with
+the models's max seq len ..."), and these servers started at vLLM's default `--max-model-len` (the model's
+max_position_embeddings).
 So the true KV cache lies between that floor, `blocks_per_request + 1` blocks (graphsim's own block count for one
 max-length request, as its CapacityError checks, and one block of slack), and whatever vLLM's real budget was; above
 graphsim's budget nothing bounds it. The script prints each run's errors at graphsim's budget and at the floor, and
