@@ -177,8 +177,30 @@ def check_config_sizes(cfg: dict[str, Any], where: str) -> None:
             continue  # absent, null or of another kind: the architecture's own reader decides
         if not math.isfinite(v) or v != int(v) or not low <= v <= high:
             problems.append(f"{key} = {v!r} (must be a whole number in [{low:,}, {high:,}])")
+    problems += _shape_problems(cfg)
     if problems:
         raise ConfigError(f"implausible config {where}: {'; '.join(problems)}; fix the config")
+
+
+def _shape_problems(cfg: dict[str, Any]) -> list[str]:
+    """Fields whose kind or relation no model can have: model_type not a string, architectures not a list of
+    class names, rope_scaling not an object, and query heads that KV heads do not divide (each KV head serves a
+    whole group of query heads: transformers' `repeat_kv`, vLLM's `num_queries_per_kv`)."""
+    out = []
+    if "model_type" in cfg and not isinstance(cfg["model_type"], str):
+        out.append(f"model_type = {cfg['model_type']!r} (must be a string, e.g. \"llama\")")
+    arch = cfg.get("architectures")
+    if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
+        out.append(f"architectures = {arch!r} (must be a list of class names, e.g. [\"LlamaForCausalLM\"])")
+    rope = cfg.get("rope_scaling")
+    if rope is not None and not isinstance(rope, dict):
+        out.append(f"rope_scaling = {rope!r} (must be an object, e.g. {{\"rope_type\": \"linear\", \"factor\": 2.0}}, "
+                   "or null)")
+    heads, kv = cfg.get("num_attention_heads"), cfg.get("num_key_value_heads")
+    if (isinstance(heads, int) and isinstance(kv, int) and not isinstance(kv, bool) and heads > 0 and kv > 0
+            and heads % kv):
+        out.append(f"num_attention_heads = {heads} is not a multiple of num_key_value_heads = {kv}")
+    return out
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

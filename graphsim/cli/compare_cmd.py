@@ -43,6 +43,10 @@ def load_result(path: str, what: str) -> dict[str, Any]:
                            "file holds several: split it into one file per run)") from None
     if not isinstance(doc, dict) or "duration" not in doc:
         raise CompareError(f"{what} result '{path}' has no 'duration'; it is not a vllm bench serve result")
+    duration = doc["duration"]
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not 0 < duration < math.inf:
+        raise CompareError(f"{what} result '{path}' has duration {duration!r}; a run's result has a positive, "
+                           "finite duration in seconds (give the file of a run that completed requests)")
     return doc
 
 

@@ -23,6 +23,10 @@ PARAMS = {"tensor_parallel_size": "tp", "max_model_len": "max_model_len", "kv_ca
           "enable_prefix_caching": "prefix_caching", "enable_chunked_prefill": "chunked_prefill",
           "speculative_config": "speculative_config", "data_parallel_size": "data_parallel_size",
           "enable_expert_parallel": "enable_expert_parallel", "api_server_count": "api_server_count"}
+# The kind of each value the log may set (vLLM's EngineArgs fields: ints ≥ 1, flags).
+_WHOLE = ("tensor_parallel_size", "max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens",
+          "data_parallel_size", "api_server_count")
+_FLAGS = ("enable_prefix_caching", "enable_chunked_prefill", "enable_expert_parallel")
 # Parameters whose change invalidates the KV memory the log measured (it is what was left after weights and
 # activations at those settings).
 # data_parallel_size: a MoE model's DP ranks each hold 1/(dp × tp) of the experts (serving/dp_attention.py)
@@ -81,6 +85,12 @@ def _convert(name: str, value: Any, path: str) -> Any:
     """The log's value in the form the command's option callback gives (vLLM's spellings → graphsim's)."""
     from graphsim.cli import options as opt
 
+    whole = name in _WHOLE and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+    if whole or (name in _FLAGS and not isinstance(value, bool)) or (name == "gpu_memory_utilization" and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1)):
+        want = "a positive whole number" if whole else "true or false" if name in _FLAGS else "a fraction in (0, 1]"
+        raise VllmLogError(f"{path}: the log's {name}={value!r} is not {want}; fix the log or pass "
+                           f"--{name.replace('_', '-')} yourself")
     try:
         if name == "kv_cache_dtype":
             return opt._kv_cache_dtype(str(value))

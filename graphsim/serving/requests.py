@@ -81,11 +81,11 @@ def arrival_times(n: int, rate: float, rng: np.random.Generator, process: str = 
     variation `cv` (cv = 1 is Poisson; > 1 burstier). The first request arrives at t = 0."""
     if not rate > 0:  # NaN too
         raise WorkloadSpecError(f"rate {rate}; give --rate > 0 (requests per second)")
+    if not 0 < cv < math.inf:  # refused with Poisson arrivals too (which ignore it): no cv is <= 0 or infinite
+        raise WorkloadSpecError(f"cv {cv}; give a finite --cv > 0")
     if process == "poisson":
         gaps = rng.exponential(1.0 / rate, size=n)
     elif process == "gamma":
-        if not 0 < cv < math.inf:
-            raise WorkloadSpecError(f"cv {cv}; give a finite --cv > 0")
         shape = 1.0 / (cv * cv)
         gaps = rng.gamma(shape, 1.0 / (rate * shape), size=n)
     else:

@@ -300,10 +300,25 @@ def tp_options(spec: SearchSpec, hw: HardwareSpec) -> tuple[int, ...]:
     return _pow2_upto(min(spec.gpus, max(hw.devices_per_node, 1)))
 
 
+def _check_request_fits(spec: SearchSpec, model: ResolvedModel) -> None:
+    """The longest request (isl + osl) within max_model_len: vLLM's OpenAI server refuses a request whose prompt
+    plus max_tokens exceeds it (vllm 0.10.1 entrypoints/openai/serving_engine.py `_validate_input`), so a search
+    over such requests would have no completed request to measure."""
+    from graphsim.serving.engine_config import default_max_model_len
+
+    mml = spec.base.engine.max_model_len or default_max_model_len(model.config)
+    longest = spec.isl.hi + spec.osl.hi
+    if mml is not None and longest > mml:
+        raise SearchSpecError(f"requests of up to {longest:,} tokens (--isl {spec.isl.hi:,} + --osl {spec.osl.hi:,}) "
+                              f"exceed max_model_len {mml:,} of {model.name}; lower --isl/--osl or raise "
+                              "--max-model-len")
+
+
 def enumerate_candidates(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec
                          ) -> tuple[list[Candidate], list[Pruned]]:
     """Every deployment of the search space that fits, and every one that was pruned, with the reason."""
     spec.check()
+    _check_request_fits(spec, model)
     planner = _Planner(spec, model, hw)
     cands: list[Candidate] = []
     pruned: list[Pruned] = []

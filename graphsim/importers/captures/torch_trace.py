@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -39,8 +40,8 @@ def read_json(path: Path) -> Any:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         return json.loads(raw)
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        raise CaptureError(f"cannot read '{path}': {e}") from None
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:  # zlib.error: a damaged .gz body
+        raise CaptureError(f"cannot read '{path}': {e}; give the trace file torch.profiler wrote, whole") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CaptureError(f"'{path}' is not valid JSON ({e})") from None
 
