@@ -91,24 +91,44 @@ class StepCheck:
         return self.total_us / self.weight_floor_us if self.total_us and self.weight_floor_us else None
 
 
-def weight_floor_us(config_path: str | Path, tp: int, tokens: int, bandwidth_bytes_per_s: float) -> float | None:
+def weight_floor_us(config_path: str | Path, tp: int, tokens: int, bandwidth_bytes_per_s: float,
+                    graph: Any = None) -> float | None:
     """Every stored weight of a rank read once (the accountant's bytes at `tp`, quantization included), less the
     share a routed expert no token picks leaves unread: `tokens` × top-k picks miss one of E experts with
     probability (1 − 1/E)^(tokens·k); that share is taken off ALL the weights, so the floor is a lower bound.
-    None when the accountant has no builder for the architecture (no floor is claimed then)."""
+    When the accountant has no builder for the architecture (a model's own code, e.g. MiniMax-M3-NVFP4's
+    `MiniMaxM3SparseForConditionalGeneration`), the bytes are the partitioned kernel `graph`'s parameters
+    (`serving.graph_deployment.graph_weight_bytes`, the checkpoint's quantization applied, as `kv` budgets them)
+    and the experts its routed-experts kernels route over; None without either (no floor is claimed then)."""
     from graphsim.catalog import resolve_model
     from graphsim.errors import GraphsimError
     from graphsim.serving.memory import weight_bytes_per_rank
     from graphsim.work import accounting
     from graphsim.work.specs import MoeFfn
 
+    resolved = resolve_model(str(config_path))
     try:
-        acc = accounting(resolve_model(str(config_path)).config)
+        acc = accounting(resolved.config)
     except GraphsimError:
-        return None
+        return _graph_weight_floor_us(graph, resolved.config, tokens, bandwidth_bytes_per_s) if graph else None
     moe = [layer.ffn for layer in acc.spec.stack.layers if isinstance(layer.ffn, MoeFfn)]
     untouched = max(((1 - 1 / f.experts) ** (tokens * f.top_k) for f in moe), default=0.0)
     return weight_bytes_per_rank(acc.spec, acc.precision, tp) * (1 - untouched) / bandwidth_bytes_per_s * 1e6
+
+
+def _graph_weight_floor_us(graph: Any, config: Any, tokens: int, bandwidth_bytes_per_s: float) -> float:
+    """`weight_floor_us` from a partitioned kernel graph (see there)."""
+    from graphsim.ir import Op
+    from graphsim.ir.geometry import MoeExpertsGeometry
+    from graphsim.quantization import parse_quantization
+    from graphsim.serving.graph_deployment import graph_weight_bytes
+
+    weights, _ = graph_weight_bytes(graph, parse_quantization(config))
+    moe = [n.kernel.geometry for n in graph.nodes
+           if n.op is Op.KERNEL and isinstance(n.kernel.geometry, MoeExpertsGeometry)]
+    untouched = max(((1 - 1 / g.num_experts) ** (tokens * g.top_k) for g in moe if isinstance(g, MoeExpertsGeometry)),
+                    default=0.0)
+    return weights * (1 - untouched) / bandwidth_bytes_per_s * 1e6
 
 
 def check_step(cm: Any, spec: str, config_path: str | Path) -> StepCheck:
@@ -120,7 +140,7 @@ def check_step(cm: Any, spec: str, config_path: str | Path) -> StepCheck:
     step = parse_batch_spec(spec)
     rep = predict(cm, [step], [spec]).batches[0]
     hw = cm.pricer.hardware
-    floor = weight_floor_us(config_path, cm.tp, step.tokens, hw.memory_bandwidth_bytes_per_s) if hw else None
+    floor = weight_floor_us(config_path, cm.tp, step.tokens, hw.memory_bandwidth_bytes_per_s, cm.graph) if hw else None
     return StepCheck(rep.total_us, str(rep.source), [str(m) for m in rep.missing or []],
                      [(r.kernel, r.total_us or 0.0) for r in rep.rows if r.approximate],
                      float(cm.roofline_sum_us([step])[0]), floor, slow_kernels(cm, step))
