@@ -123,3 +123,15 @@ class SimpleNamespaceSetup:
 class DpLike:
     ranks: SimpleNamespaceSetup
 
+
+
+def test_validation_data_records_what_its_runs_sampled(benchmark_script):
+    # the kvcached runs (vLLM 0.19's bench, no --temperature) sampled with Qwen3's generation_config; the others are
+    # greedy (older benches sent temperature 0): only they carry a "sampling" block, and it builds a Sampling
+    h = benchmark_script("validate_serving")
+    runs, tests = h.load_runs()
+    sampled = {r["file"] for r in runs if "sampling" in tests[r["test_key"]]}
+    assert sampled == {"kvcached_h100_qwen3_0.6b.json"}
+    t = next(tests[r["test_key"]] for r in runs if r["file"] == "kvcached_h100_qwen3_0.6b.json")
+    s = Sampling(**t["sampling"])
+    assert (s.temperature, s.top_k, s.top_p, s.filters) == (0.6, 20, 0.95, True)
