@@ -15,6 +15,7 @@ these ops still computes the same numbers as transformers' own paths.
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import types
 from collections.abc import Iterator
@@ -342,20 +343,33 @@ def _rotary_of(indexer: torch.nn.Module):
 def _dsa_indexer_forward(self, hidden_states, q_resid, position_embeddings, attention_mask=None, position_ids=None,
                          cache=None, **kwargs):
     """The indexer's projections as transformers writes them (wq_b on the query latent, wk + k_norm on the hidden
-    states, RoPE on the first qk_rope_head_dim dims, weights_proj), then one `graphsim::dsa_indexer` node in place
-    of its [T, T] score matrix and its top-k of min(index_topk, T) (a guard on the token count)."""
+    states, RoPE on the first qk_rope_head_dim dims or, where the model's own forward splits them there, the last,
+    weights_proj), then one `graphsim::dsa_indexer` node in place of its [T, T] score matrix and its top-k of
+    min(index_topk, T) (a guard on the token count)."""
     b, s, _ = hidden_states.shape
     cos, sin = position_embeddings
     rope = self.qk_rope_head_dim
     q = self.wq_b(q_resid).view(b, s, self.n_heads, self.head_dim)
     k = self.k_norm(self.wk(hidden_states)).unsqueeze(2)
-    q_rot, q_pass = torch.split(q, [rope, self.head_dim - rope], dim=-1)
-    k_rot, k_pass = torch.split(k, [rope, self.head_dim - rope], dim=-1)
-    q_rot, k_rot = _rotary_of(self)(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
-    q = torch.cat([q_rot, q_pass], dim=-1)
-    k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+    r = 1 if _rope_last(self) else 0  # HunYuan-V4 ropes the head's last dims, DeepSeek-V3.2 / GLM-5 its first
+    sizes = [self.head_dim - rope, rope] if r else [rope, self.head_dim - rope]
+    qs, ks = list(torch.split(q, sizes, dim=-1)), list(torch.split(k, sizes, dim=-1))
+    qs[r], ks[r] = _rotary_of(self)(qs[r], ks[r], cos, sin, unsqueeze_dim=2)
+    q = torch.cat(qs, dim=-1)
+    k = torch.cat(ks, dim=-1).squeeze(2)
     weights = self.weights_proj(hidden_states.to(self.weights_proj.weight.dtype))
     return torch.ops.graphsim.dsa_indexer(q, k, weights, int(self.index_topk), float(self.softmax_scale))
+
+
+def _rope_last(indexer: torch.nn.Module) -> bool:
+    """Whether the indexer's own forward ropes the head's last qk_rope_head_dim dims (HunYuan-V4's HYV4Indexer:
+    `q_pass, q_rot = torch.split(q, [self.head_dim - self.qk_rope_head_dim, self.qk_rope_head_dim])`; DeepSeek-V3.2
+    and GLM-5 rope the first ones). Swapping the halves keeps the shapes (and the price), not the picks: with the
+    wrong half roped, the tiny HunYuan-V4's logits moved by 0.007 on logits of ~0.13 from transformers' own."""
+    import inspect
+
+    src = inspect.getsource(type(indexer).forward)
+    return re.search(r"torch\.split\(\s*q\s*,\s*\[\s*self\.head_dim\s*-\s*self\.qk_rope_head_dim", src) is not None
 
 
 def _is_dsa_indexer(m: torch.nn.Module) -> bool:

@@ -227,13 +227,63 @@ PACKED_GEMM = Rule(
 )
 
 
+def upcast_input(ctx: FuseContext, linear: Node) -> Node | None:
+    """The free cast of a model-dtype token tensor to float32 that feeds only `linear` (through views), where
+    transformers keeps that linear's weight in float32 (HunYuan-V4's `lm_head` and indexer `weights_proj`,
+    `nn.Linear(..., dtype=torch.float32)`) and vLLM builds it in the model dtype: no cast kernel there."""
+    model = ctx.graph.meta.model_dtype
+    c = P.through_views(ctx, linear.inputs[0]) if linear.inputs else None
+    if (model is None or c is None or c.op is not Op.CAST or not ctx.is_free(c) or not c.inputs
+            or c.outputs[0].dtype is not DType.FLOAT32 or ctx.spec(c.inputs[0]).dtype is not model):
+        return None
+    readers, todo = [], [c.name]
+    while todo:
+        for u in ctx.users.get(todo.pop(), []):
+            if u.op in P.ABSORBED_OPS:
+                todo.append(u.name)
+            else:
+                readers.append(u)
+    return c if readers == [linear] else None
+
+
 def _match_lm_head(ctx: FuseContext):
-    return [Candidate([n]) for n in P.linear_nodes(ctx) if n.layer is None and P.feeds_graph_output(ctx, n)]
+    out = []
+    for n in P.linear_nodes(ctx):
+        if n.layer is None and P.feeds_graph_output(ctx, n):
+            cast = upcast_input(ctx, n)
+            out.append(Candidate([n, cast] if cast else [n]))
+    return out
+
+
+def _build_lm_head(ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    """vLLM's ParallelLMHead holds the model dtype's weight (HunYuan-V4's float32 head included: models/hy_v4/nvidia/
+    model.py HYV4ForCausalLM.__init__ "The head stays in the model dtype", LogitsProcessor accumulating into
+    float32), so a float32 cast before it is no kernel and the GEMM reads the model dtype."""
+    head, cast = c.nodes[0], c.nodes[1:]
+    dtype = ctx.spec(cast[0].inputs[0]).dtype.value if cast else None
+    attrs = P.gemm_attrs(ctx, [head], "lm_head", "lm_head", dtype, rows=Rows.SEQUENCES)
+    return replace(attrs, covers=tuple(n.name for n in c.nodes))
 
 
 LM_HEAD = Rule(
     "lm_head", "model_executor/layers/logits_processor.py:LogitsProcessor; v1/worker/gpu/model_runner.py (hidden_states[logits_indices])",
-    _match_lm_head, lambda ctx, c: P.gemm_attrs(ctx, c.nodes, "lm_head", "lm_head", rows=Rows.SEQUENCES),
+    _match_lm_head, _build_lm_head,
+)
+
+
+def _match_indexer_weights_cast(ctx: FuseContext) -> list[Candidate]:
+    out = []
+    for n in P.linear_nodes(ctx):
+        if n.name in _indexer_weight_linears(ctx) and (cast := upcast_input(ctx, n)) is not None:
+            out.append(Candidate([cast]))
+    return out
+
+
+INDEXER_WEIGHTS_CAST = Rule(
+    "indexer_weights_cast", "models/hy_v4/nvidia/attention.py:Indexer.prepare_inputs (kw, _ = self.wk_weights_proj("
+    "hidden_states): weights_proj is a shard of one model-dtype MergedColumnParallelLinear, fed the bf16 hidden "
+    "states; transformers' fp32 weights_proj and its input cast are no kernel)",
+    _match_indexer_weights_cast, _absorb,
 )
 
 
@@ -665,14 +715,52 @@ def _match_conv(ctx: FuseContext):
                 break
             cur = users[0]
             group.append(cur)
-        out.append(Candidate(group))
+        info = {}
+        casts = _conv_casts(ctx, n, cur)
+        if casts:
+            group += casts
+            info["dtype"] = ctx.spec(casts[0].inputs[0]).dtype.value
+        out.append(Candidate(group, info))
     return out
 
 
-CONV1D = _kernel_rule(
+def _conv_casts(ctx: FuseContext, conv: Node, last: Node) -> list[Node]:
+    """A cast of the conv's input to the weights' dtype (the conv its one reader, through views) and the cast of its
+    output back (the group's last node's one reader): vLLM's causal_conv1d_fn reads x in the activation dtype with
+    weights in their own (float32 in bailing_moe_v3.py's q/k/v_conv1d), accumulates in float32 and writes
+    `torch.empty_like(x)` (layers/mamba/ops/causal_conv1d.py), so both casts are inside its one launch. Both or
+    neither: a lone cast is left to the rules that know it."""
+    before = P.through_views(ctx, conv.inputs[0]) if conv.inputs else None
+    if before is None or before.op is not Op.CAST or not ctx.is_free(before) or not before.inputs:
+        return []
+    readers, todo = [], [before.name]
+    while todo:
+        for u in ctx.users.get(todo.pop(), []):
+            if u.op in P.ABSORBED_OPS:
+                todo.append(u.name)
+            else:
+                readers.append(u)
+    users = ctx.users.get(last.name, [])
+    if readers != [conv] or len(users) != 1:
+        return []
+    after = users[0]
+    dtype = ctx.spec(before.inputs[0]).dtype
+    if after.op is not Op.CAST or not ctx.is_free(after) or after.outputs[0].dtype is not dtype:
+        return []
+    return [before, after]
+
+
+def _build_conv(_ctx: FuseContext, c: Candidate) -> KernelAttrs:
+    conv = next(n for n in c.nodes if n.op is Op.CONV1D)
+    a = conv.attrs_as(ConvAttrs)
+    return KernelAttrs(KernelKind.CONV1D, "causal_conv1d", Conv1dGeometry(channels=a.channels, kernel_size=a.kernel_size),
+                       c.info.get("dtype", conv.outputs[0].dtype.value), Rows.TOKENS, tuple(n.name for n in c.nodes),
+                       "causal_conv1d")
+
+
+CONV1D = Rule(
     "causal_conv1d", "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py:forward_cuda (causal_conv1d_fn)",
-    _match_conv, KernelKind.CONV1D, "causal_conv1d", ConvAttrs,
-    lambda a: Conv1dGeometry(channels=a.channels, kernel_size=a.kernel_size), Rows.TOKENS)
+    _match_conv, _build_conv)
 
 EMBEDDING = _kernel_rule(
     "embedding", "model_executor/layers/vocab_parallel_embedding.py:VocabParallelEmbedding.forward",
@@ -689,6 +777,7 @@ RULES: list[Rule] = [
     *SWIGLU_OAI_RULES, *MOE_CAST_RULES, *ATTN_GATE_RULES,
     *COMPRESSED_RULES, *LEGACY_RULES,
     DEAD_INDEX_OPS,  # integer / bool results nothing reads: no kernel
+    INDEXER_WEIGHTS_CAST,  # the float32 input cast of an indexer's weights projection: no kernel
     *GEMMA3N_RULES,  # no-op casts, self copies, then Gemma-3n's ops as vLLM's port runs them
     *AXK2_RULES,  # A.X-K2's fused sigmoid output gate and q-latent cat
     *ZAMBA2_RULES,  # Zamba2's concatenate, adapter add and embedding clone as its port runs them

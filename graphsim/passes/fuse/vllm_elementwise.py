@@ -1,7 +1,9 @@
 """vLLM fuse rules for the small elementwise ops a model's vLLM port runs as written (one PyTorch elementwise
 kernel each on the custom-op path), which were priced as approximate placeholders:
 
-- the sigmoid output gate of gated attention (Qwen3-Next / Qwen3.5 full-attention layers);
+- the sigmoid output gate of gated attention (Qwen3-Next / Qwen3.5 full-attention layers), per channel or per head,
+  after a GQA or an MLA kernel, with the float32 casts around the sigmoid where the model writes them (HunYuan-V4,
+  Bailing-hybrid / Ling 3, LFM3);
 - the sigmoid gate of a shared expert and its sum with the routed experts (Qwen3-Next / Qwen3.5-MoE);
 - a token tensor scaled by a learned parameter / buffer or a constant (Gemma-4's router input scaling, its
   per-layer `layer_scalar`, the embedding normalizer);
@@ -15,7 +17,7 @@ longer marked approximate. Rules run after every specific rule, so they only tak
 
 from __future__ import annotations
 
-from graphsim.ir import AttentionAttrs, EmbeddingAttrs, Node, Op
+from graphsim.ir import EmbeddingAttrs, Node, Op
 from graphsim.ir.geometry import ElementwiseGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.passes.fuse import patterns as P
@@ -45,31 +47,60 @@ def _views_of(ctx: FuseContext, n: Node) -> set[str]:
     return mine
 
 
+def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
+    """From the gate operand of an attention-output mul (through views) up to its sigmoid: [cast back?,
+    sigmoid, cast to float?] (each free, one user each), or None when `n` is no such chain."""
+    chain: list[Node] = []
+    if n is not None and n.op is Op.CAST and ctx.is_free(n) and n.inputs:
+        chain.append(n)
+        n = P.through_views(ctx, n.inputs[0])
+    if n is None or n.op is not Op.SIGMOID or not ctx.is_free(n) or not n.inputs:
+        return None
+    chain.append(n)
+    before = ctx.producer(n.inputs[0])
+    if before is not None and before.op is Op.CAST and ctx.is_free(before):
+        chain.append(before)
+    if any(len(_users_through_views(ctx, c)) != 1 for c in chain):
+        return None  # a gate value something else also reads is not this gate's own kernel
+    return chain
+
+
+def _users_through_views(ctx: FuseContext, n: Node) -> list[Node]:
+    """The nodes that read `n`'s output, looking through the views carrying it."""
+    out, todo, seen = [], [n.name], {n.name}
+    while todo:
+        for u in ctx.users.get(todo.pop(), []):
+            if u.name in seen:
+                continue
+            seen.add(u.name)
+            if u.op in P.ABSORBED_OPS:
+                todo.append(u.name)
+            else:
+                out.append(u)
+    return out
+
+
 def _match_attn_output_gate(ctx: FuseContext) -> list[Candidate]:
-    """In a module holding an attention node: a sigmoid whose one user is a mul of the attention's output
-    (through views) by it — the gate vLLM applies between the attention kernel and o_proj."""
+    """In a module holding an attention node (MHA/GQA or MLA): a mul of the attention's output (through views) by
+    a sigmoid (through views: a per-head gate is unsqueezed to the head dim), with the float32 cast before the
+    sigmoid and the cast back after it when the model writes them — the gate vLLM applies between the attention
+    kernel and o_proj, one kernel per op."""
     out = []
-    for a in P.attention_nodes(ctx):
-        if a.attrs_as(AttentionAttrs).kv_lora_rank:
-            continue
-        attn_values = _views_of(ctx, a)
-        for s in ctx.nodes_in_scope(a.scope, exact=True):
-            if s.op is not Op.SIGMOID or not ctx.is_free(s):
-                continue
-            users = ctx.users.get(s.name, [])
-            if len(users) != 1 or users[0].op is not Op.MUL or not ctx.is_free(users[0]):
-                continue
-            m = users[0]
-            others = [ctx.producer(v) for v in m.inputs if ctx.producer(v) is not s]
-            if len(others) == 1 and others[0] is not None and others[0].name in attn_values:
-                out += [Candidate([s]), Candidate([m])]
+    for m, gate in P.attention_gate_muls(ctx):
+        chain = _gate_chain(ctx, gate)
+        if chain:
+            out += [Candidate([n]) for n in (*reversed(chain), m)]
     return out
 
 
 ATTN_OUTPUT_GATE = Rule(
     "attn_output_gate", "model_executor/models/qwen3_next.py:Qwen3NextAttention.forward (if attn_output_gate: "
     "gate = torch.sigmoid(gate); attn_output = attn_output * gate, before o_proj: one sigmoid and one mul kernel; "
-    "models/qwen3_5.py Qwen3_5DecoderLayer builds the same Qwen3NextAttention)",
+    "models/qwen3_5.py Qwen3_5DecoderLayer builds the same Qwen3NextAttention); per head: models/hy_v4/nvidia/"
+    "attention.py HYV4MLAAttention.forward (attn_out * torch.sigmoid(gate_score) after the MLA kernel, without "
+    "VLLM_ENABLE_HPC_OPS), model_executor/models/bailing_moe_v3.py BailingMoeV3MLAAttention.forward (gate = "
+    "torch.sigmoid(gate.float()).to(hidden_states.dtype); attn_out * gate.unsqueeze(-1): a cast, a sigmoid, a cast "
+    "and a mul kernel)",
     _match_attn_output_gate, _one_kernel("attn_output_gate"),
 )
 

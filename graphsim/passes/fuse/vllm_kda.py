@@ -8,7 +8,9 @@ vllm/model_executor/layers/kda.py (KimiDeltaAttention.forward / _forward) and th
 - beta: `self.b_proj(hidden_states)[0].float().sigmoid()`, one elementwise kernel of H per token (fp32 out);
 - the q/k/v concatenation transformers makes before its one depthwise conv: vLLM keeps q, k and v apart
   (three `causal_conv1d_fn` / `causal_conv1d_update` calls on q_proj, k_proj, v_proj outputs), so the
-  concatenation is no kernel (absorbed); the conv itself is vllm.py's CONV1D rule over the 3·H·d channels;
+  concatenation is no kernel (absorbed); the conv itself is vllm.py's CONV1D rule over the 3·H·d channels (with
+  the casts to float32 conv weights and back, Bailing-hybrid's, inside it: vLLM's bailing_moe_v3.py builds
+  q/k/v_conv1d with params_dtype=torch.float32 and calls causal_conv1d_fn on the bf16 projections);
 - the recurrence: vllm.py's LINEAR_ATTENTION rule names it `chunk_kda` (kind "kda"), priced per decode
   token, prefill token and sequence in costing/kda.py.
 
@@ -102,9 +104,9 @@ def _match_qkv_cat(ctx: FuseContext) -> list[Candidate]:
         if not producers or any(p is None or p.op is not Op.LINEAR for p in producers):
             continue
         reached, todo = set(), [n.name]
-        while todo:  # through views to the conv
+        while todo:  # through views (and the cast to the conv weights' dtype) to the conv
             for u in ctx.users.get(todo.pop(), []):
-                if u.name not in reached and (u.op in P.ABSORBED_OPS or u.op is Op.CONV1D):
+                if u.name not in reached and (u.op in P.ABSORBED_OPS or u.op in (Op.CAST, Op.CONV1D)):
                     reached.add(u.name)
                     todo.append(u.name)
         if any(u.op is Op.CONV1D for u in ctx.graph.nodes if u.name in reached):
