@@ -24,7 +24,7 @@ from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mod
 from graphsim.serving.memory import MemoryBudget, memory_budget
 from graphsim.serving.mixed_attention import mixed_decode
 from graphsim.serving.pricing import IterationCost, TreeCost, iteration_cost
-from graphsim.serving.sampler import Sampling, random_sampler
+from graphsim.serving.sampler import Sampling, check_engine, random_sampler
 from graphsim.serving.simulator import SimulationSetup
 from graphsim.work import accounting
 from graphsim.work.api import Accounting
@@ -104,6 +104,7 @@ class Deployment:
             write = kv_cache_write(cost, self.engine.max_num_batched_tokens)
         bandwidth = self.hardware.memory_bandwidth_bytes_per_s
         dp = self.config.parallel.data_parallel_size
+        check_engine(sampling, prof)
         return EngineHost(self.engine.host, self.vocab, bandwidth, eager, write,
                           random_sampler(sampling, self.vocab, bandwidth), self.engine.api_servers(dp) / dp)
 

@@ -50,6 +50,11 @@ import numpy as np
 
 from graphsim.errors import GraphsimError
 
+
+class SamplingError(GraphsimError):
+    pass
+
+
 SAMPLING_EPS = 1e-5  # vllm/sampling_params.py `_SAMPLING_EPS`: a lower temperature is greedy
 TRITON_FILTER_MIN_ROWS = 8  # apply_top_k_top_p: `HAS_TRITON and logits.shape[0] >= 8` takes the Triton kernel
 
@@ -114,16 +119,30 @@ class RandomSampler:
                           + ("" if self.scale == 1.0 else "; scaled by vocabulary and memory bandwidth (assumed)")}
 
 
+FIRST_TRITON_FILTER = (0, 19, 0)  # topk_topp_triton.py: in 0.19.0 and 0.33.0, absent in 0.10.1 (first inspected)
+
+
+def check_engine(sampling: Sampling | None, profile: Any) -> None:
+    """Refuse, in one line, random sampling on an engine whose sampler graphsim has not measured: SGLang and
+    TensorRT-LLM, vLLM's V0, and top-k / top-p before the Triton filter (vLLM 0.10.1's `apply_top_k_top_p` sorts the
+    vocabulary at every batch size). `profile`: an EngineProfile (engine_versions.py); None: not checked."""
+    if sampling is None or sampling.greedy or profile is None:
+        return
+    if not profile.is_vllm or profile.family == "v0":
+        raise SamplingError(f"--temperature > 0 on {profile.name}: graphsim has measured only vLLM V1's sampler "
+                            "(serving/sampler.py); give --temperature 0 (greedy) or a vLLM V1 --engine")
+    if sampling.filters and profile.version < FIRST_TRITON_FILTER:
+        raise SamplingError(f"--top-k/--top-p on {profile.name}: its sampler sorts the whole vocabulary at every batch "
+                            "size, which graphsim has not measured (measured: vLLM 0.19's Triton filter); drop them or "
+                            "give --engine vllm==0.19 or newer")
+
+
 def random_sampler(sampling: Sampling | None, vocab: int, bandwidth_bytes_per_s: float) -> RandomSampler | None:
     """The random-sampling path's cost for a deployment, or None when the requests are greedy (the roofline of
     `host.HostModel.sample_us` then applies)."""
     if sampling is None or sampling.greedy or vocab <= 0 or bandwidth_bytes_per_s <= 0:
         return None
     return RandomSampler(sampling.filters, vocab / TRACE_VOCAB * TRACE_BANDWIDTH / bandwidth_bytes_per_s)
-
-
-class SamplingError(GraphsimError):
-    pass
 
 
 def parse_sampling(temperature: float | None, top_k: int | None, top_p: float | None) -> Sampling | None:
@@ -150,6 +169,8 @@ def with_sampling(setup: Any, sampling: Sampling | None, vocab: int, bandwidth_b
     sampler = random_sampler(sampling, vocab, bandwidth_bytes_per_s)
     if sampler is None:
         return setup
+    engine = getattr(setup, "engine", None)
+    check_engine(sampling, getattr(engine, "profile", None))
     if hasattr(setup, "ranks"):
         return replace(setup, ranks=with_sampling(setup.ranks, sampling, vocab, bandwidth_bytes_per_s))
     host = getattr(setup, "host", None)

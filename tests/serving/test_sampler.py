@@ -10,9 +10,10 @@ import pytest
 from graphsim.serving.config import DeploymentConfig
 from graphsim.serving.deployment import plan_deployment
 from graphsim.serving.engine_config import EngineArgs
+from graphsim.serving.engine_versions import parse_engine
 from graphsim.serving.host import EngineHost, HostModel
 from graphsim.serving.sampler import (
-    GREEDY, RandomSampler, Sampling, SamplingError, parse_sampling, random_sampler, with_sampling,
+    GREEDY, RandomSampler, Sampling, SamplingError, check_engine, parse_sampling, random_sampler, with_sampling,
 )
 
 TOPK_TOPP = RandomSampler(filters=True, scale=1.0)
@@ -135,3 +136,23 @@ def test_validation_data_records_what_its_runs_sampled(benchmark_script):
     t = next(tests[r["test_key"]] for r in runs if r["file"] == "kvcached_h100_qwen3_0.6b.json")
     s = Sampling(**t["sampling"])
     assert (s.temperature, s.top_k, s.top_p, s.filters) == (0.6, 20, 0.95, True)
+
+
+@pytest.mark.parametrize(("engine", "sampling", "refused"), [
+    ("vllm==0.19.0", Sampling(0.6, 20, 0.95), None),  # the measured version
+    ("vllm==0.33.0", Sampling(0.6, 20, 0.95), None),  # its topk_topp_triton.py too
+    ("vllm==0.10.1", Sampling(0.6, 20, 0.95), "sorts the whole vocabulary"),  # no Triton filter in 0.10.1
+    ("vllm==0.10.1", Sampling(0.6), None),  # temperature only: the same kernels without the filter
+    ("vllm==0.6.3", Sampling(0.6), "only vLLM V1's sampler"),  # V0's sampler: not measured
+    ("sglang", Sampling(0.6), "only vLLM V1's sampler"),
+    ("trtllm", Sampling(1.0, 0, 0.9), "only vLLM V1's sampler"),
+    ("sglang", GREEDY, None),  # greedy: the roofline, any engine
+    ("vllm==0.6.3", None, None),
+])
+def test_random_sampling_only_where_it_was_measured(engine, sampling, refused):
+    profile = parse_engine(engine)
+    if refused is None:
+        check_engine(sampling, profile)
+    else:
+        with pytest.raises(SamplingError, match=refused):
+            check_engine(sampling, profile)
