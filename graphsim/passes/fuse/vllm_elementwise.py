@@ -7,6 +7,7 @@ kernel each on the custom-op path), which were priced as approximate placeholder
 - the sigmoid gate of a shared expert and its sum with the routed experts (Qwen3-Next / Qwen3.5-MoE);
 - a token tensor scaled by a learned parameter / buffer or a constant (Gemma-4's router input scaling, its
   per-layer `layer_scalar`, the embedding normalizer);
+- the mul of a gated MLP whose activation has no act-and-mul kernel (BitNet's relu²: `act(gate(x)) * up(x)`);
 - a residual add the fused add + RMSNorm cannot take because its sum feeds no norm (Gemma-4's
   `hidden_states + residual` before `* layer_scalar`).
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from graphsim.ir import EmbeddingAttrs, Node, Op
 from graphsim.ir.geometry import ElementwiseGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
+from graphsim.ir.ops import OpGroup
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
 
@@ -184,4 +186,36 @@ RESIDUAL_ADD = Rule(
     _match_residual_add, _one_kernel("residual_add"),
 )
 
-RULES: list[Rule] = [ATTN_OUTPUT_GATE, SHARED_EXPERT_GATE, PARAM_SCALE, RESIDUAL_ADD]
+def _gate_projection(ctx: FuseContext, n: Node | None) -> Node | None:
+    """The GEMM an activation's chain of free one-input elementwise ops (relu, then its square) starts from."""
+    while n is not None and n.op is not Op.LINEAR and len(n.inputs) == 1 and n.op.group is OpGroup.ELEMENTWISE:
+        n = P.through_views(ctx, n.inputs[0])
+    return n if n is not None and n.op is Op.LINEAR else None
+
+
+def _match_glu_mul(ctx: FuseContext) -> list[Candidate]:
+    """`act(gate(x)) * up(x)` whose activation no act-and-mul kernel took (relu², two ops): the mul of an
+    activation of one GEMM by a sibling GEMM reading the same input."""
+    out = []
+    for m in ctx.graph.nodes:
+        if m.op is not Op.MUL or not ctx.is_free(m) or len(m.inputs) != 2:
+            continue
+        a, b = (P.through_views(ctx, v) for v in m.inputs)
+        for act, up in ((a, b), (b, a)):
+            if act is None or up is None or up.op is not Op.LINEAR or act.op is Op.LINEAR:
+                continue
+            gate = _gate_projection(ctx, act)
+            if gate is not None and gate is not up and gate.inputs[:1] == up.inputs[:1]:
+                out.append(Candidate([m]))
+                break
+    return out
+
+
+GLU_MUL = Rule(
+    "glu_mul", "model_executor/models/transformers/fusers/glu.py:GLUFuser (vLLM's Transformers backend, the only "
+    "vLLM path for BitNet: `act(gate(x)) * up(x)` becomes one act-and-mul kernel only for the activations in "
+    "layers/activation.py _ACTIVATION_AND_MUL_REGISTRY; relu2 is not, so validate() refuses and the mul runs as "
+    "written: one mul kernel)", _match_glu_mul, _one_kernel("glu_mul"),
+)
+
+RULES: list[Rule] = [ATTN_OUTPUT_GATE, SHARED_EXPERT_GATE, GLU_MUL, PARAM_SCALE, RESIDUAL_ADD]
