@@ -177,6 +177,14 @@ class Quantization:
         for patterns, scheme in self.layers:
             if any(p == "Linear" or matches(module_path, p) for p in patterns):
                 return scheme
+        experts = _fused_experts(module_path)
+        if experts is not None:
+            # routed experts listed one expert matrix at a time (ModelOpt MIXED_PRECISION `…experts.0.w1`): the
+            # fused experts take the scheme of a module listed under them, as vLLM's
+            # ModelOptMixedPrecisionConfig._resolve_quant_algo ("3. Prefix-based lookup (for RoutedExperts)")
+            for patterns, scheme in self.layers:
+                if any(_under(p, experts) for p in patterns):
+                    return scheme
         return self.default
 
     def covers(self, module_path: str) -> bool:
@@ -198,6 +206,21 @@ def _unwrapped(name: str) -> str:
         if name.startswith(old):
             return new + name[len(old):]
     return name
+
+
+def _fused_experts(path: str) -> str | None:
+    """The fused routed-experts module `path` is (`…mlp.experts`) or is a tensor of (`…experts.gate_up_proj`)."""
+    if path.endswith(".experts"):
+        return path
+    parent = path.rsplit(".", 1)[0]
+    return parent if parent.endswith(".experts") else None
+
+
+def _under(pattern: str, module: str) -> bool:
+    """Does a plain module name (no regex, no glob) name a module inside `module` (wrapper prefixes aside)?"""
+    if pattern.startswith("re:") or any(ch in pattern for ch in "*?["):
+        return False
+    return pattern.startswith(module + ".") or _unwrapped(pattern).startswith(_unwrapped(module) + ".")
 
 
 def matches(path: str, pattern: str) -> bool:
@@ -416,16 +439,24 @@ CHECKPOINT_RENAMES: dict[str, tuple[tuple[str, str], ...]] = {
     # (r"\.indexer\.compressor\.", ".compressor.indexer."); the NVFP4 checkpoints list "layers.0.ffn.experts"
     # and ignore "*.attn.*", "*.ffn.shared_experts.*"
     "deepseek_v4": ((".attn.", ".self_attn."), (".ffn.", ".mlp."), (".indexer.compressor.", ".compressor.indexer.")),
+    # "minimax_m3_vl": WeightRenaming(r"\.block_sparse_moe\.(experts|gate|shared_experts)\.", r"\.mlp\.\1\."),
+    # (r"\.self_attn\.index_q_proj\.", ".self_attn.indexer.q_proj.") and index_k_proj: NVIDIA's MiniMax-M3-NVFP4
+    # lists "language_model.model.layers.3.block_sparse_moe.experts.0.w1" and "….self_attn.index_q_proj"
+    "minimax_m3_vl": ((".block_sparse_moe.experts.", ".mlp.experts."), (".block_sparse_moe.gate.", ".mlp.gate."),
+                      (".block_sparse_moe.shared_experts.", ".mlp.shared_experts."),
+                      (".self_attn.index_q_proj.", ".self_attn.indexer.q_proj."),
+                      (".self_attn.index_k_proj.", ".self_attn.indexer.k_proj.")),
 }
 _PATTERN_LISTS = ("ignore", "exclude_modules", "modules_to_not_convert")
 
 
 def _rename(pattern: str, renames: tuple[tuple[str, str], ...]) -> str:
-    # the checkpoint's names are relative to the model ("layers.0.ffn.experts"): a leading name is mid-key too
-    padded = "." + pattern
+    # the checkpoint's names are relative to the model ("layers.0.ffn.experts"): a leading name is mid-key too,
+    # and so is a trailing one (a listed module's tensors follow it: "….index_q_proj" names "….index_q_proj.weight")
+    padded = "." + pattern + "."
     for old, new in renames:
         padded = padded.replace(old, new)
-    return padded[1:]
+    return padded[1:-1]
 
 
 def _renamed(raw: Mapping[str, Any], renames: tuple[tuple[str, str], ...]) -> dict[str, Any]:

@@ -237,3 +237,41 @@ def test_fp4_weights_price_as_w4a16_where_the_gpu_has_no_fp4_path():
     blackwell = Dtypes.for_graph(meta, hardware=load_hardware("b200"))
     assert (blackwell.of("nvfp4"), blackwell.of("mxfp4")) == (KernelDtype.NVFP4, KernelDtype.MXFP4)
     assert Dtypes.for_graph(meta).of("nvfp4") is KernelDtype.NVFP4  # no hardware named: the scheme as stored
+
+
+def test_modelopt_mixed_precision_per_expert_names_cover_the_fused_experts():
+    """NVIDIA's MiniMax-M3-NVFP4 lists its routed experts one matrix at a time, under the checkpoint's names
+    (`language_model.model.layers.3.block_sparse_moe.experts.0.w1`), while the traced model (transformers) has one
+    fused `model.language_model.layers.3.mlp.experts` module: the checkpoint's names are renamed as transformers
+    loads them (conversion_mapping "minimax_m3_vl": block_sparse_moe.experts → mlp.experts, index_q_proj →
+    indexer.q_proj) and the fused experts take the scheme listed under them (vLLM's
+    ModelOptMixedPrecisionConfig._resolve_quant_algo, prefix lookup for RoutedExperts)."""
+    layers = {
+        "language_model.model.layers.3.block_sparse_moe.experts.0.w1": {"quant_algo": "NVFP4", "group_size": 16},
+        "language_model.model.layers.3.block_sparse_moe.experts.0.w2": {"quant_algo": "NVFP4", "group_size": 16},
+        "language_model.model.layers.3.block_sparse_moe.shared_experts.gate_proj": {"quant_algo": "MXFP8"},
+        "language_model.model.layers.3.self_attn.index_q_proj": {"quant_algo": "MXFP8"},
+        "language_model.model.layers.3.self_attn.q_proj": {"quant_algo": "MXFP8"},
+    }
+    cfg = {"model_type": "minimax_m3_vl", "quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "MIXED_PRECISION", "quantized_layers": layers,
+        "exclude_modules": ["language_model.model.layers.3.block_sparse_moe.gate"]}}
+    q = parse_quantization(cfg)
+    assert q is not None
+
+    def fmt(path):
+        s = q.scheme_for(path)
+        return s.format if s is not None else None
+
+    # the fused experts module and its fused tensors: NVFP4 (were unmatched: bf16)
+    assert fmt("model.language_model.layers.3.mlp.experts") is WeightFormat.NVFP4
+    assert fmt("model.language_model.layers.3.mlp.experts.gate_up_proj") is WeightFormat.NVFP4
+    assert fmt("model.language_model.layers.3.mlp.shared_experts.gate_proj") is WeightFormat.MXFP8
+    assert fmt("model.language_model.layers.3.self_attn.indexer.q_proj") is WeightFormat.MXFP8
+    assert fmt("model.language_model.layers.3.self_attn.q_proj") is WeightFormat.MXFP8
+    # the router stays excluded under its new name; a layer the config does not list stays unquantized
+    assert fmt("model.language_model.layers.3.mlp.gate") is None
+    assert fmt("model.language_model.layers.4.mlp.experts") is None
+    # NVFP4 bytes of one fused gate_up matrix (768 × 6144 a rank at TP8): 0.5 B a weight + one e4m3 scale per 16
+    # + fp32 weight_scale_2 and input_scale: 768·6144/2 + 768·384 + 4 + 4 = 2,359,296 + 294,912 + 8 = 2,654,216 B
+    assert q.matrix_bytes_at("model.language_model.layers.3.mlp.experts.gate_up_proj", 768, 6144) == 2_654_216
