@@ -25,10 +25,15 @@ otherwise the kernels are priced one by one, as before. Today's composite is the
   among them, and for the context a gather of the p cached latents, `kv_b_proj` up-projecting them, one
   non-causal attention of the n queries over the p keys, and `merge_attn_states`. It is priced as the
   difference of two measured module rows, T(count, n + p) − T(count, p): the projections of n tokens and
-  the attention pairs n·p + n(n + 1)/2, at the efficiency the measured module reached on those lengths;
-  plus the block's `kv_b_proj` GEMM on the p cached latents (in a fresh prefill the up-projection covers
-  the new tokens only). Both rows come from the table, so the chunk's source is the table's (measured /
-  interpolated / extrapolated). Without module rows the chunk is priced by the block's kernels, as before.
+  the attention pairs n·p + n(n + 1)/2, at the efficiency the measured module reached on those lengths; plus
+  the row at (count, 1), the module's fixed cost (launches, one token's work), which the difference cancels
+  but the chunk's one run of the module pays; plus the block's `kv_b_proj` GEMM on the p cached latents (in
+  a fresh prefill the up-projection covers the new tokens only). A step's time is never below its chunks
+  priced without their prefix, the rows at (count, n, n) (`KernelRows.floor`): short rows are noisy (H200
+  DeepSeek-R1 TP 8: 116.3 µs at 16 tokens, 109.7 at 32), so a difference of two of them can fall below the
+  chunk's own row, or below zero. The rows come from the table, so the chunk's source is the table's
+  (measured / interpolated / extrapolated). Without module rows the chunk is priced by the block's kernels,
+  as before.
 
 The composite is one cost-tree leaf whose kernel is named `composite: mla_module`; it is priced per
 sequence group like attention (kind `attention`), so the simulator's additive tables treat it as such.
@@ -157,9 +162,15 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
         coords = np.stack([arr.g_count[use_pre], arr.g_new[use_pre], arr.g_new[use_pre]], axis=1)
         parts.append(KeyRows(prefill_key, coords, arr.g_step[use_pre], group[use_pre]))
     offset = len(group)
+    floor: list[KeyRows] = []
     if use_ctx.any() and kv_b is not None:
-        parts.extend(_context_rows(prefill_key, kv_b, arr, use_ctx, group, offset, dt))
-        offset += 3 * (len(group) + arr.n_steps)
+        ctx = _context_rows(prefill_key, kv_b, arr, use_ctx, group, offset, dt)
+        offset += 4 * (len(group) + arr.n_steps)
+        # never below the same chunks without their prefix: the module rows at (count, n, n), the other groups as
+        # priced here (rows of one group: a step's floor is the sum of its groups')
+        floor = [*parts, KeyRows(prefill_key, np.stack([arr.g_count[use_ctx], arr.g_new[use_ctx], arr.g_new[use_ctx]],
+                                                       axis=1), arr.g_step[use_ctx], group[use_ctx])]
+        parts.extend(ctx)
     rest = ~(use_dec | use_pre | use_ctx)
     if rest.any():
         sub = _subset(arr, rest)
@@ -172,20 +183,26 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
             for p in kr.parts:
                 keep = present[p.step] & (p.coords >= 1).all(axis=1)
                 if keep.any():
-                    parts.append(KeyRows(p.key, p.coords[keep], p.step[keep], p.order[keep] + offset))
+                    part = KeyRows(p.key, p.coords[keep], p.step[keep], p.order[keep] + offset)
+                    parts.append(part)
+                    if floor:
+                        floor.append(part)
             offset += len(group) + arr.n_steps
-    return KernelRows(tuple(parts))
+    return KernelRows(tuple(parts), floor=tuple(floor))
 
 
 def _context_rows(prefill_key: KernelKey, kv_b: KernelAttrs, arr: StepArrays, sel: np.ndarray, group: np.ndarray,
                   offset: int, dt: Dtypes) -> list[KeyRows]:
     """Rows of the prefill groups `sel` (n new tokens after p cached): the module row at (count, n + p) less the
-    row at (count, p), and `kv_b_proj` on the p cached latents of each sequence (see the module docstring)."""
+    row at (count, p), plus the row at (count, 1), and `kv_b_proj` on the p cached latents of each sequence (see the
+    module docstring)."""
     n, p, c, step = arr.g_new[sel], arr.g_cached[sel], arr.g_count[sel], arr.g_step[sel]
     whole = np.stack([c, n + p, n + p], axis=1)
     prefix = np.stack([c, p, p], axis=1)
+    once = np.stack([c, np.ones_like(n), np.ones_like(n)], axis=1)
     out = [KeyRows(prefill_key, whole, step, group[sel] + offset),
-           KeyRows(prefill_key, prefix, step, group[sel] + offset + len(group), weight=-1.0)]
+           KeyRows(prefill_key, prefix, step, group[sel] + offset + len(group), weight=-1.0),
+           KeyRows(prefill_key, once, step, group[sel] + offset + 3 * len(group) + arr.n_steps)]
     latents = StepArrays(np.bincount(step, weights=p * c, minlength=arr.n_steps).astype(np.float64),
                          np.bincount(step, weights=c, minlength=arr.n_steps).astype(np.float64),
                          step, p, np.zeros_like(p), c)

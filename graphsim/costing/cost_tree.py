@@ -466,11 +466,29 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
     n_l = len(rows)
     times = np.zeros((n_l, n_steps))
     src = np.zeros((n_l, n_steps), dtype=np.int8)
-    requests: dict[KernelKey, list[tuple[int, np.ndarray, np.ndarray, float]]] = {}
+    _add_rows([kr.parts for kr in rows], times, src, pricer)
+    floored = [i for i, kr in enumerate(rows) if kr.floor]
+    if floored:  # a leaf's lower bound, priced from its floor rows (KernelRows.floor), step by step
+        f_t = np.zeros((len(floored), n_steps))
+        f_s = np.zeros((len(floored), n_steps), dtype=np.int8)
+        _add_rows([rows[i].floor for i in floored], f_t, f_s, pricer)
+        for j, i in enumerate(floored):
+            binds = f_t[j] > times[i]
+            times[i] = np.where(binds, f_t[j], times[i])
+            src[i] = np.where(binds, np.maximum(src[i], f_s[j]), src[i])
     for i, kr in enumerate(rows):
         if kr.missing:  # no table holds it (e.g. a bool mask op of the eager target): reported missing
             src[i] = MISSING
-        for part in kr.parts:
+    times[src == MISSING] = np.nan
+    return times, src
+
+
+def _add_rows(parts: list[tuple[KeyRows, ...]], times: np.ndarray, src: np.ndarray, pricer: KernelPricer) -> None:
+    """Add each leaf's rows (`parts[i]`, weighted) into `times[i]` per step, their worst source into `src[i]`; one
+    pricer call per key."""
+    requests: dict[KernelKey, list[tuple[int, np.ndarray, np.ndarray, float]]] = {}
+    for i, leaf_parts in enumerate(parts):
+        for part in leaf_parts:
             requests.setdefault(part.key, []).append((i, part.coords, part.step, part.weight))
     for key, reqs in requests.items():
         coords = np.concatenate([c for _, c, _, _ in reqs])
@@ -481,8 +499,6 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
             np.add.at(times[i], bidx, t[pos:pos + k] * weight)  # NaN propagates: missing is never zero
             np.maximum.at(src[i], bidx, s[pos:pos + k])
             pos += k
-    times[src == MISSING] = np.nan
-    return times, src
 
 
 def price_leaves(leaves: list[Leaf], steps: list[Step], pricer: KernelPricer, dtypes: Dtypes):

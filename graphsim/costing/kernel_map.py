@@ -244,6 +244,9 @@ class KernelRows:
 
     parts: tuple[KeyRows, ...] = ()
     missing: str = ""
+    # rows whose per-step sum the time never falls below (a lower bound priced from other rows: a composite MLA
+    # chunk after a cached prefix is never cheaper than the same chunk without one, composite.py); () for none
+    floor: tuple[KeyRows, ...] = ()
 
     def sum_by_step(self, values: Sequence[np.ndarray], n_steps: int) -> np.ndarray:
         """Σ of per-row `values` (one array per part, aligned with its rows) for each step, added in
