@@ -45,8 +45,14 @@ with the reason):
    row of their own: the accountant counts them inside those segments, so their work shows at the
    segment's location (R7 there shows them as an excess here and a deficit there).
 
-Rows of any other part (indexers, compressors, hyper-connections, latent MoE projections, layer
-scalars) and regions with several attention kernels or several expert kernels are left to shipped maps.
+7. A DSA indexer's rows (`attn.index`: its projections and key norm) and hyper-connection gate weights
+   (`attn.hc` / `ffn.hc`: HunYuan-V4's iHC `fn`, `base`, `scale`) are placed by module: every row of a module goes to
+   the one kernel whose scope role is that module (`self_attn.indexer.wq_b/wq_b`, `attn_hc/triton_ihc_pre`), which
+   takes no other row; the indexer's scoring and key-cache traffic (`attn.core:indexer`) goes to the one
+   `sparse_attn_indexer` kernel.
+
+Rows of any other part (compressors, latent MoE projections, layer scalars) and regions with several attention
+kernels or several expert kernels are left to shipped maps.
 The derived map is checked by the same exactly-once rules (`check_map`) and reconciled like any other;
 that the alignment found each module's kernel is checked in tests against the kernels' own shapes.
 """
@@ -57,7 +63,9 @@ from itertools import product
 
 from graphsim.work.analyzer.locations import Site, split_location
 from graphsim.work.analyzer.maps import LocationMap, MapChoice, MapEntry, check_map
-from graphsim.work.analyzer.rows import CORE_MODULE, OUTSIDE, PARALLEL_SSM_MODULE, Row, RowSet, UnsupportedDeployment
+from graphsim.work.analyzer.rows import (
+    CORE_MODULE, INDEXER_MODULE, OUTSIDE, PARALLEL_SSM_MODULE, Row, RowSet, UnsupportedDeployment,
+)
 
 DERIVED_ID = "derived"
 DERIVED_VERSION = 1
@@ -68,6 +76,10 @@ DERIVED_TITLE = ("derived from the kernels' order and kinds and the accountant's
 _NORM_KINDS = frozenset({"rms_norm", "fused_add_rms_norm", "layer_norm"})
 _CORE_KINDS = frozenset({"attention", "linear_attention"})
 _NO_WORK_KINDS = frozenset({"rotary", "act_and_mul", "activation", "elementwise"})
+# Parts whose rows are placed by module alone: each module's rows go to the one kernel whose scope role is that module
+# (a DSA indexer's projections and key norm, HunYuan-V4's iHC gate weights: fn, base and scale of `attn_hc` / `ffn_hc`
+# read by its `triton_ihc_pre`).
+_BY_MODULE_PARTS = frozenset({"attn.index", "attn.hc", "ffn.hc"})
 _LINEAR_PARTS = frozenset({"attn.qkv", "attn.q", "attn.kv", "attn.in", "attn.gate", "attn.out", "ffn.mlp", "ffn.shared"})
 # Leaf module names vLLM packs into one GEMM when they are adjacent rows: q/k/v (QKVParallelLinear), gate/up
 # (MergedColumnParallelLinear), and MLA's two down-projections (vllm/model_executor/models/deepseek_v2.py
@@ -167,18 +179,37 @@ def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> li
     kinds = [s.kind for s in sites]
     assigned: dict[str, list[Row]] = {at: [] for at in ats}
     notes: dict[str, str] = {}
+    taken: set[str] = set()  # kernels rule 0 gave their rows: no other rule places rows there
 
     def of_kind(ks: frozenset[str] | set[str]) -> list[str]:
-        return [at for at, k in zip(ats, kinds, strict=True) if k in ks]
+        return [at for at, k in zip(ats, kinds, strict=True) if k in ks and at not in taken]
 
-    known = {"attn.core", "attn.cross", "ffn.router", "ffn.routed"} | _LINEAR_PARTS
+    known = {"attn.core", "attn.cross", "ffn.router", "ffn.routed"} | _LINEAR_PARTS | _BY_MODULE_PARTS
     other = sorted({r.part for r in rows if r.part not in known and not r.part.endswith(".norm")})
     if other:
         raise UnsupportedDeployment(f"{region}: rows of part(s) {', '.join(other)} need a shipped location map")
     odd = sorted({k for k in kinds if k not in _NORM_KINDS | _CORE_KINDS | _NO_WORK_KINDS
-                  | {"gemm", "conv1d", "moe_router", "moe_experts"}})
+                  | {"gemm", "conv1d", "moe_router", "moe_experts", "sparse_indexer"}})
     if odd:
         raise UnsupportedDeployment(f"{region}: kernels of kind(s) {', '.join(odd)} need a shipped location map")
+
+    # 0. rows placed by module alone (_BY_MODULE_PARTS); their kernels take no other row
+    for r in rows:
+        if r.part in _BY_MODULE_PARTS:  # a module's row (`self_attn.indexer.wq_b`) or its parameter's (`attn_hc.fn`)
+            mod = _module(r)
+            mine = [at for at in ats if at.split("/", 1)[0] == mod] or \
+                [at for at in ats if "." in mod and at.split("/", 1)[0] == mod.rsplit(".", 1)[0]]
+            at = _one(mine, f"{mod!r}", region)
+            assigned[at].append(r)
+            taken.add(at)
+    rows = tuple(r for r in rows if r.part not in _BY_MODULE_PARTS)
+
+    # 3'. a DSA indexer's scoring and key-cache traffic (the `indexer` core row) to its one sparse_indexer kernel
+    index_core = [r for r in rows if r.ref == f"attn.core:{INDEXER_MODULE}"]
+    indexers = of_kind({"sparse_indexer"})
+    if index_core or indexers:
+        assigned[_one(indexers, "sparse_indexer", region)] += index_core
+        rows = tuple(r for r in rows if r not in index_core)
 
     # 1. norms: by name, then one to one in order; with every norm row placed, a norm kernel left over is a
     # weightless norm (OLMo's LayerNorm, NanoChat's RMSNorm: the accountant's parameters equal the meta model's)
