@@ -27,7 +27,7 @@ speculative decoding: each iteration's decode tokens at its end and every reques
 first-token time, in whole seconds from the first start (`iteration_peak_tokens_per_s`; the engine's times,
 which the client sees a streaming turn later). Otherwise (no log kept, speculative decoding) it is derived by
 spreading each request's tokens evenly between its first and last token, which flattens bursts: DeepSeek-R1's
-GPUStack 4000/200 run gave 1,636 tok/s that way against 3,096 from its iterations (measured 2,922).
+GPUStack 4000/200 run gave 1,636 tok/s that way against 3,089 from its iterations (measured 2,922).
 """
 
 from __future__ import annotations
