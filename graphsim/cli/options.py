@@ -211,6 +211,11 @@ ApiServerCount = Annotated[int | None, typer.Option(
     "--api-server-count", "-asc", min=1, max=4096,
     help="vLLM's --api-server-count: API server processes of a deployment, sharing its requests and streams. "
          "Default: the --engine version's (1; the data-parallel size from 0.19).")]
+FrontendUs = Annotated[float | None, typer.Option(
+    "--frontend-us", min=0, max=1e7,
+    help="graphsim's: the API server's serial front-end time a request, in µs, for a server you measured (e.g. the "
+         "slope of TTFT over a burst of short prompts). Default: 12,500, fitted on one vLLM 0.10.1 server "
+         "(docs/serving.md: other servers measured 2–20 ms).")]
 DEFAULT_ENGINE = "vllm"
 
 

@@ -127,6 +127,7 @@ def simulate_cmd(
     engine: opt.Engine = opt.DEFAULT_ENGINE,
     async_scheduling: opt.AsyncScheduling = None,
     api_server_count: opt.ApiServerCount = None,
+    frontend_us: opt.FrontendUs = None,
     host_time: opt.HostTime = True,
     kv_dtype: opt.KvDtype = None,
     dtype: opt.Dtype = None,
@@ -194,7 +195,7 @@ def simulate_cmd(
         max_model_len=max_model_len, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
         block_size=block_size, kv_memory=kv_memory, enable_prefix_caching=prefix_caching,
         enable_chunked_prefill=chunked_prefill, engine=engine, async_scheduling=async_scheduling,
-        api_server_count=api_server_count,
+        api_server_count=api_server_count, frontend_us=frontend_us,
         interconnect=opt.interconnect_data(interconnect, link_bandwidth, gpus_per_node, network_bandwidth,
                                            network_latency_us), data_parallel_size=data_parallel_size,
         enable_expert_parallel=enable_expert_parallel, all2all_backend=all2all_backend)})

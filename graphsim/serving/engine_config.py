@@ -51,6 +51,9 @@ class EngineArgs(Strict):
     # `vllm serve --api-server-count`: API server processes of one deployment (None: the version's default,
     # EngineProfile.api_server_count; api_server.py)
     api_server_count: int | None = Field(default=None, ge=1, le=4096)
+    # graphsim's, not vLLM's: the API server's serial front-end time a request (µs), for a server measured
+    # (frontend.py); None: the fitted default (host.py FRONTEND_US)
+    frontend_us: float | None = Field(default=None, ge=0, le=1e7)
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     kv_cache_memory_bytes: int | None = Field(default=None, gt=0, le=1 << 50)
     # SGLang's --mem-fraction-static and TensorRT-LLM's kv_cache_config.free_gpu_memory_fraction (None: the engine's
@@ -94,7 +97,7 @@ class EngineArgs(Strict):
         batches = self.max_concurrent_batches or p.concurrent_batches(async_)
         return EngineConfig(self.max_num_batched_tokens or mnbt, self.max_num_seqs or seqs, mml, self.block_size,
                             caching, chunked, batches, self.gpu_memory_utilization, p, async_,
-                            api_server_count=self.api_server_count).check()
+                            api_server_count=self.api_server_count, frontend_us=self.frontend_us).check()
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class EngineConfig:
     async_scheduling: bool = True
     executor_step_us: float = 0.0  # per step, the executor's own (a Ray compiled graph across nodes: executor.py)
     api_server_count: int | None = None  # `--api-server-count` as given; None: the version's default for the dp size
+    frontend_us: float | None = None  # `--frontend-us` as given; None: the host model's fitted front end
 
     def api_servers(self, data_parallel_size: int) -> int:
         """API server processes in front of `data_parallel_size` engines (`vllm serve --api-server-count`)."""
@@ -121,8 +125,10 @@ class EngineConfig:
     @property
     def host(self) -> HostModel:
         """The engine's host-time model: its family's constants plus the executor's per-step time, overlapped with
-        the GPU under async scheduling."""
+        the GPU under async scheduling; `--frontend-us` replaces the fitted serial front end."""
         host = self.profile.host.with_overlap(self.async_scheduling)
+        if self.frontend_us is not None:
+            host = replace(host, frontend_us=self.frontend_us)
         return replace(host, step_us=host.step_us + self.executor_step_us) if self.executor_step_us else host
 
     @property

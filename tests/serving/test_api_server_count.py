@@ -124,10 +124,12 @@ def test_cli_simulates_with_the_count(capsys):
     from graphsim.cli.app import main
 
     code = main(["simulate", "llama-3.1-8b", "--gpu", "h100_sxm", "--api-server-count", "2", "--rate", "5",
-                 "--num-prompts", "4", "--json"])
+                 "--num-prompts", "4", "--frontend-us", "2000", "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert json.loads(out.out)["deployment"]["engine"]["api_server_count"] == 2
+    engine = json.loads(out.out)["deployment"]["engine"]
+    assert engine["api_server_count"] == 2
+    assert engine["host"]["frontend_us"] == 2000.0
 
 
 def test_the_log_sets_the_count(tmp_path):
@@ -139,3 +141,32 @@ def test_the_log_sets_the_count(tmp_path):
     parsed = read_vllm_log(str(log))
     assert parsed.args["api_server_count"] == 4
     assert parsed.where["api_server_count"] == "non-default args"
+
+
+def test_frontend_us_replaces_the_fitted_front_end_only():
+    from graphsim.serving.host import FRONTEND_PER_TOKEN_US, FRONTEND_US
+
+    base = EngineConfig(8192, 64, 8192).host
+    assert base.frontend_us == FRONTEND_US == 12_500.0
+    mine = EngineConfig(8192, 64, 8192, frontend_us=2_000.0).host
+    assert mine.frontend_us == 2_000.0
+    assert mine.frontend_per_token_us == base.frontend_per_token_us == FRONTEND_PER_TOKEN_US  # tokenising stays
+    assert mine.frontend_latency_us == base.frontend_latency_us
+    assert EngineArgs(frontend_us=0.0).frontend_us == 0.0
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        EngineArgs(frontend_us=-1.0)
+
+
+def test_frontend_us_sets_the_burst_spacing():
+    # 2 ms of serial front end (no per-token, no latency part: HostModel built by hand), four prompts sent at 0,
+    # one server: they reach the engine at 2, 4, 6, 8 ms
+    cfg = EngineConfig(8192, 64, 8192, enable_prefix_caching=False, frontend_us=2_000.0)
+    model = dataclasses.replace(cfg.host, frontend_per_token_us=0.0, frontend_latency_us=0.0)
+    assert model.frontend_us == 2_000.0
+    host = EngineHost(model, vocab=0, bandwidth_bytes_per_s=2e12)
+    setup = SimulationSetup(cfg, llama_layout(), 4000, AffineCost(1000.0, 0.0, 0.0, 0.0), ParallelConfig(),
+                            fast_forward=False, host=host)
+    res = simulate(setup, [RequestSpec(0.0, 100, 2) for _ in range(4)])
+    assert sorted(float(t) / MS for t in res.requests.column("reached_t")) == pytest.approx([2.0, 4.0, 6.0, 8.0])
