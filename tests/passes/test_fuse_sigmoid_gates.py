@@ -144,3 +144,15 @@ def test_hyv4_float32_casts_into_bf16_gemms(hyv4):
     assert len(head) == 1 and head[0].dtype == "bf16" and head[0].rows is Rows.SEQUENCES
     assert head[0].geometry_as(GemmGeometry) == GemmGeometry(n=96, k=64)
     assert sorted(by[c].op.value for c in head[0].covers) == ["cast", "linear"]
+
+
+@pytest.mark.parametrize("which, layer, widths", [
+    ("lfm3", 1, [("sigmoid", 2), ("mul", 16)]),  # 4 heads of 8 -> 2 heads a rank
+    ("bailing", 1, [("cast", 2), ("sigmoid", 2), ("cast", 2), ("mul", 32)]),  # 4 heads x 16 -> 2 a rank
+    ("hyv4", 0, [("sigmoid", 64), ("mul", 64)]),  # 4 heads x 32 per channel -> 2 heads a rank
+])
+def test_gates_split_with_the_heads_at_tp2(which, layer, widths, request):
+    # vLLM's gate projections are ColumnParallelLinear over the heads: each rank gates its own heads
+    _, g = request.getfixturevalue(which)
+    g2 = run_pipeline(copy.deepcopy(g), "tp{size=2}").graph
+    assert [(k.name, k.geometry_as(ElementwiseGeometry).width) for k in _kernels(g2, layer, "attn_output_gate")] == widths
