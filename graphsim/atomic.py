@@ -107,10 +107,16 @@ def _parent(target: Path) -> Path:
     return parent
 
 
-def check_writable(path: str | os.PathLike[str]) -> None:
+def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) -> None:
     """Fail now, with the one-line error, if `path` could not be written later (a long run that would
-    end unable to write its output)."""
+    end unable to write its output). `make_parents`: create its missing directories first (for a writer
+    that would)."""
     target = Path(path)
+    if make_parents:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise output_error(target, e) from None
     parent = _parent(target)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=TMP_SUFFIX, dir=parent)

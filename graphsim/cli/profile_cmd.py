@@ -34,8 +34,10 @@ def profile_cmd(
     as_json: opt.Json = False,
 ) -> None:
     """Measure the model's kernels (GEMM, attention, norms, MoE, elementwise, ...) over generic grids."""
+    from graphsim.atomic import check_writable
     from graphsim.profiles.profiler import profile_model
 
+    check_writable(out, make_parents=True)  # before the trace and the measuring, not after them
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=err_console, transient=True) as progress:
         task = progress.add_task(f"profiling {model}", total=None)

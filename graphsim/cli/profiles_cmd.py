@@ -35,6 +35,13 @@ def import_aiconfigurator_cmd(
     from graphsim.costing.aiconfigurator_import import aiconfigurator_root, import_aiconfigurator
 
     root = aiconfigurator_root()  # a missing package fails here, before the progress bar starts
+    if out is None:
+        from graphsim.costing.predict import default_profile_path
+
+        out = default_profile_path(system, backend)
+    from graphsim.atomic import check_writable
+
+    check_writable(out, make_parents=True)  # before the tables are read, not after
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True, disable=as_json) as progress:
         task = progress.add_task("aiconfigurator import", total=None)
@@ -43,11 +50,6 @@ def import_aiconfigurator_cmd(
             progress.update(task, description=what, completed=done, total=total)
 
         wanted = [t.strip() for t in tables.split(",") if t.strip()] if tables else None
-        if out is None:
-            from graphsim.costing.predict import default_profile_path
-
-            out = default_profile_path(system, backend)
-            out.parent.mkdir(parents=True, exist_ok=True)
         report = import_aiconfigurator(system, backend, out, version=version, tables=wanted, overwrite=overwrite,
                                        progress=on_progress, root=root)
 
@@ -174,8 +176,11 @@ def measure_cpu_cmd(
     spec_id: str = typer.Option("local_cpu", "--id", help="Spec id to record."),
 ) -> None:
     """Measure this machine's peak FP32 GEMM FLOP/s and memory bandwidth (numpy) as a hardware spec."""
+    from graphsim.atomic import check_writable
     from graphsim.costing.hardware import measure_cpu_spec, save_hardware
 
+    if out is not None:
+        check_writable(out, make_parents=True)  # before the seconds of measuring, not after them
     spec = measure_cpu_spec(spec_id=spec_id)
     if out is None:
         print(json.dumps(spec.to_json(), indent=2))

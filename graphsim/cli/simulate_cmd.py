@@ -243,6 +243,9 @@ def simulate_cmd(
                  + f", input {ins.label()}, output {outs.label()}")
     if shared_prefix and trace is None and not bench:
         label += f", {shared_prefix}-token shared prefix ({prefix_groups} group(s))"
+    from graphsim.serving.requests import check_servable
+
+    check_servable(workload, dep.engine.max_model_len)  # every prompt refused: nothing to simulate
     from graphsim.atomic import check_writable
     from graphsim.serving.trace_export import check_suffix
 

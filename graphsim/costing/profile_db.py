@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphsim.atomic import TMP_SUFFIX, publish, remove_stale
+from graphsim.atomic import TMP_SUFFIX, check_writable, publish, remove_stale
 from graphsim.costing.errors import ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError
 from graphsim.costing.kernels import KernelKey, Measurement, Point, TableKind, check_point, point_coords
 from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
@@ -104,7 +104,7 @@ def staged_copy(path: Path, *, keep_existing: bool) -> Iterator[Path]:
     """A temporary profile.db beside `path` to write into, renamed over `path` when the block ends
     without an error; on an error or Ctrl-C it is deleted and `path` is left as it was. With
     `keep_existing` it starts as a copy of `path` (read through SQLite, write-ahead log included)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(path, make_parents=True)  # one line when it cannot be written, before anything is
     remove_stale(path.parent, path.name)  # a killed import's staged copy (its process is gone)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=TMP_SUFFIX, dir=path.parent)
     os.close(fd)
@@ -161,10 +161,10 @@ class ProfileDB:
         resumed if it was made for the same device and engine (else `ProfileDBMismatchError`),
         or replaced when `overwrite`."""
         p = Path(path)
+        check_writable(p, make_parents=True)
         if overwrite:
             _remove_db_files(p)
         existed = p.is_file() and p.stat().st_size > 0
-        p.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)
         if existed:
             old = _validate(conn, p)

@@ -99,6 +99,9 @@ def _prefixes(rng: np.random.Generator, n: int, inputs: np.ndarray, prefix_token
         return [None] * n, np.zeros(n, dtype=np.int64)
     if prefix_groups < 1:
         raise WorkloadSpecError("--prefix-groups must be >= 1")
+    if len(inputs) and prefix_tokens > int(inputs.max()):  # a prompt's prefix is part of it, never longer
+        raise WorkloadSpecError(f"--shared-prefix {prefix_tokens} is longer than every prompt (the longest is "
+                                f"{int(inputs.max())} tokens); give a prefix shorter than --input-len")
     ids = rng.integers(0, prefix_groups, size=n)
     return [f"p{i}" for i in ids], np.minimum(prefix_tokens, inputs)
 
@@ -184,6 +187,16 @@ def write_trace(specs: list[RequestSpec], path: str | Path) -> Path:
                 d.update(prefix_id=s.prefix_id, prefix_tokens=s.prefix_tokens)
             f.write(json.dumps(d) + "\n")
     return p
+
+
+def check_servable(workload: list[RequestSpec] | ClosedLoop, max_model_len: int) -> None:
+    """WorkloadSpecError when every prompt is at least max_model_len tokens: vLLM refuses each such request
+    (vllm 0.10.1 entrypoints/openai/serving_engine.py `_validate_input`), so the run would serve nothing."""
+    specs = workload.all_specs() if isinstance(workload, ClosedLoop) else workload
+    shortest = min((s.input_tokens for s in specs), default=0)
+    if specs and shortest >= max_model_len:
+        raise WorkloadSpecError(f"every prompt is at least {shortest:,} tokens, and max_model_len is {max_model_len:,}: "
+                                "vLLM would refuse every request; give shorter --input-len or a larger --max-model-len")
 
 
 @dataclass
