@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Literal, overload
 
-from graphsim.errors import GraphsimError
+from graphsim.errors import GraphsimError, one_line
 
 TMP_SUFFIX = ".tmp"  # every temporary output is `.<name>.<pid>.<random>.tmp` in the target's directory
 
@@ -100,11 +100,23 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
 def _parent(target: Path) -> Path:
     """The target's directory, after the checks every output gets: not a directory itself, and the
     temporaries of a killed earlier writer of the same name removed (`remove_stale`)."""
-    if target.is_dir():
+    check_path_name(target)
+    try:
+        is_dir = target.is_dir()
+    except OSError as e:  # a name the OS refuses to look up: too long, a loop of links
+        raise output_error(target, e) from None
+    if is_dir:
         raise output_error(target, IsADirectoryError(errno.EISDIR, "is a directory"))
     parent = target.parent if str(target.parent) else Path(".")
     remove_stale(parent, target.name)
     return parent
+
+
+def check_path_name(target: Path) -> None:
+    """OutputError for a path no file system takes (a NUL byte: Python raises ValueError for it, not OSError)."""
+    if "\x00" in str(target):
+        raise OutputError(f"cannot write {one_line(repr(str(target)))}: a path cannot hold a NUL byte; choose another "
+                          "output path (nothing was written)")
 
 
 def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) -> None:
@@ -112,6 +124,7 @@ def check_writable(path: str | os.PathLike[str], *, make_parents: bool = False) 
     end unable to write its output). `make_parents`: create its missing directories first (for a writer
     that would)."""
     target = Path(path)
+    check_path_name(target)
     if make_parents:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

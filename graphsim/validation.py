@@ -66,3 +66,5 @@ def read_json(path: Path, what: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{what} {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise ValueError(f"{what} {path} nests its JSON too deeply to read") from None

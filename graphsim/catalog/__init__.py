@@ -184,7 +184,7 @@ def check_config_sizes(cfg: dict[str, Any], where: str) -> None:
 
 def _shape_problems(cfg: dict[str, Any]) -> list[str]:
     """Fields whose kind or relation no model can have: model_type not a string, architectures not a list of
-    class names, rope_scaling not an object, and query heads that KV heads do not divide (each KV head serves a
+    class names, text_config or rope_scaling not an object, and query heads that KV heads do not divide (each KV head serves a
     whole group of query heads: transformers' `repeat_kv`, vLLM's `num_queries_per_kv`)."""
     out = []
     if "model_type" in cfg and not isinstance(cfg["model_type"], str):
@@ -192,6 +192,9 @@ def _shape_problems(cfg: dict[str, Any]) -> list[str]:
     arch = cfg.get("architectures")
     if arch is not None and not (isinstance(arch, list) and all(isinstance(a, str) for a in arch)):
         out.append(f"architectures = {arch!r} (must be a list of class names, e.g. [\"LlamaForCausalLM\"])")
+    inner = cfg.get("text_config")
+    if inner is not None and not isinstance(inner, dict):
+        out.append(f"text_config = {inner!r} (must be an object: the text model's config, or null)")
     rope = cfg.get("rope_scaling")
     if rope is not None and not isinstance(rope, dict):
         out.append(f"rope_scaling = {rope!r} (must be an object, e.g. {{\"rope_type\": \"linear\", \"factor\": 2.0}}, "
@@ -214,6 +217,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"malformed config {path}: {e.msg} at line {e.lineno} column {e.colno}; fix the JSON"
         ) from None
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise ConfigError(f"malformed config {path}: its JSON nests too deeply to read; fix the JSON") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"malformed config {path}: top level is not a JSON object")
     check_config_sizes(cfg, str(path))
@@ -255,6 +260,9 @@ def resolve_model(arg: str, revision: str | None = None) -> ResolvedModel:
         location = str(_catalog_dir() / "configs" / entry.file)
         return ResolvedModel(entry.name, catalog_config(entry), "catalog", location)
     path = Path(arg).expanduser()
+    if len(os.fsencode(arg)) > 4096 or any(len(part) > 255 for part in map(os.fsencode, path.parts)):
+        raise UnknownModelError(f"model argument '{arg[:40]}…' ({len(arg):,} characters) is too long to be a file name "
+                                "(255 bytes a name); pass a catalog name, HF id, config.json or model directory")
     if path.is_dir():
         cfg_path = path / "config.json"
         if not cfg_path.is_file():

@@ -37,8 +37,9 @@ def load_result(path: str, what: str) -> dict[str, Any]:
                            "or graphsim simulate --save-result")
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        reason = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else f"not one JSON document ({e.msg})"
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        reason = ("not UTF-8 text" if isinstance(e, UnicodeDecodeError) else "JSON nested too deeply to read"
+                  if isinstance(e, RecursionError) else f"not one JSON document ({e.msg})")
         raise CompareError(f"{what} result '{path}' is {reason}; give one --save-result file (an --append-result "
                            "file holds several: split it into one file per run)") from None
     if not isinstance(doc, dict) or "duration" not in doc:

@@ -14,15 +14,15 @@ from graphsim.errors import GraphsimError
 
 def _check_output(path: Path) -> None:
     """Fail before any work if the output cannot be written (nothing half-written later)."""
-    parent = path.expanduser().resolve().parent
-    if path.is_dir():
-        raise GraphsimError(f"cannot write {path}: it is a directory; pass a file path such as {path}/graph.json")
-    if not parent.is_dir():
-        raise GraphsimError(f"cannot write {path}: directory {parent} does not exist; create it or choose another path")
-    import os
+    from graphsim.atomic import check_writable
 
-    if not os.access(parent, os.W_OK):
-        raise GraphsimError(f"cannot write {path}: directory {parent} is not writable; choose another path")
+    try:
+        is_dir = path.is_dir()
+    except (OSError, ValueError):  # a name the OS refuses (too long, a NUL byte): check_writable names it
+        is_dir = False
+    if is_dir:
+        raise GraphsimError(f"cannot write {path}: it is a directory; pass a file path such as {path}/graph.json")
+    check_writable(path.expanduser())  # a missing or unwritable directory, a read-only or pseudo file system
 
 
 @app.command("import")

@@ -16,7 +16,7 @@ def load_source(arg: str, dtype: str | None = None) -> Graph:
     names them, or any JSON without the graph format tag that names an architecture or model type); `*.onnx` → the
     ONNX importer; anything else → the HF importer."""
     is_config = Path(arg).name == "config.json" or arg.endswith("_config.json")
-    if arg.endswith(".json") and Path(arg).is_file() and not is_config:
+    if arg.endswith(".json") and _is_file(arg) and not is_config:
         from graphsim.errors import GraphsimError
         from graphsim.ir import load_graph
 
@@ -38,6 +38,13 @@ def load_source(arg: str, dtype: str | None = None) -> Graph:
     return graph
 
 
+def _is_file(arg: str) -> bool:
+    try:
+        return Path(arg).is_file()
+    except OSError:  # a name the OS refuses to look up (too long): the model resolver names the problem
+        return False
+
+
 def _is_model_config(path: Path) -> bool:
     """A JSON object with no graphsim format tag that names an architecture or model type: a model's config.json
     under another file name."""
@@ -45,6 +52,6 @@ def _is_model_config(path: Path) -> bool:
 
     try:
         d = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return False
     return isinstance(d, dict) and "format" not in d and ("architectures" in d or "model_type" in d)

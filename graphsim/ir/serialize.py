@@ -100,6 +100,8 @@ def load_graph(path: str | Path) -> Graph:
         raise GraphsimError(f"{path} is not a text file; pass a file written by `graphsim import -o`") from None
     except json.JSONDecodeError as e:
         raise GraphsimError(f"{path} is not valid JSON ({e.msg}, line {e.lineno}); pass a file written by `graphsim import -o`") from None
+    except RecursionError:  # json's decoder recurses once per nesting level
+        raise GraphsimError(f"{path} nests its JSON too deeply to read; pass a file written by `graphsim import -o`") from None
     if not isinstance(d, dict):
         raise GraphsimError(f"{path} is not a graphsim graph file")
     try:

@@ -318,9 +318,10 @@ def _yaml(v: Any, indent: int) -> list[str]:
 
 def prepare_save_dir(save_dir: str | Path) -> Path:
     """`save_dir` created and checked writable now (the one-line error otherwise), before a long search."""
-    from graphsim.atomic import check_writable, output_error
+    from graphsim.atomic import check_path_name, check_writable, output_error
 
     d = Path(save_dir)
+    check_path_name(d)
     try:
         d.mkdir(parents=True, exist_ok=True)
     except OSError as e:

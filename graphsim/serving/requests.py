@@ -164,6 +164,8 @@ def load_trace(path: str | Path) -> list[RequestSpec]:
             data = json.loads(line)
         except json.JSONDecodeError as e:
             raise WorkloadSpecError(f"{path}:{lineno}: not JSON ({e.msg}); {_TRACE_FIX}") from None
+        except RecursionError:  # json's decoder recurses once per nesting level
+            raise WorkloadSpecError(f"{path}:{lineno}: JSON nested too deeply to read; {_TRACE_FIX}") from None
         try:
             t = validate(TraceLine, data, f"{path}:{lineno}", _TRACE_FIX)
         except ValueError as e:

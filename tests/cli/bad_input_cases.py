@@ -106,6 +106,23 @@ def make_files(root: Path) -> None:
     _config(d, "cfg_max_pos_zero", max_position_embeddings=0)
     _config(d, "cfg_dtype_bad", torch_dtype="float13")
     _config(d, "cfg_rope_bad", rope_scaling="yes please")
+    _config(d, "cfg_deep", "[" * 100_000 + "]" * 100_000)
+    _config(d, "cfg_quant_string", quantization_config="fp8 please")
+    _config(d, "cfg_quant_unknown", quantization_config={"quant_method": "alchemy", "bits": 3})
+    _config(d, "cfg_text_config_list", text_config=[1, 2])
+    _config(d, "cfg_experts_negative", num_local_experts=-8, num_experts_per_tok=2)
+    _config(d, "cfg_topk_over_experts", architectures=["MixtralForCausalLM"], model_type="mixtral",
+            num_local_experts=4, num_experts_per_tok=9)
+    _config(d, "cfg_layer_types_short", layer_types=["full_attention"])
+    _config(d, "cfg_head_dim_zero", head_dim=0)
+    _config(d, "cfg_dtype_number", torch_dtype=16)
+    (d / "cfg_bad_quant_beside").mkdir(exist_ok=True)
+    (d / "cfg_bad_quant_beside" / "config.json").write_text(json.dumps(TINY))
+    (d / "cfg_bad_quant_beside" / "hf_quant_config.json").write_text("{quantization: fp8")
+    (d / "cfg_symlink_loop").mkdir(exist_ok=True)
+    loop = d / "cfg_symlink_loop" / "config.json"
+    if not loop.is_symlink():
+        loop.symlink_to(loop)
     (d / "cfg_no_file").mkdir(exist_ok=True)
     (d / "cfg_config_is_dir" / "config.json").mkdir(parents=True, exist_ok=True)
     (d / "plain.txt").write_text("not a model\n")
@@ -169,6 +186,8 @@ def make_files(root: Path) -> None:
     (d / "capture_text.sqlite").write_text("SELECT 1;\n")
     # speculative configs (a file as well as inline JSON)
     (d / "spec_bad.json").write_text("{method: ngram")
+    (d / "graph_wrong_types.json").write_text(json.dumps({"format": "graphsim-graph", "version": 1, "nodes": "x",
+                                                          "modules": 5}))
     # outputs that exist before a run
     for name in ("out.json", "out.db", "out.csv", "out.png", "out.jsonl", "hw_out.json"):
         (d / name).write_text(PREVIOUS)
@@ -183,8 +202,11 @@ BAD_CONFIGS = {  # directory: a word the error must hold
     "cfg_vocab_huge": "vocab_size", "cfg_unknown_type": "", "cfg_unknown_arch": "", "cfg_arch_string": "",
     "cfg_arch_empty": "", "cfg_no_type_no_arch": "", "cfg_type_number": "", "cfg_max_pos_zero": "",
     "cfg_dtype_bad": "", "cfg_rope_bad": "", "cfg_no_file": "", "cfg_config_is_dir": "",
+    "cfg_deep": "", "cfg_quant_string": "", "cfg_quant_unknown": "", "cfg_text_config_list": "",
+    "cfg_experts_negative": "", "cfg_topk_over_experts": "", "cfg_layer_types_short": "", "cfg_head_dim_zero": "",
+    "cfg_dtype_number": "", "cfg_bad_quant_beside": "", "cfg_symlink_loop": "",
 }
-MISSING_MODEL = ["{d}/no_such_dir", "{d}/plain.txt", "{d}/empty.json", "{d}/binary.bin", "{d}/a_dir",
+MISSING_MODEL = ["", " ", "x" * 5000, "{d}/nul\x00byte", "/dev/null", "nosuchorg/nosuchmodel", "{d}/no_such_dir", "{d}/plain.txt", "{d}/empty.json", "{d}/binary.bin", "{d}/a_dir",
                  "{d}/garbage.onnx", "{d}/empty.onnx", "{d}/garbage.json", "{d}/object.json", "{d}/list.json"]
 BAD_DBS = ["{d}/db_text.db", "{d}/db_empty.db", "{d}/db_no_tables.db", "{d}/db_meta_wrong_cols.db",
            "{d}/db_meta_only.db", "{d}/db_truncated.db", "{d}/a_dir", "{d}/no_such.db"]
@@ -195,7 +217,8 @@ BAD_TRACES = ["trace_empty", "trace_not_json", "trace_missing", "trace_negative"
 BAD_SPEC_CONFIGS = ["{bad json", "[]", '{"method": "nosuch", "num_speculative_tokens": 2}',
                     '{"method": "ngram", "num_speculative_tokens": -1}', '{"method": "ngram", "num_speculative_tokens": 0}',
                     "{d}/spec_bad.json", "{d}/no_such_spec.json"]
-UNWRITABLE = ["/proc/graphsim_out", "{d}/a_dir", "{d}/plain.txt/out.json"]  # a pseudo file system, a directory, a
+UNWRITABLE = ["/proc/graphsim_out", "{d}/a_dir", "{d}/plain.txt/out.json", "{d}/" + "y" * 300 + ".json",
+              "{d}/nul\x00.json"]  # a pseudo file system, a directory, a
 # path under a file (a missing directory is not bad input: the writers make it)
 T = "{d}/tiny"
 S = ["--gpus", "1", "--isl", "100", "--osl", "10"]  # a search whose requests fit the tiny model's 2,048 positions
@@ -219,7 +242,7 @@ def cases() -> list[Case]:
             add(f"{cmd} {name}", *argv, says=says)
         for path in MISSING_MODEL:
             argv = ["profile", "--model", path, *extra] if is_profile else [cmd, path, *extra]
-            add(f"{cmd} model={path.rsplit('/', 1)[-1]}", *argv)
+            add(f"{cmd} model={path.rsplit('/', 1)[-1][:20]!r}", *argv)
         add(f"{cmd} unknown-catalog-name", *(["profile", "--model", "no-such-model-xyz", *extra] if is_profile
                                              else [cmd, "no-such-model-xyz", *extra]))
     # the valid tiny model: the baseline every bad case differs from
@@ -242,8 +265,9 @@ def cases() -> list[Case]:
         add(f"align --profile {leaf}", "align", T, "--capture", "{d}/capture_ok.json", "--profile", db)
     # saved graphs / ONNX
     for path in ["{d}/garbage.json", "{d}/empty.json", "{d}/list.json", "{d}/object.json", "{d}/binary.bin",
-                 "{d}/a_dir", "{d}/no_such.json", "{d}/garbage.onnx", "{d}/empty.onnx"]:
-        leaf = path.rsplit("/", 1)[-1]
+                 "{d}/a_dir", "{d}/no_such.json", "{d}/garbage.onnx", "{d}/empty.onnx", "{d}/graph_wrong_types.json",
+                 "{d}/cfg_deep/config.json", "{d}/nul\x00.json", "{d}/" + "z" * 300 + ".json"]:
+        leaf = path.rsplit("/", 1)[-1][:20]
         add(f"show {leaf}", "show", path)
         add(f"passes {leaf}", "passes", path, "--no-show")
     # hardware specs
@@ -378,7 +402,7 @@ def cases() -> list[Case]:
 
     # outputs: unwritable paths, and a pre-existing file that a refused run must leave as it was
     for path in UNWRITABLE:
-        leaf = path.rsplit("/", 1)[-1]
+        leaf = path.rsplit("/", 1)[-1][:20]
         add(f"import -o {leaf}", "import", T, "-o", path, slow=True)
         add(f"passes -o {leaf}", "passes", T, "--no-show", "-o", path, slow=True)
         add(f"profiles measure-cpu -o {leaf}", "profiles", "measure-cpu", "-o", path)

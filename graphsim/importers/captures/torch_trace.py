@@ -42,8 +42,8 @@ def read_json(path: Path) -> Any:
         return json.loads(raw)
     except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:  # zlib.error: a damaged .gz body
         raise CaptureError(f"cannot read '{path}': {e}; give the trace file torch.profiler wrote, whole") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CaptureError(f"'{path}' is not valid JSON ({e})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise CaptureError(f"'{path}' is not valid JSON ({e or 'nested too deeply to read'})") from None
 
 
 def _thread(e: dict[str, Any]) -> str:
