@@ -22,7 +22,7 @@ def expert_parallel_size(tp: int, ep: int, dp: int, enable_expert_parallel: bool
     if dp == 1:
         if all2all_backend is not None:
             raise typer.BadParameter("prices the MoE exchange of data-parallel attention; give --data-parallel-size "
-                                     ">= 2 (a TP group's --ep exchange is priced as NCCL all-to-all)",
+                                     ">= 2 (EP within a TP group exchanges nothing: vLLM all-reduces the experts' output)",
                                      param_hint="--all2all-backend")
         if enable_expert_parallel:
             if ep not in (1, tp):

@@ -58,12 +58,18 @@ def test_measured_rows_are_used_and_labelled(capsys, tmp_path):
 
 
 def test_moe_with_tp_and_ep(capsys):
+    # EP over the TP group (vLLM's --enable-expert-parallel at dp 1): no all-to-all, the group's all-reduces stay
     p = run_json(capsys, "predict", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "--ep", "2",
                  "--batch", "mixed:1x512@0+16x1024")
     (b,) = p["batches"]
     kinds = {k["kind"] for k in b["kernels"]}
-    assert {"moe_experts", "moe_router", "all_to_all", "all_reduce", "attention"} <= kinds
+    assert {"moe_experts", "moe_router", "all_reduce", "attention"} <= kinds
+    assert "all_to_all" not in kinds
     assert b["tokens"] == 512 + 16 and b["total_us"] > 0
+    # graphsim's --ep beyond the TP group: a dispatch and a combine around the experts
+    p = run_json(capsys, "predict", "qwen3-30b-a3b", "--gpu", "h100", "--tp", "2", "--ep", "4",
+                 "--batch", "mixed:1x512@0+16x1024")
+    assert "all_to_all" in {k["kind"] for k in p["batches"][0]["kernels"]}
 
 
 def test_tree_output_mentions_sources(capsys):

@@ -188,6 +188,16 @@ def test_routed_experts_without_shared_experts_reduce_after_the_experts(imported
     reasons = [n.kernel.geometry_as(CollectiveGeometry).reason for n in kernels_of_layer(part, 0)
                if is_kind(n, KernelKind.ALL_REDUCE)]
     assert reasons == ["row_parallel", "moe_experts"]
-    # under ep the experts-only all-reduce is the one the combine replaces
+    # EP over the TP group (vLLM's --enable-expert-parallel, dp 1): no exchange, the experts-only all-reduce stays
+    # (FusedMoE.forward_impl: naive dispatch/combine only with dp_size > 1, then the group's all-reduce)
     run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=vllm},tp{size=2},ep{size=2}")
+    stats = run.results[-1][1].stats
+    assert (stats["tp_all_reduce_replaced"], stats["all_to_all"]) == (0, 0)
+    layer = kernels_of_layer(run.graph, 0)
+    assert [n.kernel.geometry_as(CollectiveGeometry).reason for n in layer
+            if is_kind(n, KernelKind.ALL_REDUCE)] == ["row_parallel", "moe_experts"]
+    (moe,) = [n for n in layer if is_kind(n, KernelKind.MOE_EXPERTS)]
+    assert (moe.kernel.geometry_as(MoeExpertsGeometry).ep, moe.kernel.geometry_as(MoeExpertsGeometry).tp) == (2, 1)
+    # graphsim's own --ep beyond the TP group: the experts-only all-reduce is the one the combine replaces
+    run = run_pipeline(imported("qwen3-30b-a3b"), "fold,fuse{target=vllm},tp{size=2},ep{size=4}")
     assert run.results[-1][1].stats["tp_all_reduce_replaced"] == 1

@@ -1,10 +1,17 @@
 """ep{size=e}: expert parallelism for the routed experts of a fused kernel graph.
 
-Routed experts are spread over e ranks (E/e per rank; an error if that does not divide); each
-MoE layer gains an all-to-all dispatch before and an all-to-all combine after its experts. With
-expert parallelism the experts are not tensor-split, so a TP all-reduce on the experts' output is
-replaced by the combine. Shared experts and dense layers are untouched (replicated, or split by
-tp).
+Routed experts are spread over e ranks (E/e per rank; an error if that does not divide) and are whole again (not
+tensor-split). Shared experts and dense layers are untouched (replicated, or split by tp).
+
+- e equal to the graph's tp (vLLM's `--enable-expert-parallel` without data parallelism: EP over the TP group): no
+  exchange. The hidden states are already whole on every rank of the group; vLLM runs the all-to-all kernels only
+  with dp > 1 (`FusedMoEParallelConfig.use_all2all_kernels` = `dp_size > 1 and use_ep`, fused_moe/config.py) and
+  its naive dispatch / combine too (`do_naive_dispatch_combine` = `dp_size > 1 …`, `FusedMoE.forward_impl`), then
+  all-reduces the experts' output over the group as at tp (`reduce_results and (tp_size > 1 or ep_size > 1)` →
+  `tensor_model_parallel_all_reduce`; vllm/model_executor/layers/fused_moe/layer.py 0.10.1). Each rank's
+  fused_moe skips the tokens routed to other ranks' experts (`expert_map`), so its rows are the EP rows.
+- any other e (graphsim's own `--ep`): each MoE layer gains an all-to-all dispatch before and an all-to-all combine
+  after its experts, and a TP all-reduce on the experts' output is replaced by the combine.
 """
 
 from __future__ import annotations
@@ -33,13 +40,15 @@ class ExpertParallel(PartitionPass):
             return PassResult(out, False, {"moe_layers": len(moe)})
         used = {n.name for n in graph.nodes}
         params = dict(graph.params)
+        exchange = e != graph.meta.tp  # EP over the TP group: no all-to-all, the group's all-reduce stays
         stats = {"moe_layers": len(moe), "all_to_all": 0, "tp_all_reduce_replaced": 0}
         rename: dict[str, str] = {}
         moe_names = {n.name for n in moe}
         for n in graph.nodes:
             a = n.attrs
             # the TP all-reduce that followed the experts is replaced by the combine
-            if isinstance(a, KernelAttrs) and a.kind is KernelKind.ALL_REDUCE and n.inputs and n.inputs[0] in moe_names:
+            if (exchange and isinstance(a, KernelAttrs) and a.kind is KernelKind.ALL_REDUCE and n.inputs
+                    and n.inputs[0] in moe_names):
                 rename[n.name] = rename.get(n.inputs[0], n.inputs[0])
                 stats["tp_all_reduce_replaced"] += 1
                 continue
@@ -64,6 +73,9 @@ class ExpertParallel(PartitionPass):
                 dims = tuple(d * tp if i > 0 and tp > 1 and d in (inter // tp, 2 * inter // tp) else d
                              for i, d in enumerate(spec.shape))
                 params[v] = TensorSpec((local, *dims[1:]), spec.dtype)
+            if not exchange:
+                out.nodes.append(n.with_(attrs=a.with_geometry(replace(g, ep=e, tp=1))))
+                continue
             width = g.hidden_size * g.top_k
             hidden_in = n.inputs[0]
             spec_in = _spec_of(out.nodes, graph, hidden_in)
