@@ -387,6 +387,39 @@ def cases() -> list[Case]:
               ["--system", "h200_sxm", "--backend", "vllm", "--tables", "nosuchtable"]):
         add(f"profiles import-aiconfigurator {' '.join(v)}", "profiles", "import-aiconfigurator", *v,
             "-o", "{d}/imported.db")
+    more = [
+        ["kv", T, "--kv-memory", "12 parsecs"], ["kv", T, "--kv-memory", "-1GiB"], ["kv", T, "--kv-memory", "nanGiB"],
+        ["kv", T, "--gpu", ""], ["predict", T, "--batch", "decode:1x1@999999999999"], ["predict", T, "--batch", ""],
+        ["predict", T, "--speculative-config",
+         '{"method": "eagle", "model": "{d}/cfg_truncated", "num_speculative_tokens": 2}'],
+        ["predict", T, "--speculative-config", '{"method": "draft_model", "model": "{d}/no_such_draft", '
+         '"num_speculative_tokens": 2}'],
+        ["analyze", T, "--no-table", "--map", "{d}/object.json"], ["analyze", T, "--no-table", "--map", "{d}/list.json"],
+        ["passes", T, "--no-show", "--pipeline", "tp{size=abc}"], ["passes", T, "--no-show", "--pipeline", "fold{x=1}"],
+        ["align", T, "--capture", "{d}/capture_ok.json", "--iteration", "99999"],
+        ["align", T, "--capture", "{d}/capture_ok.json", "--phase", "nosuchphase"],
+        ["align", T, "--capture", "{d}/capture_ok.json", "--range", "("],
+        ["capture", "show", "{d}/capture_ok.json", "--phase", "nosuchphase"],
+        ["simulate", T, "-n", "3", "--rate", "1", "--percentile-metrics", ""],
+        ["simulate", T, "-n", "3", "--rate", "1", "--metric-percentiles", ""],
+        ["simulate", T, "-n", "3", "--rate", "1", "--metric-percentiles", "nan"],
+        ["simulate", T, "-n", "3", "--rate", "1", "--spec-acceptance", "-0.5"],
+        ["sweep", T, "--rates", "1,nan", "-n", "3"],
+        ["search", T, *S, "--max-num-seqs", "1e3"], ["search", T, *S, "--tp", "-2"],
+        ["search", T, *S, "--isl", "5:1"], ["work", T, "--prefill", "1e99"], ["work", T, "--decode", "decode:1x1"],
+        ["kv", T, "--dtype", ""], ["kv", T, "--engine", "vllm==0.0.1"],
+        ["kv", T, "--engine", "vllm==banana"], ["predict", T, "--engine", "sglang==-1"],
+    ]
+    for argv in more:
+        add(" ".join(a[:40] for a in argv).replace("{d}/tiny", "tiny"), *argv)
+    # valid, though they look odd: vllm bench serve takes --request-rate inf (every request at once) and any
+    # positive rate; empty items of a comma list are skipped; 2 layers in one pipeline stage is the tiny model
+    for argv in (["passes", T, "--no-show", "--pipeline", "fuse{target=vllm,,}"],
+                 ["simulate", T, "-n", "3", "--rate", "inf"], ["simulate", T, "-n", "3", "--rate", "1e-300"], ["sweep", T, "--rates", "inf", "-n", "3"],
+                 ["sweep", T, "--concurrencies", "1,,2", "-n", "3"], ["search", T, *S, "--tp", "1,,2"],
+                 ["kv", T, "--pp-layer-partition", "2", "-pp", "1"]):
+        add(" ".join(a[:40] for a in argv).replace("{d}/tiny", "tiny") + " (valid)", *argv, want=0)
+    add("compare same file (valid)", "compare", "{d}/result_ok.json", "{d}/result_ok.json", want=0)
     add("capture show --range bad regex", "capture", "show", "{d}/capture_kernels_junk.json", "--range", "(")
     # valid: a dense model has no experts to place (vLLM ignores expert parallelism there); search tries its own
     # TP sizes, so a log's malformed tensor_parallel_size is not read (it is listed as not used)
