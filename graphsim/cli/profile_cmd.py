@@ -39,7 +39,8 @@ def profile_cmd(
 
     check_writable(out, make_parents=True)  # before the trace and the measuring, not after them
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=err_console, transient=True) as progress:
+                  TimeRemainingColumn(), console=err_console, transient=True,
+                  disable=not err_console.is_terminal) as progress:  # on a pipe rich's bar still leaves a newline
         task = progress.add_task(f"profiling {model}", total=None)
 
         def on_graph(stage: str) -> None:

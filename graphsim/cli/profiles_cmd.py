@@ -43,7 +43,7 @@ def import_aiconfigurator_cmd(
 
     check_writable(out, make_parents=True)  # before the tables are read, not after
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True, disable=as_json) as progress:
+                  console=err_console, transient=True, disable=as_json or not err_console.is_terminal) as progress:
         task = progress.add_task("aiconfigurator import", total=None)
 
         def on_progress(what: str, done: int, total: int) -> None:

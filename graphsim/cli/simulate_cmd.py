@@ -357,7 +357,7 @@ def _run_streamed(setup, workload, total: int, quiet: bool, iteration_log: str |
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
             with Progress("simulating", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console,
-                          transient=True) as bar:
+                          transient=True, disable=not err_console.is_terminal) as bar:  # no stray newline on a pipe
                 task = bar.add_task("requests", total=total)
                 res = run(setup, workload, progress=lambda done, _t: bar.update(task, completed=done), log=log)
         if trace is not None:

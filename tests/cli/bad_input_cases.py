@@ -71,6 +71,7 @@ def _config(d: Path, name: str, text: str | bytes | None = None, **changes: obje
 
 
 def _sqlite(path: Path, *sql: str) -> None:
+    path.unlink(missing_ok=True)
     conn = sqlite3.connect(path)
     for s in sql:
         conn.execute(s)
