@@ -108,3 +108,18 @@ def test_a_run_that_fails_mid_write_keeps_the_previous_outputs(files: Path, monk
     outcome = run_case(case, files)
     assert calls and "injected failure mid-run" in outcome.err, outcome.err[-500:]
     assert not outcome.problems, outcome.problems
+
+
+@pytest.mark.slow
+def test_a_sample_through_the_entry_point(files: Path):
+    """30 refusals of the table (a fixed sample) as a user runs them: stderr is exactly one `error:` line (the
+    in-process check skips blank lines; a progress bar on a pipe once left one)."""
+    import random
+
+    pool = [c for c in CASES if c.want == 2 and not c.corrupt_cache and not any("\x00" in a for a in c.argv)]
+    for case in random.Random(7).sample(pool, 30):
+        proc = subprocess.run([sys.executable, "-m", "graphsim", *expand(case, files)], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, (case.id, proc.stderr[-2000:])
+        lines = proc.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (case.id, proc.stderr)
