@@ -268,6 +268,9 @@ def resolve_model(arg: str, revision: str | None = None) -> ResolvedModel:
         if not cfg_path.is_file():
             raise ConfigError(f"directory {path} has no config.json; pass a model directory or a config file")
         return ResolvedModel(path.resolve().name, load_model_config(cfg_path), "path", str(cfg_path))
+    if path.is_file() and path.suffix.lower() == ".onnx":  # import, passes, predict and align take one; this does not
+        raise ConfigError(f"{path} is an ONNX file, not a model config; this command reads a model's config.json or "
+                          "its directory (graphsim import, passes, predict and align take ONNX files)")
     if path.is_file():
         name = path.resolve().parent.name if path.name == "config.json" else path.stem
         return ResolvedModel(name, load_model_config(path), "path", str(path))

@@ -79,6 +79,20 @@ def _sqlite(path: Path, *sql: str) -> None:
     conn.close()
 
 
+def _onnx_model() -> bytes | None:
+    """A one-MatMul ONNX model's bytes (None without the onnx package)."""
+    try:
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError:
+        return None
+    w = numpy_helper.from_array(np.ones((64, 64), dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [w])
+    return helper.make_model(graph).SerializeToString()
+
+
 def make_files(root: Path) -> None:
     d = root
     # model configs
@@ -145,6 +159,10 @@ def make_files(root: Path) -> None:
     # ONNX
     (d / "garbage.onnx").write_bytes(b"\x08\x07\x12\x04onnx\xff\xfe\x00\x01" * 3)
     (d / "empty.onnx").write_bytes(b"")
+    model = _onnx_model()
+    if model is not None:  # a real ONNX file, whole and cut short
+        (d / "ok.onnx").write_bytes(model)
+        (d / "truncated.onnx").write_bytes(model[: len(model) // 2])
     # a gzip that is not
     (d / "bad.json.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 20)
     (d / "gz_not_json.json.gz").write_bytes(gzip.compress(b"{not json"))
@@ -420,6 +438,11 @@ def cases() -> list[Case]:
                  ["sweep", T, "--concurrencies", "1,,2", "-n", "3"], ["search", T, *S, "--tp", "1,,2"],
                  ["kv", T, "--pp-layer-partition", "2", "-pp", "1"]):
         add(" ".join(a[:40] for a in argv).replace("{d}/tiny", "tiny") + " (valid)", *argv, want=0)
+    for cmd in (["import"], ["passes"], ["show"], ["predict"]):
+        add(f"{cmd[0]} truncated.onnx", *cmd, "{d}/truncated.onnx")
+    add("passes ok.onnx (valid)", "passes", "{d}/ok.onnx", "--no-show", want=0)
+    for cmd in (["work"], ["kv"], ["simulate", "-n", "3", "--rate", "1"], ["analyze", "--no-table"]):  # config readers
+        add(f"{cmd[0]} ok.onnx", cmd[0], "{d}/ok.onnx", *cmd[1:], says="is an ONNX file, not a model config")
     add("compare same file (valid)", "compare", "{d}/result_ok.json", "{d}/result_ok.json", want=0)
     add("capture show --range bad regex", "capture", "show", "{d}/capture_kernels_junk.json", "--range", "(")
     # valid: a dense model has no experts to place (vLLM ignores expert parallelism there); search tries its own

@@ -14,7 +14,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def binary(tmp_path):
-    p = tmp_path / "model.onnx"
+    p = tmp_path / "model.bin"  # (a .onnx name is refused as an ONNX file before it is read)
     p.write_bytes(b"\x08\x07\x12\x04onnx\xff\xfe\x00\x01")
     return p
 
