@@ -187,7 +187,7 @@ def test_tiny_layouts_fit_their_maps_and_each_kernel_holds_its_part(tmp_path, cf
     got = _analyze(_write(tmp_path, map_id, cfg), ((1, 1), (2, 1), (2, 2)), batch="mixed:1x24@16+2x40")
     for (tp, ep), a in got.items():
         assert a.necessary_work_available, (tp, ep, a.reason)
-        assert a.map_id == (f"{map_id}-ep v1" if ep > 1 else f"{map_id} v1")
+        assert a.map_id == f"{map_id} v1"  # EP over the TP group: the TP graph (passes/partition/ep.py)
         assert a.reconciliation is not None and a.reconciliation.ok, a.reconciliation
     by = {r.location: r for r in got[(1, 1)].locations}
     for region in ("sliding.moe2", "sliding.moe4"):  # CSA
@@ -221,6 +221,6 @@ def test_real_configs_at_tp1_tp8_ep8(name, map_id):
                    batch="mixed:1x512@1024+16x4096")
     for (tp, ep), a in got.items():
         assert a.necessary_work_available, (tp, ep, a.reason)
-        assert a.map_id == (f"{map_id}-ep v1" if ep > 1 else f"{map_id} v1")
+        assert a.map_id == f"{map_id} v1"  # EP over the TP group: the TP graph (passes/partition/ep.py)
         assert a.reconciliation is not None and a.reconciliation.ok, a.reconciliation
         assert a.coverage is not None and a.coverage.share is not None and 0.3 < a.coverage.share <= 1

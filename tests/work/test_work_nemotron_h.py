@@ -173,7 +173,7 @@ def test_tiny_parameters_by_hand():
 @pytest.mark.slow
 def test_analyze_reports_r6_r7_for_nano_at_tp1_tp8_and_ep8(tmp_path, monkeypatch):
     """`graphsim analyze` finds the shipped mamba2-hybrid-moe maps for Nemotron-3 Nano and its rows
-    reconcile with the accountant (TP1 and TP8 with the shared expert on the aux stream, EP8 without)."""
+    reconcile with the accountant (TP1, TP8 and TP8 + EP8, the shared expert on the aux stream in each)."""
     pytest.importorskip("torch")
     import json
 
@@ -184,8 +184,9 @@ def test_analyze_reports_r6_r7_for_nano_at_tp1_tp8_and_ep8(tmp_path, monkeypatch
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(NANO, model_type="nemotron_h")))
     graph, _ = import_hf(str(path))
+    # EP over the TP group (8, 8) exchanges nothing (passes/partition/ep.py): the TP graph, its map
     for tp, ep, map_id in ((1, 1, "mamba2-hybrid-moe v1"), (8, 1, "mamba2-hybrid-moe v1"),
-                           (8, 8, "mamba2-hybrid-moe-ep v1")):
+                           (8, 8, "mamba2-hybrid-moe v1")):
         a = analyze_prepared(prepare_model(str(path), gpu="h200", tp=tp, ep=ep, batch="mixed:1x512@1024+16x4096",
                                            graph=graph))
         assert a.necessary_work_available, (tp, ep, a.reason)
