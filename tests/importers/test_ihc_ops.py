@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from hyv4_helpers import TINY_HYV4  # noqa: E402
+
 from graphsim.catalog import ResolvedModel  # noqa: E402
 from graphsim.costing import compressed  # noqa: E402
 from graphsim.importers.hf import custom_ops, import_hf  # noqa: E402
@@ -21,19 +23,6 @@ from graphsim.ir import Op  # noqa: E402
 from graphsim.ir.geometry import ElementwiseGeometry  # noqa: E402
 from graphsim.ir.kernel import KernelAttrs  # noqa: E402
 from graphsim.passes import run_pipeline  # noqa: E402
-
-# A tiny HY-V4: hidden 64 in 3 iHC streams (post magnitude 1.5), a dense then a sparse layer, MLA attention with a
-# 2-head indexer whose picks the second layer shares.
-TINY_HYV4 = {
-    "architectures": ["HYV4ForCausalLM"], "model_type": "hy_v4", "torch_dtype": "bfloat16", "vocab_size": 96,
-    "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32, "q_lora_rank": 48, "kv_lora_rank": 32,
-    "qk_nope_head_dim": 24, "qk_rope_head_dim": 8, "v_head_dim": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
-    "n_shared_experts": 1, "mlp_layer_types": ["dense", "sparse"], "layer_types": ["indexed_attention"] * 2,
-    "indexer_types": ["full", "shared"], "index_topk": 4, "index_head_dim": 16, "index_n_heads": 2, "hc_mult": 3,
-    "hc_magnitude": 1.5, "hc_eps": 1e-6, "max_position_embeddings": 256, "pad_token_id": 0, "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 
 
 def test_ihc_ops_match_eager_logits():

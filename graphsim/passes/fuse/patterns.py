@@ -34,6 +34,32 @@ def through_views(ctx: FuseContext, value: str) -> Node | None:
     return p
 
 
+def views_of(ctx: FuseContext, n: Node) -> set[str]:
+    """`n` and the absorbed nodes (views, arange, full) that carry its output unchanged (names)."""
+    mine, todo = {n.name}, [n.name]
+    while todo:
+        for u in ctx.users.get(todo.pop(), []):
+            if u.op in ABSORBED_OPS and u.name not in mine:
+                mine.add(u.name)
+                todo.append(u.name)
+    return mine
+
+
+def users_through_views(ctx: FuseContext, n: Node) -> list[Node]:
+    """The nodes that read `n`'s output, looking through the absorbed nodes carrying it (each once)."""
+    out, todo, seen = [], [n.name], {n.name}
+    while todo:
+        for u in ctx.users.get(todo.pop(), []):
+            if u.name in seen:
+                continue
+            seen.add(u.name)
+            if u.op in ABSORBED_OPS:
+                todo.append(u.name)
+            else:
+                out.append(u)
+    return out
+
+
 def attention_gate_muls(ctx: FuseContext) -> list[tuple[Node, Node | None]]:
     """(mul, the producer of its other operand) for every free two-input mul in an attention node's scope that
     takes that attention's output (through views): the output gates model ports fuse before o_proj."""

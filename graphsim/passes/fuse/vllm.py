@@ -236,14 +236,7 @@ def upcast_input(ctx: FuseContext, linear: Node) -> Node | None:
     if (model is None or c is None or c.op is not Op.CAST or not ctx.is_free(c) or not c.inputs
             or c.outputs[0].dtype is not DType.FLOAT32 or ctx.spec(c.inputs[0]).dtype is not model):
         return None
-    readers, todo = [], [c.name]
-    while todo:
-        for u in ctx.users.get(todo.pop(), []):
-            if u.op in P.ABSORBED_OPS:
-                todo.append(u.name)
-            else:
-                readers.append(u)
-    return c if readers == [linear] else None
+    return c if P.users_through_views(ctx, c) == [linear] else None
 
 
 def _match_lm_head(ctx: FuseContext):
@@ -576,12 +569,7 @@ def _match_moe_shared_sum(ctx: FuseContext):
     """The add of a MoE block's routed experts output and its shared expert's output."""
     out = []
     for e in [n for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS]:
-        mine, todo = {e.name}, [e.name]  # the experts output and its views
-        while todo:
-            for u in ctx.users.get(todo.pop(), []):
-                if u.op in P.ABSORBED_OPS and u.name not in mine:
-                    mine.add(u.name)
-                    todo.append(u.name)
+        mine = P.views_of(ctx, e)  # the experts output and its views
         adds = {u.name: u for v in mine for u in ctx.users.get(v, []) if u.op is Op.ADD and ctx.is_free(u)}
         for u in adds.values():
             others = [ctx.producer(v) for v in u.inputs if v not in mine]
@@ -733,15 +721,8 @@ def _conv_casts(ctx: FuseContext, conv: Node, last: Node) -> list[Node]:
     before = P.through_views(ctx, conv.inputs[0]) if conv.inputs else None
     if before is None or before.op is not Op.CAST or not ctx.is_free(before) or not before.inputs:
         return []
-    readers, todo = [], [before.name]
-    while todo:
-        for u in ctx.users.get(todo.pop(), []):
-            if u.op in P.ABSORBED_OPS:
-                todo.append(u.name)
-            else:
-                readers.append(u)
     users = ctx.users.get(last.name, [])
-    if readers != [conv] or len(users) != 1:
+    if P.users_through_views(ctx, before) != [conv] or len(users) != 1:
         return []
     after = users[0]
     dtype = ctx.spec(before.inputs[0]).dtype

@@ -38,17 +38,6 @@ def _one_kernel(rule: str):
     return build
 
 
-def _views_of(ctx: FuseContext, n: Node) -> set[str]:
-    """`n` and the free view / reshape nodes that carry its output unchanged (names)."""
-    mine, todo = {n.name}, [n.name]
-    while todo:
-        for u in ctx.users.get(todo.pop(), []):
-            if u.op in P.ABSORBED_OPS and u.name not in mine:
-                mine.add(u.name)
-                todo.append(u.name)
-    return mine
-
-
 def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
     """From the gate operand of an attention-output mul (through views) up to its sigmoid: [cast back?,
     sigmoid, cast to float?] (each free, one user each), or None when `n` is no such chain."""
@@ -62,24 +51,9 @@ def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
     before = ctx.producer(n.inputs[0])
     if before is not None and before.op is Op.CAST and ctx.is_free(before):
         chain.append(before)
-    if any(len(_users_through_views(ctx, c)) != 1 for c in chain):
+    if any(len(P.users_through_views(ctx, c)) != 1 for c in chain):
         return None  # a gate value something else also reads is not this gate's own kernel
     return chain
-
-
-def _users_through_views(ctx: FuseContext, n: Node) -> list[Node]:
-    """The nodes that read `n`'s output, looking through the views carrying it."""
-    out, todo, seen = [], [n.name], {n.name}
-    while todo:
-        for u in ctx.users.get(todo.pop(), []):
-            if u.name in seen:
-                continue
-            seen.add(u.name)
-            if u.op in P.ABSORBED_OPS:
-                todo.append(u.name)
-            else:
-                out.append(u)
-    return out
 
 
 def _match_attn_output_gate(ctx: FuseContext) -> list[Candidate]:
@@ -113,7 +87,7 @@ def _match_shared_expert_gate(ctx: FuseContext) -> list[Candidate]:
     out = []
     for e in [n for n in ctx.graph.nodes if n.op is Op.MOE_EXPERTS]:
         block = P.parent(e.scope)
-        mine = _views_of(ctx, e)
+        mine = P.views_of(ctx, e)
         for u in {u.name: u for v in mine for u in ctx.users.get(v, [])}.values():
             if u.op is not Op.ADD or not ctx.is_free(u) or len(u.inputs) != 2:
                 continue

@@ -41,12 +41,7 @@ def match_zero_experts(ctx: FuseContext) -> list[Candidate]:
         ids = ctx.producer(e.inputs[1])
         if ids is None:
             continue
-        mine, todo = {e.name}, [e.name]  # the experts output and its views
-        while todo:
-            for u in ctx.users.get(todo.pop(), []):
-                if u.op in P.ABSORBED_OPS and u.name not in mine:
-                    mine.add(u.name)
-                    todo.append(u.name)
+        mine = P.views_of(ctx, e)  # the experts output and its views
         fed = _downstream(ctx, {e.inputs[1]}, e.scope)
         adds = [n for n in fed.values() if n.op is Op.ADD and len(n.inputs) == 2
                 and any(ctx.producer(v) is not None and ctx.producer(v).name in mine for v in n.inputs)]  # type: ignore[union-attr]
