@@ -148,7 +148,11 @@ def test_real_cpu_trace_against_the_eager_target(eager_graph, cpu_trace):
     r = build_report(eager_graph, cap, cap.select(), target="eager")
     c = r.completeness
     assert c["graph_absent"] == 0, [k.node for k in r.kernels if k.verdict != MATCHED]
-    assert c["matched_us"] >= 0.6 * c["launch_us"]  # a 64-wide model: bookkeeping and views weigh in
+    # by launch count, not wall time: a real CPU profile's µs carry the shared machine's preemptions (81 % of the time
+    # matched on an idle machine, 18 % in a loaded CI run); 82 of the 140 launches match, 50 are plumbing (views,
+    # bookkeeping of a 64-wide model), 8 are unmatched
+    assert c["matched_launches"] >= 0.5 * c["launches"]
+    assert c["unmatched_launches"] <= 0.1 * c["launches"]
     gemm = [k for k in r.kernels if k.kind == "gemm"]
     assert gemm and all(set(k.counterparts) == {"aten::linear"} for k in gemm)
     attn = next(k for k in r.kernels if k.kind == "attention")
