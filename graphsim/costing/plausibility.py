@@ -111,9 +111,15 @@ def weight_floor_us(config_path: str | Path, tp: int, tokens: int, bandwidth_byt
         acc = accounting(resolved.config)
     except GraphsimError:
         return _graph_weight_floor_us(graph, resolved.config, tokens, bandwidth_bytes_per_s) if graph else None
-    moe = [layer.ffn for layer in acc.spec.stack.layers if isinstance(layer.ffn, MoeFfn)]
-    untouched = max(((1 - 1 / f.experts) ** (tokens * f.top_k) for f in moe), default=0.0)
+    moe = [(layer.ffn.experts, layer.ffn.top_k) for layer in acc.spec.stack.layers if isinstance(layer.ffn, MoeFfn)]
+    untouched = _untouched_share(moe, tokens)
     return weight_bytes_per_rank(acc.spec, acc.precision, tp) * (1 - untouched) / bandwidth_bytes_per_s * 1e6
+
+
+def _untouched_share(moe: list[tuple[int, int]], tokens: int) -> float:
+    """The largest share of a layer's routed experts no pick touches: `tokens` × top-k picks miss one of E experts
+    with probability (1 − 1/E)^(tokens·k), per (E, top-k) of the MoE layers; 0 without any."""
+    return max(((1 - 1 / e) ** (tokens * k) for e, k in moe), default=0.0)
 
 
 def _graph_weight_floor_us(graph: Any, config: Any, tokens: int, bandwidth_bytes_per_s: float) -> float:
@@ -124,11 +130,9 @@ def _graph_weight_floor_us(graph: Any, config: Any, tokens: int, bandwidth_bytes
     from graphsim.serving.graph_deployment import graph_weight_bytes
 
     weights, _ = graph_weight_bytes(graph, parse_quantization(config))
-    moe = [n.kernel.geometry for n in graph.nodes
-           if n.op is Op.KERNEL and isinstance(n.kernel.geometry, MoeExpertsGeometry)]
-    untouched = max(((1 - 1 / g.num_experts) ** (tokens * g.top_k) for g in moe if isinstance(g, MoeExpertsGeometry)),
-                    default=0.0)
-    return weights * (1 - untouched) / bandwidth_bytes_per_s * 1e6
+    moe = [(g.num_experts, g.top_k) for n in graph.nodes if n.op is Op.KERNEL
+           for g in [n.kernel.geometry] if isinstance(g, MoeExpertsGeometry)]
+    return weights * (1 - _untouched_share(moe, tokens)) / bandwidth_bytes_per_s * 1e6
 
 
 def check_step(cm: Any, spec: str, config_path: str | Path) -> StepCheck:

@@ -4,7 +4,7 @@ or per channel), whose ops were priced as approximate placeholders.
 vLLM's Laguna port computes it as written (model_executor/models/laguna.py `LagunaAttention.forward`:
 `gate = F.softplus(gate.float()).type_as(attn_output)`, then `attn_output * gate` before o_proj): a cast, a softplus, a
 cast and a mul, one kernel each; each becomes that named elementwise kernel, priced by its bytes, no longer
-approximate. (Sigmoid gates of the same shape in other families are left as they are until their ports are checked.)
+approximate. (Sigmoid gates are vllm_elementwise.py's `attn_output_gate`.)
 
 Matched by structure: a mul of an attention output (through views) by a softplus (with casts around it, through
 views) of a GEMM output, in the attention's module.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from graphsim.ir import Node, Op
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse.core import Candidate, FuseContext, Rule
-from graphsim.passes.fuse.vllm_elementwise import _one_kernel
+from graphsim.passes.fuse.vllm_elementwise import _one_kernel, gate_candidates
 
 
 def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
@@ -35,12 +35,7 @@ def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
 
 
 def _match_softplus_gate(ctx: FuseContext) -> list[Candidate]:
-    out = []
-    for m, gate in P.attention_gate_muls(ctx):
-        chain = _gate_chain(ctx, gate)
-        if chain:
-            out += [Candidate([n]) for n in (*reversed(chain), m)]
-    return out
+    return gate_candidates(ctx, _gate_chain)
 
 
 SOFTPLUS_ATTN_GATE = Rule(

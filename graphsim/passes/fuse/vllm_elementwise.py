@@ -56,17 +56,23 @@ def _gate_chain(ctx: FuseContext, n: Node | None) -> list[Node] | None:
     return chain
 
 
+def gate_candidates(ctx: FuseContext, chain_of) -> list[Candidate]:
+    """One candidate per op of each attention output gate whose gate value `chain_of(ctx, node)` walks back to its
+    activation (the chain, gate value first, or None): the chain's ops from the activation's input on, then the mul."""
+    out = []
+    for m, gate in P.attention_gate_muls(ctx):
+        chain = chain_of(ctx, gate)
+        if chain:
+            out += [Candidate([n]) for n in (*reversed(chain), m)]
+    return out
+
+
 def _match_attn_output_gate(ctx: FuseContext) -> list[Candidate]:
     """In a module holding an attention node (MHA/GQA or MLA): a mul of the attention's output (through views) by
     a sigmoid (through views: a per-head gate is unsqueezed to the head dim), with the float32 cast before the
     sigmoid and the cast back after it when the model writes them — the gate vLLM applies between the attention
     kernel and o_proj, one kernel per op."""
-    out = []
-    for m, gate in P.attention_gate_muls(ctx):
-        chain = _gate_chain(ctx, gate)
-        if chain:
-            out += [Candidate([n]) for n in (*reversed(chain), m)]
-    return out
+    return gate_candidates(ctx, _gate_chain)
 
 
 ATTN_OUTPUT_GATE = Rule(
