@@ -150,7 +150,7 @@ def dp_simulated(ctx: Any, c: Candidate) -> Any:
     dec = its["decode_seqs"][its["decode_seqs"] > 0] if len(its["dur_s"]) else np.zeros(0)
     tpot = m["tpot_ms"]
     return Evaluation(c.id, "simulated", m["requests_per_s"], m["output_tokens_per_s"] / c.unit_gpus,
-                      1e3 / tpot if tpot > 0 else math.inf, m["ttft_ms"], tpot, worst, None, "simulated",
+                      1e3 / tpot if tpot > 0 else math.inf if m["requests_per_s"] > 0 else 0.0, m["ttft_ms"], tpot, worst, None, "simulated",
                       float(dec.mean()) if len(dec) else 0.0, 0.0, m["ttft_p90_ms"], m["tpot_p90_ms"],
                       len(res.requests), float(res.wall_s),
                       {SOURCES[k].value: v for k, v in sorted(res.source_us.items())})

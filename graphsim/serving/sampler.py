@@ -60,7 +60,7 @@ TRITON_FILTER_MIN_ROWS = 8  # apply_top_k_top_p: `HAS_TRITON and logits.shape[0]
 
 # The trace (module docstring): vocabulary and GPU it was taken on
 TRACE_VOCAB = 151_936
-TRACE_BANDWIDTH = 3.35e12  # H100 SXM 80GB HBM3, bytes/s (graphsim's h100 spec)
+TRACE_GPU = "h100_sxm"  # H100 SXM 80GB HBM3: its bandwidth is read from graphsim's spec (trace_bandwidth())
 # Medians of the trace, µs
 SPAN_50, SPAN_100 = 488.1, 701.1  # sampler span at 50 and 100 rows
 FILTER_50, FILTER_100 = 293.3, 346.1  # _topk_topp_kernel at 50 and 100 rows
@@ -102,7 +102,7 @@ class RandomSampler:
     """GPU time of vLLM V1's random-sampling path for a step's rows (see the module docstring)."""
 
     filters: bool  # top-k / top-p on
-    scale: float  # (vocab / TRACE_VOCAB) × (TRACE_BANDWIDTH / the GPU's bandwidth)
+    scale: float  # (vocab / TRACE_VOCAB) × (the trace GPU's bandwidth / the GPU's bandwidth)
 
     def us(self, rows) -> Any:
         """µs of sampling `rows` rows (scalar or numpy array); 0 rows: 0."""
@@ -142,7 +142,14 @@ def random_sampler(sampling: Sampling | None, vocab: int, bandwidth_bytes_per_s:
     `host.HostModel.sample_us` then applies)."""
     if sampling is None or sampling.greedy or vocab <= 0 or bandwidth_bytes_per_s <= 0:
         return None
-    return RandomSampler(sampling.filters, vocab / TRACE_VOCAB * TRACE_BANDWIDTH / bandwidth_bytes_per_s)
+    return RandomSampler(sampling.filters, vocab / TRACE_VOCAB * trace_bandwidth() / bandwidth_bytes_per_s)
+
+
+def trace_bandwidth() -> float:
+    """Memory bandwidth of the GPU the trace was taken on, bytes/s, from graphsim's spec of it."""
+    from graphsim.costing.hardware import load_hardware
+
+    return load_hardware(TRACE_GPU).memory_bandwidth_bytes_per_s
 
 
 def parse_sampling(temperature: float | None, top_k: int | None, top_p: float | None) -> Sampling | None:

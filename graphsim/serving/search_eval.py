@@ -309,6 +309,9 @@ def window_metrics(requests, clients: int, window: tuple[int, int] = (1, 3)) -> 
     and the `window[1]·clients`-th completion (whole generations: the start-up transient and the draining tail
     left out)."""
     done = sorted((r for r in requests if not r.rejected and not math.isnan(r.finish_t)), key=lambda r: r.finish_t)
+    if not done:  # nothing completed (every request rejected or unfinished): no rate, no latency
+        return {"requests_per_s": 0.0, "output_tokens_per_s": 0.0, "ttft_ms": math.nan, "ttft_p90_ms": math.nan,
+                "tpot_ms": math.nan, "tpot_p90_ms": math.nan}
     lo, hi = window[0] * clients - 1, min(window[1] * clients - 1, len(done) - 1)
     if hi <= lo:
         lo, hi = 0, len(done) - 1
@@ -368,7 +371,7 @@ def _simulated(ctx: SearchContext, c: Candidate) -> Evaluation:
     dec = its["decode_seqs"][its["decode_seqs"] > 0] if len(its["dur_s"]) else np.zeros(0)
     tpot = m["tpot_ms"]
     return Evaluation(c.id, "simulated", m["requests_per_s"], m["output_tokens_per_s"] / unit_gpus,
-                      1e3 / tpot if tpot > 0 else math.inf, m["ttft_ms"], tpot, worst, link_src,
+                      1e3 / tpot if tpot > 0 else math.inf if m["requests_per_s"] > 0 else 0.0, m["ttft_ms"], tpot, worst, link_src,
                       "simulated", float(dec.mean()) if len(dec) else 0.0, float(xfer), m["ttft_p90_ms"],
                       m["tpot_p90_ms"], len(res.requests), float(res.wall_s),
                       {SOURCES[k].value: v for k, v in sorted(res.source_us.items())})

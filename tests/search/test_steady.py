@@ -1,5 +1,7 @@
 """The steady-state fast path against the simulator it stands in for (affine iteration cost: fast)."""
 
+import math
+
 import pytest
 from serving_helpers import AffineCost, llama_layout, small_setup
 
@@ -66,3 +68,10 @@ def test_a_closed_loop_can_ramp_its_clients_up():
     arrivals = [r.arrival for r in res.requests]
     assert {0.0, 0.5, 1.0, 1.5} <= set(arrivals) and len(res.completed) == 8
     assert min(a for a in arrivals if a not in (0.0, 0.5, 1.0, 1.5)) > 0.0  # re-sends come after completions
+
+
+def test_window_metrics_of_a_run_where_nothing_completed():
+    # no request finished (e.g. every one rejected): no rate, and no latency to average (was an IndexError)
+    m = window_metrics([], 4)
+    assert m["requests_per_s"] == 0.0 and m["output_tokens_per_s"] == 0.0
+    assert all(math.isnan(m[k]) for k in ("ttft_ms", "ttft_p90_ms", "tpot_ms", "tpot_p90_ms"))
