@@ -203,7 +203,19 @@ def _shape_problems(cfg: dict[str, Any]) -> list[str]:
     if (isinstance(heads, int) and isinstance(kv, int) and not isinstance(kv, bool) and heads > 0 and kv > 0
             and heads % kv):
         out.append(f"num_attention_heads = {heads} is not a multiple of num_key_value_heads = {kv}")
+    topk = cfg.get("num_experts_per_tok")
+    experts = next(((k, cfg[k]) for k in _EXPERT_COUNTS if _whole(cfg.get(k)) and cfg[k] > 0), None)
+    if experts is not None and _whole(topk) and topk > experts[1]:  # a token's experts are distinct ones of them
+        out.append(f"num_experts_per_tok = {topk} exceeds {experts[0]} = {experts[1]} (a token is routed to that many "
+                   "distinct experts)")
     return out
+
+
+_EXPERT_COUNTS = ("num_experts", "n_routed_experts", "num_local_experts")
+
+
+def _whole(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def load_config_file(path: Path) -> dict[str, Any]:

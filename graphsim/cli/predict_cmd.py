@@ -118,6 +118,12 @@ def predict_cmd(
     from graphsim.costing.kernel_map import quantization_summary
     from graphsim.ir.kernel import KernelAttrs
 
+    if enable_expert_parallel and data_parallel_size == 1:
+        from graphsim.costing.dp_attention import moe_leaf_indices
+
+        if not moe_leaf_indices(cm.tree):  # vLLM refuses it too (ModelConfig._verify_with_expert_parallelism)
+            raise typer.BadParameter(f"{cm.graph.name} has no routed experts, nothing to spread; drop it",
+                                     param_hint="--enable-expert-parallel")
     if data_parallel_size > 1:
         from graphsim.cli.dp_predict import predict_data_parallel
 

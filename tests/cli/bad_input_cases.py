@@ -222,7 +222,7 @@ BAD_CONFIGS = {  # directory: a word the error must hold
     "cfg_arch_empty": "", "cfg_no_type_no_arch": "", "cfg_type_number": "", "cfg_max_pos_zero": "",
     "cfg_dtype_bad": "", "cfg_rope_bad": "", "cfg_no_file": "", "cfg_config_is_dir": "",
     "cfg_deep": "", "cfg_quant_string": "", "cfg_quant_unknown": "", "cfg_text_config_list": "",
-    "cfg_experts_negative": "", "cfg_topk_over_experts": "", "cfg_layer_types_short": "", "cfg_head_dim_zero": "",
+    "cfg_experts_negative": "", "cfg_topk_over_experts": "num_experts_per_tok", "cfg_layer_types_short": "", "cfg_head_dim_zero": "",
     "cfg_dtype_number": "", "cfg_bad_quant_beside": "", "cfg_symlink_loop": "",
 }
 MISSING_MODEL = ["", " ", "x" * 5000, "{d}/nul\x00byte", "/dev/null", "nosuchorg/nosuchmodel", "{d}/no_such_dir", "{d}/plain.txt", "{d}/empty.json", "{d}/binary.bin", "{d}/a_dir",
@@ -445,10 +445,12 @@ def cases() -> list[Case]:
         add(f"{cmd[0]} ok.onnx", cmd[0], "{d}/ok.onnx", *cmd[1:], says="is an ONNX file, not a model config")
     add("compare same file (valid)", "compare", "{d}/result_ok.json", "{d}/result_ok.json", want=0)
     add("capture show --range bad regex", "capture", "show", "{d}/capture_kernels_junk.json", "--range", "(")
-    # valid: a dense model has no experts to place (vLLM ignores expert parallelism there); search tries its own
-    # TP sizes, so a log's malformed tensor_parallel_size is not read (it is listed as not used)
+    # valid: graphsim's own --ep on a dense model has no experts to place; search tries its own TP sizes, so a
+    # log's malformed tensor_parallel_size is not read (it is listed as not used). vLLM's --enable-expert-parallel
+    # on a dense model is refused, as vLLM refuses it (ModelConfig._verify_with_expert_parallelism, 0.10.1 and 0.19:
+    # "Number of experts in the model must be greater than 0 when expert parallelism is enabled")
     add("predict --ep 3 dense (valid)", "predict", T, "--ep", "3", want=0)
-    add("predict --enable-expert-parallel dense (valid)", "predict", T, "--enable-expert-parallel", want=0)
+    add("predict --enable-expert-parallel dense", "predict", T, "--enable-expert-parallel", says="no routed experts")
     add("search --from-vllm-log vllm_bad_args.log (TP not read)", "search", T, *S, "--from-vllm-log",
         "{d}/vllm_bad_args.log", want=0, slow=True)
     # vLLM 0.19 takes any block size (vllm/config/cache.py `block_size: int`; 0.10.1 allowed 1, 8, …, 128)
