@@ -21,6 +21,7 @@ import contextlib
 import gzip
 import io
 import json
+import logging
 import sqlite3
 import traceback
 import zlib
@@ -551,6 +552,24 @@ def expand(case: Case, root: Path) -> list[str]:
     return [a.replace("{d}", str(root)) for a in case.argv]
 
 
+@contextlib.contextmanager
+def _logs_to(stream: io.StringIO):
+    """Log handlers made before the case (torch's, at its import) hold the stderr of that time, which
+    redirect_stderr does not reach: point every stream handler at the case's stderr while it runs, so what a user
+    would see on their terminal is what the case is judged on."""
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    handlers = {h for lg in loggers for h in lg.handlers
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)}
+    old = {h: h.setStream(stream) for h in handlers}
+    try:
+        yield
+    finally:
+        for h, s in old.items():
+            if s is not None:
+                h.setStream(s)
+
+
 def run_case(case: Case, root: Path) -> Outcome:
     from graphsim.atomic import leftover_temporaries
     from graphsim.cli.app import main
@@ -560,7 +579,8 @@ def run_case(case: Case, root: Path) -> Outcome:
     out, err = io.StringIO(), io.StringIO()
     code: int | None = None
     crash = ""
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _home(root, case.corrupt_cache):
+    with (contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _logs_to(err),
+          _home(root, case.corrupt_cache)):
         try:
             code = main(expand(case, root))
         except BaseException:  # an exception that escapes main() is a traceback for the user
