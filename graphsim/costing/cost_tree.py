@@ -27,15 +27,16 @@ from enum import IntEnum
 import numpy as np
 
 from graphsim.costing.collectives import CollectiveContext
-from graphsim.costing.composite import HasRows, MlaModuleBlock, composite_rows, mla_block
+from graphsim.costing.composite import HasRows, MlaModuleBlock, composite_rows, context_attention_rate, mla_block
 from graphsim.costing.interpolate import MISSING, ROOFLINE, SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes, KernelRows, KeyRows, StepArrays, kernel_rows
 from graphsim.costing.kernels import KernelKey
 from graphsim.costing.roofline import kernel_work, roofline_parts_us
+from graphsim.costing.routing_in_rows import routers_in_expert_rows
 from graphsim.costing.streams import StreamSettings, shared_expert_overlaps
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
-from graphsim.ir.kernel import KernelAttrs
+from graphsim.ir.kernel import KernelAttrs, KernelKind
 from graphsim.workload import Step
 
 
@@ -164,7 +165,11 @@ def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | N
 
 def _layer_leaves(nodes: list[Node], leaf, dtypes: Dtypes | None, has_rows: HasRows | None) -> tuple[Leaf, ...]:
     """A layer's leaves; with `has_rows`, an MLA block the profile has module rows for becomes one composite
-    leaf in place of its kernels (`costing.composite`)."""
+    leaf in place of its kernels (`costing.composite`), and a router whose experts' rows were timed from the
+    router logits is no leaf (its top-k is in those rows: `costing.routing_in_rows`)."""
+    if has_rows is not None:
+        covered = routers_in_expert_rows(nodes, dtypes or Dtypes(), has_rows)
+        nodes = [n for n in nodes if n.name not in covered]
     block = mla_block(nodes, dtypes or Dtypes(), has_rows) if has_rows is not None else None
     if block is None or not block.used:
         return tuple(leaf(n) for n in nodes)
@@ -184,8 +189,11 @@ def _overlapped(nodes: list[Node], leaves: tuple[Leaf, ...], streams: StreamSett
     if streams is None or not streams.shared_experts_overlap:
         return leaves
     out: list[Tree] = list(leaves)
+    routers = {n.name for n in nodes if n.kernel.kind is KernelKind.MOE_ROUTER}
     for ov in shared_expert_overlaps(nodes):
         names = [t.name if isinstance(t, Leaf) else "" for t in out]
+        # a router priced inside its experts' rows (costing.routing_in_rows) is no leaf of either stream
+        ov = replace(ov, routed=tuple(n for n in ov.routed if n in names or n not in routers))
         if not all(n in names for n in ov.routed + ov.shared):
             continue  # a kernel of the block was replaced (a composite leaf): keep it summed
         first = min(names.index(n) for n in ov.routed + ov.shared)
@@ -472,6 +480,7 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
         f_t = np.zeros((len(floored), n_steps))
         f_s = np.zeros((len(floored), n_steps), dtype=np.int8)
         _add_rows([rows[i].floor for i in floored], f_t, f_s, pricer)
+        _add_attention_floor([rows[i] for i in floored], f_t, f_s, pricer)
         for j, i in enumerate(floored):
             binds = f_t[j] > times[i]
             times[i] = np.where(binds, f_t[j], times[i])
@@ -481,6 +490,22 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
             src[i] = MISSING
     times[src == MISSING] = np.nan
     return times, src
+
+
+def _add_attention_floor(rows: list[KernelRows], times: np.ndarray, src: np.ndarray, pricer: KernelPricer) -> None:
+    """Add each floor's attention FLOPs (`KernelRows.floor_attention_flops`) at the fastest attention rate the GPU
+    was measured at (`composite.context_attention_rate`) into `times[i]`, its source into `src[i]`."""
+    if all(kr.floor_attention_flops is None for kr in rows):
+        return
+    rate = context_attention_rate(pricer.db, pricer.hardware)
+    if rate is None:
+        return
+    per_us, code = rate
+    for i, kr in enumerate(rows):
+        if kr.floor_attention_flops is not None:
+            add = kr.floor_attention_flops > 0
+            times[i][add] += kr.floor_attention_flops[add] / per_us
+            src[i][add] = np.maximum(src[i][add], code)
 
 
 def _add_rows(parts: list[tuple[KeyRows, ...]], times: np.ndarray, src: np.ndarray, pricer: KernelPricer) -> None:
