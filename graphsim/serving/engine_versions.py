@@ -11,7 +11,11 @@ Three families, read from vLLM's released wheels (each fact names the file and t
   prefix caching off; admission keeps 1 % of the blocks free (`watermark = 0.01`, EngineArgs). Start-up log
   (vllm/executor/gpu_executor.py `initialize_cache`): `# GPU blocks: N, # CPU blocks: M` and
   `Maximum concurrency for L tokens per request: N × block_size / L`; every layer is paged at full length
-  (no hybrid KV manager) and the CPU swap space is `swap_space = 4` GiB.
+  (no hybrid KV manager) and the CPU swap space is `swap_space = 4` GiB. Before 0.6.0 (0.5.x) the engine
+  processed every step's outputs synchronously (detokenise, stop checks, a cumulative `RequestOutput` per
+  request, pickled to the API server from 0.5.4): the async output processor (PR 7049) came with 0.6.0
+  (blog.vllm.ai/2024/09/05/perf-update.html), so 0.5.x takes host.py's "v0-sync" host time (`V0_ASYNC_OUTPUT`);
+  the scheduling and defaults above are taken to be 0.5.x's too (0.5.x wheels not inspected).
 - **v1** (0.8 – 0.13): the V1 engine, chunked prefill and prefix caching on, synchronous scheduling
   (`SchedulerConfig.async_scheduling = False` through 0.13.0). `EngineArgs._set_default_args_v1`
   (vllm/engine/arg_utils.py): 0.8.0 picks `max_num_batched_tokens` 8192 on a GPU named H100/H200, else 2048,
@@ -56,6 +60,7 @@ V0_CHUNKED_LONG_CONTEXT = 32768  # EngineArgs.create_engine_config, 0.6.3 / 0.7.
 V0_CHUNK_TOKENS = 512  # SchedulerConfig, 0.6.3: max_num_batched_tokens with chunked prefill ("best balance on A100")
 V0_WATERMARK = 0.01  # EngineArgs.block_manager watermark, 0.6.3 / 0.7.3 (vllm/engine/arg_utils.py)
 V0_SWAP_SPACE_GIB = 4  # EngineArgs.swap_space, 0.6.3 (GiB of CPU blocks per GPU)
+V0_ASYNC_OUTPUT = (0, 6, 0)  # async output processing (PR 7049) came with 0.6.0 (blog.vllm.ai 2024/09/05; host.py)
 API_SERVER_COUNT_IS_DP = (0, 19, 0)  # --api-server-count defaults to the dp size (PR 32525; first inspected: 0.19.0)
 
 
@@ -167,6 +172,8 @@ class EngineProfile:
     def host(self) -> HostModel:
         if not self.is_vllm:  # no published host figures for SGLang / TRT-LLM: vLLM V1's, overlapped (assumed)
             return replace(host_model("v1-async"), family=self.family)
+        if self.family == "v0" and self.version < V0_ASYNC_OUTPUT:  # 0.5.x: outputs processed every step, in line
+            return host_model("v0-sync")
         return host_model(self.family)
 
     @property

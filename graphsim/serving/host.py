@@ -14,7 +14,7 @@ and a front end per request before the engine sees it (frontend.py: tokenise, HT
 the client's TTFT includes and which queues a burst of requests.
 Detokenising and streaming are off the ENGINE's critical path in V1 (a separate API-server process,
 vllm/v1/engine/output_processor.py) and in V0 ≥ 0.6 (the async output processor, vllm-project/vllm PR 7049), so
-no iteration is charged for them; they are the API server's work on its event loop, beside the front end's serial
+no iteration of those engines is charged for them (V0 before 0.6 is: "v0-sync" below); they are the API server's work on its event loop, beside the front end's serial
 work (api_server.py: `api_per_chunk_us` per stream chunk, `api_per_output_us` of it per output even when merged), so
 they delay what the client sees.
 
@@ -25,6 +25,12 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   decode"; the issue gives 5–13 ms overall and names neither model nor batch of that trace); `per_seq_us` 5.9 —
   issue 10634 measured a 5–6 ms gap between V0 decodes at batch 256 (Llama 2 7B, ShareGPT):
   (5500 − 4000) / 256 µs per sequence, a two-point estimate across two reports.
+- v0-sync (vLLM 0.5.x, before the async output processor of 0.6.0): the engine detokenises, checks stops and
+  builds (and from 0.5.4 pickles to the API server) every request's cumulative output after every step, before
+  scheduling the next. `step_us` 3,770 — the v0.6.0 blog's profile of v0.5.3 (Llama 3 8B, one H100): 29 % of
+  the time "scheduling" (gathering the last step's results, scheduling, preparing inputs) at 13 ms a token under
+  light load; `per_seq_us` 95.9 — MEASURED on vLLM's V0 code (benchmarks/host_v0_output.py; the parts beside
+  `V0_SYNC_PER_SEQ_US`), 16× the v0 family's 5.9.
 - v1, v1-async: `step_us` and `per_seq_us` from `V1_SCHEDULER_*`, vLLM 0.10.1's own `Scheduler.schedule` +
   `update_from_output` timed on a CPU (benchmarks/host_scheduler.py; the numbers and the CPU beside
   `V1_SCHEDULER_*` below; v1-async: `V1_ASYNC_SCHEDULER_*`, vLLM 0.19.0's `AsyncScheduler`, ≈ 1.4× 0.10.1's
@@ -73,6 +79,28 @@ SAMPLE_BYTES_PER_LOGIT = 10
 # --- V0 (vllm-project/vllm issues 6854 and 10634; see the module docstring) --------------------------------------
 V0_STEP_US = 4000.0
 V0_PER_SEQ_US = (5500.0 - 4000.0) / 256
+# --- V0 before 0.6.0 (vLLM 0.5.x: output processing synchronous, every step, per sequence) -----------------------
+# The release that moved it off the critical path: vLLM 0.6.0 (blog.vllm.ai/2024/09/05/perf-update.html,
+# "Asynchronous output processing (PR #7049, #7921, #8050)", against v0.5.3; `use_async_output_proc` is in the
+# inspected 0.6.3's ModelConfig). Per step: the same blog's profile of v0.5.3, Llama 3 8B on one H100: "29 % of the
+# total execution time is spent on scheduling, including gathering the LLM results from the last step, scheduling
+# the requests to run for the next step, and preparing these requests as inputs", 33 % the HTTP API server (in the
+# engine's process before 0.5.4; its own from 0.5.4, PR 6883, issue 7653: not an engine step's) and 38 % GPU; and
+# "Llama3 8B can generate 1 token every 13 ms under light load": 0.29 × 13 ms = 3,770 µs a step. Light load: the
+# GPU's 0.38 × 13 = 4.94 ms is 3 % over Llama 3 8B's weight read on an H100 (16.06 GB / 3.35 TB/s = 4.79 ms), a
+# batch of a few sequences, so the per-sequence work is a small part of it (taken as none: a ceiling on the step).
+V0_SYNC_STEP_US = 0.29 * 13_000.0
+# Per sequence: MEASURED on vLLM's own V0 code (benchmarks/host_v0_output.py: vLLM 0.6.3.post1's synchronous path,
+# the one `--disable-async-output-proc` selects, which runs the same steps as 0.5.x's; prompts of 230 tokens,
+# 200 decode steps so outputs average ~100 tokens, a local byte-level BPE fast tokenizer of 32k tokens; thread CPU
+# time on this project's 2-core AMD EPYC VM at load ~6, 3 rounds over batches 1 / 8 / 32 / 128 / 256, least-squares
+# slope per part): `Scheduler.schedule` 20.627 / 20.252 / 19.832, the sampler's output objects 1.651 / 1.593 /
+# 1.612, `LLMEngine._process_model_outputs` (append, incremental detokenisation, stop checks, a CUMULATIVE
+# `RequestOutput`) 37.451 / 36.511 / 38.074, and the `cloudpickle.dumps` of each `RequestOutput` that 0.5.4's
+# RPC server sends (vllm/entrypoints/openai/rpc/server.py `AsyncEngineRPCServer.generate`) 36.137 / 36.829 /
+# 37.141 µs; sums 95.866 / 95.185 / 96.659, the median 95.866 µs. A floor: 0.6.3's n == 1 fast path and object
+# caches are lighter than 0.5.x's Python, and the model runner's input preparation is not in it.
+V0_SYNC_PER_SEQ_US = 20.627 + 1.651 + 37.451 + 36.137
 
 # --- V1 (measured / cited; see the module docstring) -------------------------------------------------------------
 # vLLM 0.10.1's Scheduler.schedule + update_from_output, decode steps, median of 200 (benchmarks/host_scheduler.py
@@ -207,8 +235,9 @@ NO_HOST = HostModel("none", 0.0, 0.0, 0.0, 0.0, True, 0)  # GPU kernels only (th
 
 
 def host_model(family: str) -> HostModel:
-    if family == "v0":
-        step, per_seq, overlap = V0_STEP_US, V0_PER_SEQ_US, False
+    if family in ("v0", "v0-sync"):
+        step, per_seq, overlap = (V0_STEP_US, V0_PER_SEQ_US, False) if family == "v0" else \
+            (V0_SYNC_STEP_US, V0_SYNC_PER_SEQ_US, False)
         chunk, output = API_SERVER_PER_CHUNK_US, API_SERVER_PER_OUTPUT_US
     else:
         overlap = family == "v1-async"
