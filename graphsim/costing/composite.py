@@ -41,13 +41,19 @@ sequence group like attention (kind `attention`), so the simulator's additive ta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from graphsim.costing.dtypes import PeakClass
+from graphsim.costing.hardware import HardwareSpec
+from graphsim.costing.interpolate import DERIVED, ROOFLINE
 from graphsim.costing.kernel_map import Dtypes, KernelRows, KeyRows, NoKernelKey, StepArrays, kernel_rows
-from graphsim.costing.kernels import KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey
+from graphsim.costing.kernels import AttentionPrefillKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey, TableKind
+from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.roofline import kernel_work
 from graphsim.ir import Graph, Node
 from graphsim.ir.geometry import AttentionGeometry, GemmGeometry, NormGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
@@ -163,14 +169,19 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
         parts.append(KeyRows(prefill_key, coords, arr.g_step[use_pre], group[use_pre]))
     offset = len(group)
     floor: list[KeyRows] = []
+    ctx_flops = None
     if use_ctx.any() and kv_b is not None:
-        ctx = _context_rows(prefill_key, kv_b, arr, use_ctx, group, offset, dt)
+        ctx, up = _context_rows(prefill_key, kv_b, arr, use_ctx, group, offset, dt)
         offset += 4 * (len(group) + arr.n_steps)
-        # never below the same chunks without their prefix: the module rows at (count, n, n), the other groups as
+        # never below the same chunks without their prefix, the module rows at (count, n, n), plus what the chunk
+        # runs beyond them: `kv_b_proj` on the p cached latents and the n queries' attention over the p cached keys
+        # at the fastest attention rate the GPU was measured at (`context_attention_flops`); the other groups as
         # priced here (rows of one group: a step's floor is the sum of its groups')
         floor = [*parts, KeyRows(prefill_key, np.stack([arr.g_count[use_ctx], arr.g_new[use_ctx], arr.g_new[use_ctx]],
-                                                       axis=1), arr.g_step[use_ctx], group[use_ctx])]
+                                                       axis=1), arr.g_step[use_ctx], group[use_ctx]), *up]
+        ctx_flops = context_attention_flops(block, arr, use_ctx)
         parts.extend(ctx)
+        parts.extend(up)
     rest = ~(use_dec | use_pre | use_ctx)
     if rest.any():
         sub = _subset(arr, rest)
@@ -188,14 +199,62 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
                     if floor:
                         floor.append(part)
             offset += len(group) + arr.n_steps
-    return KernelRows(tuple(parts), floor=tuple(floor))
+    return KernelRows(tuple(parts), floor=tuple(floor), floor_attention_flops=ctx_flops)
+
+
+def context_attention_flops(block: MlaModuleBlock, arr: StepArrays, sel: np.ndarray) -> np.ndarray:
+    """Per step, the FLOPs of the non-causal attention that the prefill groups `sel` (n new tokens after p cached,
+    `count` such sequences) run over their cached prefix: 2 · count · heads · n · p · (qk head dim + v head dim)
+    (vLLM's `_compute_prefill_context`: every new query against every cached key, un-absorbed)."""
+    g = block.attention.geometry_as(AttentionGeometry)
+    flops = 2.0 * arr.g_count[sel] * g.num_heads * arr.g_new[sel] * arr.g_cached[sel] * (g.head_dim + g.v_head_dim)
+    return np.bincount(arr.g_step[sel], weights=flops, minlength=arr.n_steps).astype(np.float64)
+
+
+def context_attention_rate(db: ProfileDB | None, hardware: HardwareSpec | None) -> tuple[float, int] | None:
+    """(FLOPs per µs, source code) of the fastest attention prefill the GPU was measured at: the best row of the
+    profile's attention_prefill table (full attention, any geometry; FLOPs as `roofline.kernel_work` counts them),
+    `derived`; without such rows the hardware's bf16 dense peak, `roofline`; None without either. A composite
+    MLA chunk's attention over its cached prefix runs no faster than that (KernelRows.floor_attention_flops). E.g.
+    aiconfigurator-core 0.12's H200 vLLM tables: 771.5 TFLOP/s (FA3, 16 heads, 2 KV heads, head dim 256, 16,384
+    tokens causal); the FlashAttention-3 paper's best BF16 forward on H100 is 740 TFLOP/s (Shah et al. 2024,
+    arXiv 2407.08608, abstract)."""
+    best = 0.0
+    if db is not None:
+        memo = (str(db.path), os.stat(db.path).st_mtime_ns)
+        if memo not in _RATES:
+            _RATES[memo] = _fastest_attention_prefill(db)
+        best = _RATES[memo]
+    if best > 0:
+        return best, DERIVED
+    peak = hardware.peak_flops(PeakClass.BF16) if hardware is not None else None
+    return (peak / 1e6, ROOFLINE) if peak else None
+
+
+_RATES: dict[tuple[str, int], float] = {}  # (profile path, mtime) → its fastest attention prefill row, FLOPs per µs
+
+
+def _fastest_attention_prefill(db: ProfileDB) -> float:
+    """FLOPs per µs of the profile's fastest full-attention prefill row (0.0 without one). Read through a connection
+    of its own: reading every attention row must not enter `db.keys_read()` (predict checks the rows a prediction
+    read, costing/predict.py `_checked_note`)."""
+    best = 0.0
+    with ProfileDB.open(db.path) as own:
+        for key in own.keys(TableKind.ATTENTION_PREFILL):
+            if not isinstance(key, AttentionPrefillKey) or key.window:
+                continue
+            rows = own.rows(key)
+            work = kernel_work(key, rows.coords) if len(rows) else None
+            if work is not None:
+                best = max(best, float(np.max(work.flops / rows.times_us)))
+    return best
 
 
 def _context_rows(prefill_key: KernelKey, kv_b: KernelAttrs, arr: StepArrays, sel: np.ndarray, group: np.ndarray,
-                  offset: int, dt: Dtypes) -> list[KeyRows]:
+                  offset: int, dt: Dtypes) -> tuple[list[KeyRows], list[KeyRows]]:
     """Rows of the prefill groups `sel` (n new tokens after p cached): the module row at (count, n + p) less the
-    row at (count, p), plus the row at (count, 1), and `kv_b_proj` on the p cached latents of each sequence (see the
-    module docstring)."""
+    row at (count, p), plus the row at (count, 1); and apart, `kv_b_proj` on the p cached latents of each sequence
+    (see the module docstring)."""
     n, p, c, step = arr.g_new[sel], arr.g_cached[sel], arr.g_count[sel], arr.g_step[sel]
     whole = np.stack([c, n + p, n + p], axis=1)
     prefix = np.stack([c, p, p], axis=1)
@@ -203,6 +262,7 @@ def _context_rows(prefill_key: KernelKey, kv_b: KernelAttrs, arr: StepArrays, se
     out = [KeyRows(prefill_key, whole, step, group[sel] + offset),
            KeyRows(prefill_key, prefix, step, group[sel] + offset + len(group), weight=-1.0),
            KeyRows(prefill_key, once, step, group[sel] + offset + 3 * len(group) + arr.n_steps)]
+    up: list[KeyRows] = []
     latents = StepArrays(np.bincount(step, weights=p * c, minlength=arr.n_steps).astype(np.float64),
                          np.bincount(step, weights=c, minlength=arr.n_steps).astype(np.float64),
                          step, p, np.zeros_like(p), c)
@@ -212,9 +272,9 @@ def _context_rows(prefill_key: KernelKey, kv_b: KernelAttrs, arr: StepArrays, se
     for part in kr.parts:
         keep = present[part.step] & (part.coords >= 1).all(axis=1)
         if keep.any():
-            out.append(KeyRows(part.key, part.coords[keep], part.step[keep],
-                               part.order[keep] + offset + 2 * len(group), part.note, part.weight))
-    return out
+            up.append(KeyRows(part.key, part.coords[keep], part.step[keep],
+                              part.order[keep] + offset + 2 * len(group), part.note, part.weight))
+    return out, up
 
 
 def composite_note(blocks: Sequence[MlaModuleBlock], dt: Dtypes) -> str:

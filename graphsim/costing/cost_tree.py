@@ -27,7 +27,7 @@ from enum import IntEnum
 import numpy as np
 
 from graphsim.costing.collectives import CollectiveContext
-from graphsim.costing.composite import HasRows, MlaModuleBlock, composite_rows, mla_block
+from graphsim.costing.composite import HasRows, MlaModuleBlock, composite_rows, context_attention_rate, mla_block
 from graphsim.costing.interpolate import MISSING, ROOFLINE, SOURCES, KernelPricer
 from graphsim.costing.kernel_map import Dtypes, KernelRows, KeyRows, StepArrays, kernel_rows
 from graphsim.costing.kernels import KernelKey
@@ -480,6 +480,7 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
         f_t = np.zeros((len(floored), n_steps))
         f_s = np.zeros((len(floored), n_steps), dtype=np.int8)
         _add_rows([rows[i].floor for i in floored], f_t, f_s, pricer)
+        _add_attention_floor([rows[i] for i in floored], f_t, f_s, pricer)
         for j, i in enumerate(floored):
             binds = f_t[j] > times[i]
             times[i] = np.where(binds, f_t[j], times[i])
@@ -489,6 +490,22 @@ def price_rows(rows: list[KernelRows], n_steps: int, pricer: KernelPricer) -> tu
             src[i] = MISSING
     times[src == MISSING] = np.nan
     return times, src
+
+
+def _add_attention_floor(rows: list[KernelRows], times: np.ndarray, src: np.ndarray, pricer: KernelPricer) -> None:
+    """Add each floor's attention FLOPs (`KernelRows.floor_attention_flops`) at the fastest attention rate the GPU
+    was measured at (`composite.context_attention_rate`) into `times[i]`, its source into `src[i]`."""
+    if all(kr.floor_attention_flops is None for kr in rows):
+        return
+    rate = context_attention_rate(pricer.db, pricer.hardware)
+    if rate is None:
+        return
+    per_us, code = rate
+    for i, kr in enumerate(rows):
+        if kr.floor_attention_flops is not None:
+            add = kr.floor_attention_flops > 0
+            times[i][add] += kr.floor_attention_flops[add] / per_us
+            src[i][add] = np.maximum(src[i][add], code)
 
 
 def _add_rows(parts: list[tuple[KeyRows, ...]], times: np.ndarray, src: np.ndarray, pricer: KernelPricer) -> None:

@@ -12,7 +12,7 @@ whose time this sum approximates (prefill attention is compute-bound, so sequenc
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -247,6 +247,9 @@ class KernelRows:
     # rows whose per-step sum the time never falls below (a lower bound priced from other rows: a composite MLA
     # chunk after a cached prefix is never cheaper than the same chunk without one, composite.py); () for none
     floor: tuple[KeyRows, ...] = ()
+    # per step, attention FLOPs the floor adds at the fastest attention rate measured on the GPU (a composite MLA
+    # chunk's non-causal attention over its cached prefix, composite.py `context_attention_rate`); None for none
+    floor_attention_flops: np.ndarray | None = field(default=None, compare=False)
 
     def sum_by_step(self, values: Sequence[np.ndarray], n_steps: int) -> np.ndarray:
         """Σ of per-row `values` (one array per part, aligned with its rows) for each step, added in

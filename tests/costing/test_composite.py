@@ -6,15 +6,18 @@ import math
 import numpy as np
 import pytest
 
-from graphsim.costing.composite import COMPOSITE_MLA, composite_note, graph_mla_blocks, mla_block
+from graphsim.costing.composite import (
+    COMPOSITE_MLA, composite_note, context_attention_rate, graph_mla_blocks, mla_block,
+)
 from graphsim.costing.cost_model import CostModel
 from graphsim.costing.cost_tree import build_tree, compile_tree
 from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.hardware import load_hardware
-from graphsim.costing.interpolate import INTERPOLATED, MEASURED, KernelPricer
+from graphsim.costing.interpolate import DERIVED, INTERPOLATED, MEASURED, ROOFLINE, KernelPricer
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.kernels import (
-    AttentionDecodePoint, AttentionPrefillPoint, Measurement, MlaModuleDecodeKey, MlaModulePrefillKey,
+    AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, Measurement, MlaModuleDecodeKey,
+    MlaModulePrefillKey,
 )
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta
 from graphsim.ir import DType, Graph, LayerSchedule, Node, Op, T, TensorSpec
@@ -135,8 +138,10 @@ def test_prefill_after_a_cached_prefix_is_the_difference_of_two_module_rows(prof
     # _compute_prefill_context): the projections of the 64 tokens and their attention to 256 positions, which is
     # the module row at 256 less the row at 192 (300 - 240 = 60 µs, both measured), plus the module's fixed cost,
     # its row at 1 token (50 µs), plus kv_b_proj up-projecting the 192 cached latents (one GEMM of m = 192, priced
-    # as that kernel on its own): 110 µs + kv_b; above the floor, the 64-token row without a prefix (130 µs)
-    # only when kv_b adds 20 µs or more, which it does not here (toy sizes), so the floor binds: checked below
+    # as that kernel on its own): 110 µs + kv_b. The floor is the 64-token row without a prefix (130 µs) plus what the
+    # chunk runs beyond it, kv_b and its attention over the 192 cached keys at the fastest attention rate measured on
+    # the GPU; this profile has no attention rows, so at the H200's bf16 dense peak (989.5 TFLOP/s):
+    # 2 · 1 · 2 heads · 64 · 192 · (24 + 16) = 1,966,080 FLOPs = 0.001987 µs. The floor binds: 130 + kv_b + 0.002
     hw = load_hardware("h200")
     g = _graph()
     dt = Dtypes()
@@ -149,10 +154,12 @@ def test_prefill_after_a_cached_prefix_is_the_difference_of_two_module_rows(prof
     kv_b_192 = _kernel_times(g, pricer, dt, Step((SeqGroup(192, 0, 1),)))["L0.kv_b"]
     assert 0 < kv_b_192 < 20
     by_rows = 300.0 - 240.0 + 50.0 + kv_b_192
-    assert ev.leaf_time_us[comp, 0] == pytest.approx(max(by_rows, 130.0)) == pytest.approx(130.0)
+    ctx = 1_966_080 / 989.5e6
+    assert ev.leaf_time_us[comp, 0] == pytest.approx(max(by_rows, 130.0 + kv_b_192 + ctx))
+    assert ev.leaf_time_us[comp, 0] == pytest.approx(130.0 + kv_b_192 + ctx)
     # mixed step: the decode group from its row (4 × kv 128: 100 µs) plus the chunk, floored as a whole at the
-    # decode row plus the chunk's own row: max(100 + 110 + kv_b, 100 + 130) = 230
-    assert ev.leaf_time_us[comp, 1] == pytest.approx(230.0)
+    # decode row plus the chunk's floor: max(100 + 110 + kv_b, 100 + 130 + kv_b + 0.002)
+    assert ev.leaf_time_us[comp, 1] == pytest.approx(230.0 + kv_b_192 + ctx)
 
 
 def test_a_long_prefix_prices_above_the_floor(profile, tmp_path):
@@ -175,14 +182,16 @@ def test_a_long_prefix_prices_above_the_floor(profile, tmp_path):
 def test_short_noisy_rows_never_price_a_chunk_below_its_own_row(profile):
     # 16 new tokens after 16 cached: the rows at 32 (110 µs) and 16 (116 µs) are out of order, as short measured
     # rows are (H200 DeepSeek-R1 TP 8: 116.3 µs at 16 tokens, 109.7 at 32); the difference 110 - 116 + 50 = 44 µs
-    # (+ kv_b of 16 latents) is below the chunk's own row without a prefix, 116 µs, which is the floor
+    # (+ kv_b of 16 latents) is below the floor: the chunk's own row without a prefix, 116 µs, + kv_b of the 16
+    # latents + its attention over them at the bf16 peak, 2 · 2 · 16 · 16 · 40 = 40,960 FLOPs / 989.5e6 per µs
     hw = load_hardware("h200")
     g, dt = _graph(), Dtypes()
     pricer = KernelPricer(profile, hw)
     whole = compile_tree(build_tree(g, dt, lambda key: pricer.curve(key) is not None))
     ev = whole.evaluate([Step((SeqGroup(16, 16, 1),))], pricer, dt)
     comp = next(i for i, leaf in enumerate(whole.leaves) if leaf.block is not None)
-    assert ev.leaf_time_us[comp, 0] == pytest.approx(116.0)
+    kv_b_16 = _kernel_times(g, pricer, dt, Step((SeqGroup(16, 0, 1),)))["L0.kv_b"]
+    assert ev.leaf_time_us[comp, 0] == pytest.approx(116.0 + kv_b_16 + 40_960 / 989.5e6)
 
 
 def test_two_sequences_after_a_prefix_use_the_batch_rows(profile, tmp_path):
@@ -239,3 +248,53 @@ def test_analyzer_sites_keep_naming_the_kernels_of_a_composite(profile):
     block = sites[1:8]
     assert sum(s.time_us or 0.0 for s in block) == pytest.approx(200.0)
     assert all(s.source == "measured" and "of the composite: mla_module time" in s.notes[0] for s in block)
+
+
+def test_a_chunk_after_a_prefix_is_never_faster_than_the_gpus_fastest_attention(profile, tmp_path):
+    # The same module rows as `profile` (1: 50, 64: 130, 192: 240, 256: 300 µs) plus three attention prefill rows
+    # (1 head, 1 KV head, head dim 8; FLOPs = 2 · pairs · (8 + 8), causal pairs q(q + 1)/2):
+    #   (1, 64, 64) in 66.56 µs: 2 · 2,080 · 16 = 66,560 FLOPs → 1,000 FLOPs/µs, the fastest full-attention row;
+    #   (1, 32, 32) in 100 µs: 2 · 528 · 16 = 16,896 FLOPs → 169 FLOPs/µs;
+    #   a sliding-window key (window 16) at (1, 64, 64) in 0.01 µs, which is not full attention and is left out.
+    # 64 new tokens after 192 cached: the n · p attention over the cached keys is 2 · 1 · 2 heads · 64 · 192 ·
+    # (24 + 16) = 1,966,080 FLOPs → 1,966.08 µs at 1,000 FLOPs/µs; the floor is the 64-token row (130) + kv_b of the
+    # 192 latents + 1,966.08, far above the rows' difference 300 - 240 + 50 + kv_b; labelled with the worst source of
+    # the floor's parts: kv_b has no GEMM rows here (roofline), the attention term is derived
+    hw = load_hardware("h200")
+    g, dt = _graph(), Dtypes()
+    slow = AttentionPrefillKey(1, 1, 8, D.BF16, D.BF16, 0)
+    windowed = AttentionPrefillKey(1, 1, 8, D.BF16, D.BF16, 16)
+    with ProfileDB.create(tmp_path / "attn.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
+        db.put_many([(PREFILL, AttentionPrefillPoint(1, q, q), Measurement(us))
+                     for q, us in ((1, 50.0), (64, 130.0), (192, 240.0), (256, 300.0))]
+                    + [(slow, AttentionPrefillPoint(1, 64, 64), Measurement(66.56)),
+                       (slow, AttentionPrefillPoint(1, 32, 32), Measurement(100.0)),
+                       (windowed, AttentionPrefillPoint(1, 64, 64), Measurement(0.01))])
+    pricer = KernelPricer(ProfileDB.open(tmp_path / "attn.db"), hw)
+    whole = compile_tree(build_tree(g, dt, lambda key: pricer.curve(key) is not None))
+    ev = whole.evaluate([Step((SeqGroup(64, 192, 1),)), Step((SeqGroup(64, 0, 1),))], pricer, dt)
+    comp = next(i for i, leaf in enumerate(whole.leaves) if leaf.block is not None)
+    kv_b_192 = _kernel_times(g, pricer, dt, Step((SeqGroup(192, 0, 1),)))["L0.kv_b"]
+    assert ev.leaf_time_us[comp, 0] == pytest.approx(130.0 + kv_b_192 + 1966.08)
+    assert ev.leaf_source[comp, 0] == ROOFLINE
+    # a chunk without a prefix runs no attention over cached keys: its own row, measured
+    assert ev.leaf_time_us[comp, 1] == pytest.approx(130.0)
+    assert ev.leaf_source[comp, 1] == MEASURED
+
+
+def test_the_fastest_attention_rate_reads_full_attention_rows_else_the_bf16_peak(tmp_path):
+    # the rate is the best full-attention row's FLOPs per µs (1,000 here, as above), `derived`; a profile without
+    # attention rows falls back to the hardware's bf16 dense peak (H200: 989.5 TFLOP/s = 989.5e6 FLOPs/µs),
+    # `roofline`; neither gives no rate
+    key = AttentionPrefillKey(1, 1, 8, D.BF16, D.BF16, 0)
+    with ProfileDB.create(tmp_path / "a.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
+        db.put_many([(key, AttentionPrefillPoint(1, 64, 64), Measurement(66.56)),
+                     (key, AttentionPrefillPoint(1, 32, 32), Measurement(100.0))])
+    with ProfileDB.create(tmp_path / "none.db", ProfileMeta(device="test gpu", engine="vllm")) as db:
+        db.put_many([(PREFILL, AttentionPrefillPoint(1, 64, 64), Measurement(130.0))])
+    hw = load_hardware("h200")
+    rate, code = context_attention_rate(ProfileDB.open(tmp_path / "a.db"), hw) or (0.0, -1)
+    assert rate == pytest.approx(1000.0) and code == DERIVED
+    rate, code = context_attention_rate(ProfileDB.open(tmp_path / "none.db"), hw) or (0.0, -1)
+    assert rate == pytest.approx(989.5e6) and code == ROOFLINE
+    assert context_attention_rate(None, None) is None
