@@ -111,6 +111,16 @@ class HardwareSpec:
     compute_capability: str = ""  # CUDA compute capability ("9.0"); vLLM keys its all-reduce limits on it
     link_measured: bool = False  # the interconnect figures are what NCCL achieves there (given), not the datasheet's
     l2_cache_bytes: int = 0  # on-chip L2 (0: not stated); serving/mixed_attention.py asks whether a working set fits
+    cuda_memory_bytes: int = 0  # the total CUDA reports (cudaMemGetInfo), below the datasheet's size (0: not stated)
+
+    @property
+    def engine_memory_bytes(self) -> int:
+        """The total vLLM sizes its KV budget from: `torch.cuda.mem_get_info()[1]` (vLLM 0.10.1
+        vllm/v1/worker/gpu_worker.py `Worker.init_device`: requested_memory = MemorySnapshot().total_memory ×
+        gpu_memory_utilization, `MemorySnapshot.measure` in vllm/utils/__init__.py; 0.33.0: v1/worker/utils.py
+        `request_memory`), which the driver reports below the datasheet's size: the spec's `cuda_memory_bytes`
+        where stated, else `memory_bytes`."""
+        return self.cuda_memory_bytes or self.memory_bytes
 
     def topology(self) -> Topology:
         """The spec's interconnect as a `Topology` (no link kind stated: PCIe without peer access, the
@@ -191,6 +201,7 @@ class HardwareSpec:
             "compute_capability": self.compute_capability,
             "link_measured": self.link_measured,
             "l2_cache_bytes": self.l2_cache_bytes,
+            "cuda_memory_bytes": self.cuda_memory_bytes,
             "source": self.source,
             "notes": self.notes,
             "aliases": list(self.aliases),
@@ -214,7 +225,8 @@ class HardwareSpec:
                    pcie_bandwidth_bytes_per_s=f.pcie_bandwidth_bytes_per_s,
                    network_bandwidth_bytes_per_s=f.network_bandwidth_bytes_per_s,
                    network_latency_us=f.network_latency_us, compute_capability=f.compute_capability,
-                   link_measured=f.link_measured, l2_cache_bytes=f.l2_cache_bytes)
+                   link_measured=f.link_measured, l2_cache_bytes=f.l2_cache_bytes,
+                   cuda_memory_bytes=f.cuda_memory_bytes)
 
 
 # Upper bounds are sanity limits, each far above any device shipped today (an H200 has 141 GB at
@@ -243,6 +255,7 @@ class HardwareSpecFile(Strict):
     compute_capability: str = Field("", pattern=r"^(\d+\.\d+)?$")
     link_measured: bool = False  # interconnect_* are NCCL's achieved figures on this link, not the datasheet's
     l2_cache_bytes: int = Field(0, ge=0, le=1 << 34)  # on-chip L2 cache (0: not stated)
+    cuda_memory_bytes: int = Field(0, ge=0, le=1 << 50)  # total memory as CUDA reports it (0: memory_bytes)
     source: str = ""
     notes: str = ""
     aliases: tuple[str, ...] = ()

@@ -73,13 +73,20 @@ def groups_table(dep: Deployment) -> Table:
     return t
 
 
+def _total_source(dep: Deployment, total: int) -> str:
+    hw = dep.hardware
+    if hw.cuda_memory_bytes and total == hw.cuda_memory_bytes:
+        return f"the total CUDA reports, hardware spec cuda_memory_bytes; {hw.memory_bytes / 2**30:,.2f} GiB on the datasheet"
+    return "hardware spec"
+
+
 def budget_table(dep: Deployment) -> Table:
     b = dep.budget
     t = Table(title="memory budget per rank (vLLM determine_available_memory)", title_justify="left")
     for col in ("term", "bytes", "origin", "how"):
         t.add_column(col, justify="right" if col == "bytes" else "left")
     t.add_row(f"{dep.hardware.name} × gpu_memory_utilization {b.utilization:g}", fmt_bytes(b.requested_bytes),
-              _origin("derived"), f"ceil({b.total_bytes:,} B × {b.utilization:g}) (hardware spec)")
+              _origin("derived"), f"ceil({b.total_bytes:,} B × {b.utilization:g}) ({_total_source(dep, b.total_bytes)})")
     for term in b.terms:
         t.add_row(f"− {term.name}", fmt_bytes(term.bytes), _origin(term.origin), term.how)
     if b.given_available is not None:

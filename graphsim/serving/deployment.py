@@ -226,7 +226,7 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
         layout = with_mamba_cache_mode(layout, "align")  # hybrid: the state pages a request holds
     from graphsim.serving.dp_attention import expert_ranks
 
-    budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.memory_bytes, e.gpu_memory_utilization,
+    budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.engine_memory_bytes, e.gpu_memory_utilization,
                            eng.max_num_batched_tokens, eng.max_num_seqs, expert_ranks=expert_ranks(config.parallel, acc.spec),
                            activation_gib=mem.activation_gib,
                            overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,

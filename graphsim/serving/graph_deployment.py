@@ -225,7 +225,7 @@ def plan_graph_deployment(config: DeploymentConfig, resolved: ResolvedModel, hw:
     layout = graph_kv_layout(graph, kv, state, tp, e.block_size, reason)
     layout = replace(layout, notes=(*layout.notes, *graph_blind_spots(resolved.config)))
     kernels = run_pipeline(graph, pipeline_for(engine.profile.fuse_target, tp)).graph
-    budget = graph_memory_budget(kernels, cfg, quant, tp, hw.memory_bytes, e.gpu_memory_utilization,
+    budget = graph_memory_budget(kernels, cfg, quant, tp, hw.engine_memory_bytes, e.gpu_memory_utilization,
                                  engine.max_num_batched_tokens, engine.max_num_seqs,
                                  activation_gib=mem.activation_gib, overhead_gib=mem.overhead_gib,
                                  cudagraph_gib=mem.cudagraph_gib, available_bytes=e.kv_cache_memory_bytes,

@@ -133,7 +133,7 @@ def plan_stages(dep: Deployment) -> Deployment:
         layout = kv_layout(sub, precision, tp, e.block_size)
         if e.block_size is None and layout.block_size != dep.layout.block_size:
             layout = kv_layout(sub, precision, tp, dep.layout.block_size)  # one block size for the engine
-        budget = memory_budget(sub, cfg, precision, tp, dep.hardware.memory_bytes, e.gpu_memory_utilization,
+        budget = memory_budget(sub, cfg, precision, tp, dep.hardware.engine_memory_bytes, e.gpu_memory_utilization,
                                eng.max_num_batched_tokens, eng.max_num_seqs, expert_ranks=ranks,
                                activation_gib=mem.activation_gib, overhead_gib=mem.overhead_gib,
                                cudagraph_gib=mem.cudagraph_gib, available_bytes=e.kv_cache_memory_bytes,
