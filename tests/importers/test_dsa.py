@@ -86,20 +86,24 @@ def test_fused_kernels_and_tp2_keeps_the_indexer_replicated(graph):
     assert not [n for n, a in k.items() if a.approximate]  # indexer RoPE inside it; MLA key assembly absorbed
     out = run_pipeline(fused, "tp{size=2}").graph  # conservation runs inside
     k2 = _layer(out, "full.dense")
-    # wq_b (32 → 2·16), wk (64 → 16), weights_proj (64 → 2) stay whole on each rank (ReplicatedLinear in vLLM)
-    assert [k2[n].geometry_as(GemmGeometry).n for n in ("wq_b", "wk", "weights_proj")] == [32, 16, 2]
+    # wq_b (32 → 2·16) and wk_weights_proj (64 → 16 + 2: wk and weights_proj packed) stay whole on each rank
+    # (vLLM 0.33.0 deepseek_v2.py Indexer: wq_b ReplicatedLinear, wk_weights_proj MergedColumnParallelLinear with
+    # disable_tp=True)
+    assert [k2[n].geometry_as(GemmGeometry).n for n in ("wq_b", "wk_weights_proj")] == [32, 18]
+    assert "wk" not in k2 and "weights_proj" not in k2
     assert k2["sparse_attn_indexer"].geometry_as(IndexerGeometry).num_heads == 2
     assert k2["flashmla_sparse"].geometry_as(AttentionGeometry).num_heads == 2  # MLA heads split
 
 
 def test_fp8_checkpoint_leaves_the_indexer_weights_projection_in_the_model_dtype():
-    # vLLM deepseek_v2.py Indexer.__init__: wq_b and wk take the checkpoint's quant_config, weights_proj is built
-    # with quant_config=None (bf16 whatever the checkpoint quantizes); the fp8-block config of DeepSeek-V3.2
+    # vLLM 0.33.0 deepseek_v2.py Indexer.__init__: wq_b takes the checkpoint's quant_config; wk and weights_proj are
+    # one wk_weights_proj built with quant_config=None ("FP8 wk weights are upcasted to BF16 during loading to
+    # maintain fusion"): bf16 whatever the checkpoint quantizes; the fp8-block config of DeepSeek-V3.2
     cfg = {**copy.deepcopy(TINY_V32), "quantization_config": {
         "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}}
     g, _ = import_hf(ResolvedModel("tiny-v32-fp8", cfg, "path", "test"), cache=False)
     k = _layer(run_pipeline(g, "fold,fuse{target=vllm}").graph, "full.dense")
-    assert (k["wq_b"].dtype, k["wk"].dtype, k["weights_proj"].dtype) == ("fp8_block", "fp8_block", "bf16")
+    assert (k["wq_b"].dtype, k["wk_weights_proj"].dtype) == ("fp8_block", "bf16")
 
 
 def test_indexer_work_hand_derived():

@@ -114,8 +114,11 @@ def test_fuse_to_vllm_kda_kernels_with_no_placeholders(graph):
         for name in ("fused_kda_gate", "sigmoid", "causal_conv1d", "chunk_kda", "rms_norm_gated"):
             assert names.count(name) == 1, (tag, name, names)
         assert "cat" not in names  # vLLM convolves q, k and v apart: no concatenation kernel
-        # and projects them apart (three ColumnParallelLinear, kda.py KimiDeltaAttention.__init__): not packed
-        assert all(names.count(p) == 1 for p in ("q_proj", "k_proj", "v_proj")) and "qkv_proj" not in names
+        # q, k, v and b are one GEMM (vLLM 0.33.0 kimi_k3 in_proj_qkvgfab, which also packs f_a_proj as a replicated
+        # part: graphsim keeps f_a_proj apart): 3 x 4 heads x 8 + 4 = 100 wide over hidden 32
+        qkvb = [k for k in ks if k.name == "qkvb_proj"]
+        assert [k.geometry_as(GemmGeometry) for k in qkvb] == [GemmGeometry(n=100, k=32)], names
+        assert not {"q_proj", "k_proj", "v_proj", "b_proj", "qkv_proj"} & set(names) and "f_a_proj" in names
     geo = next(k for k in _kernels(fused, "linear.dense") if k.name == "chunk_kda").geometry_as(LinearAttentionGeometry)
     assert (geo.kind, geo.num_v_heads, geo.k_head_dim, geo.v_head_dim, geo.chunk_size, geo.state_dtype) == (
         "kda", 4, 8, 8, 64, "f32")

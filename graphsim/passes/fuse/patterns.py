@@ -7,6 +7,7 @@ flow — never by model name.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import sympy
 
@@ -172,18 +173,28 @@ def linear_nodes(ctx: FuseContext) -> list[Node]:
     return [n for n in ctx.graph.nodes if n.op is Op.LINEAR]
 
 
-def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]]) -> list[Candidate]:
-    """Sibling linears named in one packed group that read the same input → one candidate each."""
-    by_key: dict[tuple[str, str, str], list[Node]] = {}
+def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]],
+                   input_of: Callable[[Node], str] | None = None) -> list[Candidate]:
+    """Sibling linears of one module that read the same input (`input_of`: the value a linear reads, by default its
+    first input) and are named in a packed group → one candidate per group. Where groups overlap (q/k/v in both a
+    `qkv_proj` and a `qkvb_proj`), the group with the most siblings present claims them first; a group needs two."""
+    siblings: dict[tuple[str, str], list[Node]] = {}
+    members = {m for ms in groups.values() for m in ms}
     for n in linear_nodes(ctx):
-        name = leaf(n.scope)
-        for packed, members in groups.items():
-            if name in members:
-                by_key.setdefault((packed, parent(n.scope), n.inputs[0]), []).append(n)
+        if leaf(n.scope) in members:
+            siblings.setdefault((parent(n.scope), input_of(n) if input_of else n.inputs[0]), []).append(n)
     out = []
-    for (packed, _, _), nodes in by_key.items():
-        if len(nodes) > 1:
-            out.append(Candidate(nodes, {"packed": packed}))
+    for nodes in siblings.values():
+        left = {leaf(n.scope): n for n in nodes}
+        while True:
+            present = [(sum(m in left for m in ms), -i, packed) for i, (packed, ms) in enumerate(groups.items())]
+            count, _, packed = max(present)
+            if count < 2:
+                break
+            picked = [n for n in nodes if leaf(n.scope) in groups[packed] and leaf(n.scope) in left]
+            for n in picked:
+                left.pop(leaf(n.scope), None)
+            out.append(Candidate(picked, {"packed": packed}))
     return out
 
 

@@ -42,7 +42,6 @@ from graphsim.passes.fuse.vllm_elementwise import RULES as ELEMENTWISE_RULES
 from graphsim.passes.fuse.vllm_gdn_prep import RULES as GDN_PREP_RULES
 from graphsim.passes.fuse.vllm_gemma3n import RULES as GEMMA3N_RULES
 from graphsim.passes.fuse.vllm_kda import RULES as KDA_RULES
-from graphsim.passes.fuse.vllm_kda import in_kda_module
 from graphsim.passes.fuse.vllm_legacy import EARLY_RULES as LEGACY_EARLY_RULES
 from graphsim.passes.fuse.vllm_legacy import LATE_RULES as LEGACY_LATE_RULES
 from graphsim.passes.fuse.vllm_legacy import RULES as LEGACY_RULES
@@ -60,17 +59,34 @@ from graphsim.quantization import Quantization, parse_quant_config
 
 A = TypeVar("A")
 
-# model_executor/models/llama.py LlamaForCausalLM.packed_modules_mapping (same in qwen2/qwen3/
-# mistral/mixtral/…); model_executor/models/deepseek_v2.py fuses q_a_proj + kv_a_proj_with_mqa
-# into `fused_qkv_a_proj` when q_lora_rank is set; models/qwen3_5.py Qwen3_5Model.load_weights
-# (stacked_params_mapping, without LoRA) loads Qwen3.5's in_proj_qkv + in_proj_z into one
-# `in_proj_qkvz` and in_proj_b + in_proj_a into one `in_proj_ba` (GatedDeltaNetAttention).
+# The checkpoint projections vLLM loads into one GEMM (its model classes' `packed_modules_mapping` and the
+# `stacked_params_mapping` of their load_weights), by the names transformers gives the parts. Each part of a merged
+# layer keeps its own tp layout: the tp pass splits a MergedColumnParallelLinear part by part, keeps a disable_tp /
+# ReplicatedLinear one whole on every rank (partition/tp.py decides that from the GEMM's consumers, as for the parts),
+# and QKVParallelLinear keeps whole KV heads (_build_packed records the q/kv split).
+# - qkv_proj, gate_up_proj: models/llama.py LlamaForCausalLM.packed_modules_mapping (same in qwen2/qwen3/mistral/
+#   mixtral/…);
+# - fused_qkv_a_proj: models/deepseek_v2.py DeepseekV2MLAAttention (q_a_proj + kv_a_proj_with_mqa when q_lora_rank is
+#   set, MergedColumnParallelLinear(disable_tp=True));
+# - in_proj_qkvz, in_proj_ba: models/qwen3_5.py Qwen3_5Model.load_weights (stacked_params_mapping, without LoRA):
+#   Qwen3.5's in_proj_qkv + in_proj_z and in_proj_b + in_proj_a (GatedDeltaNetAttention);
+# - wk_weights_proj: a DSA indexer's key and per-head weight projections, one MergedColumnParallelLinear(hidden,
+#   [head_dim, n_head], quant_config=None, disable_tp=True) (models/deepseek_v2.py Indexer.__init__ "Fused wk +
+#   weights_proj: single GEMM"; models/hy_v4/nvidia/attention.py Indexer.__init__ and model.py HYV4ForCausalLM.
+#   packed_modules_mapping "wk_weights_proj": ["wk", "weights_proj"], vLLM 0.33.0; 0.19.0 kept two ReplicatedLinear);
+# - qkvb_proj: a Kimi Delta Attention's q, k, v and beta projections, one MergedColumnParallelLinear(hidden,
+#   [proj, proj, proj, num_heads]) split part by part (models/bailing_moe_v3.py BailingMoeV3KDAAttention.__init__ and
+#   packed_modules_mapping "qkvb_proj"; models/kimi_k3/nvidia/model.py packs the same four with f_a_proj into
+#   `in_proj_qkvgfab`, whose f_a part every rank keeps whole (layers/mamba/gdn/kimi_gdn_linear_attn.py
+#   _KimiGDNMergedColumnParallelLinear): graphsim keeps that replicated part a GEMM of its own, vLLM 0.33.0).
 PACKED = {
+    "qkvb_proj": ("q_proj", "k_proj", "v_proj", "b_proj"),
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
     "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
     "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"),
     "in_proj_ba": ("in_proj_b", "in_proj_a"),
+    "wk_weights_proj": ("wk", "weights_proj"),
 }
 
 
@@ -122,8 +138,15 @@ RMS_NORM = Rule(
 )
 
 
+def _packed_input(ctx: FuseContext, linear: Node) -> str:
+    """The tensor a linear reads in vLLM: its input, or the model-dtype tensor under a free float32 upcast vLLM does
+    not run (upcast_input: HunYuan-V4's float32 indexer weights_proj reads the same bf16 hidden states as wk)."""
+    cast = upcast_input(ctx, linear)
+    return cast.inputs[0] if cast is not None else linear.inputs[0]
+
+
 def _match_packed(ctx: FuseContext):
-    return [c for c in P.packed_linears(ctx, PACKED) if not in_kda_module(ctx, c.nodes[0])]
+    return P.packed_linears(ctx, PACKED, lambda n: _packed_input(ctx, n))
 
 
 

@@ -11,6 +11,8 @@ vllm/model_executor/layers/kda.py (KimiDeltaAttention.forward / _forward) and th
   concatenation is no kernel (absorbed); the conv itself is vllm.py's CONV1D rule over the 3·H·d channels (with
   the casts to float32 conv weights and back, Bailing-hybrid's, inside it: vLLM's bailing_moe_v3.py builds
   q/k/v_conv1d with params_dtype=torch.float32 and calls causal_conv1d_fn on the bf16 projections);
+- the projections: q, k, v and beta are one packed GEMM (vllm.py PACKED `qkvb_proj`: vLLM 0.33.0's
+  bailing_moe_v3.py qkvb_proj and kimi_k3's in_proj_qkvgfab; the 0.19-era kda.py above built them apart);
 - the recurrence: vllm.py's LINEAR_ATTENTION rule names it `chunk_kda` (kind "kda"), priced per decode
   token, prefill token and sequence in costing/kda.py.
 
@@ -121,9 +123,3 @@ KDA_QKV_CAT = Rule(
 
 # before LINEAR_ATTENTION and the elementwise catch-alls
 RULES: list[Rule] = [KDA_GATE, KDA_BETA, KDA_QKV_CAT]
-
-
-def in_kda_module(ctx: FuseContext, n: Node) -> bool:
-    """A node inside a KDA module: vLLM builds its q_proj, k_proj and v_proj as three ColumnParallelLinear
-    (kda.py KimiDeltaAttention.__init__), so they are not packed into one qkv GEMM."""
-    return any(n.scope.startswith(la.scope + ".") for la in _kda_nodes(ctx))
