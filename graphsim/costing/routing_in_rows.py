@@ -14,7 +14,8 @@ That matches what vLLM runs for gpt-oss on Hopper: the MXFP4 backend is OpenAI's
 (model_executor/layers/fused_moe/oracle/mxfp4.py, `OAITritonMxfp4ExpertsMonolithic` first), a monolithic expert
 that takes the gating output and routes itself (fused_moe/gpt_oss_triton_kernels_moe.py
 `triton_kernel_moe_forward`: `legacy_routing(gating_output, topk, ...)` — triton_kernels' top-k and routing
-metadata — then `matmul_ogs` twice; vLLM 0.19.0). The router GEMM that makes the logits stays a kernel of its own
+metadata — then `matmul_ogs` twice; vLLM 0.19.0; vLLM PR #39714 counts that routing chain at 14 kernel launches at
+decode sizes on H100, vLLM 0.20.1). The router GEMM that makes the logits stays a kernel of its own
 (the collector feeds logits, it does not time the gate).
 
 Not covered: the other dtypes' rows. The collector versions read time bf16 / fp8 experts either through
