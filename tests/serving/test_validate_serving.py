@@ -90,3 +90,22 @@ def test_one_run_end_to_end(tmp_path, capsys, benchmark_script):
     doc = json.loads(capsys.readouterr().out)
     (row,) = doc["runs"]
     assert row["id"] == "dl22-t5-46" and set(row["error_pct"]) == {"mean_ttft_ms", "mean_tpot_ms", "output_throughput"}
+
+
+def test_a_run_whose_server_started_gets_at_least_the_start_up_floor(benchmark_script):
+    # GPUStack test 4: Qwen3-32B, one A100 80GB, vLLM 0.11.0 defaults (--max-model-len 40,960), no startup log.
+    # graphsim's estimate: 0.9 × 79.26 GiB − 61.02 GiB weights − 0.35 GiB activation − 0.5 GiB assumed ≈ 9.45 GiB,
+    # fewer than one request needs; the server started, so vLLM's check_enough_kv_cache_memory held.
+    # A block: 64 layers × 8 KV heads × 128 × 2 (K, V) × 2 B × 16 tokens = 4,194,304 B; 40,960 / 16 = 2,560 blocks;
+    # the floor, one request and one block of slack: 2,561 × 4,194,304 = 10,741,612,544 B.
+    h = benchmark_script("validate_serving")
+    _, tests = h.load_runs()
+    pred = h.Predictor(None)
+    dep, _ = pred.deployment(tests["gpustack_performance_lab:4"])
+    assert dep.capacity.bytes_per_block == 4_194_304 and dep.capacity.blocks_per_request == 2_560
+    assert dep.capacity.available_bytes == 10_741_612_544 and dep.capacity.fits_one_request
+    (est, floor), = pred.floored.values()
+    assert floor == 10_741_612_544 and est < floor
+    # a run whose estimate holds one request keeps it (GPUStack test 2: Qwen3-14B on the same A100)
+    dep2, _ = pred.deployment(tests["gpustack_performance_lab:2"])
+    assert len(pred.floored) == 1 and dep2.budget.source == "estimated"
