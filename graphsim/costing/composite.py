@@ -28,12 +28,17 @@ otherwise the kernels are priced one by one, as before. Today's composite is the
   the attention pairs n·p + n(n + 1)/2, at the efficiency the measured module reached on those lengths; plus
   the row at (count, 1), the module's fixed cost (launches, one token's work), which the difference cancels
   but the chunk's one run of the module pays; plus the block's `kv_b_proj` GEMM on the p cached latents (in
-  a fresh prefill the up-projection covers the new tokens only). A step's time is never below its chunks
-  priced without their prefix, the rows at (count, n, n) (`KernelRows.floor`): short rows are noisy (H200
-  DeepSeek-R1 TP 8: 116.3 µs at 16 tokens, 109.7 at 32), so a difference of two of them can fall below the
-  chunk's own row, or below zero. The rows come from the table, so the chunk's source is the table's
-  (measured / interpolated / extrapolated). Without module rows the chunk is priced by the block's kernels,
-  as before.
+  a fresh prefill the up-projection covers the new tokens only). A step's time is never below its chunks'
+  floor (`KernelRows.floor`): the row at (count, n, n), the chunk without its prefix, plus `kv_b_proj` on the
+  p latents and the n·p attention over the cached keys at the fastest attention rate measured on the GPU
+  (`context_attention_rate`, `KernelRows.floor_attention_flops`). Short rows are noisy (H200 DeepSeek-R1 TP 8:
+  116.3 µs at 16 tokens, 109.7 at 32), so a difference of two of them can fall below the chunk's own row, or
+  below zero; and after a long prefix the difference prices the n·p attention at the causal curve's margin,
+  faster than any attention kernel (R1 TP 8 on H200 after 24,576 cached: ~960 TFLOP/s, against the H200 tables'
+  best FA3 row, 771.5 TFLOP/s, and FlashAttention-3's best published BF16 forward, 740 TFLOP/s on H100, arXiv
+  2407.08608). The rows come from the table, so the chunk's source is the table's (measured / interpolated /
+  extrapolated), or `derived` where the attention floor binds. Without module rows the chunk is priced by the
+  block's kernels, as before.
 
 The composite is one cost-tree leaf whose kernel is named `composite: mla_module`; it is priced per
 sequence group like attention (kind `attention`), so the simulator's additive tables treat it as such.
