@@ -23,6 +23,7 @@ from graphsim.costing.kernel_map import Dtypes, key_for
 from graphsim.costing.kernels import KernelKey, MoeRouting
 from graphsim.costing.moe_routing import MoeRoutingError, RoutingModel
 from graphsim.costing.profile_db import ProfileDB
+from graphsim.costing.routing_in_rows import routers_in_expert_rows
 from graphsim.costing.streams import StreamSettings
 from graphsim.ir import Graph, Op
 from graphsim.ir.geometry import MoeExpertsGeometry
@@ -77,6 +78,9 @@ class CostModel:
             streams = StreamSettings(cuda=hw is not None and hw.kind is DeviceKind.GPU and bool(hw.compute_capability))
         tree = compile_tree(build_tree(graph, dtypes, has_rows if vllm else None, streams if vllm else None))
         note = composite_note(graph_mla_blocks(graph, dtypes, has_rows), dtypes) if vllm else ""
+        if vllm and routers_in_expert_rows(list(graph.nodes), dtypes, has_rows):  # what cost_tree._layer_leaves drops
+            more = "MoE router top-k priced inside the experts' rows (timed from router logits: costing/routing_in_rows.py)"
+            note = f"{note}; {more}" if note else more
         data_note = f"{data_note}; {note}" if data_note and note else data_note or note
         return cls(graph, tree, pricer, dtypes, pricer.hardware,
                    str(db.path) if db is not None else None, data_note, graph.meta.tp,

@@ -90,3 +90,27 @@ def test_router_stays_priced_without_rows_or_in_bf16(mxfp4, bf16):
     # bf16 rows were timed from precomputed top-k ids in the collector versions read: the router stays
     assert routers_in_expert_rows(_layer(bf16), Dtypes.for_graph(bf16.meta), lambda _k: True) == frozenset()
     assert KernelKind.MOE_ROUTER in _leaf_kinds(bf16, lambda _k: True)
+
+
+def test_a_cost_model_on_mxfp4_rows_prices_the_router_inside_them(mxfp4, tmp_path):
+    """End to end on a profile holding MXFP4 MoE rows for the tiny experts (the label of H200's gpt-oss rows): the
+    top-k is no leaf, the experts are priced from the row, and the data note says where the top-k went."""
+    from graphsim.costing.cost_model import CostModel
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.costing.kernels import Measurement, TokensPoint
+    from graphsim.costing.profile_db import ProfileDB, ProfileMeta
+    from graphsim.workload import parse_batch_spec
+
+    key = _experts_key(mxfp4)
+    path = tmp_path / "p.db"
+    with ProfileDB.create(path, ProfileMeta(device="cpu: test", hardware="h200_sxm", engine="vllm")) as db:
+        db.put_many([(key, TokensPoint(t), Measurement(40.0, kernel="vllm_gptossmxfp4moe_triton_oaitritonmxfp4"
+                                                       "expertsmonolithic")) for t in (1, 8, 64)])
+    with ProfileDB.open(path) as db:
+        cm = CostModel.of_kernel_graph(mxfp4, load_hardware("h200"), db)
+        kinds = [leaf.attrs.kind for leaf in cm.tree.leaves]
+        assert KernelKind.MOE_ROUTER not in kinds and KernelKind.MOE_EXPERTS in kinds
+        assert "router top-k priced inside the experts' rows" in cm.data_note
+        ev = cm.evaluate([parse_batch_spec("decode:8x128")])
+        experts = kinds.index(KernelKind.MOE_EXPERTS)
+        assert float(ev.leaf_time_us[experts, 0]) == pytest.approx(40.0)  # the row at 8 tokens, as measured
