@@ -6,7 +6,8 @@ the scheduler, the sampler's pythonisation of the sampled ids, `LLMEngine._proce
 incremental detokenisation, stop checks, a `RequestOutput` per request) and, from 0.5.4 on (the OpenAI server's
 engine in its own process, vllm/entrypoints/openai/rpc/server.py `AsyncEngineRPCServer.generate`), a
 `cloudpickle.dumps` of every request's `RequestOutput` sent over ZMQ. vLLM 0.6.0 moved the output processing off
-the critical path (async output processor, vllm-project/vllm PR 7049).
+the critical path (async output processor, vllm-project/vllm PR 7049). The model runner's input preparation and
+the sampler's CPU-side preparation run every step in every V0 release and are timed too.
 
 No vLLM 0.5.x wheel can be installed here, so this runs vLLM 0.6.3.post1's own V0 code (the source tree in
 `--src`, imported without its package `__init__` and without compiled ops) with its synchronous path, which is what
@@ -26,10 +27,18 @@ its object caches make this a floor for 0.5.x's Python. Parts, thread CPU time (
 - `process`: `LLMEngine._process_model_outputs` (vllm/engine/llm_engine.py) on a `SchedulerContext` whose
   output queue holds that step's output, run as an unbound method over an object that carries only the attributes
   it reads;
-- `pickle`: `cloudpickle.dumps` of each `RequestOutput` (0.5.4's RPC server, one message per request per step).
+- `pickle`: `cloudpickle.dumps` of each `RequestOutput` (0.5.4's RPC server, one message per request per step);
+- `model_input`: `ModelRunner._prepare_model_input_tensors` (vllm/worker/model_runner.py: `ModelInputForGPUBuilder`
+  and the FlashAttention backend's metadata builder, vllm/attention/backends/flash_attn.py), run over an object that
+  carries only the runner attributes they read, on the CPU device (its "H2D" copies are CPU copies here), with
+  CUDA graphs captured up to batch 256 as vLLM does (decode batches padded, the cached numpy block table);
+- `sampling_metadata`: `SamplingMetadata.prepare` (without 0.6's `SamplingMetadataCache`) and
+  `SamplingTensors.from_sampling_metadata`, the sampler's per-step CPU preparation
+  (vllm/model_executor/sampling_metadata.py; pinned memory off, none without a GPU).
 
-Not timed: the model runner's input preparation and the sampler's GPU→CPU copy (GPU-side work and torch tensor
-builds), `do_log_stats`, the AsyncLLMEngine's per-request `AsyncStream` queues and the ZMQ send itself.
+Not timed: the sampler's GPU work and its GPU→CPU copy, `_get_logprobs`' per-sequence loop, `do_log_stats`, the
+AsyncLLMEngine's per-request `AsyncStream` queues and the ZMQ send itself. The compiled FlashAttention ops are
+stood in for by name only (the metadata builder never calls them).
 
 Needs an interpreter with torch, transformers, tokenizers, msgspec and cloudpickle (e.g. the venv of
 benchmarks/host_scheduler.py). The tokenizer is a local byte-level BPE fast tokenizer (32k vocabulary, trained on
@@ -74,10 +83,14 @@ def import_vllm(src: str) -> dict[str, Any]:
     mistral = types.ModuleType("vllm.transformers_utils.tokenizers")
     mistral.MistralTokenizer = type("MistralTokenizer", (), {})  # type: ignore[attr-defined]
     sys.modules["vllm.transformers_utils.tokenizers"] = mistral
+    fa = types.ModuleType("vllm.vllm_flash_attn")  # the compiled FlashAttention ops; only their names are imported
+    fa.flash_attn_varlen_func = fa.flash_attn_with_kvcache = None  # type: ignore[attr-defined]
+    sys.modules["vllm.vllm_flash_attn"] = fa
     names = ["vllm.sequence", "vllm.outputs", "vllm.sampling_params", "vllm.config", "vllm.core.scheduler",
              "vllm.transformers_utils.detokenizer", "vllm.engine.output_processor.stop_checker",
              "vllm.engine.output_processor.single_step", "vllm.engine.llm_engine", "vllm.utils",
-             "vllm.model_executor.layers.sampler", "vllm.transformers_utils.tokenizer"]
+             "vllm.model_executor.layers.sampler", "vllm.transformers_utils.tokenizer",
+             "vllm.model_executor.sampling_metadata", "vllm.worker.model_runner", "vllm.attention.backends.flash_attn"]
     return {n.rsplit(".", 1)[-1]: importlib.import_module(n) for n in names}
 
 
@@ -85,9 +98,34 @@ class _Engine:
     """Stands in for `LLMEngine` as the `self` of `_process_model_outputs`: only the attributes it reads."""
 
 
+class _Runner:
+    """Stands in for `ModelRunner` as the `self` of `_prepare_model_input_tensors`: only the attributes it and the
+    FlashAttention metadata builder read (CPU device, CUDA graphs up to batch 256 as vLLM captures them)."""
+
+
+def _runner(m: dict[str, Any], sc: Any, max_len: int) -> Any:
+    import numpy as np
+
+    mr = m["model_runner"]
+    r: Any = _Runner()
+    r._model_input_cls = mr.ModelInputForGPUWithSamplingMetadata
+    r._builder_cls = mr.ModelInputForGPUBuilder
+    r.attn_backend = m["flash_attn"].FlashAttentionBackend
+    r.scheduler_config, r.sliding_window, r.block_size = sc, None, 16
+    r.lora_config = r.prompt_adapter_config = r.multi_modal_input_mapper = None
+    r.inter_data_cache = {}
+    r.model_config = types.SimpleNamespace(is_encoder_decoder_model=False, enforce_eager=False)
+    r.model_is_mrope = False
+    r.max_seq_len_to_capture, r.max_batchsize_to_capture = 8192, 256
+    r.device, r.pin_memory = "cpu", False
+    r.graph_block_tables = np.zeros((256, 8192 // 16), dtype=np.int32)
+    return r
+
+
 def run(m: dict[str, Any], tokenizer: Any, batch: int, steps: int, prompt_len: int,
         clock=time.thread_time) -> dict[str, float]:
     import cloudpickle
+    import torch
 
     seqm, cfg = m["sequence"], m["config"]
     vocab = tokenizer.vocab_size
@@ -123,12 +161,22 @@ def run(m: dict[str, Any], tokenizer: Any, batch: int, steps: int, prompt_len: i
                             eos_token_id=tokenizer.eos_token_id)
         sched.add_seq_group(seqm.SequenceGroup(str(i), [seq], time.time(), sampling_params=params))
 
-    parts: dict[str, list[float]] = {"schedule": [], "pythonize": [], "process": [], "pickle": []}
+    runner = _runner(m, sc, max_len)
+    prepare_inputs = m["model_runner"].ModelRunner._prepare_model_input_tensors
+    smeta = m["sampling_metadata"]
+    smeta.is_pin_memory_available = lambda: False  # no pinned host memory without a GPU (the copies are CPU here)
+    parts: dict[str, list[float]] = {"schedule": [], "pythonize": [], "process": [], "pickle": [],
+                                     "model_input": [], "sampling_metadata": []}
 
     def step(record: bool) -> None:
         t0 = clock()
         metas, outs, _ = sched.schedule()
         t1 = clock()
+        model_input = prepare_inputs(runner, metas)
+        t1a = clock()
+        sm = smeta.SamplingMetadata.prepare(metas, model_input.seq_lens, model_input.query_lens, "cpu", False)
+        smeta.SamplingTensors.from_sampling_metadata(sm, vocab, torch.device("cpu"), torch.float16)
+        t1b = clock()
         sampled = [rng.randrange(1, vocab) for _ in metas]  # the sampled ids' `tolist()` (GPU → CPU)
         t2 = clock()
         groups = []
@@ -152,6 +200,8 @@ def run(m: dict[str, Any], tokenizer: Any, batch: int, steps: int, prompt_len: i
             parts["pythonize"].append((t3 - t2) * 1e6)
             parts["process"].append((t4 - t3) * 1e6)
             parts["pickle"].append((t5 - t4) * 1e6)
+            parts["model_input"].append((t1a - t1) * 1e6)
+            parts["sampling_metadata"].append((t1b - t1a) * 1e6)
 
     step(False)  # the prompts (prefill)
     for _ in range(2):

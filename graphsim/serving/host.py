@@ -29,8 +29,9 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   builds (and from 0.5.4 pickles to the API server) every request's cumulative output after every step, before
   scheduling the next. `step_us` 3,770 — the v0.6.0 blog's profile of v0.5.3 (Llama 3 8B, one H100): 29 % of
   the time "scheduling" (gathering the last step's results, scheduling, preparing inputs) at 13 ms a token under
-  light load; `per_seq_us` 95.9 — MEASURED on vLLM's V0 code (benchmarks/host_v0_output.py; the parts beside
-  `V0_SYNC_PER_SEQ_US`), 16× the v0 family's 5.9.
+  light load; `per_seq_us` 118.9 — MEASURED on vLLM's V0 code (benchmarks/host_v0_output.py: scheduler, output
+  processing and pickling, model-runner and sampler preparation; the parts beside `V0_SYNC_PER_SEQ_US`), 20× the
+  v0 family's 5.9.
 - v1, v1-async: `step_us` and `per_seq_us` from `V1_SCHEDULER_*`, vLLM 0.10.1's own `Scheduler.schedule` +
   `update_from_output` timed on a CPU (benchmarks/host_scheduler.py; the numbers and the CPU beside
   `V1_SCHEDULER_*` below; v1-async: `V1_ASYNC_SCHEDULER_*`, vLLM 0.19.0's `AsyncScheduler`, ≈ 1.4× 0.10.1's
@@ -98,9 +99,15 @@ V0_SYNC_STEP_US = 0.29 * 13_000.0
 # 1.612, `LLMEngine._process_model_outputs` (append, incremental detokenisation, stop checks, a CUMULATIVE
 # `RequestOutput`) 37.451 / 36.511 / 38.074, and the `cloudpickle.dumps` of each `RequestOutput` that 0.5.4's
 # RPC server sends (vllm/entrypoints/openai/rpc/server.py `AsyncEngineRPCServer.generate`) 36.137 / 36.829 /
-# 37.141 µs; sums 95.866 / 95.185 / 96.659, the median 95.866 µs. A floor: 0.6.3's n == 1 fast path and object
-# caches are lighter than 0.5.x's Python, and the model runner's input preparation is not in it.
-V0_SYNC_PER_SEQ_US = 20.627 + 1.651 + 37.451 + 36.137
+# 37.141 µs; sums 95.866 / 95.185 / 96.659, the median 95.866 µs. Plus the model runner's and the sampler's per-step
+# CPU preparation, which every V0 release runs in line (`ModelRunner._prepare_model_input_tensors` with the
+# FlashAttention metadata builder, `SamplingMetadata.prepare` + `SamplingTensors.from_sampling_metadata`), timed in a
+# second run of the same script with all six parts (load 7.4–8.7, which slowed every part: the four above summed
+# 128.431 / 122.298 / 120.722): model input 21.781 / 20.845 / 20.195 and sampling metadata 9.132 / 8.812 / 8.004 µs,
+# ratios to the same run's four parts 30.913 / 128.431 = 0.24070, 29.657 / 122.298 = 0.24250, 28.199 / 120.722 =
+# 0.23359, median 0.24070, which scales the first run's 95.866: 95.866 × 1.24070 = 118.94 µs. A floor: 0.6.3's
+# n == 1 fast path and object caches (PR 7162, 0.6.0) are lighter than 0.5.x's Python.
+V0_SYNC_PER_SEQ_US = (20.627 + 1.651 + 37.451 + 36.137) * (1 + (21.781 + 9.132) / (28.114 + 2.285 + 46.675 + 51.357))
 
 # --- V1 (measured / cited; see the module docstring) -------------------------------------------------------------
 # vLLM 0.10.1's Scheduler.schedule + update_from_output, decode steps, median of 200 (benchmarks/host_scheduler.py
