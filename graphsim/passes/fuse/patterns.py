@@ -177,7 +177,8 @@ def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]],
                    input_of: Callable[[Node], str] | None = None) -> list[Candidate]:
     """Sibling linears of one module that read the same input (`input_of`: the value a linear reads, by default its
     first input) and are named in a packed group → one candidate per group. Where groups overlap (q/k/v in both a
-    `qkv_proj` and a `qkvb_proj`), the group with the most siblings present claims them first; a group needs two."""
+    `qkv_proj` and a `qkvb_proj`), the group with the most siblings present claims them first, and of two with as many,
+    the one whose every member is present (q/k/v alone are a `qkv_proj`); a group needs two."""
     siblings: dict[tuple[str, str], list[Node]] = {}
     members = {m for ms in groups.values() for m in ms}
     for n in linear_nodes(ctx):
@@ -187,8 +188,9 @@ def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]],
     for nodes in siblings.values():
         left = {leaf(n.scope): n for n in nodes}
         while True:
-            present = [(sum(m in left for m in ms), -i, packed) for i, (packed, ms) in enumerate(groups.items())]
-            count, _, packed = max(present)
+            present = [(sum(m in left for m in ms), all(m in left for m in ms), -i, packed)
+                       for i, (packed, ms) in enumerate(groups.items())]
+            count, _, _, packed = max(present)
             if count < 2:
                 break
             picked = [n for n in nodes if leaf(n.scope) in groups[packed] and leaf(n.scope) in left]
