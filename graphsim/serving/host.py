@@ -90,6 +90,9 @@ V0_PER_SEQ_US = (5500.0 - 4000.0) / 256
 # "Llama3 8B can generate 1 token every 13 ms under light load": 0.29 × 13 ms = 3,770 µs a step. Light load: the
 # GPU's 0.38 × 13 = 4.94 ms is 3 % over Llama 3 8B's weight read on an H100 (16.06 GB / 3.35 TB/s = 4.79 ms), a
 # batch of a few sequences, so the per-sequence work is a small part of it (taken as none: a ceiling on the step).
+# benchmarks/host_v0_output.py's six timed parts (below) take 0.59–0.89 ms at batch 1 on this project's VM; the rest
+# is what it does not run (the sampler's eager kernels and syncs, `_get_logprobs`, the graph launch) or 0.5.3's GIL
+# shared with its in-process API server: the blog does not separate them.
 V0_SYNC_STEP_US = 0.29 * 13_000.0
 # Per sequence: MEASURED on vLLM's own V0 code (benchmarks/host_v0_output.py: vLLM 0.6.3.post1's synchronous path,
 # the one `--disable-async-output-proc` selects, which runs the same steps as 0.5.x's; prompts of 230 tokens,
