@@ -26,7 +26,7 @@ with the reason):
    dense MLP, the shared expert), in order. A kernel may take a whole run of rows vLLM packs into one
    GEMM — q/k/v (`QKVParallelLinear`, vllm/model_executor/layers/linear.py), gate/up
    (`MergedColumnParallelLinear`, same file), MLA's q_a/kv_a (`fused_qkv_a_proj`,
-   vllm/model_executor/models/deepseek_v2.py) — or each row alone; the one packing whose kernel count
+   vllm/model_executor/models/deepseek_v2.py), a KDA layer's q/k/v/b (`qkvb_proj`) — or each row alone; the one packing whose kernel count
    matches is used, and none or several matching is unsupported.
 3. The attention core rows (`attn.core`: the scores and values or the recurrence with its KV/state
    traffic, and the mixer's per-head vectors) go to the one `attention` / `linear_attention` kernel; a
@@ -47,8 +47,9 @@ with the reason):
 
 7. A DSA indexer's rows (`attn.index`: its projections and key norm) and hyper-connection gate weights
    (`attn.hc` / `ffn.hc`: HunYuan-V4's iHC `fn`, `base`, `scale`) are placed by module: every row of a module goes to
-   the one kernel whose scope role is that module (`self_attn.indexer.wq_b/wq_b`, `attn_hc/triton_ihc_pre`), which
-   takes no other row; the indexer's scoring and key-cache traffic (`attn.core:indexer`) goes to the one
+   the one kernel whose scope role is that module (`self_attn.indexer.wq_b/wq_b`, `attn_hc/triton_ihc_pre`), or
+   the one GEMM of its parent module where vLLM packs it (`self_attn.indexer/wk_weights_proj`), which takes no other
+   row; the indexer's scoring and key-cache traffic (`attn.core:indexer`) goes to the one
    `sparse_attn_indexer` kernel.
 
 Rows of any other part (compressors, latent MoE projections, layer scalars) and regions with several attention
@@ -86,7 +87,10 @@ _LINEAR_PARTS = frozenset({"attn.qkv", "attn.q", "attn.kv", "attn.in", "attn.gat
 # DeepseekV2MLAAttention: fused_qkv_a_proj, a MergedColumnParallelLinear of q_lora_rank and kv_lora_rank +
 # qk_rope_head_dim, where q_lora_rank is set).
 _MLA_A = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
-_PACKS = (frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"gate_proj", "up_proj"}), _MLA_A)
+# A KDA layer's q/k/v and beta (vLLM 0.33.0 bailing_moe_v3.py qkvb_proj, kimi_k3 in_proj_qkvgfab; the fuse rule's
+# `qkvb_proj`), tried before q/k/v alone.
+_QKVB = frozenset({"q_proj", "k_proj", "v_proj", "b_proj"})
+_PACKS = (_QKVB, frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"gate_proj", "up_proj"}), _MLA_A)
 
 
 def _leaf(row: Row) -> str:
@@ -199,6 +203,8 @@ def _region_entries(region: str, sites: list[Site], rows: tuple[Row, ...]) -> li
             mod = _module(r)
             mine = [at for at in ats if at.split("/", 1)[0] == mod] or \
                 [at for at in ats if "." in mod and at.split("/", 1)[0] == mod.rsplit(".", 1)[0]]
+            if len(mine) > 1:  # a module packed into its parent's GEMM (the indexer's `wk_weights_proj`, whose scope
+                mine = [at for at in mine if kinds[ats.index(at)] == "gemm"]  # also holds sparse_attn_indexer)
             at = _one(mine, f"{mod!r}", region)
             assigned[at].append(r)
             taken.add(at)
