@@ -279,7 +279,7 @@ def parse_engine(text: str | None) -> EngineProfile:
     version: Version = (parts[0], parts[1] if len(parts) > 1 else 0, parts[2] if len(parts) > 2 else 0)
     if version < OLDEST:
         raise EngineVersionError(f"engine vllm=={'.'.join(map(str, version))} is older than graphsim's oldest "
-                                 f"profile ({'.'.join(map(str, OLDEST))}); give --engine vllm==0.6 or newer")
+                                 f"profile ({'.'.join(map(str, OLDEST))}); give --engine vllm=={OLDEST[0]}.{OLDEST[1]} or newer")
     return EngineProfile(version, family_of(version))
 
 

@@ -81,3 +81,10 @@ def test_a_pre_0_6_decode_step_in_a_simulation():
     for r in res.requests:
         assert (r.first_token_t * 1e3, r.finish_t * 1e3) == pytest.approx((5.0078814, 15.0236442))
     assert res.iterations["host_s"] * 1e3 == pytest.approx([4.0078814] * 3)
+
+
+def test_older_than_0_5_names_the_oldest_profile():
+    from graphsim.serving.engine_versions import EngineVersionError
+
+    with pytest.raises(EngineVersionError, match=r"give --engine vllm==0\.5 or newer"):
+        parse_engine("vllm==0.4.2")
