@@ -78,12 +78,12 @@ GPU_MISMATCH = {
         "than on the same lab's A100 SXM page (test 2; median duration ratio of the 4 workloads, 1.87x at 32K), where "
         "the datasheets give 3.17x BF16 and 1.64x HBM, and the lab's 8 x H100 SXM node ran its Qwen3-235B workloads "
         "2.57x faster than its 8 x A100 (tests 6 and 7); its median decode step (43.5-46.0 ms) is longer than reading "
-        "all 77.3 GB vLLM manages at the SXM's 3.35 TB/s (23.1 ms) plus its host time."),
+        "all 76.5 GB vLLM manages at the SXM's 3.35 TB/s (22.8 ms) plus its host time."),
     3: ("its timings are not an H100 SXM's (python benchmarks/gpu_consistency.py): the same requests ran 1.39x faster "
         "than on the same lab's A100 SXM page (test 4; median of the 4 workloads), where the datasheets give 3.17x "
         "BF16 and 1.64x HBM; its median step (43.3 ms at 32K: one or two sequences, whose host time is under a "
-        "millisecond) is 1.12x shorter than the A100's (48.55 ms), while reading ALL 77.3 GB vLLM manages at the "
-        "SXM's 3.35 TB/s takes 23.1 ms (the A100's ceiling: 37.9 ms at 2.039 TB/s)."),
+        "millisecond) is 1.12x shorter than the A100's (48.55 ms), while reading ALL 76.5 GB vLLM manages at the "
+        "SXM's 3.35 TB/s takes 22.8 ms (the A100's ceiling: 37.6 ms at 2.039 TB/s)."),
 }
 # "# random <label> input" → (input len, output len) from the page's "Benchmark Dataset" list, and the prompts sent:
 # 500 for 4K is the page's command; 100 / 500 / 1000 for 32K / 2K / 128 are what every such run of the lab's pages

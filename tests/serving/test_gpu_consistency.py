@@ -44,10 +44,11 @@ def test_decode_ceiling_hand_derived(report):
     # = 32,762,123,264 params × 2 B = 65,524,246,528 B → 19.56 ms at 3.35 TB/s
     assert d["weights_gb"] == pytest.approx(65.524246528)
     assert d["weights_ms"] == pytest.approx(65.524246528e9 / 3.35e12 * 1e3)
-    # all vLLM manages: 0.9 × 80 GiB = 77,309,411,328 B → 23.08 ms at 3.35 TB/s, 38.65 at 2.0, 37.92 at 2.039
-    assert d["ceiling_ms"] == pytest.approx(77.309411328e9 / 3.35e12 * 1e3)
+    # all vLLM manages: 0.9 × the total CUDA reports (hardware specs' cuda_memory_bytes): H100 ceil(0.9 × 85,018,877,624)
+    # = 76,516,989,862 B → 22.84 ms at 3.35 TB/s; A100 ceil(0.9 × 85,104,776,970) = 76,594,299,273 B → 37.56 ms at 2.039
+    assert d["ceiling_ms"] == pytest.approx(76.516989862e9 / 3.35e12 * 1e3)
     assert report["gpustack_performance_lab:3"]["a100_decode"]["A100 SXM"]["ceiling_ms"] == pytest.approx(
-        77.309411328e9 / 2.039e12 * 1e3)
+        76.594299273e9 / 2.039e12 * 1e3)
     # the 8-GPU pages get no single-GPU ceiling
     assert "h100_decode" not in report["gpustack_performance_lab:6"]
 
