@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -22,8 +23,9 @@ from pathlib import Path
 
 from graphsim.costing.aiconfigurator_tables import (
     Columns, Converted, MlaGeometry, convert_context_attention, convert_context_mla, convert_custom_allreduce,
-    convert_gemm, convert_generation_attention, convert_generation_mla, convert_mla_context_module,
-    convert_mla_generation_module, convert_moe, convert_moe_a2a, convert_nccl,
+    convert_dsa_context_module, convert_dsa_generation_module, convert_gemm, convert_generation_attention,
+    convert_generation_mla, convert_mla_context_module, convert_mla_generation_module, convert_moe, convert_moe_a2a,
+    convert_nccl,
 )
 from graphsim.costing.errors import ImportDataError, OptionalDependencyError
 from graphsim.costing.hardware import list_hardware
@@ -36,7 +38,8 @@ INSTALL_HINT = "pip install 'graphsim[aiconfigurator]'"
 MLA_REFERENCE_MODEL = "deepseek-ai/DeepSeek-V3"  # the model aiconfigurator's plain MLA tables were collected for
 COLLECTOR = ("aiconfigurator collector: each case captured in a CUDA graph, 3 warm-ups, 6 timed replays with "
              "CUDA events, mean kept (bf16/fp8 GEMMs: 6 layer instances per replay, divided by 6; vLLM fp8_block "
-             "GEMMs: one instance, timed without a CUDA graph, read as in costing/eager_rows.py)")
+             "GEMMs: one instance, timed without a CUDA graph, read as in costing/eager_rows.py; DSA context modules: "
+             "timed eagerly, without a CUDA graph, collect_mla_module.py run_mla_module)")
 
 ProgressFn = Callable[[str, int, int], None]  # (what is happening, steps done, total steps)
 
@@ -58,6 +61,8 @@ TABLE_SPECS: tuple[TableSpec, ...] = (
     TableSpec("generation_mla_perf", "mla", TableKind.MLA_DECODE),
     TableSpec("mla_context_module_perf", "mla", TableKind.MLA_MODULE_PREFILL),
     TableSpec("mla_generation_module_perf", "mla", TableKind.MLA_MODULE_DECODE),
+    TableSpec("dsa_context_module_perf", "sparse_attention", TableKind.DSA_MODULE_PREFILL),
+    TableSpec("dsa_generation_module_perf", "sparse_attention", TableKind.DSA_MODULE_DECODE),
     TableSpec("moe_perf", "moe", TableKind.MOE),
     TableSpec("nccl_perf", "comm", TableKind.COLLECTIVE),  # comm/nccl/<nccl version>/
     TableSpec("custom_allreduce_perf", "comm", TableKind.COLLECTIVE),
@@ -213,6 +218,20 @@ def catalog_mla_geometry(model: str) -> MlaGeometry | None:
 # ---- the import ---------------------------------------------------------------------------------
 
 
+def collector_mla_geometry(model: str) -> MlaGeometry | None:
+    """The MLA / DSA geometry of `model` from the config aiconfigurator's collector built it from (the package's
+    `model_configs/<org>--<name>_config.json`, collector/vllm/collect_mla_module.py `_resolve_model_path`), else
+    from the graphsim catalog."""
+    spec = importlib.util.find_spec(MODULE)
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "model_configs" / f"{model.replace('/', '--')}_config.json"
+        try:
+            return MlaGeometry.from_config(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return catalog_mla_geometry(model)
+
+
 def _read_columns(path: Path) -> Columns:
     try:
         import pyarrow.parquet as pq
@@ -241,6 +260,8 @@ _CONVERTERS: dict[str, Callable[[Columns], Converted]] = {
     "generation_mla_perf": lambda cols: convert_generation_mla(cols, _reference_mla_geometry()),
     "mla_context_module_perf": lambda cols: convert_mla_context_module(cols, catalog_mla_geometry),
     "mla_generation_module_perf": lambda cols: convert_mla_generation_module(cols, catalog_mla_geometry),
+    "dsa_context_module_perf": lambda cols: convert_dsa_context_module(cols, collector_mla_geometry),
+    "dsa_generation_module_perf": lambda cols: convert_dsa_generation_module(cols, collector_mla_geometry),
     "moe_perf": convert_moe,
     "nccl_perf": convert_nccl,
     "custom_allreduce_perf": convert_custom_allreduce,

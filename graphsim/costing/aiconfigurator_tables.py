@@ -18,8 +18,8 @@ from typing import Any, SupportsInt
 from graphsim.costing.dtypes import KernelDtype, parse_kernel_dtype
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey, CollectiveOp,
-    GemmKey, GemmPoint, KernelKey, Measurement, MessagePoint, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey,
-    MlaPrefillKey, MoeKey, MoeRouting, Point, TokensPoint, check_point,
+    DsaModuleDecodeKey, DsaModulePrefillKey, GemmKey, GemmPoint, KernelKey, Measurement, MessagePoint, MlaDecodeKey,
+    MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, Point, TokensPoint, check_point,
 )
 
 Columns = Mapping[str, Sequence[object]]
@@ -45,6 +45,10 @@ class MlaGeometry:
     v_head_dim: int
     hidden_size: int
     q_lora_rank: int  # 0 when the model has no low-rank query projection
+    # DSA's indexer (DeepSeek-V3.2's index_n_heads, index_head_dim, index_topk); 0 for dense MLA
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
 
     @classmethod
     def from_config(cls, config: Mapping[str, object]) -> MlaGeometry:
@@ -55,6 +59,9 @@ class MlaGeometry:
             v_head_dim=int(config["v_head_dim"]),  # type: ignore[call-overload]
             hidden_size=int(config["hidden_size"]),  # type: ignore[call-overload]
             q_lora_rank=int(config.get("q_lora_rank") or 0),  # type: ignore[call-overload]
+            index_n_heads=int(config.get("index_n_heads") or 0),  # type: ignore[call-overload]
+            index_head_dim=int(config.get("index_head_dim") or 0),  # type: ignore[call-overload]
+            index_topk=int(config.get("index_topk") or 0),  # type: ignore[call-overload]
         )
 
 
@@ -211,21 +218,31 @@ def convert_generation_mla(cols: Columns, geometry: MlaGeometry) -> Converted:
     return _mla(cols, geometry, decode=True)
 
 
-def _mla_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None], decode: bool) -> Converted:
+def _mla_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None], decode: bool,
+                dsa: bool = False) -> Converted:
     b = _Builder()
     names = (*_MLA, "model", "gemm_type")
+    key_cls: Callable[..., KernelKey]
+    if dsa:
+        key_cls = DsaModuleDecodeKey if decode else DsaModulePrefillKey
+    else:
+        key_cls = MlaModuleDecodeKey if decode else MlaModulePrefillKey
     for bs, isl, h, dt, kvdt, step, lat, ks, model, gemm in _rows(cols, names, {"step": 0, "kernel_source": ""}):
         def make():
             g = geometry_of(str(model))
             if g is None:
                 raise _Skip(f"model {model} not in the graphsim catalog (its MLA geometry is unknown)")
-            geo = (int(h), g.kv_lora_rank, g.qk_nope_head_dim, g.qk_rope_head_dim, g.v_head_dim, _dtype(dt),
-                   _dtype(kvdt), g.hidden_size, g.q_lora_rank, _dtype(gemm))
+            geo: tuple[object, ...] = (int(h), g.kv_lora_rank, g.qk_nope_head_dim, g.qk_rope_head_dim, g.v_head_dim,
+                                       _dtype(dt), _dtype(kvdt), g.hidden_size, g.q_lora_rank, _dtype(gemm))
+            if dsa:
+                if not g.index_topk:
+                    raise _Skip(f"model {model}'s config has no DSA indexer (index_topk)")
+                geo = (*geo, g.index_n_heads, g.index_head_dim, g.index_topk)
             # the module collector logs a decode row's `step` as the sequence length *including* the new token
             # (collector/vllm/collect_mla_module.py run_mla_module: BatchSpec(seq_lens=[seq_len], query_lens=[1]),
             # step=seq_len), unlike the attention tables' cached length: kv_len = step, not step + 1
             cached = int(step) - int(isl) if decode else step
-            return _attention_row(MlaModuleDecodeKey if decode else MlaModulePrefillKey, geo, bs, isl, cached)
+            return _attention_row(key_cls, geo, bs, isl, cached)
         b.add(make, lat, ks)
     return b.done()
 
@@ -236,6 +253,17 @@ def convert_mla_context_module(cols: Columns, geometry_of: Callable[[str], MlaGe
 
 def convert_mla_generation_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None]) -> Converted:
     return _mla_module(cols, geometry_of, decode=True)
+
+
+def convert_dsa_context_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None]) -> Converted:
+    """aiconfigurator's `dsa_context_module_perf` (sparse_attention/<backend>/<v>/): the same collector and columns as
+    the MLA module tables (collector/vllm/collect_mla_module.py, DSA chosen by the config's `index_topk`), its `step`
+    the cached prefix (0 or 128 tokens) → DSA module prefill rows keyed with the model's indexer geometry."""
+    return _mla_module(cols, geometry_of, decode=False, dsa=True)
+
+
+def convert_dsa_generation_module(cols: Columns, geometry_of: Callable[[str], MlaGeometry | None]) -> Converted:
+    return _mla_module(cols, geometry_of, decode=True, dsa=True)
 
 
 def convert_moe(cols: Columns) -> Converted:

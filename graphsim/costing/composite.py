@@ -56,14 +56,18 @@ from graphsim.costing.dtypes import PeakClass
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import DERIVED, ROOFLINE
 from graphsim.costing.kernel_map import Dtypes, KernelRows, KeyRows, NoKernelKey, StepArrays, kernel_rows
-from graphsim.costing.kernels import AttentionPrefillKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey, TableKind
+from graphsim.costing.kernels import (
+    AttentionPrefillKey, DsaModuleDecodeKey, DsaModulePrefillKey, KernelKey, MlaModuleDecodeKey, MlaModulePrefillKey,
+    TableKind,
+)
 from graphsim.costing.profile_db import ProfileDB
 from graphsim.costing.roofline import kernel_work
 from graphsim.ir import Graph, Node
-from graphsim.ir.geometry import AttentionGeometry, GemmGeometry, NormGeometry
+from graphsim.ir.geometry import AttentionGeometry, GemmGeometry, IndexerGeometry, NormGeometry
 from graphsim.ir.kernel import KernelAttrs, KernelKind
 
 COMPOSITE_MLA = "composite: mla_module"
+COMPOSITE_DSA = "composite: dsa_module"
 HasRows = Callable[[KernelKey], bool]  # does the profile hold measured rows for this key?
 
 
@@ -79,13 +83,21 @@ class MlaModuleBlock:
     part_names: tuple[str, ...]  # their node names
     decode_rows: bool = False  # the profile holds module rows for the decode key
     prefill_rows: bool = False  # ... for the prefill key
+    indexer: IndexerGeometry | None = None  # a DSA block's indexer (its rows: DSA module rows); None for dense MLA
 
     def keys(self, dt: Dtypes) -> tuple[MlaModuleDecodeKey, MlaModulePrefillKey]:
         g = self.attention.geometry_as(AttentionGeometry)
         rope = g.qk_rope_head_dim
         geo = (g.num_heads, g.kv_lora_rank, g.head_dim - rope, rope, g.v_head_dim, dt.of(self.attention.dtype), dt.kv,
                self.hidden_size, self.q_lora_rank, dt.of(self.gemm_dtype))
+        if self.indexer is not None:
+            idx = (self.indexer.num_heads, self.indexer.head_dim, self.indexer.topk)
+            return DsaModuleDecodeKey(*geo, *idx), DsaModulePrefillKey(*geo, *idx)
         return MlaModuleDecodeKey(*geo), MlaModulePrefillKey(*geo)
+
+    @property
+    def name(self) -> str:
+        return COMPOSITE_DSA if self.indexer is not None else COMPOSITE_MLA
 
     def kv_b_proj(self) -> KernelAttrs | None:
         """The block's up-projection of the latent (the GEMM whose inputs are kv_lora_rank wide), if it has one."""
@@ -101,9 +113,9 @@ class MlaModuleBlock:
         """The composite leaf's kernel: the attention kernel renamed, covering every part's ops."""
         covers = tuple(c for p in self.parts for c in p.covers)
         phases = "/".join(p for p, ok in (("decode", self.decode_rows), ("prefill", self.prefill_rows)) if ok)
-        rule = (f"{COMPOSITE_MLA}: measured whole-block rows ({phases}) replace {', '.join(self.part_names)}; "
+        rule = (f"{self.name}: measured whole-block rows ({phases}) replace {', '.join(self.part_names)}; "
                 "costing/composite.py")
-        return KernelAttrs(self.attention.kind, COMPOSITE_MLA, self.attention.geometry, self.attention.dtype,
+        return KernelAttrs(self.attention.kind, self.name, self.attention.geometry, self.attention.dtype,
                            self.attention.rows, covers, rule)
 
 
@@ -116,11 +128,23 @@ def mla_block(layer_nodes: Sequence[Node], dt: Dtypes, has_rows: HasRows | None)
     its geometry cannot be read), with whether the profile has module rows for it."""
     attn = next((n for n in layer_nodes if n.kernel.kind is KernelKind.ATTENTION
                  and isinstance(n.kernel.geometry, AttentionGeometry) and n.kernel.geometry.is_mla), None)
-    if attn is None or not attn.scope or attn.kernel.geometry_as(AttentionGeometry).index_topk:
-        return None  # (the module rows time dense MLA; DSA's sparse attention and its indexer are priced per kernel)
+    if attn is None or not attn.scope:
+        return None
     members = [n for n in layer_nodes if _in_scope(n, attn.scope) and not n.kernel.kind.is_collective]
     o_proj = next((n for n in members if n.kernel.kind is KernelKind.GEMM and attn.name in n.inputs), None)
     gemms = [n for n in members if n.kernel.kind is KernelKind.GEMM]
+    indexer = None
+    if attn.kernel.geometry_as(AttentionGeometry).index_topk:  # DSA: the sparse MLA and its indexer, one module
+        idx = [n.kernel.geometry for n in members if n.kernel.kind is KernelKind.SPARSE_INDEXER]
+        if len(idx) != 1 or not isinstance(idx[0], IndexerGeometry) or idx[0].compress_ratio or idx[0].block_size:
+            return None  # (no module rows time a compressed or block indexer)
+        indexer = idx[0]
+        # the indexer's wk + weights_proj GEMM stays in the model dtype whatever the checkpoint quantizes (vLLM
+        # deepseek_v2.py Indexer: quant_config=None; so in the module the collector times): the projections' dtype
+        # is o_proj's, and the others are it or the attention's
+        if o_proj is None or {n.kernel.dtype for n in gemms} - {o_proj.kernel.dtype, attn.kernel.dtype}:
+            return None
+        gemms = [o_proj]
     if o_proj is None or len({n.kernel.dtype for n in gemms}) != 1:
         return None
     g = attn.kernel.geometry_as(AttentionGeometry)
@@ -128,7 +152,8 @@ def mla_block(layer_nodes: Sequence[Node], dt: Dtypes, has_rows: HasRows | None)
     if g.kv_lora_rank in norms:
         norms.remove(g.kv_lora_rank)
     block = MlaModuleBlock(attn.kernel, o_proj.kernel.geometry_as(GemmGeometry).n, norms[0] if norms else 0,
-                           gemms[0].kernel.dtype, tuple(n.kernel for n in members), tuple(n.name for n in members))
+                           gemms[0].kernel.dtype, tuple(n.kernel for n in members), tuple(n.name for n in members),
+                           indexer=indexer)
     if has_rows is None:
         return block
     try:
@@ -136,7 +161,7 @@ def mla_block(layer_nodes: Sequence[Node], dt: Dtypes, has_rows: HasRows | None)
     except NoKernelKey:
         return block
     return MlaModuleBlock(block.attention, block.hidden_size, block.q_lora_rank, block.gemm_dtype, block.parts,
-                          block.part_names, has_rows(decode), has_rows(prefill))
+                          block.part_names, has_rows(decode), has_rows(prefill), indexer)
 
 
 def graph_mla_blocks(graph: Graph, dt: Dtypes, has_rows: HasRows | None) -> list[MlaModuleBlock]:
@@ -163,17 +188,27 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
     pre_whole = ~dec & (arr.g_cached == 0)
     parts: list[KeyRows] = []
     use_dec = dec if block.decode_rows else np.zeros_like(dec)
-    use_pre = pre_whole if block.prefill_rows else np.zeros_like(dec)
+    dsa = block.indexer is not None
+    if dsa:  # every prefill group, after a cached prefix or not, from the DSA rows (`_dsa_prefill_rows`)
+        use_pre = ~dec if block.prefill_rows else np.zeros_like(dec)
+    else:
+        use_pre = pre_whole if block.prefill_rows else np.zeros_like(dec)
     kv_b = block.kv_b_proj()
-    use_ctx = ~dec & (arr.g_cached > 0) if block.prefill_rows and kv_b is not None else np.zeros_like(dec)
+    use_ctx = (~dec & (arr.g_cached > 0) if block.prefill_rows and kv_b is not None and not dsa
+               else np.zeros_like(dec))
     if use_dec.any():
         coords = np.stack([arr.g_count[use_dec], arr.g_cached[use_dec] + 1], axis=1)
         parts.append(KeyRows(decode_key, coords, arr.g_step[use_dec], group[use_dec]))
-    if use_pre.any():
-        coords = np.stack([arr.g_count[use_pre], arr.g_new[use_pre], arr.g_new[use_pre]], axis=1)
-        parts.append(KeyRows(prefill_key, coords, arr.g_step[use_pre], group[use_pre]))
     offset = len(group)
     floor: list[KeyRows] = []
+    if use_pre.any() and dsa:
+        pre, fresh = _dsa_prefill_rows(prefill_key, arr, use_pre, group, offset)
+        offset += (len(pre) + len(fresh)) * len(group)
+        floor = [*parts, *fresh]  # a chunk after a cached prefix never below the same chunk without it
+        parts.extend(pre)
+    elif use_pre.any():
+        coords = np.stack([arr.g_count[use_pre], arr.g_new[use_pre], arr.g_new[use_pre]], axis=1)
+        parts.append(KeyRows(prefill_key, coords, arr.g_step[use_pre], group[use_pre]))
     ctx_flops = None
     if use_ctx.any() and kv_b is not None:
         ctx, up = _context_rows(prefill_key, kv_b, arr, use_ctx, group, offset, dt)
@@ -205,6 +240,47 @@ def composite_rows(block: MlaModuleBlock, arr: StepArrays, dt: Dtypes) -> Kernel
                         floor.append(part)
             offset += len(group) + arr.n_steps
     return KernelRows(tuple(parts), floor=tuple(floor), floor_attention_flops=ctx_flops)
+
+
+# A DSA context row is the eager module's time (collect_mla_module.py run_mla_module: DSA context cases run without a
+# CUDA graph), max(host, GPU): on the H200 vLLM table (aiconfigurator-core 0.12, DeepSeek-V3.2, 16 heads, bf16 KV)
+# one sequence's row is flat at 1.45-1.67 ms up to 2,048 tokens (the Python of the module's un-compiled forward),
+# then grows with the tokens, 0.85-0.93 ms per 1,024 (the GPU's work). A group's GPU time is read where the GPU
+# dominates: from the row of m copies of it (m · count · n >= this many tokens, 8x that knee), divided by m. The
+# collector's host time is not the server's: vLLM runs the module compiled and launches ahead of the GPU, and
+# graphsim prices the engine's CPU apart (serving/host.py).
+GPU_BOUND_TOKENS = 16384
+MAX_ROW_BATCH = 256  # the collector's largest context batch (aiconfigurator's vLLM module sweep; the H200 table's)
+
+
+def _dsa_prefill_rows(prefill_key: KernelKey, arr: StepArrays, sel: np.ndarray, group: np.ndarray,
+                      offset: int) -> tuple[list[KeyRows], list[KeyRows]]:
+    """Rows of the DSA prefill groups `sel` (n new tokens after p cached, `count` such sequences), and their floor.
+
+    Each group's GPU time: the rows of m copies of it, T(m·count, n + p) − T(m·count, p) (the second 0 without a
+    prefix: the tokens after p, their indexer scores over every earlier key and their top-k sparse attention), / m,
+    with m the smallest making m·count·n >= `GPU_BOUND_TOKENS` (at most `MAX_ROW_BATCH` // count): the host time a
+    row of one group carries is hidden there. The floor: the same chunks without their prefix, T(m·count, n) / m."""
+    n, p, c, step = arr.g_new[sel], arr.g_cached[sel], arr.g_count[sel], arr.g_step[sel]
+    cap = np.maximum(MAX_ROW_BATCH // np.maximum(c, 1), 1)
+    m = np.clip(np.ceil(GPU_BOUND_TOKENS / np.maximum(c * n, 1)), 1, cap)
+    out: list[KeyRows] = []
+    fresh: list[KeyRows] = []
+    k = 0
+    for scale in np.unique(m):
+        at = m == scale
+        b, g, nn, pp, st = c[at] * scale, group[sel][at], n[at], p[at], step[at]
+        out.append(KeyRows(prefill_key, np.stack([b, nn + pp, nn + pp], axis=1), st, g + offset + k * len(group),
+                           weight=1.0 / scale))
+        fresh.append(KeyRows(prefill_key, np.stack([b, nn, nn], axis=1), st, g + offset + (k + 1) * len(group),
+                             weight=1.0 / scale))
+        k += 2
+        cached = pp > 0
+        if cached.any():
+            out.append(KeyRows(prefill_key, np.stack([b[cached], pp[cached], pp[cached]], axis=1), st[cached],
+                               g[cached] + offset + k * len(group), weight=-1.0 / scale))
+            k += 1
+    return out, fresh
 
 
 def context_attention_flops(block: MlaModuleBlock, arr: StepArrays, sel: np.ndarray) -> np.ndarray:
@@ -289,8 +365,8 @@ def composite_note(blocks: Sequence[MlaModuleBlock], dt: Dtypes) -> str:
     whole = [b for b in blocks if b.used]
     if whole:
         phases = {p for b in whole for p, ok in (("decode", b.decode_rows), ("prefill", b.prefill_rows)) if ok}
-        return (f"MLA attention blocks: measured {COMPOSITE_MLA} rows ({'/'.join(sorted(phases))}) replace their "
-                "kernels (prefill chunks after a cached prefix: kernels)")
+        names = "/".join(sorted({b.name for b in whole}))
+        return (f"MLA attention blocks: measured {names} rows ({'/'.join(sorted(phases))}) replace their kernels")
     try:
         key = blocks[0].keys(dt)[0]
         what = (f"heads={key.num_heads} kv_lora_rank={key.kv_lora_rank} hidden={key.hidden_size} "

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphsim.costing.kernels import (
-    AttentionDecodeKey, AttentionPrefillKey, GemmKey, KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey,
-    MlaPrefillKey, Point,
+    AttentionDecodeKey, AttentionPrefillKey, DsaModuleDecodeKey, DsaModulePrefillKey, GemmKey, KernelKey, MlaDecodeKey,
+    MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, Point,
 )
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ GEOMETRY_FIELDS: dict[type, tuple[str, ...]] = {
     AttentionDecodeKey: ("head_dim", "num_kv_heads", "num_heads"),
     MlaPrefillKey: ("num_heads",), MlaDecodeKey: ("num_heads",),
     MlaModulePrefillKey: ("num_heads",), MlaModuleDecodeKey: ("num_heads",),
+    DsaModulePrefillKey: ("num_heads",), DsaModuleDecodeKey: ("num_heads",),
 }
 
 

@@ -27,6 +27,10 @@ class TableKind(str, Enum):
     MLA_DECODE = "mla_decode"
     MLA_MODULE_PREFILL = "mla_module_prefill"  # the engine's whole MLA module (projections included)
     MLA_MODULE_DECODE = "mla_module_decode"
+    # the engine's whole DSA (sparse MLA) module: MLA projections, the indexer and the sparse attention; tables added
+    # after schema version 1 was first written: an older profile.db without them reads them as empty (schema.ADDED)
+    DSA_MODULE_PREFILL = "dsa_module_prefill"
+    DSA_MODULE_DECODE = "dsa_module_decode"
     MOE = "moe"
     COLLECTIVE = "collective"
     ELEMENTWISE = "elementwise"  # norms, rotary, activations, adds: memory-bound per-token work
@@ -163,6 +167,23 @@ class MlaModulePrefillKey(_MlaModuleGeometry, kind=TableKind.MLA_MODULE_PREFILL,
 class MlaModuleDecodeKey(_MlaModuleGeometry, kind=TableKind.MLA_MODULE_DECODE, point=AttentionDecodePoint): ...
 
 
+# A DSA module key is an MLA module key (what reads an MLA module key's projections reads it the same) plus the
+# indexer's geometry: its heads, head dim and the keys it keeps per query (DeepSeek-V3.2's index_n_heads,
+# index_head_dim, index_topk).
+@dataclass(frozen=True)
+class DsaModulePrefillKey(MlaModulePrefillKey, kind=TableKind.DSA_MODULE_PREFILL, point=AttentionPrefillPoint):
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+
+
+@dataclass(frozen=True)
+class DsaModuleDecodeKey(MlaModuleDecodeKey, kind=TableKind.DSA_MODULE_DECODE, point=AttentionDecodePoint):
+    index_n_heads: int
+    index_head_dim: int
+    index_topk: int
+
+
 @dataclass(frozen=True)
 class MoeKey(_Key, kind=TableKind.MOE, point=TokensPoint):
     hidden_size: int
@@ -206,13 +227,15 @@ class ElementwiseKey(_Key, kind=TableKind.ELEMENTWISE, point=TokensPoint):
 
 KernelKey = (
     GemmKey | AttentionPrefillKey | AttentionDecodeKey | MlaPrefillKey | MlaDecodeKey
-    | MlaModulePrefillKey | MlaModuleDecodeKey | MoeKey | CollectiveKey | ElementwiseKey
+    | MlaModulePrefillKey | MlaModuleDecodeKey | DsaModulePrefillKey | DsaModuleDecodeKey | MoeKey | CollectiveKey
+    | ElementwiseKey
 )
 
 KEY_CLASSES: dict[TableKind, type] = {
     cls.KIND: cls
     for cls in (GemmKey, AttentionPrefillKey, AttentionDecodeKey, MlaPrefillKey, MlaDecodeKey,
-                MlaModulePrefillKey, MlaModuleDecodeKey, MoeKey, CollectiveKey, ElementwiseKey)
+                MlaModulePrefillKey, MlaModuleDecodeKey, DsaModulePrefillKey, DsaModuleDecodeKey, MoeKey, CollectiveKey,
+                ElementwiseKey)
 }
 
 

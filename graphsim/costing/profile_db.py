@@ -26,7 +26,7 @@ import numpy as np
 from graphsim.atomic import TMP_SUFFIX, check_writable, publish, remove_stale
 from graphsim.costing.errors import ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError
 from graphsim.costing.kernels import KernelKey, Measurement, Point, TableKind, check_point, point_coords
-from graphsim.costing.schema import META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
+from graphsim.costing.schema import ADDED, META_DDL, META_TABLE, SCHEMA_VERSION, TABLES, VALUE_COLUMNS, TableSpec, q
 
 REBUILD_HINT = "rebuild it with `graphsim profile ... -o DB` or `graphsim profiles import-aiconfigurator ... -o DB`"
 
@@ -153,6 +153,12 @@ class ProfileDB:
         conn = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, isolation_level=None,
                                check_same_thread=False)
         meta = _validate(conn, p)
+        try:  # tables added since the file was written (schema.ADDED) read as empty: TEMP tables of this connection
+            for spec in _absent_added(conn):
+                conn.execute(spec.ddl().replace("CREATE TABLE", "CREATE TEMP TABLE", 1))
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise _db_error(e, p) from e
         return cls(conn, p, meta, readonly=True)
 
     @classmethod
@@ -402,6 +408,12 @@ def _db_error(e: sqlite3.DatabaseError, path: Path) -> ProfileDBError:
     return ProfileDBError(f"'{path}': SQLite error: {msg}")
 
 
+def _absent_added(conn: sqlite3.Connection) -> list[TableSpec]:
+    """The tables of `schema.ADDED` the file lacks (it was written before they were added)."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return [TABLES[k] for k in sorted(ADDED) if TABLES[k].name not in tables]
+
+
 def _validate(conn: sqlite3.Connection, path: Path) -> ProfileMeta:
     """Check that `conn` is a profile.db of this schema version; return its meta."""
     try:
@@ -424,7 +436,7 @@ def _validate(conn: sqlite3.Connection, path: Path) -> ProfileMeta:
         raise ProfileDBVersionError(
             f"'{path}' has profile.db schema version {version}, this graphsim reads version {SCHEMA_VERSION}; "
             f"{REBUILD_HINT}")
-    absent = [s.name for s in TABLES.values() if s.name not in tables]
+    absent = [s.name for s in TABLES.values() if s.name not in tables and s.kind not in ADDED]
     if absent:
         conn.close()
         raise ProfileDBCorruptError(f"'{path}' lacks tables {', '.join(absent)}; {REBUILD_HINT}")

@@ -17,8 +17,9 @@ from graphsim.costing import block_sparse, compressed, dsa, gdn, kda, lightning,
 from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.kernels import (
-    SEND_RECV_NETWORK, AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, ElementwiseKey, GemmKey,
-    KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey,
+    SEND_RECV_NETWORK, AttentionDecodeKey, AttentionPrefillKey, CollectiveKey, CollectiveOp, DsaModuleDecodeKey,
+    DsaModulePrefillKey, ElementwiseKey, GemmKey, KernelKey, MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey,
+    MlaPrefillKey, MoeKey,
 )
 from graphsim.costing.network import network_steps, tree_allreduce_seconds_per_byte, tree_network_steps
 
@@ -101,6 +102,8 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
     if isinstance(key, AttentionDecodeKey):
         return _attention(c[:, 0], np.ones(len(c)), c[:, 1], key.num_heads, key.num_kv_heads, key.head_dim,
                           key.head_dim, 2 * key.head_dim, key.window, key.dtype, key.kv_dtype)
+    if isinstance(key, (DsaModulePrefillKey, DsaModuleDecodeKey)):
+        return _dsa_module(c, key)
     if isinstance(key, (MlaPrefillKey, MlaModulePrefillKey)):
         # prefill runs un-absorbed: per-head K of nope+rope dims and V of v dims, from the latent cache
         work = _attention(c[:, 0], c[:, 1], c[:, 2], key.num_heads, 1, key.qk_nope_head_dim + key.qk_rope_head_dim,
@@ -139,6 +142,22 @@ def kernel_work(key: KernelKey, coords: np.ndarray) -> KernelWork | None:
         nbytes = (elementwise_reads(key.op) + 1.0) * c[:, 0] * key.width * key.dtype.activation_bytes
         return KernelWork(np.zeros(len(c)), nbytes)
     return None
+
+
+def _dsa_module(c: np.ndarray, key: DsaModulePrefillKey | DsaModuleDecodeKey) -> KernelWork:
+    """A DSA module (prefill (batch, q, kv) or decode (batch, kv)): the sparse MLA runs absorbed (every head over
+    the shared latent) and each query attends to at most `index_topk` keys, as many pairs as a window of that many;
+    the indexer scores every earlier key, 2 · index heads · index head dim FLOPs a pair (costing/dsa.py); plus the
+    MLA projections."""
+    decode = isinstance(key, DsaModuleDecodeKey)
+    batch, kv = c[:, 0], c[:, -1]
+    q = np.ones(len(c)) if decode else c[:, 1]
+    lat = key.kv_lora_rank + key.qk_rope_head_dim
+    work = _attention(batch, q, kv, key.num_heads, 1, lat, key.kv_lora_rank, lat, key.index_topk, key.dtype,
+                      key.kv_dtype)
+    index_flops = 2.0 * batch * attended_pairs(q, kv, 0) * key.index_n_heads * key.index_head_dim
+    work = KernelWork(work.flops + index_flops, work.bytes)
+    return _with_mla_projections(work, batch * q, key)
 
 
 def _with_mla_projections(work: KernelWork, tokens: np.ndarray, key: MlaModulePrefillKey | MlaModuleDecodeKey) -> KernelWork:

@@ -103,4 +103,9 @@ def _spec(kind: TableKind) -> TableSpec:
 
 TABLES: dict[TableKind, TableSpec] = {kind: _spec(kind) for kind in TableKind}
 
+# Tables added after schema version 1 was first written. A profile.db made before them is still version 1 (no
+# column of an existing table changed): opened read-only it gets each as an empty TEMP table of the connection, so
+# reads find no rows; opened for writing (a re-import or a resumed profile) it gets each as a real table.
+ADDED: frozenset[TableKind] = frozenset({TableKind.DSA_MODULE_PREFILL, TableKind.DSA_MODULE_DECODE})
+
 META_DDL = f"CREATE TABLE IF NOT EXISTS {META_TABLE} (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"

@@ -11,8 +11,8 @@ from graphsim.costing.dtypes import KernelDtype as D
 from graphsim.costing.errors import ProfileDBCorruptError, ProfileDBError, ProfileDBMismatchError, ProfileDBVersionError
 from graphsim.costing.kernels import (
     AttentionDecodeKey, AttentionDecodePoint, AttentionPrefillKey, AttentionPrefillPoint, CollectiveKey, CollectiveOp,
-    ElementwiseKey, GemmKey, GemmPoint, Measurement, MessagePoint, MlaDecodeKey, MlaModuleDecodeKey,
-    MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, TableKind, TokensPoint,
+    DsaModuleDecodeKey, DsaModulePrefillKey, ElementwiseKey, GemmKey, GemmPoint, Measurement, MessagePoint,
+    MlaDecodeKey, MlaModuleDecodeKey, MlaModulePrefillKey, MlaPrefillKey, MoeKey, MoeRouting, TableKind, TokensPoint,
 )
 from graphsim.costing.profile_db import ProfileDB, ProfileMeta, TimeStatistic
 from graphsim.costing.schema import SCHEMA_VERSION, TABLES
@@ -29,6 +29,9 @@ ONE_ROW_PER_KIND = {
     TableKind.MLA_DECODE: (MlaDecodeKey(*MLA), AttentionDecodePoint(8, 4096)),
     TableKind.MLA_MODULE_PREFILL: (MlaModulePrefillKey(*MLA, 7168, 1536, D.FP8_BLOCK), AttentionPrefillPoint(1, 64, 64)),
     TableKind.MLA_MODULE_DECODE: (MlaModuleDecodeKey(*MLA, 7168, 1536, D.BF16), AttentionDecodePoint(4, 16)),
+    TableKind.DSA_MODULE_PREFILL: (DsaModulePrefillKey(*MLA, 7168, 1536, D.FP8_BLOCK, 64, 128, 2048),
+                                   AttentionPrefillPoint(1, 64, 192)),
+    TableKind.DSA_MODULE_DECODE: (DsaModuleDecodeKey(*MLA, 7168, 1536, D.BF16, 64, 128, 2048), AttentionDecodePoint(4, 16)),
     TableKind.MOE: (MoeKey(7168, 2048, 8, 256, 1, 8, D.FP8_BLOCK, MoeRouting.POWER_LAW_1_01), TokensPoint(32)),
     TableKind.COLLECTIVE: (CollectiveKey(CollectiveOp.ALL_REDUCE, 4, D.BF16, "nccl"), MessagePoint(1 << 20)),
     TableKind.ELEMENTWISE: (ElementwiseKey("rms_norm", 4096, D.BF16), TokensPoint(128)),
