@@ -403,7 +403,8 @@ UNSUPPORTED: dict[str, str] = {
     "MusicgenForCausalLM": "not traceable yet (one-line import error)",
     "MusicgenMelodyForCausalLM": "not traceable yet (one-line import error)",
     "MvpForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
-    "OlmoHybridForCausalLM": "the accountant's rows pack in_proj_qkvz / in_proj_ba where the model runs q/k/v, b, a and g apart",
+    "OlmoHybridForCausalLM": "the accountant's rows pack in_proj_qkvz / in_proj_ba where vLLM packs q/k/v with g "
+                             "(in_proj_qkvg) and runs b and a apart",
     "OpenAIGPTLMHeadModel": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",
     "RecurrentGemmaForCausalLM": "its RG-LRU recurrence is unrolled into placeholders: no kernel holds the recurrence",
     "RemBertForCausalLM": "the fuse pass leaves its attention unfused (no attention kernel to hold attn.core)",

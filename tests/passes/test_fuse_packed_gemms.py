@@ -80,3 +80,27 @@ def test_hyv4_indexer_wk_and_weights_proj_are_one_bf16_gemm(hyv4):
     assert _gemms(fused, 1, "indexer") == []
     # disable_tp=True: every rank computes all 18 outputs
     assert _gemms(tp2, 0, "indexer") == _gemms(fused, 0, "indexer")
+
+
+# OLMo-Hybrid: a gated-delta-net layer (2 key / 2 value heads of 8 / 16) then a softmax-attention layer (4 heads of 8).
+TINY_OLMO_HYBRID = {
+    "architectures": ["OlmoHybridForCausalLM"], "model_type": "olmo_hybrid", "torch_dtype": "bfloat16",
+    "vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "layer_types": ["linear_attention", "full_attention"], "linear_num_key_heads": 2,
+    "linear_num_value_heads": 2, "linear_key_head_dim": 8, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4,
+    "max_position_embeddings": 256, "pad_token_id": 0, "eos_token_id": 2,
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+}
+
+
+def test_olmo_hybrid_packs_q_k_v_with_the_gate_and_softmax_attention_keeps_qkv():
+    _, fused, tp2 = _graphs("tiny-olmo-hybrid-packed", TINY_OLMO_HYBRID)
+    # vLLM olmo_gdn_linear_attn.py: in_proj_qkvg = MergedColumnParallelLinear of q and k (2 key heads x 8 = 16 each),
+    # v and g (2 value heads x 16 = 32 each): n = 16 + 16 + 32 + 32 = 96; b_proj and a_proj (2 heads each) apart
+    assert _gemms(fused, 0, "linear_attn")[:3] == [("in_proj_qkvg", GemmGeometry(n=96, k=32), "bf16"),
+                                                   ("b_proj", GemmGeometry(n=2, k=32), "bf16"),
+                                                   ("a_proj", GemmGeometry(n=2, k=32), "bf16")]
+    assert _gemms(tp2, 0, "linear_attn")[0] == ("in_proj_qkvg", GemmGeometry(n=48, k=32), "bf16")  # each part / 2
+    # the softmax-attention layer's q/k/v (4 heads x 8 = 32 each) stay the QKVParallelLinear `qkv_proj`, no b or g
+    qkv = _gemms(fused, 1, "self_attn")[0]
+    assert qkv[0] == "qkv_proj" and (qkv[1].n, qkv[1].k, qkv[1].q_features, qkv[1].num_kv_heads) == (96, 32, 32, 4)

@@ -174,9 +174,11 @@ def linear_nodes(ctx: FuseContext) -> list[Node]:
 
 
 def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]],
-                   input_of: Callable[[Node], str] | None = None) -> list[Candidate]:
+                   input_of: Callable[[Node], str] | None = None,
+                   applies: Callable[[str, Node], bool] | None = None) -> list[Candidate]:
     """Sibling linears of one module that read the same input (`input_of`: the value a linear reads, by default its
-    first input) and are named in a packed group → one candidate per group. Where groups overlap (q/k/v in both a
+    first input) and are named in a packed group → one candidate per group. `applies(group, linear)`: whether the
+    group packs in that linear's module (default: everywhere). Where groups overlap (q/k/v in both a
     `qkv_proj` and a `qkvb_proj`), the group with the most siblings present claims them first, and of two with as many,
     the one whose every member is present (q/k/v alone are a `qkv_proj`); a group needs two."""
     siblings: dict[tuple[str, str], list[Node]] = {}
@@ -187,13 +189,14 @@ def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]],
     out = []
     for nodes in siblings.values():
         left = {leaf(n.scope): n for n in nodes}
-        while True:
+        here = {packed: ms for packed, ms in groups.items() if applies is None or applies(packed, nodes[0])}
+        while here:
             present = [(sum(m in left for m in ms), all(m in left for m in ms), -i, packed)
-                       for i, (packed, ms) in enumerate(groups.items())]
+                       for i, (packed, ms) in enumerate(here.items())]
             count, _, _, packed = max(present)
             if count < 2:
                 break
-            picked = [n for n in nodes if leaf(n.scope) in groups[packed] and leaf(n.scope) in left]
+            picked = [n for n in nodes if leaf(n.scope) in here[packed] and leaf(n.scope) in left]
             for n in picked:
                 left.pop(leaf(n.scope), None)
             out.append(Candidate(picked, {"packed": packed}))

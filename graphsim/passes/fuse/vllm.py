@@ -74,13 +74,20 @@ A = TypeVar("A")
 #   [head_dim, n_head], quant_config=None, disable_tp=True) (models/deepseek_v2.py Indexer.__init__ "Fused wk +
 #   weights_proj: single GEMM"; models/hy_v4/nvidia/attention.py Indexer.__init__ and model.py HYV4ForCausalLM.
 #   packed_modules_mapping "wk_weights_proj": ["wk", "weights_proj"], vLLM 0.33.0; 0.19.0 kept two ReplicatedLinear);
-# - qkvb_proj: a Kimi Delta Attention's q, k, v and beta projections, one MergedColumnParallelLinear(hidden,
-#   [proj, proj, proj, num_heads]) split part by part (models/bailing_moe_v3.py BailingMoeV3KDAAttention.__init__ and
-#   packed_modules_mapping "qkvb_proj"; models/kimi_k3/nvidia/model.py packs the same four with f_a_proj into
-#   `in_proj_qkvgfab`, whose f_a part every rank keeps whole (layers/mamba/gdn/kimi_gdn_linear_attn.py
-#   _KimiGDNMergedColumnParallelLinear): graphsim keeps that replicated part a GEMM of its own, vLLM 0.33.0).
+# - qkvb_proj, in a Kimi Delta Attention module only: its q, k, v and beta projections, one
+#   MergedColumnParallelLinear(hidden, [proj, proj, proj, num_heads]) split part by part (models/bailing_moe_v3.py
+#   BailingMoeV3KDAAttention.__init__ and packed_modules_mapping "qkvb_proj"; models/kimi_k3/nvidia/model.py packs
+#   the same four with f_a_proj into `in_proj_qkvgfab`, whose f_a part every rank keeps whole (layers/mamba/gdn/
+#   kimi_gdn_linear_attn.py _KimiGDNMergedColumnParallelLinear): graphsim keeps that replicated part a GEMM of its
+#   own, vLLM 0.33.0);
+# - in_proj_qkvg, in a gated-delta-rule module only: OLMo-Hybrid's q, k, v and output-gate projections, one
+#   MergedColumnParallelLinear split part by part, b_proj and a_proj apart (layers/mamba/gdn/olmo_gdn_linear_attn.py
+#   OlmoHybridGatedDeltaNetAttention.__init__; models/olmo_hybrid.py packed_modules_mapping "in_proj_qkvg").
+# The same leaf names pack differently by the module's recurrence (q/k/v with beta in KDA, with the output gate in
+# OLMo's gated delta net, q/k/v alone beside softmax attention): PACKED_IN names the recurrence a group needs.
 PACKED = {
     "qkvb_proj": ("q_proj", "k_proj", "v_proj", "b_proj"),
+    "in_proj_qkvg": ("q_proj", "k_proj", "v_proj", "g_proj"),
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
     "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
@@ -88,6 +95,7 @@ PACKED = {
     "in_proj_ba": ("in_proj_b", "in_proj_a"),
     "wk_weights_proj": ("wk", "weights_proj"),
 }
+PACKED_IN = {"qkvb_proj": "kda", "in_proj_qkvg": "gated_delta_rule"}
 
 
 def _absorb(_ctx, _cand):
@@ -145,8 +153,16 @@ def _packed_input(ctx: FuseContext, linear: Node) -> str:
     return cast.inputs[0] if cast is not None else linear.inputs[0]
 
 
+def _packs_in(ctx: FuseContext, packed: str, linear: Node) -> bool:
+    """Whether group `packed` packs in `linear`'s module: a group without a PACKED_IN recurrence everywhere, the
+    others only inside a linear-attention module of that kind."""
+    kind = PACKED_IN.get(packed)
+    return kind is None or any(la.attrs_as(LinearAttentionAttrs).kind == kind and linear.scope.startswith(la.scope + ".")
+                               for la in ctx.graph.nodes if la.op is Op.LINEAR_ATTENTION)
+
+
 def _match_packed(ctx: FuseContext):
-    return P.packed_linears(ctx, PACKED, lambda n: _packed_input(ctx, n))
+    return P.packed_linears(ctx, PACKED, lambda n: _packed_input(ctx, n), lambda g, n: _packs_in(ctx, g, n))
 
 
 
