@@ -367,10 +367,13 @@ def composite_note(blocks: Sequence[MlaModuleBlock], dt: Dtypes) -> str:
         phases = {p for b in whole for p, ok in (("decode", b.decode_rows), ("prefill", b.prefill_rows)) if ok}
         names = "/".join(sorted({b.name for b in whole}))
         return (f"MLA attention blocks: measured {names} rows ({'/'.join(sorted(phases))}) replace their kernels")
+    table = "dsa_module" if blocks[0].indexer is not None else "mla_module"
     try:
         key = blocks[0].keys(dt)[0]
         what = (f"heads={key.num_heads} kv_lora_rank={key.kv_lora_rank} hidden={key.hidden_size} "
                 f"q_lora_rank={key.q_lora_rank} gemm={key.gemm_dtype.value}")
+        if isinstance(key, DsaModuleDecodeKey):
+            what += f" index={key.index_n_heads}x{key.index_head_dim} topk={key.index_topk}"
     except NoKernelKey:
         what = "its dtypes"
-    return f"MLA attention blocks priced by their kernels (the profile has no mla_module rows for {what})"
+    return f"MLA attention blocks priced by their kernels (the profile has no {table} rows for {what})"

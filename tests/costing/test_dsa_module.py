@@ -118,6 +118,15 @@ def test_prefill_groups_from_rows_of_m_copies(profile):
     assert "dsa_module rows (decode/prefill) replace their kernels" in cm.data_note
 
 
+def test_without_rows_the_note_names_the_dsa_table(tmp_path):
+    with ProfileDB.create(tmp_path / "none.db", ProfileMeta(device="test gpu", engine="vllm")):
+        pass
+    cm = CostModel.of_kernel_graph(_graph(), None, ProfileDB.open(tmp_path / "none.db"))
+    assert COMPOSITE_DSA not in [leaf.attrs.name for leaf in cm.tree.leaves]
+    assert ("priced by their kernels (the profile has no dsa_module rows for heads=2 kv_lora_rank=16 hidden=64 "
+            "q_lora_rank=32 gemm=fp8_block index=2x16 topk=4)") in cm.data_note
+
+
 def test_a_chunk_after_a_prefix_is_never_below_the_same_chunk_without_it(tmp_path):
     # rows out of order (a noisy long row): T(4, 8192) = 9,000 < 2 × T(4, 4096); the difference (9,000 - 8,000) / 4
     # = 250 µs is below the chunk without its prefix, 8,000 / 4 = 2,000 µs, which binds
