@@ -128,7 +128,7 @@ class EngineConfig:
         the GPU under async scheduling; `--frontend-us` replaces the fitted serial front end."""
         host = self.profile.host.with_overlap(self.async_scheduling)
         if self.frontend_us is not None:
-            host = replace(host, frontend_us=self.frontend_us)
+            host = replace(host, frontend_us=self.frontend_us, frontend_basis="given (--frontend-us)")
         return replace(host, step_us=host.step_us + self.executor_step_us) if self.executor_step_us else host
 
     @property

@@ -51,7 +51,7 @@ from graphsim.errors import GraphsimError
 from graphsim.serving.engines import (
     SGLANG_VERSION, TRTLLM_MAX_BATCH_SIZE, TRTLLM_MAX_NUM_TOKENS, TRTLLM_VERSION, sglang_memory_defaults,
 )
-from graphsim.serving.host import HostModel, host_model
+from graphsim.serving.host import HostModel, frontend_for, host_model
 
 GiB = 1 << 30
 NEWEST = (0, 33, 0)  # the newest release inspected
@@ -173,8 +173,8 @@ class EngineProfile:
         if not self.is_vllm:  # no published host figures for SGLang / TRT-LLM: vLLM V1's, overlapped (assumed)
             return replace(host_model("v1-async"), family=self.family)
         if self.family == "v0" and self.version < V0_ASYNC_OUTPUT:  # 0.5.x: outputs processed every step, in line
-            return host_model("v0-sync")
-        return host_model(self.family)
+            return frontend_for(host_model("v0-sync"), self.version)
+        return frontend_for(host_model(self.family), self.version)  # the API server's front end of this version
 
     @property
     def name(self) -> str:

@@ -47,7 +47,9 @@ The constants, per family (each names where it comes from; nothing is fitted to 
 - `per_token_us` 0 in every family: no published per-token figure for input preparation (vectorised numpy
   in V1); prefill steps are long enough that it would not matter at this scale.
 - the front end (frontend.py: a FIFO queue before the engine, one server per replica, beside the API server's
-  streaming loop: api_server.py says why), the same in every family:
+  streaming loop: api_server.py says why), vLLM 0.10.1's in every family, with its tokenising term scaled from
+  vLLM 0.19.0 on (`frontend_for`: vLLM's own API server timed per request on 0.10.1 and 0.19.0 by
+  benchmarks/host_frontend.py; per request no different, per prompt token 1.46×):
   `frontend_per_token_us` 2.0 — a fast (Rust) tokenizer called per prompt encodes ≈ 500k tokens/s (1.18 ms for
   679 tokens … 220 ms for 101,615 on one core: github.com/andyluo7/cpu-gpu-codesign-agentic-inference,
   RESULTS_SUMMARY.md "Phase 2.1"); `frontend_us` 12,500 (serial) and `frontend_latency_us` 10,000 (not serial)
@@ -58,7 +60,9 @@ The constants, per family (each names where it comes from; nothing is fitted to 
   output throughput 6.8 %). What the 12.5 ms of serial work is, the runs do not say: a fast tokenizer takes ~1 ms
   for such a prompt. The same source's server measured 7 ms of "HTTP overhead" for a single 1k-token request on
   vLLM 0.19: the front end depends on the server's CPU and vLLM version, which the runs do not let graphsim
-  separate.
+  separate. vLLM's own server, timed on this project's VM (benchmarks/host_frontend.py), spends ~2.9–3.6 ms a
+  request plus ~1–1.6 µs a prompt token of CPU: the fitted 12.5 ms holds the fit server's slower CPU or work a CPU
+  timing of one request at a time does not see; the version ratio, not the absolute time, is taken from it.
 """
 
 from __future__ import annotations
@@ -172,6 +176,20 @@ V1_ASYNC_ENGINE_PER_SEQ_US = V1_ASYNC_SCHEDULER_PER_SEQ_US * ((0.681 + 2.352 + 1
 FRONTEND_US = 12_500.0  # serial, per request
 FRONTEND_PER_TOKEN_US = 1e6 / 500_000  # serial, per prompt token: a fast tokenizer encodes ~500k tokens/s (above)
 FRONTEND_LATENCY_US = 10_000.0  # not serial, per request
+# Per vLLM version (frontend_for): the terms above are vLLM 0.10.1's (the fit runs' server). vLLM's own API server,
+# timed per request by benchmarks/host_frontend.py on this project's 2-core AMD EPYC VM (0.10.1 and 0.19.0 up at once,
+# the same prompts, batch by batch in alternation; server CPU time of all threads, completion endpoint), costs
+#   0.10.1: 2,857.7 µs + 1.556 µs a prompt token | 0.19.0: 2,776.2 + 2.279   (run 1: 173 / 1,676 tokens)
+#   0.10.1: 3,575.5 µs + 0.953 µs a prompt token | 0.19.0: 3,695.3 + 1.394   (run 2: 173 / 861 / 3,393 tokens)
+# (least squares over the lengths; a length's paired ratio 1.07 / 1.21 in run 1, 1.00 / 1.18 / 1.28 in run 2, the
+# medians of 12 pairs; benchmarks/data/host_frontend_runs.jsonl holds both runs with their commands: run 1 `--tokens
+# 128,1024`, run 2 `--tokens 128,512,2048 --endpoints completion`, `--requests 50 --pairs 12`, load 2.8–3.3). Per request 0.19 / 0.10.1 = 0.971 and 1.033: no difference, FRONTEND_US stays. Per prompt
+# token 2.279 / 1.556 = 1.4647 and 1.394 / 0.953 = 1.4627, their mean 1.4637 scales FRONTEND_PER_TOKEN_US from the
+# first release taken to share 0.19.0's path (FRONTEND_RENDERER_FROM; frontend_for says why). The same tokenizer
+# alone (transformers' fast tokenizer, 4.55 / tokenizers 0.21 against 5.24 / 0.23) encodes at the same rate in both
+# venvs (~1.2–1.5 µs a token, three runs), so the extra is vLLM's path, not the tokenizer library.
+FRONTEND_RENDERER_FROM = (0, 19, 0)
+FRONTEND_PER_TOKEN_RATIO_V0_19 = (2.279 / 1.556 + 1.394 / 0.953) / 2
 # The API server's CPU time per stream chunk (one per request that got tokens in an iteration), on the server's one
 # event loop (api_server.py; the front end above runs beside it): MEASURED, not fitted, by
 # benchmarks/host_streaming.py running vLLM 0.10.1's own output path on this project's 2-core AMD EPYC VM (CPU
@@ -210,6 +228,7 @@ class HostModel:
     frontend_latency_us: float = 0.0  # per request, not serial (HTTP, input processing, the hop to the engine)
     api_per_chunk_us: float = 0.0  # per stream chunk on the API server's loop (api_server.py)
     api_per_output_us: float = 0.0  # of it, paid per engine output even when outputs merge into one chunk
+    frontend_basis: str = ""  # where the serial front-end terms come from (frontend_for; `--frontend-us`)
 
     def host_us(self, tokens, seqs):
         """CPU time of an iteration of `tokens` tokens over `seqs` sequences (scalars or numpy arrays)."""
@@ -237,6 +256,7 @@ class HostModel:
                 "per_token_us": self.per_token_us, "frontend_us": self.frontend_us,
                 "frontend_per_token_us": self.frontend_per_token_us, "frontend_latency_us": self.frontend_latency_us,
                 "api_per_chunk_us": self.api_per_chunk_us, "api_per_output_us": self.api_per_output_us,
+                **({"frontend_basis": self.frontend_basis} if self.frontend_basis else {}),
                 "overlap": self.overlap,
                 "sample_bytes_per_logit": self.sample_bytes_per_logit, "source": "derived"}
 
@@ -261,6 +281,31 @@ def host_model(family: str) -> HostModel:
         step, per_seq = sched_step + V1_RUNNER_STEP_US, sched_seq + engine_seq
     return HostModel(family, step, per_seq, 0.0, FRONTEND_US, overlap, frontend_per_token_us=FRONTEND_PER_TOKEN_US,
                      frontend_latency_us=FRONTEND_LATENCY_US, api_per_chunk_us=chunk, api_per_output_us=output)
+
+
+def frontend_for(model: HostModel, version: tuple[int, int, int]) -> HostModel:
+    """`model` with the API server's serial front end of vLLM `version` (`frontend_us`, `frontend_per_token_us`; the
+    non-serial latency stays), and where it comes from (`frontend_basis`).
+
+    - from `FRONTEND_RENDERER_FROM` (0.19.0) on: FRONTEND_US (per request: measured no different) and
+      FRONTEND_PER_TOKEN_US × FRONTEND_PER_TOKEN_RATIO_V0_19 (measured, above). 0.19.0's AsyncLLM builds a renderer
+      (vllm/v1/engine/async_llm.py `renderer_from_config`) that tokenises completions and renders chats
+      (vllm/renderers; vLLM PRs 30200 and 32863) for `InputProcessor.process_inputs`; the inspected 0.14.0 has no
+      renderer (its AsyncLLM takes `cached_tokenizer_from_config` and `OpenAIServing` tokenises) and 0.15–0.18 were
+      not inspected, so 0.19.0 is the first release taken to share the measured path; newer ones (to 0.33) take
+      0.19.0's, the nearer measured one;
+    - 0.10.1 up to 0.19: 0.10.1's (0.12.0 renamed `Processor` to `InputProcessor` and moved the tokenizers to
+      vllm/tokenizers; a version between the measured two takes the nearer measured older one);
+    - before 0.10.1 (V1 0.8–0.10.0, V0): 0.10.1's as well, not measured (V0 ran its API server and engine in one
+      process before 0.6's frontend multiprocessing; benchmarks/host_frontend.py times V1's AsyncLLM only)."""
+    fitted = "vLLM 0.10.1's, fitted (fit_frontend.py)"
+    if version >= FRONTEND_RENDERER_FROM:
+        return replace(model, frontend_per_token_us=model.frontend_per_token_us * FRONTEND_PER_TOKEN_RATIO_V0_19,
+                       frontend_basis=f"{fitted}; per prompt token x {FRONTEND_PER_TOKEN_RATIO_V0_19:.4f}, vLLM "
+                                      "0.19.0's API server over 0.10.1's (measured, host_frontend.py)")
+    if version >= (0, 10, 1):
+        return replace(model, frontend_basis=fitted)
+    return replace(model, frontend_basis=f"{fitted}; not measured for this version")
 
 
 @dataclass(frozen=True)

@@ -146,9 +146,10 @@ def test_the_log_sets_the_count(tmp_path):
 def test_frontend_us_replaces_the_fitted_front_end_only():
     from graphsim.serving.host import FRONTEND_PER_TOKEN_US, FRONTEND_US
 
-    base = EngineConfig(8192, 64, 8192).host
+    v0101 = parse_engine("vllm==0.10.1")  # the fit's version: the tokenising term is FRONTEND_PER_TOKEN_US itself
+    base = EngineConfig(8192, 64, 8192, profile=v0101).host
     assert base.frontend_us == FRONTEND_US == 12_500.0
-    mine = EngineConfig(8192, 64, 8192, frontend_us=2_000.0).host
+    mine = EngineConfig(8192, 64, 8192, profile=v0101, frontend_us=2_000.0).host
     assert mine.frontend_us == 2_000.0
     assert mine.frontend_per_token_us == base.frontend_per_token_us == FRONTEND_PER_TOKEN_US  # tokenising stays
     assert mine.frontend_latency_us == base.frontend_latency_us
