@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_fuse_sigmoid_gates import TINY_BAILING, TINY_HYV4
+from test_fuse_sigmoid_gates import TINY_BAILING, TINY_HYV4, TINY_LFM3
 
 from graphsim.catalog import ResolvedModel
 from graphsim.importers.hf import import_hf
@@ -104,3 +104,12 @@ def test_olmo_hybrid_packs_q_k_v_with_the_gate_and_softmax_attention_keeps_qkv()
     # the softmax-attention layer's q/k/v (4 heads x 8 = 32 each) stay the QKVParallelLinear `qkv_proj`, no b or g
     qkv = _gemms(fused, 1, "self_attn")[0]
     assert qkv[0] == "qkv_proj" and (qkv[1].n, qkv[1].k, qkv[1].q_features, qkv[1].num_kv_heads) == (96, 32, 32, 4)
+
+
+def test_lfm_mlp_w1_and_w3_are_one_w13_gemm():
+    _, fused, tp2 = _graphs("tiny-lfm3-packed", TINY_LFM3)
+    # vLLM lfm2.py Lfm2MLP: w13 = MergedColumnParallelLinear(hidden, [ff, ff]) then w2; intermediate 48 (the tiny
+    # config's, kept: no auto-adjust): n = 48 + 48 = 96 over hidden 32, 48 a rank at tp 2
+    assert _gemms(fused, 0, "feed_forward") == [("w13", GemmGeometry(n=96, k=32), "bf16"),
+                                                ("w2", GemmGeometry(n=32, k=48), "bf16")]
+    assert _gemms(tp2, 0, "feed_forward")[0] == ("w13", GemmGeometry(n=48, k=32), "bf16")

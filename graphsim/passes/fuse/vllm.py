@@ -83,6 +83,9 @@ A = TypeVar("A")
 # - in_proj_qkvg, in a gated-delta-rule module only: OLMo-Hybrid's q, k, v and output-gate projections, one
 #   MergedColumnParallelLinear split part by part, b_proj and a_proj apart (layers/mamba/gdn/olmo_gdn_linear_attn.py
 #   OlmoHybridGatedDeltaNetAttention.__init__; models/olmo_hybrid.py packed_modules_mapping "in_proj_qkvg").
+# - w13: an MLP's w1 (gate) and w3 (up), one MergedColumnParallelLinear split part by part (models/lfm2.py Lfm2MLP and
+#   lfm2_moe.py Lfm2MoeMlp: `self.w13`, packed_modules_mapping "w13": ["w1", "w3"]; internlm2.py and others pack the
+#   same two as "gate_up_proj"; LFM3 has no vLLM model file and is priced as LFM2's port, as the short-conv rules do).
 # The same leaf names pack differently by the module's recurrence (q/k/v with beta in KDA, with the output gate in
 # OLMo's gated delta net, q/k/v alone beside softmax attention): PACKED_IN names the recurrence a group needs.
 PACKED = {
@@ -94,6 +97,7 @@ PACKED = {
     "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"),
     "in_proj_ba": ("in_proj_b", "in_proj_a"),
     "wk_weights_proj": ("wk", "weights_proj"),
+    "w13": ("w1", "w3"),
 }
 PACKED_IN = {"qkvb_proj": "kda", "in_proj_qkvg": "gated_delta_rule"}
 
