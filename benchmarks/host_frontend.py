@@ -1,5 +1,5 @@
 """Time vLLM's OpenAI API server's serial work per request on this CPU, per vLLM version (the source of host.py
-`FRONTEND_*_RATIO_*`: how the fitted front end scales from vLLM 0.10.1 to 0.19).
+`FRONTEND_PER_TOKEN_RATIO_V0_19`: how the fitted front end scales from vLLM 0.10.1 to 0.19).
 
 What is timed is vLLM's own server, not a re-implementation: the script starts, in an interpreter that has vLLM,
 the version's own FastAPI app (`vllm/entrypoints/openai/api_server.py` `build_app` + `init_app_state`, served by
@@ -8,7 +8,7 @@ engine-core client (`AsyncMPClient`, vllm/v1/engine/core_client.py) is connected
 (`client_addresses`), to a stand-in engine core in another process: it answers vLLM's start-up handshake, decodes
 each `EngineCoreRequest` with vLLM's `MsgpackDecoder` and answers with one sampled token that finishes the request
 (`EngineCoreOutputs` encoded with vLLM's `MsgpackEncoder`), so every request completes. A client (a third process,
-stdlib `http.client`) sends requests ONE AT A TIME and the server process's CPU time (summed over all its
+stdlib `http.client`) sends requests one at a time (by default) and the server process's CPU time (summed over all its
 threads: the event loop, the tokenizer's worker thread, ZMQ's I/O threads; /proc/<pid>/task/*/schedstat) is read
 around them. Per request, that
 is vLLM's serial front end:
@@ -34,18 +34,21 @@ tokenizers (what that vLLM release runs with), and the same FastAPI / uvicorn / 
 vLLM's platform is set to CPU (`vllm.platforms._current_platform = CpuPlatform()`) only so that the config builds
 without a GPU; nothing of the request path depends on it.
 
-    # one version, one round: prints one JSON line
-    python benchmarks/host_frontend.py --python /tmp/h5_venv/bin/python --tokens 128,1024 --requests 200
-    # paired rounds, versions interleaved (what host.py cites): per-round ratios and their median
-    python benchmarks/host_frontend.py --python /tmp/h5_venv/bin/python,/tmp/h9/venv/bin/python --rounds 5
+    # one version: the server's CPU time a request at two prompt lengths, both endpoints
+    python benchmarks/host_frontend.py --python /tmp/h5_venv/bin/python --tokens 128,1024 --pairs 3
+    # two versions, paired (what host.py cites: benchmarks/data/host_frontend_runs.jsonl)
+    python benchmarks/host_frontend.py --python /tmp/h5_venv/bin/python,/tmp/h9/venv/bin/python \
+        --tokens 128,512,2048 --endpoints completion --requests 50 --pairs 12
 
-The driver runs in any Python (stdlib only); `--python` names the interpreters with vLLM (one per version).
-Per request and per prompt length: the median over `--repeats` batches of `--requests` requests of the server's CPU
-time per request, and beside it the median wall time to the response's headers (`headers_us`: a streaming response
-starts once the request is in the engine; on a loaded machine it includes waiting for a core). The whole response
-takes ~40 ms more here: the body's last write waits for the client's delayed ACK (Nagle), idle time, not CPU; even
-`GET /v1/models` shows it, so it is this loopback set-up's, not vLLM's, and no figure uses it. The per-request and per-token parts are
-the least-squares line over the prompt lengths.
+The driver runs in any Python (stdlib only); `--python` names the interpreters with vLLM (one per version); all
+servers run at once and each point is timed in `--pairs` rounds, one batch of `--requests` requests on each server
+(the same request bodies, the order alternating), so two versions compare batch by batch on the same load. Printed
+per point: each server's median CPU µs a request over its batches, each pair's ratio (second / first) and their
+median, and the median wall time to the response's headers (`headers_us`: a streaming response starts once the
+request is in the engine; on a loaded machine it includes waiting for a core); then per server the least-squares
+line per request + per prompt token over the lengths. Requests go one at a time (`--concurrency 1`, the serial work
+a request) unless `--concurrency` puts several in flight, as a burst does. The client sets TCP_QUICKACK: without it
+every response waits ~40 ms for the client's delayed ACK (idle time that even `GET /v1/models` shows).
 """
 
 # pyright: reportMissingImports=false
@@ -271,14 +274,28 @@ class Server:
         self.conn.connect()
         self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as aiohttp does
 
-    def batch(self, endpoint: str, bodies: list[bytes]) -> tuple[float, list[float], int]:
-        """The server's CPU µs per request over `bodies` (sent one at a time), the seconds to each response's
-        headers, and the prompt tokens the server counted for the last one."""
-        c0, headers, prompt_tokens = _cpu_s(self.proc.pid), [], 0
-        for b in bodies:
-            prompt_tokens, h = _request(self.conn, endpoint, b)
-            headers.append(h)
-        return (_cpu_s(self.proc.pid) - c0) / len(bodies) * 1e6, headers, prompt_tokens
+    def batch(self, endpoint: str, bodies: list[bytes], concurrency: int = 1) -> tuple[float, list[float], int]:
+        """The server's CPU µs per request over `bodies` (one at a time, or `concurrency` in flight, each client
+        thread on its own connection, as a burst arrives), the seconds to each response's headers, and the prompt
+        tokens the server counted for the last one."""
+        c0 = _cpu_s(self.proc.pid)
+        if concurrency <= 1:
+            got = [_request(self.conn, endpoint, b) for b in bodies]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            def worker(part: list[bytes]) -> list[tuple[int, float]]:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                conn.connect()
+                conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                try:
+                    return [_request(conn, endpoint, b) for b in part]
+                finally:
+                    conn.close()
+            with ThreadPoolExecutor(concurrency) as pool:
+                got = [r for part in pool.map(worker, [bodies[i::concurrency] for i in range(concurrency)])
+                       for r in part]
+        return (_cpu_s(self.proc.pid) - c0) / len(bodies) * 1e6, [h for _, h in got], got[-1][0]
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -311,6 +328,9 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=12,
                    help="batches a point and server; with two interpreters, each pair is one batch on each, the "
                         "same requests, in alternating order")
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="requests in flight within a batch (1: one at a time, the serial work; more: a burst, "
+                        "where vLLM may batch tokenisation and the loop interleaves requests)")
     a = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the servers (finally below) when terminated
     pythons = a.python.split(",")
@@ -322,7 +342,8 @@ def main() -> None:
             srv.wait_ready()
         rng = random.Random(0)
         out: dict = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                     "vllm": [srv.version for srv in servers], "requests_per_batch": a.requests, "points": []}
+                     "vllm": [srv.version for srv in servers], "requests_per_batch": a.requests,
+                     "concurrency": a.concurrency, "points": []}
         for e in endpoints:
             for n in tokens:
                 for srv in servers:  # warm-up: first-request compilation, caches
@@ -336,10 +357,11 @@ def main() -> None:
                     order = list(range(len(servers))) if k % 2 == 0 else list(range(len(servers)))[::-1]
                     for i in order:
                         servers[i].connect()
-                        us, h, tokens_seen[i] = servers[i].batch(e, bodies)
+                        us, h, tokens_seen[i] = servers[i].batch(e, bodies, a.concurrency)
                         cpu[i].append(us)
                         headers[i].extend(h)
-                point = {"endpoint": e, "target_tokens": n, "load_1min": round(os.getloadavg()[0], 2),
+                point = {"endpoint": e, "target_tokens": n, "concurrency": a.concurrency,
+                         "load_1min": round(os.getloadavg()[0], 2),
                          "servers": [{"vllm": srv.version, "prompt_tokens": tokens_seen[i],
                                       "cpu_us": round(statistics.median(cpu[i]), 1),
                                       "cpu_us_batches": [round(x, 1) for x in cpu[i]],
