@@ -156,16 +156,18 @@ def test_clamped_swiglu_is_one_act_and_mul_kernel():
 
 @pytest.mark.slow  # a trace of the sweep's tiny OLMo-Hybrid (~10-40 s on 2 shared cores)
 def test_packed_qkv_cat_into_the_conv_is_a_slice(benchmark_script):
-    # OLMo-Hybrid's q, k, v projections (packed into one GEMM) concatenated by transformers before the conv; vLLM's
-    # OlmoHybridGatedDeltaNetAttention reads q|k|v as a slice of in_proj_qkvg's output: no kernel (was a cat
-    # placeholder: 1.2 % of the tiny decode step)
+    # OLMo-Hybrid's q, k, v projections (packed with the output gate g into one GEMM) concatenated by transformers
+    # before the conv; vLLM's OlmoHybridGatedDeltaNetAttention reads q|k|v as a slice of in_proj_qkvg's output: no
+    # kernel (was a cat placeholder: 1.2 % of the tiny decode step)
     cfg = benchmark_script("architectures_sweep").tiny_config("OlmoHybridForCausalLM")
     graph = _fused("tiny-olmo-hybrid", cfg)
     kernels = [n for n in graph.nodes if isinstance(n.attrs, KernelAttrs)]
     conv = next(n for n in kernels if n.kernel.kind is KernelKind.CONV1D)
-    qkv = graph.nodes[graph.nodes.index(conv) - 1]  # the packed projection feeds the conv directly
-    assert qkv.kernel.kind is KernelKind.GEMM and conv.inputs[0] == qkv.name
-    assert qkv.kernel.geometry_as(GemmGeometry).n == conv.kernel.geometry_as(Conv1dGeometry).channels
+    qkvg = graph.nodes[graph.nodes.index(conv) - 1]  # the packed projection feeds the conv directly
+    assert qkvg.kernel.kind is KernelKind.GEMM and conv.inputs[0].split("#")[0] == qkvg.name
+    # q|k|v (the conv's channels: 30 key heads x 96 x 2 + 30 value heads x 192 = 11,520) and g (30 x 192 = 5,760)
+    assert conv.kernel.geometry_as(Conv1dGeometry).channels == 11520
+    assert qkvg.kernel.geometry_as(GemmGeometry).n == 11520 + 5760
     assert not [n.name for n in kernels if n.kernel.approximate]
 
 
