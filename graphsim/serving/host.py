@@ -189,7 +189,7 @@ FRONTEND_LATENCY_US = 10_000.0  # not serial, per request
 # alone (transformers' fast tokenizer, 4.55 / tokenizers 0.21 against 5.24 / 0.23) encodes at the same rate in both
 # venvs (~1.2–1.5 µs a token, three runs), so the extra is vLLM's path, not the tokenizer library. With 16 requests in
 # flight (runs 3 and 4 of the same file, `--concurrency 16`) the per-token ratio is 0.97 and 1.19 (per request 1.01,
-# 1.13): in a burst 1.46 may overstate 0.19's extra; no run found 0.19 cheaper.
+# 1.13): in a burst 1.46 may overstate 0.19's extra; no run found 0.19 more than 3 % cheaper.
 FRONTEND_RENDERER_FROM = (0, 19, 0)
 FRONTEND_PER_TOKEN_RATIO_V0_19 = (2.279 / 1.556 + 1.394 / 0.953) / 2
 # The API server's CPU time per stream chunk (one per request that got tokens in an iteration), on the server's one
