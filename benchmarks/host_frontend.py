@@ -244,11 +244,12 @@ class Server:
     """One version's API server (started here, in its own interpreter) and a keep-alive connection to it."""
 
     def __init__(self, python: str) -> None:
-        self.python = python
-        model_dir = _tokenizer_model_dir(python)
+        self.python, self.failed = python, False
+        self.model_dir = model_dir = _tokenizer_model_dir(python)
         self.version = subprocess.run([python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                                       text=True).stdout.strip()
-        self.port, ipc = _free_port(), tempfile.mkdtemp(prefix="graphsim_frontend_ipc_")
+        self.port, self.ipc = _free_port(), tempfile.mkdtemp(prefix="graphsim_frontend_ipc_")
+        ipc = self.ipc
         self.log = os.path.join(ipc, "server.log")
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--serve", model_dir, str(self.port),
@@ -258,6 +259,7 @@ class Server:
     def wait_ready(self) -> None:
         for _ in range(2400):
             if self.proc.poll() is not None:
+                self.failed = True
                 raise SystemExit(f"the server exited ({self.proc.returncode}); see {self.log}")
             try:
                 self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -266,6 +268,7 @@ class Server:
                 return
             except OSError:
                 time.sleep(0.25)
+        self.failed = True
         raise SystemExit(f"the server did not start; see {self.log}")
 
     def connect(self) -> None:
@@ -298,11 +301,16 @@ class Server:
         return (_cpu_s(self.proc.pid) - c0) / len(bodies) * 1e6, [h for _, h in got], got[-1][0]
 
     def stop(self) -> None:
+        import shutil
+
         self.proc.terminate()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        shutil.rmtree(self.model_dir, ignore_errors=True)
+        if not self.failed:  # keep the server's log when it did not start
+            shutil.rmtree(self.ipc, ignore_errors=True)
 
 
 def _line(points: list[dict], endpoint: str) -> tuple[float, float]:
