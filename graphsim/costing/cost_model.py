@@ -73,13 +73,21 @@ class CostModel:
         def has_rows(key: KernelKey) -> bool:
             return pricer.curve(key) is not None
 
+        def row_labels(key: KernelKey) -> set[str]:
+            # the collector labels of `key`'s own rows (none for a key priced from another's rows or without rows)
+            return db.kernel_labels(key) if db is not None and has_rows(key) else set()
+
         hw = pricer.hardware
         if streams is None:
             streams = StreamSettings(cuda=hw is not None and hw.kind is DeviceKind.GPU and bool(hw.compute_capability))
-        tree = compile_tree(build_tree(graph, dtypes, has_rows if vllm else None, streams if vllm else None))
+        # a router whose experts' rows were timed from the router logits is in them (costing/routing_in_rows.py):
+        # decided by the rows' collector label, for any engine's graph
+        tree = compile_tree(build_tree(graph, dtypes, has_rows if vllm else None, streams if vllm else None,
+                                       row_labels if db is not None else None))
         note = composite_note(graph_mla_blocks(graph, dtypes, has_rows), dtypes) if vllm else ""
-        if vllm and routers_in_expert_rows(list(graph.nodes), dtypes, has_rows):  # what cost_tree._layer_leaves drops
-            more = "MoE router top-k priced inside the experts' rows (timed from router logits: costing/routing_in_rows.py)"
+        if db is not None and routers_in_expert_rows(list(graph.nodes), dtypes, row_labels):  # what the tree drops
+            more = ("MoE router top-k priced inside the experts' rows (their collector timed the MoE from router "
+                    "logits: costing/routing_in_rows.py)")
             note = f"{note}; {more}" if note else more
         data_note = f"{data_note}; {note}" if data_note and note else data_note or note
         return cls(graph, tree, pricer, dtypes, pricer.hardware,

@@ -32,7 +32,7 @@ from graphsim.costing.interpolate import MISSING, ROOFLINE, SOURCES, KernelPrice
 from graphsim.costing.kernel_map import Dtypes, KernelRows, KeyRows, StepArrays, kernel_rows
 from graphsim.costing.kernels import KernelKey
 from graphsim.costing.roofline import kernel_work, roofline_parts_us
-from graphsim.costing.routing_in_rows import routers_in_expert_rows
+from graphsim.costing.routing_in_rows import RowLabels, routers_in_expert_rows
 from graphsim.costing.streams import StreamSettings, shared_expert_overlaps
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
@@ -125,11 +125,13 @@ Tree = Leaf | Sum | Max | Parallel | Scale | Labeled
 
 
 def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | None = None,
-               streams: StreamSettings | None = None) -> Tree:
+               streams: StreamSettings | None = None, row_labels: RowLabels | None = None) -> Tree:
     """iteration → ranks (Max over identical TP ranks) → [before layers, layer regions ×n, after].
 
     streams: vLLM's stream settings; with them (and `shared_experts_overlap`), each MoE block's shared
-    experts overlap its routed experts (`costing.streams`). None: one stream, every kernel summed."""
+    experts overlap its routed experts (`costing.streams`). None: one stream, every kernel summed.
+    row_labels: the profile rows' `kernel` labels of a key; with them, a MoE router whose experts' rows were
+    timed from the router logits is no leaf (`costing.routing_in_rows`)."""
     if not graph.nodes or not all(n.op is Op.KERNEL for n in graph.nodes):
         raise GraphsimError("cost trees are built from fused graphs; run the fuse pass first "
                             "(e.g. graphsim passes MODEL -p 'fold,fuse{target=vllm}')")
@@ -152,7 +154,7 @@ def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | N
         for tag in seen:
             rep = sched.representative[tag]
             nodes = [n for n in graph.nodes if n.layer == rep]
-            leaves = _overlapped(nodes, _layer_leaves(nodes, leaf, dtypes, has_rows), streams)
+            leaves = _overlapped(nodes, _layer_leaves(nodes, leaf, dtypes, has_rows, row_labels), streams)
             parts.append(Labeled(f"{tag} ×{sched.count(tag)}", Scale(sched.count(tag), Sum(leaves))))
     elif any(n.layer is not None for n in graph.nodes):
         raise GraphsimError("the graph has layers but no layer schedule; run the fold pass first")
@@ -163,12 +165,13 @@ def build_tree(graph: Graph, dtypes: Dtypes | None = None, has_rows: HasRows | N
     return Labeled(f"iteration {graph.name}", Max((rank,)))
 
 
-def _layer_leaves(nodes: list[Node], leaf, dtypes: Dtypes | None, has_rows: HasRows | None) -> tuple[Leaf, ...]:
+def _layer_leaves(nodes: list[Node], leaf, dtypes: Dtypes | None, has_rows: HasRows | None,
+                  row_labels: RowLabels | None = None) -> tuple[Leaf, ...]:
     """A layer's leaves; with `has_rows`, an MLA block the profile has module rows for becomes one composite
-    leaf in place of its kernels (`costing.composite`), and a router whose experts' rows were timed from the
-    router logits is no leaf (its top-k is in those rows: `costing.routing_in_rows`)."""
-    if has_rows is not None:
-        covered = routers_in_expert_rows(nodes, dtypes or Dtypes(), has_rows)
+    leaf in place of its kernels (`costing.composite`); with `row_labels`, a router whose experts' rows were
+    timed from the router logits is no leaf (its top-k is in those rows: `costing.routing_in_rows`)."""
+    if row_labels is not None:
+        covered = routers_in_expert_rows(nodes, dtypes or Dtypes(), row_labels)
         nodes = [n for n in nodes if n.name not in covered]
     block = mla_block(nodes, dtypes or Dtypes(), has_rows) if has_rows is not None else None
     if block is None or not block.used:

@@ -50,6 +50,7 @@ from graphsim.costing.cost_tree import compile_tree
 from graphsim.costing.hardware import DeviceKind
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.kernels import PP_GROUP, PP_NETWORK_GROUP, KernelKey
+from graphsim.costing.routing_in_rows import RowLabels
 from graphsim.costing.streams import StreamSettings
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
@@ -213,9 +214,11 @@ def hop_leaves(graph: Graph, split: PipelineSplit, stage: int) -> tuple[Leaf, ..
 
 
 def stage_trees(graph: Graph, split: PipelineSplit, dtypes: Dtypes | None = None,
-                has_rows: HasRows | None = None, streams: StreamSettings | None = None) -> list[Tree]:
+                has_rows: HasRows | None = None, streams: StreamSettings | None = None,
+                row_labels: RowLabels | None = None) -> list[Tree]:
     """One subtree per stage: its incoming transfer, then its rank's kernels (module docstring); a layer's leaves
-    as `cost_tree.build_tree` makes them (MLA module rows with `has_rows`, shared-expert overlap with `streams`)."""
+    as `cost_tree.build_tree` makes them (MLA module rows with `has_rows`, shared-expert overlap with `streams`,
+    a router inside its experts' rows with `row_labels`)."""
     if not graph.nodes or not all(n.op is Op.KERNEL for n in graph.nodes):
         raise GraphsimError("cost trees are built from fused graphs; run the fuse pass first "
                             "(e.g. graphsim passes MODEL -p 'fold,fuse{target=vllm}')")
@@ -235,7 +238,7 @@ def stage_trees(graph: Graph, split: PipelineSplit, dtypes: Dtypes | None = None
     rep_leaves = {}
     for tag, rep in sched.representative.items():
         nodes = [n for n in graph.nodes if n.layer == rep]
-        rep_leaves[tag] = overlapped(nodes, layer_leaves(nodes, leaf, dtypes, has_rows), streams)
+        rep_leaves[tag] = overlapped(nodes, layer_leaves(nodes, leaf, dtypes, has_rows, row_labels), streams)
     tp = split.tp
     trees: list[Tree] = []
     for s, (a, b) in enumerate(split.ranges):
@@ -299,7 +302,13 @@ def with_pipeline(cm: CostModel, pp: int, partition: Sequence[int] | str | None 
     # the shared-expert stream overlap the unsplit tree has (costing/cost_model.py: vLLM's defaults on a CUDA GPU)
     streams = StreamSettings(cuda=hw is not None and hw.kind is DeviceKind.GPU and bool(hw.compute_capability)) \
         if vllm and cm.streams else None
-    subtrees = stage_trees(graph, split, cm.dtypes, has_rows if vllm else None, streams)
+    db = pricer.db
+
+    def row_labels(key: KernelKey) -> set[str]:  # as cost_model.CostModel.of_kernel_graph
+        return db.kernel_labels(key) if db is not None and has_rows(key) else set()
+
+    subtrees = stage_trees(graph, split, cm.dtypes, has_rows if vllm else None, streams,
+                           row_labels if db is not None else None)
     tree = compile_tree(Labeled(f"iteration {graph.name} (pp {split.pp} × tp {split.tp}: one batch through every "
                                 "stage)", Sum(tuple(subtrees))))
     base = {f.name: getattr(cm, f.name) for f in fields(CostModel)}

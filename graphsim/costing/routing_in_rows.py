@@ -1,55 +1,111 @@
 """MoE routing inside the experts' measured rows: the router's top-k kernel priced by its neighbour's row.
 
-graphsim's vLLM target launches a MoE layer as router GEMM → top-k (`topk_softmax` / `grouped_topk`, the
-`moe_router` rule) → experts (`fused_moe`), each priced on its own. Where the profile's rows for the experts were
-timed from the router logits, the top-k is already in them, and pricing it again counts it twice. So a router
-kernel whose experts are priced from such rows is no leaf of the cost tree: its time is in the experts' row.
+graphsim launches a MoE layer as router GEMM → top-k (`topk_softmax` / `grouped_topk`, the `moe_router` rule) →
+experts (`fused_moe`), each priced on its own. Where the profile's rows for the experts were timed from the router
+logits, the top-k is already in them, and pricing it again counts it twice. So a router kernel whose experts are
+priced from such rows is no leaf of the cost tree: its time is in the experts' row.
 
-Which rows. aiconfigurator's vLLM MoE collector times the MXFP4 experts (`moe_dtype` `w4a16_mxfp4` /
-`w4a8_mxfp4_mxfp8`) through vLLM's `FusedMoE` module, `FusedMoE.forward(hidden_states, router_logits)` with
-synthetic router logits — "mxfp4 path uses FusedMoE.forward(hidden_states, router_logits) which does routing
-internally; other paths need pre-computed topk_weights/topk_ids" (ai-dynamo/aiconfigurator
-collector/vllm/collect_moe.py, `run_moe_torch`, every version with the MXFP4 path, `__compat__ = "vllm>=0.17.0"`).
-That matches what vLLM runs for gpt-oss on Hopper: the MXFP4 backend is OpenAI's Triton kernels
-(model_executor/layers/fused_moe/oracle/mxfp4.py, `OAITritonMxfp4ExpertsMonolithic` first), a monolithic expert
-that takes the gating output and routes itself (fused_moe/gpt_oss_triton_kernels_moe.py
-`triton_kernel_moe_forward`: `legacy_routing(gating_output, topk, ...)` — triton_kernels' top-k and routing
-metadata — then `matmul_ogs` twice; vLLM 0.19.0; vLLM PR #39714 counts that routing chain at 14 kernel launches at
-decode sizes on H100, vLLM 0.20.1). The router GEMM that makes the logits stays a kernel of its own
-(the collector feeds logits, it does not time the gate).
+Which rows: decided by what the table's collector timed, which the rows' `kernel` label (aiconfigurator's
+`kernel_source` column, kept by the importer) names. ai-dynamo/aiconfigurator, per collector (docs/cost-model.md
+"Router top-k inside MoE rows" has the table with the line of each):
 
-Not covered: the other dtypes' rows. The collector versions read time bf16 / fp8 experts either through
-`fused_experts(..., topk_weights, topk_ids)` with the top-k done outside the timing, or (the newest, bf16 only)
-through the module; which one produced a given table is not recorded in it, so their router kernels stay priced.
-Without rows for the experts (derived / roofline pricing) the router stays priced too.
+- vLLM, `collector/vllm/collect_moe.py` from d5bad971c (`__compat__ = "vllm==0.24.0"`, the commit that also added
+  the 0.24.0 `moe_perf` tables): every dtype is a `FusedMoE(...)` module timed as `moe_module(hidden_states,
+  router_logits)`, label `vllm_<quant method>_<backend>_<experts class>`. In vLLM 0.24.0 that call routes inside
+  (`runner/moe_runner.py` `MoERunner._apply_quant_method`: a monolithic kernel takes the logits, else
+  `self.router.select_experts` — `FusedTopKRouter` → `ops.topk_softmax`, `GroupedTopKRouter` → `ops.grouped_topk`,
+  the model's own scoring and bias). The gate GEMM is not in it (the collector builds the module without `gate`),
+  nor shared experts (none given), nor an all-reduce (one rank, world size 1).
+- vLLM, the collectors before it (`vllm>=0.14.0` / `vllm>=0.17.0`, the 0.14.0 and 0.19.0 tables): `vllm_mxfp4_moe`
+  rows time `FusedMoE.forward(hidden_states, router_logits)` (routing in); `vllm_fused_moe`, `vllm_marlin_moe`,
+  `vllm_marlin_int4_moe` and `vllm_flashinfer_trtllm_moe_fp4` rows time `fused_experts(...)` /
+  `trtllm_fp4_block_scale_routed_moe` on top-k ids computed (`torch.topk` + softmax) before the timed function
+  (routing out).
+- TensorRT-LLM, `collector/trtllm/collect_moe*.py` (every version, labels `moe_torch_flow*`): `create_moe(...)`'s
+  module timed as `moe.forward(hidden_states, router_logits)` with a `RenormalizeMoeRoutingMethod` /
+  `DeepseekV3Gate` routing method: routing in.
+- SGLang, `collector/sglang/collect_moe.py` (0.5.10 and 0.5.14 tables, labels `sglang_*`): with one EP rank the timed
+  op runs `select_experts` (or the framework `TopK` layer) on the logits: routing in; with EP > 1 the plain Triton
+  and Marlin paths take a rank-0 workload's precomputed top-k (routing out) while the framework path routes, and the
+  label does not say which ran: not assumed.
+
+A label no rule names (graphsim's own profiler, another importer) is not assumed to hold the routing, nor are rows
+for a different key (a geometry-interpolated or derived pricing): their router stays priced.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from graphsim.costing.dtypes import KernelDtype
 from graphsim.costing.kernel_map import Dtypes, key_for
 from graphsim.costing.kernels import KernelKey, MoeKey
 from graphsim.ir import Node
 from graphsim.ir.kernel import KernelKind
 
-# moe_dtype values whose rows the collector times from router logits (collect_moe.py `_MXFP4_MOE_TYPES`)
-ROUTING_IN_ROWS: frozenset[KernelDtype] = frozenset({KernelDtype.W4A16_MXFP4, KernelDtype.W4A8_MXFP4_MXFP8})
+RowLabels = Callable[[KernelKey], set[str]]  # the `kernel` labels of the profile's rows for a key (empty: no rows)
 
-RULE = ("aiconfigurator collector/vllm/collect_moe.py run_moe_torch: MXFP4 rows time FusedMoE.forward(hidden_states, "
-        "router_logits), routing included (vLLM: gpt_oss_triton_kernels_moe.py triton_kernel_moe_forward routes "
-        "from the gating output)")
+
+@dataclass(frozen=True)
+class LabelRule:
+    """Rows whose label matches `pattern` were timed with (True) / without (False) the routing; None: the label does
+    not decide it (`ep1_only`: in only when the key has one EP rank)."""
+
+    pattern: str
+    routing_in: bool
+    source: str
+    ep1_only: bool = False
+
+    def applies(self, label: str) -> bool:
+        return re.fullmatch(self.pattern, label) is not None
+
+
+_AIC = "ai-dynamo/aiconfigurator "
+RULES: tuple[LabelRule, ...] = (
+    # the collectors before vLLM 0.24 (explicit labels: collect_moe.py @ e015c0ed6 lines 715-721)
+    LabelRule("vllm_mxfp4_moe", True, _AIC + "collector/vllm/collect_moe.py @e015c0ed6 run_moe_torch: "
+              "moe_module.forward(hs, router_logits), 'does routing internally' (l. 646)"),
+    LabelRule("vllm_(fused_moe|marlin_moe|marlin_int4_moe|flashinfer_trtllm_moe_fp4)", False,
+              _AIC + "collector/vllm/collect_moe.py @e015c0ed6 run_moe_torch: fused_experts(hs, w1, w2, topk_weights, "
+              "topk_ids) on torch.topk + softmax computed before the timed function (l. 528-558, 663-685)"),
+    # the vLLM 0.24.0 collector: vllm_<quant method>_<backend>_<experts class>[_situ_as_silu]
+    LabelRule(r"vllm_[a-z0-9]*moe_[a-z0-9_]+_([a-z0-9]*experts[a-z0-9]*|direct)(_situ_as_silu)?", True,
+              _AIC + "collector/vllm/collect_moe.py @d5bad971c run_moe_torch: FusedMoE(...) timed as "
+              "moe_module(hidden_states, router_logits) (l. 442, 569); vLLM 0.24.0 runner/moe_runner.py "
+              "_apply_quant_method: router.select_experts or the monolithic kernel on the logits"),
+    LabelRule(r"moe_torch_flow.*", True, _AIC + "collector/trtllm/collect_moe.py (and _v1/_v2/_v3) run_moe_torch: "
+              "moe.forward(hidden_states, router_logits) with the routing method in the module"),
+    LabelRule(r"sglang_.*", True, _AIC + "collector/sglang/collect_moe.py @c54c0927e / @e23be5a79: one EP rank: "
+              "select_experts(x, gating) (or the TopK layer) inside the timed op; EP > 1: rank-0 precomputed top-k "
+              "on the plain paths", ep1_only=True),
+)
+
+
+def rule_for(label: str) -> LabelRule | None:
+    return next((r for r in RULES if r.applies(label)), None)
+
+
+def routing_in_row(key: KernelKey, labels: set[str]) -> bool:
+    """Whether the rows of MoE experts `key` carrying `labels` were timed with the routing inside: every label is
+    named by a rule that says so (an EP-1-only rule only for a key of one EP rank); no labels: no."""
+    if not isinstance(key, MoeKey) or not labels:
+        return False
+    for label in labels:
+        rule = rule_for(label)
+        if rule is None or not rule.routing_in or (rule.ep1_only and key.ep != 1):
+            return False
+    return True
 
 
 def _values(n: Node) -> list[str]:
     return [n.name if i == 0 else f"{n.name}#{i}" for i in range(len(n.outputs))]
 
 
-def routers_in_expert_rows(nodes: list[Node], dtypes: Dtypes, has_rows: Callable[[KernelKey], bool]) -> frozenset[str]:
+def routers_in_expert_rows(nodes: list[Node], dtypes: Dtypes, row_labels: RowLabels) -> frozenset[str]:
     """The names of the router (top-k) kernels among `nodes` (one layer's kernels) whose experts' measured rows
-    include the routing (module docstring): each feeds a routed-experts kernel keyed on a dtype in
-    `ROUTING_IN_ROWS` that the profile has rows for."""
+    include the routing (module docstring): each feeds only routed-experts kernels whose own key's rows are
+    labelled by a collector that timed from the router logits."""
     users: dict[str, list[Node]] = {}
     for n in nodes:
         for v in n.inputs:
@@ -62,6 +118,6 @@ def routers_in_expert_rows(nodes: list[Node], dtypes: Dtypes, has_rows: Callable
         if not experts:
             continue
         keys = [key_for(e.kernel, dtypes) for e in experts.values()]
-        if all(isinstance(k, MoeKey) and k.dtype in ROUTING_IN_ROWS and has_rows(k) for k in keys):
+        if all(routing_in_row(k, row_labels(k)) for k in keys):
             out.add(r.name)
     return frozenset(out)
