@@ -189,3 +189,27 @@ def test_a_cost_model_prices_the_router_by_its_rows_collector(request, tmp_path,
         assert float(ev.leaf_time_us[kinds.index(KernelKind.MOE_EXPERTS), 0]) == pytest.approx(40.0)  # the row, as is
     finally:
         db.close()
+
+
+# Qwen3-MoE: 4 experts of 32 features, top 2, hidden 64 (softmax top-k, as the engines' own fuse rules name it)
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+    "moe_intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 128, "max_position_embeddings": 256,
+    "torch_dtype": "bfloat16", "decoder_sparse_step": 1, "mlp_only_layers": [],
+}
+
+
+@pytest.mark.parametrize(("target", "label"), [("trtllm", "moe_torch_flow_cutlass"),
+                                               ("sglang", "sglang_fused_moe_triton")])
+def test_other_engines_graphs_follow_their_rows_collector(target, label):
+    """A graph fused for TRT-LLM / SGLang keeps its router against rows of a collector that took top-k ids, and
+    loses it against its own engine's rows (module forward on logits; SGLang: one EP rank)."""
+    graph, _ = import_hf(ResolvedModel("tiny-qwen3-moe", dict(QWEN3_MOE), "path", "test"), cache=False)
+    fused = run_pipeline(graph, f"fold,fuse{{target={target}}}").graph
+    routers = frozenset(n.name for n in _layer(fused) if n.kernel.kind is KernelKind.MOE_ROUTER)
+    dt = Dtypes.for_graph(fused.meta)
+    assert len(routers) == 1
+    assert routers_in_expert_rows(_layer(fused), dt, _labels(label)) == routers
+    assert KernelKind.MOE_ROUTER not in _leaf_kinds(fused, _labels(label))
+    assert routers_in_expert_rows(_layer(fused), dt, _labels(V019_BF16)) == frozenset()
