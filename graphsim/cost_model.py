@@ -78,7 +78,10 @@ def profile_data(hardware: HardwareSpec | None, profile: str | os.PathLike[str] 
     if isinstance(profile, ProfileDB):
         db, where = profile, str(profile.path)
     elif profile:
+        from graphsim.costing.auto_profile import warn_if_stale
+
         db, where = ProfileDB.open(profile), os.fspath(profile)
+        warn_if_stale(where, db.meta.provenance)
     elif hardware is not None and default_profile:
         return default_data(hardware)
     elif hardware is not None:

@@ -345,6 +345,7 @@ def import_aiconfigurator(
         "backend": backend,
         "backend_version": chosen,
         "version_choice": "--version" if version else "query_versions.yaml current",
+        "tables": "all" if tables is None else ", ".join(sorted(tables)),  # a chosen subset is not stale
         "imported_utc": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         "collector": COLLECTOR,
         "units": "latency ms → time_us; message_size elements × dtype bytes → message_bytes; "

@@ -72,3 +72,42 @@ def auto_build(hardware_id: str, out: Path, root: Path | None = None, backend: s
         _notice(f"could not build {out} ({e}); pricing without measured rows")
         return False
     return True
+
+
+_warned: set[str] = set()
+
+
+def unread_tables(provenance: dict[str, str], root: Path | None = None) -> list[str]:
+    """aiconfigurator-core tables that graphsim now imports for a profile's system, backend and version, and that
+    the import which wrote the profile did not read (an older graphsim read fewer: DSA module rows, DeepEP
+    dispatch/combine rows, …). Empty for a profile that is not an aiconfigurator import, one imported with
+    `--tables` (a chosen subset), or when the package is not installed or lacks that system."""
+    from graphsim.costing import aiconfigurator_import as aic
+    from graphsim.errors import GraphsimError
+
+    if provenance.get("source") != aic.PACKAGE or provenance.get("tables", "all") != "all":
+        return []
+    system, backend, version = provenance.get("system", ""), provenance.get("backend", ""), provenance.get(
+        "backend_version", "")
+    try:
+        root = root or aic.aiconfigurator_root()
+        if system not in aic.list_systems(root) or backend not in aic.list_backends(root, system):
+            return []
+        located, _ = aic.locate_tables(root, system, backend, version)
+    except (GraphsimError, OSError):
+        return []
+    return sorted(loc.spec.table for loc in located if f"table.{loc.spec.table}" not in provenance)
+
+
+def warn_if_stale(path: str, provenance: dict[str, str], root: Path | None = None) -> list[str]:
+    """One notice per profile and process when `unread_tables` is not empty, naming the command that re-imports
+    it; returns those tables."""
+    missing = unread_tables(provenance, root)
+    if missing and path not in _warned:
+        _warned.add(path)
+        _notice(f"{path} was imported without aiconfigurator-core's {', '.join(missing)} (an older graphsim did not "
+                f"read them), so kernels those rows price fall back to other rows or the roofline; re-import it: "
+                f"graphsim profiles import-aiconfigurator --system {provenance.get('system')} --backend "
+                f"{provenance.get('backend')} -o {path} --overwrite")
+    return missing
+

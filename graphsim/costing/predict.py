@@ -224,7 +224,10 @@ def default_data(hardware: HardwareSpec) -> tuple[ProfileDB | None, str]:
 
         auto_build(hardware.id, default)
     if default.is_file():
+        from graphsim.costing.auto_profile import warn_if_stale
+
         db = ProfileDB.open(default)
+        warn_if_stale(str(default), db.meta.provenance)
         return db, f"measured rows from {default}; {rowless_note(db, hardware)}"
     return None, (f"no measured data for {hardware.id}: every time is a roofline estimate from the {hardware.name} "
                   f"spec. Import measurements with `graphsim profiles import-aiconfigurator --system {hardware.id} "

@@ -65,3 +65,32 @@ def test_root_options_turn_the_cache_and_the_build_off(monkeypatch, capsys):
     capsys.readouterr()
     assert os.environ[auto_profile.NO_AUTO_PROFILE_ENV] == "1" and not auto_profile.enabled()
     assert not graph_cache.enabled()
+
+
+def test_a_profile_imported_before_graphsim_read_a_table_says_so_once(home, fake_root, monkeypatch, capsys):  # noqa: F811
+    """A default profile whose import did not read a table the installed package holds (an older graphsim read
+    fewer) prices without those rows: one notice names them and the re-import command; a fresh import, or one of a
+    chosen subset of tables (`--tables`), says nothing."""
+    monkeypatch.setattr(aic, "aiconfigurator_root", lambda: fake_root)
+    hw = load_hardware("h200")
+    path = default_profile_path(hw.id)
+    default_data(hw)  # built fresh: nothing unread
+    capsys.readouterr()
+    fresh = auto_profile.unread_tables(aic_provenance(path))
+    assert fresh == []
+    stale = {k: v for k, v in aic_provenance(path).items() if k != "table.gemm_perf"}  # as if gemm_perf was not read
+    assert auto_profile.unread_tables(stale) == ["gemm_perf"]
+    assert auto_profile.unread_tables({**stale, "tables": "gemm_perf"}) == []  # a chosen subset is not stale
+    assert auto_profile.unread_tables({"source": "graphsim profile"}) == []  # not an aiconfigurator import
+    assert auto_profile.warn_if_stale("/x/stale.db", stale) == ["gemm_perf"]
+    assert auto_profile.warn_if_stale("/x/stale.db", stale) == ["gemm_perf"]  # a second time: no second notice
+    err = capsys.readouterr().err
+    assert err.count("notice:") == 1 and "gemm_perf" in err
+    assert "graphsim profiles import-aiconfigurator --system h200_sxm --backend vllm -o /x/stale.db --overwrite" in err
+
+
+def aic_provenance(path):
+    from graphsim.costing.profile_db import ProfileDB
+
+    with ProfileDB.open(path) as db:
+        return dict(db.meta.provenance)
