@@ -209,13 +209,7 @@ def main() -> None:
         xs.append(b)
         rows.append(row)
         print(json.dumps({"vllm": vllm.__version__, "batch": b, **{k: round(v, 1) for k, v in row.items()}}))
-    mx = statistics.fmean(xs)
-    slopes = {}
-    for k in rows[0]:
-        ys = [r[k] for r in rows]
-        my = statistics.fmean(ys)
-        slopes[k] = round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-                          / sum((x - mx) ** 2 for x in xs), 3)
+    slopes = {k: round(statistics.linear_regression(xs, [r[k] for r in rows]).slope, 3) for k in rows[0]}
     print(json.dumps({"fit": "per-part slope, us per sequence", **slopes,
                       "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
                       "load_1min": os.getloadavg()[0]}))

@@ -212,14 +212,8 @@ def run(m: dict[str, Any], tokenizer: Any, batch: int, steps: int, prompt_len: i
 
 
 def slopes(xs: list[int], rows: list[dict[str, float]]) -> dict[str, float]:
-    mx = statistics.fmean(xs)
-    out = {}
-    for k in rows[0]:
-        ys = [r[k] for r in rows]
-        my = statistics.fmean(ys)
-        out[k] = round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-                       / sum((x - mx) ** 2 for x in xs), 3)
-    return out
+    """Least-squares slope of each part over the batch sizes, µs a sequence."""
+    return {k: round(statistics.linear_regression(xs, [r[k] for r in rows]).slope, 3) for k in rows[0]}
 
 
 def main() -> None:
