@@ -1,4 +1,5 @@
-"""A tiny HunYuan-V4 config shared by the importer tests (iHC ops, the DSA indexer's rope half)."""
+"""A tiny HunYuan-V4 config shared by the importer and passes tests (iHC ops, the DSA indexer's rope half,
+attention gates, packed GEMMs; tests/passes/conftest.py puts this folder on the path)."""
 
 # A tiny HY-V4: hidden 64 in 3 iHC streams (post magnitude 1.5), a dense then a sparse layer, MLA attention with a
 # 2-head indexer whose picks the second layer shares.

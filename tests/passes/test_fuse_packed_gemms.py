@@ -12,7 +12,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from test_fuse_sigmoid_gates import TINY_BAILING, TINY_HYV4, TINY_LFM3
+from hyv4_helpers import TINY_HYV4
+from test_fuse_sigmoid_gates import TINY_BAILING, TINY_LFM3
 
 from graphsim.catalog import ResolvedModel
 from graphsim.importers.hf import import_hf

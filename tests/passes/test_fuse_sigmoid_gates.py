@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hyv4_helpers import TINY_HYV4  # HunYuan-V4: MLA gated per channel, a 2-head indexer (tests/importers)
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -42,18 +43,6 @@ TINY_BAILING = {
     "mlp_layer_types": ["dense", "dense"], "linear_head_dim": 16, "linear_num_heads": 2, "linear_conv_kernel_dim": 4,
     "layer_group_size": 2, "max_position_embeddings": 256, "pad_token_id": 0, "eos_token_id": 2,
     "rope_parameters": {"rope_type": "default", "rope_theta": 6000000.0},
-}
-# HunYuan-V4: hidden 64 in 3 iHC streams, a dense then a sparse layer, MLA (4 heads, v_head_dim 32) gated per
-# channel, a 2-head indexer whose picks the second layer shares (tests/importers/test_ihc_ops.py's layout).
-TINY_HYV4 = {
-    "architectures": ["HYV4ForCausalLM"], "model_type": "hy_v4", "torch_dtype": "bfloat16", "vocab_size": 96,
-    "hidden_size": 64, "intermediate_size": 96, "moe_intermediate_size": 32, "num_hidden_layers": 2,
-    "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 32, "q_lora_rank": 48, "kv_lora_rank": 32,
-    "qk_nope_head_dim": 24, "qk_rope_head_dim": 8, "v_head_dim": 32, "n_routed_experts": 4, "num_experts_per_tok": 2,
-    "n_shared_experts": 1, "mlp_layer_types": ["dense", "sparse"], "layer_types": ["indexed_attention"] * 2,
-    "indexer_types": ["full", "shared"], "index_topk": 4, "index_head_dim": 16, "index_n_heads": 2, "hc_mult": 3,
-    "hc_magnitude": 1.5, "hc_eps": 1e-6, "max_position_embeddings": 256, "pad_token_id": 0, "bos_token_id": 1,
-    "eos_token_id": 2,
 }
 
 
