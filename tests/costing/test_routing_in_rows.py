@@ -143,14 +143,20 @@ def test_router_topk_is_inside_mxfp4_rows(mxfp4, label):
     assert KernelKind.MOE_EXPERTS in kinds and kinds.count(KernelKind.GEMM) == _leaf_count(mxfp4, KernelKind.GEMM)
 
 
-def test_router_topk_is_inside_vllm_024_bf16_rows_not_019(bf16):
-    routers = frozenset(n.name for n in _layer(bf16) if n.kernel.kind is KernelKind.MOE_ROUTER)
-    dt = Dtypes.for_graph(bf16.meta)
+def _router_inside_only_with(graph, inside: str, outside: str) -> None:
+    """The graph's one router top-k is inside experts' rows labelled `inside` (no leaf of its own) and stays a leaf
+    against rows labelled `outside`."""
+    routers = frozenset(n.name for n in _layer(graph) if n.kernel.kind is KernelKind.MOE_ROUTER)
+    dt = Dtypes.for_graph(graph.meta)
     assert len(routers) == 1
-    assert routers_in_expert_rows(_layer(bf16), dt, _labels(V024_BF16)) == routers
-    assert KernelKind.MOE_ROUTER not in _leaf_kinds(bf16, _labels(V024_BF16))
-    assert routers_in_expert_rows(_layer(bf16), dt, _labels(V019_BF16)) == frozenset()
-    assert KernelKind.MOE_ROUTER in _leaf_kinds(bf16, _labels(V019_BF16))
+    assert routers_in_expert_rows(_layer(graph), dt, _labels(inside)) == routers
+    assert KernelKind.MOE_ROUTER not in _leaf_kinds(graph, _labels(inside))
+    assert routers_in_expert_rows(_layer(graph), dt, _labels(outside)) == frozenset()
+    assert KernelKind.MOE_ROUTER in _leaf_kinds(graph, _labels(outside))
+
+
+def test_router_topk_is_inside_vllm_024_bf16_rows_not_019(bf16):
+    _router_inside_only_with(bf16, V024_BF16, V019_BF16)
 
 
 def test_router_stays_priced_without_rows(mxfp4):
@@ -207,9 +213,4 @@ def test_other_engines_graphs_follow_their_rows_collector(target, label):
     loses it against its own engine's rows (module forward on logits; SGLang: one EP rank)."""
     graph, _ = import_hf(ResolvedModel("tiny-qwen3-moe", dict(QWEN3_MOE), "path", "test"), cache=False)
     fused = run_pipeline(graph, f"fold,fuse{{target={target}}}").graph
-    routers = frozenset(n.name for n in _layer(fused) if n.kernel.kind is KernelKind.MOE_ROUTER)
-    dt = Dtypes.for_graph(fused.meta)
-    assert len(routers) == 1
-    assert routers_in_expert_rows(_layer(fused), dt, _labels(label)) == routers
-    assert KernelKind.MOE_ROUTER not in _leaf_kinds(fused, _labels(label))
-    assert routers_in_expert_rows(_layer(fused), dt, _labels(V019_BF16)) == frozenset()
+    _router_inside_only_with(fused, label, V019_BF16)
