@@ -23,7 +23,7 @@ from graphsim.costing.kernel_map import Dtypes, key_for
 from graphsim.costing.kernels import KernelKey, MoeRouting
 from graphsim.costing.moe_routing import MoeRoutingError, RoutingModel
 from graphsim.costing.profile_db import ProfileDB
-from graphsim.costing.routing_in_rows import routers_in_expert_rows
+from graphsim.costing.routing_in_rows import pricer_row_labels, routers_in_expert_rows
 from graphsim.costing.streams import StreamSettings
 from graphsim.ir import Graph, Op
 from graphsim.ir.geometry import MoeExpertsGeometry
@@ -73,19 +73,16 @@ class CostModel:
         def has_rows(key: KernelKey) -> bool:
             return pricer.curve(key) is not None
 
-        def row_labels(key: KernelKey) -> set[str]:
-            # the collector labels of `key`'s own rows (none for a key priced from another's rows or without rows)
-            return db.kernel_labels(key) if db is not None and has_rows(key) else set()
-
         hw = pricer.hardware
         if streams is None:
             streams = StreamSettings(cuda=hw is not None and hw.kind is DeviceKind.GPU and bool(hw.compute_capability))
         # a router whose experts' rows were timed from the router logits is in them (costing/routing_in_rows.py):
         # decided by the rows' collector label, for any engine's graph
+        row_labels = pricer_row_labels(pricer)
         tree = compile_tree(build_tree(graph, dtypes, has_rows if vllm else None, streams if vllm else None,
-                                       row_labels if db is not None else None))
+                                       row_labels))
         note = composite_note(graph_mla_blocks(graph, dtypes, has_rows), dtypes) if vllm else ""
-        if db is not None and routers_in_expert_rows(list(graph.nodes), dtypes, row_labels):  # what the tree drops
+        if row_labels is not None and routers_in_expert_rows(list(graph.nodes), dtypes, row_labels):  # the tree drops
             more = ("MoE router top-k priced inside the experts' rows (their collector timed the MoE from router "
                     "logits: costing/routing_in_rows.py)")
             note = f"{note}; {more}" if note else more

@@ -50,7 +50,7 @@ from graphsim.costing.cost_tree import compile_tree
 from graphsim.costing.hardware import DeviceKind
 from graphsim.costing.kernel_map import Dtypes
 from graphsim.costing.kernels import PP_GROUP, PP_NETWORK_GROUP, KernelKey
-from graphsim.costing.routing_in_rows import RowLabels
+from graphsim.costing.routing_in_rows import RowLabels, pricer_row_labels
 from graphsim.costing.streams import StreamSettings
 from graphsim.errors import GraphsimError
 from graphsim.ir import Graph, Node, Op
@@ -302,13 +302,7 @@ def with_pipeline(cm: CostModel, pp: int, partition: Sequence[int] | str | None 
     # the shared-expert stream overlap the unsplit tree has (costing/cost_model.py: vLLM's defaults on a CUDA GPU)
     streams = StreamSettings(cuda=hw is not None and hw.kind is DeviceKind.GPU and bool(hw.compute_capability)) \
         if vllm and cm.streams else None
-    db = pricer.db
-
-    def row_labels(key: KernelKey) -> set[str]:  # as cost_model.CostModel.of_kernel_graph
-        return db.kernel_labels(key) if db is not None and has_rows(key) else set()
-
-    subtrees = stage_trees(graph, split, cm.dtypes, has_rows if vllm else None, streams,
-                           row_labels if db is not None else None)
+    subtrees = stage_trees(graph, split, cm.dtypes, has_rows if vllm else None, streams, pricer_row_labels(pricer))
     tree = compile_tree(Labeled(f"iteration {graph.name} (pp {split.pp} × tp {split.tp}: one batch through every "
                                 "stage)", Sum(tuple(subtrees))))
     base = {f.name: getattr(cm, f.name) for f in fields(CostModel)}

@@ -38,13 +38,27 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from graphsim.costing.kernel_map import Dtypes, key_for
 from graphsim.costing.kernels import KernelKey, MoeKey
 from graphsim.ir import Node
 from graphsim.ir.kernel import KernelKind
 
+if TYPE_CHECKING:
+    from graphsim.costing.interpolate import KernelPricer
+
 RowLabels = Callable[[KernelKey], set[str]]  # the `kernel` labels of the profile's rows for a key (empty: no rows)
+
+
+def pricer_row_labels(pricer: KernelPricer) -> RowLabels | None:
+    """The collector labels of a key's own rows in the pricer's profile (none for a key the pricer prices from
+    another key's rows, or without rows); None without a profile. The cost model and the pipeline's stage trees
+    both build with it."""
+    db = pricer.db
+    if db is None:
+        return None
+    return lambda key: db.kernel_labels(key) if pricer.curve(key) is not None else set()
 
 
 @dataclass(frozen=True)
