@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -160,8 +160,7 @@ def mla_block(layer_nodes: Sequence[Node], dt: Dtypes, has_rows: HasRows | None)
         decode, prefill = block.keys(dt)
     except NoKernelKey:
         return block
-    return MlaModuleBlock(block.attention, block.hidden_size, block.q_lora_rank, block.gemm_dtype, block.parts,
-                          block.part_names, has_rows(decode), has_rows(prefill), indexer)
+    return replace(block, decode_rows=has_rows(decode), prefill_rows=has_rows(prefill))
 
 
 def graph_mla_blocks(graph: Graph, dt: Dtypes, has_rows: HasRows | None) -> list[MlaModuleBlock]:
