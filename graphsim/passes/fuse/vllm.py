@@ -157,16 +157,19 @@ def _packed_input(ctx: FuseContext, linear: Node) -> str:
     return cast.inputs[0] if cast is not None else linear.inputs[0]
 
 
-def _packs_in(ctx: FuseContext, packed: str, linear: Node) -> bool:
-    """Whether group `packed` packs in `linear`'s module: a group without a PACKED_IN recurrence everywhere, the
-    others only inside a linear-attention module of that kind."""
-    kind = PACKED_IN.get(packed)
-    return kind is None or any(la.attrs_as(LinearAttentionAttrs).kind == kind and linear.scope.startswith(la.scope + ".")
-                               for la in ctx.graph.nodes if la.op is Op.LINEAR_ATTENTION)
-
-
 def _match_packed(ctx: FuseContext):
-    return P.packed_linears(ctx, PACKED, lambda n: _packed_input(ctx, n), lambda g, n: _packs_in(ctx, g, n))
+    # a group with a PACKED_IN recurrence packs only inside a linear-attention module of that kind (their scopes,
+    # read once); the others everywhere
+    scopes: dict[str, list[str]] = {}
+    for la in ctx.graph.nodes:
+        if la.op is Op.LINEAR_ATTENTION:
+            scopes.setdefault(la.attrs_as(LinearAttentionAttrs).kind, []).append(la.scope + ".")
+
+    def packs_in(packed: str, linear: Node) -> bool:
+        kind = PACKED_IN.get(packed)
+        return kind is None or any(linear.scope.startswith(s) for s in scopes.get(kind, ()))
+
+    return P.packed_linears(ctx, PACKED, lambda n: _packed_input(ctx, n), packs_in)
 
 
 
