@@ -5,7 +5,8 @@
 The cases and the check live in tests/cli/bad_input_cases.py (the same table the test suite runs): exit 2
 with one `error:` line (plus at most a hint) for bad input, exit 0 for valid input, never a traceback, and an
 output file that existed before a refused run left as it was. Runs in a fresh, empty $GRAPHSIM_HOME (no
-profile.db, no automatic profile build), in this process (one torch import for every case).
+profile.db, no automatic profile build), in this process (one torch import for every case); both temporary
+folders are removed at the end.
 """
 
 from __future__ import annotations
@@ -23,14 +24,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="graphsim-sweep-home-") as home, \
+            tempfile.TemporaryDirectory(prefix="graphsim-sweep-") as work:
+        return _sweep(Path(home), Path(work))
+
+
+def _sweep(home: Path, work: Path) -> int:
     ap = argparse.ArgumentParser(description="Feed every graphsim command bad input; count what breaks the rule.")
     ap.add_argument("--fast", action="store_true", help="only the cases the default test suite runs")
     ap.add_argument("--only", default="", help="only cases whose id holds this text")
     ap.add_argument("--show-ok", action="store_true", help="print every case, not only the failures")
     ap.add_argument("--stall", type=float, default=120, help="seconds after which a case's stack is printed")
     args = ap.parse_args()
-    home = tempfile.mkdtemp(prefix="graphsim-sweep-home-")
-    os.environ["GRAPHSIM_HOME"] = home
+    os.environ["GRAPHSIM_HOME"] = str(home)
     os.environ["GRAPHSIM_NO_AUTO_PROFILE"] = "1"
     spec = importlib.util.spec_from_file_location("bad_input_cases", ROOT / "tests" / "cli" / "bad_input_cases.py")
     assert spec is not None and spec.loader is not None
@@ -39,7 +45,6 @@ def main() -> int:
     spec.loader.exec_module(sweep)
     cases, make_files, run_case = sweep.cases, sweep.make_files, sweep.run_case
 
-    work = Path(tempfile.mkdtemp(prefix="graphsim-sweep-"))
     make_files(work)
     todo = [c for c in cases() if args.only in c.id and not (args.fast and c.slow)]
     failed = known = 0
