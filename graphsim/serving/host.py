@@ -97,7 +97,7 @@ V0_PER_SEQ_US = (5500.0 - 4000.0) / 256
 # benchmarks/host_v0_output.py's six timed parts (below) take 0.59–0.89 ms at batch 1 on this project's VM; the rest
 # is what it does not run (the sampler's eager kernels and syncs, `_get_logprobs`, the graph launch) or 0.5.3's GIL
 # shared with its in-process API server: the blog does not separate them.
-V0_SYNC_STEP_US = 0.29 * 13_000.0
+V0_SYNC_STEP_US = 3_770.0  # 0.29 × 13,000 (written out: the product in floats is 3,769.9999999999995)
 # Per sequence: MEASURED on vLLM's own V0 code (benchmarks/host_v0_output.py: vLLM 0.6.3.post1's synchronous path,
 # the one `--disable-async-output-proc` selects, which runs the same steps as 0.5.x's; prompts of 230 tokens,
 # 200 decode steps so outputs average ~100 tokens, a local byte-level BPE fast tokenizer of 32k tokens; thread CPU
