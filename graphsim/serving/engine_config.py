@@ -174,15 +174,22 @@ def batch_defaults(hardware: HardwareSpec, profile: EngineProfile = NEWEST_PROFI
 
 
 def default_max_model_len(cfg: dict) -> int | None:
-    """vLLM derives the context length from the config; graphsim reads max_position_embeddings (GPT-2's
-    n_positions, MPT's max_seq_len, ChatGLM2's seq_length: keys of vllm/config.py _get_and_verify_max_len), of the
-    text model's config first: vLLM reads them from `hf_text_config` (transformers_utils/config.py
-    get_hf_text_config: a multimodal wrapper's `text_config`), e.g. MiniMax-M3-NVFP4's wrapper states its 1,048,576
-    only there."""
+    """vLLM derives the context length from the config: the smallest of its context keys, and `model_max_length`
+    over them when the config states it (vllm 0.33.0 transformers_utils/model_arch_config_convertor.py
+    ModelArchConfigConvertorBase.derive_max_model_len_and_key; 0.19.0 the same; 0.10.1's vllm/config/__init__.py
+    _get_and_verify_max_len the same keys and rule), read from `hf_text_config` (transformers_utils/config.py
+    get_hf_text_config: a multimodal wrapper's `text_config` first, e.g. MiniMax-M3-NVFP4's wrapper states its
+    1,048,576 only there; Kimi-Linear states only `model_max_length`)."""
     inner = cfg.get("text_config")
     for c in ((inner, cfg) if isinstance(inner, dict) else (cfg,)):
-        for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
-            v = c.get(key)
-            if isinstance(v, int) and v > 0:
-                return v
+        found = {k: c[k] for k in _CONTEXT_KEYS if isinstance(c.get(k), int) and not isinstance(c[k], bool)
+                 and c[k] > 0}
+        if found:
+            return found.get("model_max_length") or min(found.values())
     return None
+
+
+# vLLM's context keys (derive_max_model_len_and_key's possible_keys, vllm 0.33.0, 0.19.0 and 0.10.1): OPT, GPT-2, MPT,
+# ChatGLM2, Command-R, Whisper, others.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")

@@ -23,3 +23,17 @@ def test_the_text_models_length_first():
 def test_no_length_anywhere_is_one_line():
     with pytest.raises(EngineConfigError, match="no max_position_embeddings; give --max-model-len"):
         EngineArgs().resolve(load_hardware("h200"), {"text_config": {"hidden_size": 8}})
+
+
+def test_vllms_context_keys_smallest_and_model_max_length_over_them():
+    # Kimi-Linear-48B-A3B's config.json states only model_max_length (1,048,576): vLLM's possible_keys has it
+    # (derive_max_model_len_and_key, 0.33.0 / 0.19.0; _get_and_verify_max_len, 0.10.1)
+    assert default_max_model_len({"model_type": "kimi_linear", "model_max_length": 1048576}) == 1048576
+    # stated beside another key, model_max_length wins even when larger (vLLM's "For Command-R / Cohere" override)
+    assert default_max_model_len({"max_position_embeddings": 8192, "model_max_length": 131072}) == 131072
+    # otherwise the smallest of the keys: Whisper's decoder, 448 target positions against 1500 source ones (the
+    # source key is not one of vLLM's)
+    assert default_max_model_len({"max_target_positions": 448, "max_source_positions": 1500}) == 448
+    assert default_max_model_len({"max_position_embeddings": 4096, "seq_length": 2048}) == 2048
+    # a bool is no length
+    assert default_max_model_len({"max_seq_len": True}) is None
