@@ -44,7 +44,7 @@ def kv_cmd(
         help="--engine trtllm: trtllm-serve's --kv_cache_free_gpu_memory_fraction (default 0.9)."),
     from_vllm_log: opt.FromVllmLog = None,
     activation_gib: float | None = typer.Option(None, "--activation-gib", help="Activation peak instead of the estimate."),
-    overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory instead of the assumed 0.5 GiB."),
+    overhead_gib: float | None = typer.Option(None, "--overhead-gib", help="Non-torch runtime memory (GiB) instead of the median of public vLLM start-up logs for the TP group (0.07 TP1, 1.38 TP>1 on NVLink, 0.21 on PCIe; SGLang/TRT-LLM: 0.5)."),
     cudagraph_gib: float | None = typer.Option(None, "--cudagraph-gib", help="CUDA-graph memory instead of the assumed 0.5 GiB."),
     speculative_config: spec_cli.SpeculativeConfigOpt = None,
     as_json: opt.Json = False,

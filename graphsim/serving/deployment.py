@@ -225,13 +225,15 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     if eng.enable_prefix_caching and eng.profile.mamba_align_with_prefix_caching and layout.attention_and_state:
         layout = with_mamba_cache_mode(layout, "align")  # hybrid: the state pages a request holds
     from graphsim.serving.dp_attention import expert_ranks
+    from graphsim.serving.non_torch import non_torch_estimate
 
     budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.engine_memory_bytes, e.gpu_memory_utilization,
                            eng.max_num_batched_tokens, eng.max_num_seqs, expert_ranks=expert_ranks(config.parallel, acc.spec),
                            activation_gib=mem.activation_gib,
                            overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
                            available_bytes=e.kv_cache_memory_bytes,
-                           cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
+                           cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory,
+                           non_torch=non_torch_estimate(tp, hw.topology().link))
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     if config.parallel.decode_context_parallel_size * config.parallel.prefill_context_parallel_size > 1:
         from graphsim.serving.context_parallel import kv_copies, sharded_capacity  # the KV over CP ranks

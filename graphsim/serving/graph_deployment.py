@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from graphsim.errors import GraphsimError
 from graphsim.serving.graph_kv import SOURCE, graph_blind_spots, graph_dtypes, graph_kv_layout
 from graphsim.serving.memory import SAMPLER_FP32_COPIES, BudgetTerm, MemoryBudget, engine_terms
+from graphsim.serving.non_torch import NonTorchEstimate, non_torch_estimate
 
 if TYPE_CHECKING:
     from graphsim.catalog import ResolvedModel
@@ -151,7 +152,7 @@ def graph_memory_budget(kernels: Graph, cfg: dict[str, Any], quantization: Any, 
                         utilization: float, max_num_batched_tokens: int, max_num_seqs: int, *,
                         activation_gib: float | None = None, overhead_gib: float | None = None,
                         cudagraph_gib: float | None = None, available_bytes: int | None = None,
-                        cudagraph_subtracted: bool = True) -> MemoryBudget:
+                        cudagraph_subtracted: bool = True, non_torch: NonTorchEstimate | None = None) -> MemoryBudget:
     """The KV budget term by term from the tp-partitioned kernel graph `kernels` (see the module docstring)."""
     weights, notes = graph_weight_bytes(kernels, quantization)
     dt = kernels.meta.model_dtype.bytes if kernels.meta.model_dtype is not None else 2
@@ -164,7 +165,7 @@ def graph_memory_budget(kernels: Graph, cfg: dict[str, Any], quantization: Any, 
         terms.append(BudgetTerm("rotary cos/sin cache", rot, "derived",
                                 f"{SOURCE}: max_position_embeddings × rotary dim ({rot_dims}) × dtype"))
     peak = _activation_peak(kernels, cfg, dt, max_num_batched_tokens, max_num_seqs) if activation_gib is None else None
-    terms += engine_terms(peak, activation_gib, overhead_gib, cudagraph_gib, cudagraph_subtracted)
+    terms += engine_terms(peak, activation_gib, overhead_gib, cudagraph_gib, cudagraph_subtracted, non_torch)
     return MemoryBudget(total_bytes, utilization, tuple(terms), available_bytes)
 
 
@@ -229,7 +230,8 @@ def plan_graph_deployment(config: DeploymentConfig, resolved: ResolvedModel, hw:
                                  engine.max_num_batched_tokens, engine.max_num_seqs,
                                  activation_gib=mem.activation_gib, overhead_gib=mem.overhead_gib,
                                  cudagraph_gib=mem.cudagraph_gib, available_bytes=e.kv_cache_memory_bytes,
-                                 cudagraph_subtracted=engine.profile.subtracts_cudagraph_memory)
+                                 cudagraph_subtracted=engine.profile.subtracts_cudagraph_memory,
+                                 non_torch=non_torch_estimate(tp, hw.topology().link))
     cap = kv_capacity(layout, budget.available_bytes, engine.max_model_len, engine.max_in_flight_tokens,
                       engine.profile)
     vocab = int(cfg.get("vocab_size") or 0)

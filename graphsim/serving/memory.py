@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from graphsim.serving.non_torch import NonTorchEstimate
 from graphsim.work.dtypes import Precision
 from graphsim.work.specs import (
     CompressedAttention, DenseFfn, GatedDeltaNet, GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec,
@@ -31,7 +32,9 @@ from graphsim.work.weights import model_weights, stored_bytes_per_copy
 
 GiB = 1 << 30
 
-ASSUMED_OVERHEAD_GIB = 0.5  # non-torch memory (cuBLAS/NCCL workspaces, allocator slack): not derivable
+# non-torch memory where no engine-specific estimate is given (SGLang's and TensorRT-LLM's budgets, serving/engines.py):
+# not derivable. vLLM's budget takes the median of public start-up logs per TP group instead (serving/non_torch.py).
+ASSUMED_OVERHEAD_GIB = 0.5
 ASSUMED_CUDAGRAPH_GIB = 0.5  # CUDA-graph pools captured by default: not derivable from a config
 SAMPLER_FP32_COPIES = 2  # fp32 logits and probabilities over (max_num_seqs × vocab) in the sampler dummy run
 
@@ -232,10 +235,11 @@ def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, tot
                   max_num_batched_tokens: int, max_num_seqs: int, *, activation_gib: float | None = None,
                   overhead_gib: float | None = None, cudagraph_gib: float | None = None,
                   available_bytes: int | None = None, cudagraph_subtracted: bool = True,
-                  expert_ranks: int | None = None) -> MemoryBudget:
+                  expert_ranks: int | None = None, non_torch: NonTorchEstimate | None = None) -> MemoryBudget:
     """The KV budget term by term. `cudagraph_subtracted`: the engine version subtracts its CUDA-graph estimate
     (`cudagraph_memory_estimate`, vllm/v1/worker/gpu_worker.py, first seen in 0.20.0 of the releases inspected,
-    absent in 0.14.0); before, graphs are captured after the KV cache inside gpu_memory_utilization's headroom."""
+    absent in 0.14.0); before, graphs are captured after the KV cache inside gpu_memory_utilization's headroom.
+    `non_torch`: vLLM's non-torch memory for the deployment (serving/non_torch.py); None: the assumed 0.5 GiB."""
     weights = weight_bytes_per_rank(spec, precision, tp, expert_ranks)
     rot = rotary_cache_bytes(spec, cfg, precision)
     wq = f"quantized: {precision.quant.describe()}" if precision.quant else f"{precision.weight.label}"
@@ -245,19 +249,28 @@ def memory_budget(spec: ModelSpec, cfg: dict, precision: Precision, tp: int, tot
         terms.append(BudgetTerm("rotary cos/sin cache", rot, "derived",
                                 "max_position_embeddings × rotary dim × dtype"))
     peak = activation_peak(spec, precision, tp, max_num_batched_tokens, max_num_seqs) if activation_gib is None else None
-    terms += engine_terms(peak, activation_gib, overhead_gib, cudagraph_gib, cudagraph_subtracted)
+    terms += engine_terms(peak, activation_gib, overhead_gib, cudagraph_gib, cudagraph_subtracted, non_torch)
     return MemoryBudget(total_bytes, utilization, tuple(terms), available_bytes)
 
 
+NON_TORCH = "runtime overhead (non-torch)"
+
+
 def engine_terms(peak: BudgetTerm | None, activation_gib: float | None, overhead_gib: float | None,
-                 cudagraph_gib: float | None, cudagraph_subtracted: bool) -> list[BudgetTerm]:
+                 cudagraph_gib: float | None, cudagraph_subtracted: bool,
+                 non_torch: NonTorchEstimate | None = None) -> list[BudgetTerm]:
     """The budget's terms after weights and rotary cache, whatever gave the model's side: the activation peak
-    (`peak`, estimated by the caller, or `--activation-gib`), the runtime overhead and the CUDA-graph pools."""
+    (`peak`, estimated by the caller, or `--activation-gib`), the runtime overhead (`--overhead-gib`, else
+    `non_torch`, else assumed) and the CUDA-graph pools."""
     if activation_gib is not None or peak is None:
         peak = BudgetTerm("activation peak", int((activation_gib or 0.0) * GiB), "given", "--activation-gib")
     terms = [peak]
-    terms.append(_given_or_assumed("runtime overhead (non-torch)", overhead_gib, "--overhead-gib", ASSUMED_OVERHEAD_GIB,
-                                   "cuBLAS/NCCL workspaces and buffers outside torch; not derivable from the config"))
+    if overhead_gib is None and non_torch is not None:
+        terms.append(BudgetTerm(NON_TORCH, non_torch.bytes, "estimated", f"{non_torch.how()} (--overhead-gib)"))
+    else:
+        terms.append(_given_or_assumed(NON_TORCH, overhead_gib, "--overhead-gib", ASSUMED_OVERHEAD_GIB,
+                                       "cuBLAS/NCCL workspaces and buffers outside torch; not derivable from the "
+                                       "config"))
     if cudagraph_gib is None and not cudagraph_subtracted:
         terms.append(BudgetTerm("CUDA graphs", 0, "derived", "not subtracted by this vLLM version (< 0.20): captured "
                                 "after the KV cache, inside gpu_memory_utilization's headroom"))

@@ -124,6 +124,7 @@ def plan_stages(dep: Deployment) -> Deployment:
     cfg = language_model_config(dep.model.config)
     e, mem, eng = dep.config.engine, dep.config.memory, dep.engine
     from graphsim.serving.dp_attention import expert_ranks
+    from graphsim.serving.non_torch import non_torch_estimate
 
     ranks = expert_ranks(par, spec)
     weights = stage_weight_bytes(spec, precision, tp, split, ranks)
@@ -137,7 +138,8 @@ def plan_stages(dep: Deployment) -> Deployment:
                                eng.max_num_batched_tokens, eng.max_num_seqs, expert_ranks=ranks,
                                activation_gib=mem.activation_gib, overhead_gib=mem.overhead_gib,
                                cudagraph_gib=mem.cudagraph_gib, available_bytes=e.kv_cache_memory_bytes,
-                               cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory)
+                               cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory,
+                               non_torch=non_torch_estimate(tp, dep.hardware.topology().link))
         terms = tuple(BudgetTerm("weights", weights[s], t.origin, f"{t.how}; pipeline stage {s} of {pp}: layers "
                                  f"{a}–{b - 1}" + (", embedding" if s == 0 else "")
                                  + (", final norm and LM head" if s == pp - 1 else ""))
