@@ -4,9 +4,12 @@
     python benchmarks/validate_static.py --systems h200_sxm,h100_sxm,a100_sxm
     python benchmarks/validate_static.py --quick                           # Llama-3.1-8B and Qwen3-30B-A3B, 4 steps
     python benchmarks/validate_static.py --json > validate.json
+    python benchmarks/validate_static.py --systems h100_sxm --models qwen3-235b-a22b:8 --steps decode:64x4096 --per-op
 
 The grid: Llama-3.1-8B TP1, Llama-3.1-70B TP4, Qwen3-32B TP2, Qwen3-30B-A3B TP1, DeepSeek-V3 TP8, each at
-prefill 1×{1024, 4096, 8192} and decode {1, 16, 64, 256}×{1024, 4096}.
+prefill 1×{1024, 4096, 8192} and decode {1, 16, 64, 256}×{1024, 4096}; `--models NAME:TP` and `--steps` price
+others, `--per-op` sets both sides side by side op by op (`per_op`: embedding, norms, rotary, qkv / o / router /
+logits GEMMs, attention, MoE, the TP all-reduces, the logits all-gather, …).
 
 Both sides read one model config (graphsim's bundled config.json, handed to aiconfigurator as a model directory)
 and one system's vLLM tables: aiconfigurator-core's own parquet files for its estimate
@@ -19,6 +22,12 @@ times, with `run_static_per_op` / `decode_step_per_op` for its per-op breakdown)
   `predict_prefill_latency(1, N)`);
 - decode B×C: B sequences, one new token each after C cached (graphsim `decode:BxC`; aiconfigurator
   `predict_decode_latency(B, C, osl=2)`, its one generation step after a C-token prompt).
+
+KV cache: both sides read the KV dtype vLLM runs by default, the one graphsim prices: `--kv-cache-dtype auto` is
+the model's dtype (vllm/config/cache.py `CacheConfig.cache_dtype = "auto"`; vllm/utils/torch_utils.py
+`kv_cache_dtype_str_to_dtype`: "auto" → `model_config.dtype`), an fp8 cache only where the checkpoint states one
+(graphsim/costing/kernel_map.py `Dtypes.for_graph`); aiconfigurator gets it as `kvcache_quant_mode` (its own default
+follows the weights' quantization: fp8 for DeepSeek-V3's fp8 checkpoint, whose config states no KV scheme).
 
 MoE routing: both sides read the balanced-routing MoE rows (every expert the same share of the tokens):
 aiconfigurator with `workload_distribution = "balanced"` (its default is power_law, with an exponent its model
@@ -219,15 +228,32 @@ def compile_balanced(model_dir: Path, system: str, **parallel: Any) -> Any:
         setattr(aic_engine, builder, orig)
 
 
+# graphsim's KV KernelDtype value → aiconfigurator's KVCacheQuantMode name (its one 16-bit mode is bfloat16: an fp16
+# cache moves the same bytes)
+AIC_KV_MODE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "int8": "int8"}
+
+
+def reference_kv_mode(graph: Any) -> str:
+    """aiconfigurator's `kvcache_quant_mode` for the KV dtype graphsim prices `graph` with (module docstring)."""
+    from graphsim.costing.kernel_map import Dtypes
+
+    kv = Dtypes.for_graph(graph.meta).kv.value
+    if kv not in AIC_KV_MODE:
+        raise ValueError(f"aiconfigurator has no KV-cache mode for graphsim's KV dtype {kv}")
+    return AIC_KV_MODE[kv]
+
+
 class Reference:
     """aiconfigurator's engine for one (model config, system, TP): compiled once, asked per step."""
 
-    def __init__(self, config_path: Path, system: str, tp: int, moe: bool, work: Path) -> None:
+    def __init__(self, config_path: Path, system: str, tp: int, moe: bool, work: Path,
+                 kv_mode: str | None = None) -> None:
         model_dir = work / f"{config_path.stem}"
         model_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(config_path, model_dir / "config.json")
+        kv = {"kvcache_quant_mode": kv_mode} if kv_mode else {}  # None: aiconfigurator's own default
         self.handle = compile_balanced(model_dir, system, tp_size=tp, moe_tp_size=tp if moe else None,
-                                       moe_ep_size=1 if moe else None)
+                                       moe_ep_size=1 if moe else None, **kv)
 
     def step(self, spec: str) -> tuple[float, list[tuple[str, float, str]]]:
         """(ms, per-op [(name, ms, source)]) of one step spec (prefill:1xN or decode:BxC)."""
@@ -314,6 +340,78 @@ def breakdown(batch: Any, ops: list[tuple[str, float, str]]) -> list[dict[str, A
     return sorted(rows, key=lambda r: -abs(r["diff_ms"]))
 
 
+# Op-level alignment (--per-op): each side's kernels and ops in the groups of a decoder layer, finer than the
+# categories above (the GEMMs by role, the collectives by place). graphsim names its GEMMs after the model's modules.
+OPS = ["embedding", "embedding all-reduce", "norms", "rotary", "qkv GEMM", "attention", "o GEMM", "TP all-reduce",
+       "router GEMM", "MoE", "other GEMM", "activation", "logits GEMM", "logits all-gather", "other"]
+QKV_GEMMS = ("qkv", "q_proj", "k_proj", "v_proj", "q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "fused_qkv_a_proj")
+
+
+def graphsim_op(row: Any) -> str:
+    """The OPS group of one graphsim kernel row (a KernelRow: kind, kernel name, region)."""
+    kind, name = row.kind, row.kernel
+    if kind == "embedding":
+        return "embedding"
+    if kind == "all_reduce":
+        return "embedding all-reduce" if row.region == "before layers" else "TP all-reduce"
+    if kind == "all_gather" and row.region == "after layers":
+        return "logits all-gather"
+    if kind in ("rms_norm", "fused_add_rms_norm", "layer_norm"):
+        return "norms"
+    if kind == "rotary":
+        return "rotary"
+    if kind in ("attention", "linear_attention") or name.startswith("composite"):
+        return "attention"
+    if kind in ("moe_experts", "moe_router"):
+        return "MoE"
+    if kind == "gemm":
+        if name == "lm_head":
+            return "logits GEMM"
+        if name == "gate":
+            return "router GEMM"
+        if name == "o_proj":
+            return "o GEMM"
+        return "qkv GEMM" if name.startswith(QKV_GEMMS) else "other GEMM"
+    return "activation" if kind in ("act_and_mul", "activation") else "other"
+
+
+def aic_op(name: str) -> str:
+    """The OPS group of one aiconfigurator op (its names as decode_step_per_op / run_static_per_op return them)."""
+    n = name.lower().removeprefix("generation_").removeprefix("context_")
+    rules = ((("embedding_ar",), "embedding all-reduce"), (("embedding",), "embedding"), (("norm",), "norms"),
+             (("qkv_gemm",), "qkv GEMM"), (("proj_gemm",), "o GEMM"), (("router_gemm",), "router GEMM"),
+             (("logits_gemm",), "logits GEMM"), (("attention", "mla"), "attention"),
+             (("dispatch", "_ar", "ar_", "allreduce", "all_reduce"), "TP all-reduce"), (("moe",), "MoE"),
+             (("gemm", "bmm"), "other GEMM"), (("act",), "activation"))
+    for keys, op in rules:
+        if any(k in n for k in keys):
+            return op
+    return "other"
+
+
+def per_op(batch: Any, ops: list[tuple[str, float, str]]) -> list[dict[str, Any]]:
+    """Both sides by OPS group (µs): graphsim's rows (the time overlapped streams hide booked under MoE, as
+    categories_graphsim does) and aiconfigurator's ops, each with what it holds."""
+    g: dict[str, float] = {}
+    gk: dict[str, list[str]] = {}
+    for r in batch.rows:
+        op = graphsim_op(r)
+        g[op] = g.get(op, 0.0) + (r.total_us or 0.0)
+        gk.setdefault(op, []).append(f"{r.kernel} x{r.count}")
+    if hidden_ms(batch):
+        g["MoE"] = g.get("MoE", 0.0) - hidden_ms(batch) * 1e3
+        gk.setdefault("MoE", []).append("hidden by the overlap")
+    a: dict[str, float] = {}
+    ak: dict[str, list[str]] = {}
+    for name, ms, _ in ops:
+        op = aic_op(name)
+        a[op] = a.get(op, 0.0) + ms * 1e3
+        ak.setdefault(op, []).append(name)
+    return [{"op": op, "graphsim_us": g.get(op, 0.0), "aiconfigurator_us": a.get(op, 0.0),
+             "diff_us": g.get(op, 0.0) - a.get(op, 0.0), "graphsim_kernels": gk.get(op, []),
+             "aiconfigurator_ops": ak.get(op, [])} for op in OPS if op in g or op in a]
+
+
 def median(xs: list[float]) -> float:
     s = sorted(xs)
     n = len(s)
@@ -343,15 +441,30 @@ def summarize(cases: list[dict[str, Any]], systems: list[str]) -> list[dict[str,
     return summary
 
 
+def select_models(spec: str, grid: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """--models: catalog names of the grid, or NAME:TP for any catalog model at that TP (e.g. qwen3-235b-a22b:8)."""
+    out: list[tuple[str, int]] = []
+    for item in (x for x in spec.split(",") if x):
+        name, _, tp = item.partition(":")
+        if tp:
+            if not tp.isdigit() or int(tp) < 1:
+                raise SystemExit(f"error: --models {item}: the TP after ':' must be a positive integer")
+            out.append((name, int(tp)))
+        else:
+            out.extend(m for m in grid if m[0] == name)
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from graphsim.catalog import resolve_model
     from graphsim.importers.hf import import_hf
 
     models = QUICK_MODELS if args.quick else MODELS
     if args.models:
-        wanted = set(args.models.split(","))
-        models = [m for m in models if m[0] in wanted]
+        models = select_models(args.models, models)
     steps = QUICK_STEPS if args.quick else STEPS
+    if getattr(args, "steps", None):
+        steps = [x for x in args.steps.split(",") if x]
     systems = [s for s in args.systems.split(",") if s]
     for s in systems:
         if s not in HARDWARE:
@@ -377,7 +490,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 db = ensure_db(system, db_dir, given)
                 pred = graphsim_steps(graph, system, tp, db, steps)
-                ref = Reference(Path(resolved.location), system, tp, moe, work)
+                ref = Reference(Path(resolved.location), system, tp, moe, work, reference_kv_mode(graph))
                 eager_pred = None
                 if has_eager_rows(db):  # the eager-rows exception's counterfactual (module docstring)
                     with eager_rows_as_gpu_time():
@@ -402,6 +515,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if e_ms is not None and g_ms > 0 and abs(e_ms / g_ms - 1) > EAGER_MATTERS:
                     case["eager_exception"] = {"graphsim_reading_eager_rows_ms": e_ms,
                                                "diff": e_ms / a_ms - 1 if a_ms > 0 else math.nan}
+                if getattr(args, "per_op", False):
+                    case["per_op"] = per_op(batch, ops)
                 if not math.isfinite(diff) or abs(diff) > args.detail:
                     case["breakdown"] = breakdown(batch, ops)
                     case["notes"] = config_notes(resolved.config)
@@ -466,6 +581,13 @@ def print_report(out: dict[str, Any]) -> None:
                 print(f"      deliberate: {r['deliberate']}")
             if r["graphsim_gap"]:
                 print(f"      graphsim gap: {r['graphsim_gap']}")
+    for c in (c for c in out["cases"] if "per_op" in c):
+        print(f"\nper op (µs): {c['system']} {c['model']} tp{c['tp']} {c['step']}: graphsim {c['graphsim_ms'] * 1e3:.0f}, "
+              f"aiconfigurator {c['aiconfigurator_ms'] * 1e3:.0f}")
+        print(f"  {'op':<21} {'graphsim':>9} {'aiconfig':>9} {'diff':>8}  graphsim kernels | aiconfigurator ops")
+        for r in c["per_op"]:
+            print(f"  {r['op']:<21} {r['graphsim_us']:>9.1f} {r['aiconfigurator_us']:>9.1f} {r['diff_us']:>+8.1f}  "
+                  f"{', '.join(r['graphsim_kernels']) or '–'} | {', '.join(r['aiconfigurator_ops']) or '–'}")
     print("\n" + "; ".join(f"{k} {v:.1f} s" for k, v in out["timings_s"].items()))
 
 
@@ -473,7 +595,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     ap.add_argument("--systems", default="h200_sxm", help="comma-separated: h200_sxm, h100_sxm, a100_sxm")
     ap.add_argument("--quick", action="store_true", help="two models (one dense, one MoE), four steps")
-    ap.add_argument("--models", default=None, help="only these catalog names (comma-separated) of the grid")
+    ap.add_argument("--models", default=None, help="only these catalog names (comma-separated) of the grid; "
+                    "NAME:TP adds any catalog model at that TP (e.g. qwen3-235b-a22b:8)")
+    ap.add_argument("--steps", default=None, help="these steps (comma-separated prefill:1xN / decode:BxC) instead "
+                    "of the grid's")
+    ap.add_argument("--per-op", action="store_true", help="every case op by op: both sides by decoder-layer op "
+                    "(embedding, norms, qkv GEMM, attention, MoE, all-reduce, logits …), µs")
     ap.add_argument("--db", default=None, help="SYSTEM=PATH,… graphsim profile.dbs already imported")
     ap.add_argument("--db-dir", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "graphsim-validate-static"),
                     help="where missing profile.dbs are imported and model configs staged")

@@ -90,3 +90,74 @@ def test_quick_run_end_to_end(tmp_path, benchmark_script):
         assert abs(sum(c["shares"].values()) - 1) < 1e-9
     (s,) = out["summary"]
     assert s["group"] == "dense" and s["cases"] == len(V.QUICK_STEPS)
+
+
+# --- the reference's KV cache and the op-by-op alignment (fast) -------------------------------------------------
+
+
+def _graph_with(quantization_config: dict | None, dtype: str = "bfloat16"):
+    from types import SimpleNamespace
+
+    from graphsim.ir.meta import GraphMeta
+
+    return SimpleNamespace(meta=GraphMeta(source_format="test", dtype=dtype, quantization_config=quantization_config))
+
+
+def test_the_reference_reads_the_kv_dtype_graphsim_prices(benchmark_script):
+    V = benchmark_script("validate_static")
+    # DeepSeek-V3's fp8 checkpoint states no KV scheme: vLLM's --kv-cache-dtype auto is the model dtype (bf16),
+    # which aiconfigurator's default (fp8, from the weights' quantization) is not
+    ds_v3 = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    assert V.reference_kv_mode(_graph_with(ds_v3)) == "bfloat16"
+    assert V.reference_kv_mode(_graph_with(None)) == "bfloat16"
+    # a checkpoint that ships an fp8 cache (ModelOpt kv_cache_quant_algo): fp8 on both sides
+    modelopt = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}
+    assert V.reference_kv_mode(_graph_with(modelopt)) == "fp8"
+
+
+def test_models_take_any_catalog_name_at_a_tp(benchmark_script):
+    V = benchmark_script("validate_static")
+    assert V.select_models("qwen3-235b-a22b:8,deepseek-v3", V.MODELS) == [("qwen3-235b-a22b", 8), ("deepseek-v3", 8)]
+    assert V.select_models("llama-3.1-8b", V.MODELS) == [("llama-3.1-8b", 1)]
+    with pytest.raises(SystemExit, match="positive integer"):
+        V.select_models("qwen3-235b-a22b:x", V.MODELS)
+
+
+def _row(kernel: str, kind: str, total_us: float, region: str = "full.moe ×94", count: int = 94):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(kernel=kernel, kind=kind, total_us=total_us, region=region, count=count)
+
+
+def test_per_op_sets_both_sides_side_by_side(benchmark_script):
+    from types import SimpleNamespace
+
+    V = benchmark_script("validate_static")
+    rows = [_row("embedding", "embedding", 3.0, "before layers", 1),
+            _row("all_reduce", "all_reduce", 12.0, "before layers", 1),
+            _row("rms_norm", "rms_norm", 282.0), _row("qkv_proj", "gemm", 846.0),
+            _row("rotary_embedding", "rotary", 282.0), _row("flash_attn_varlen", "attention", 5452.0),
+            _row("o_proj", "gemm", 564.0), _row("all_reduce", "all_reduce", 1128.0),
+            _row("fused_add_rms_norm", "fused_add_rms_norm", 282.0), _row("gate", "gemm", 564.0),
+            _row("fused_moe", "moe_experts", 22560.0), _row("all_reduce", "all_reduce", 1128.0),
+            _row("lm_head", "gemm", 64.0, "after layers", 1), _row("all_gather", "all_gather", 76.0, "after layers", 1)]
+    batch = SimpleNamespace(rows=rows, overlaps=[{"hidden_us": 100.0}])
+    ops = [("generation_embedding", 0.003, "empirical"), ("generation_embedding_ar", 0.012, "silicon"),
+           ("generation_add_norm_1", 0.350, "empirical"), ("generation_qkv_gemm", 0.850, "silicon"),
+           ("generation_attention", 5.450, "silicon"), ("generation_proj_gemm", 0.580, "silicon"),
+           ("generation_add_norm_2", 0.350, "empirical"), ("generation_router_gemm", 0.560, "silicon"),
+           ("generation_moe_pre_dispatch", 1.128, "silicon"), ("generation_moe", 22.560, "silicon"),
+           ("generation_moe_post_dispatch", 1.128, "silicon"), ("generation_logits_gemm", 0.064, "silicon"),
+           ("generation_p2p", 0.0, "silicon")]
+    table = {r["op"]: (r["graphsim_us"], r["aiconfigurator_us"]) for r in V.per_op(batch, ops)}
+    assert list(table) == [op for op in V.OPS if op in table]  # in decoder-layer order
+    assert table["embedding all-reduce"] == (12.0, 12.0)
+    assert table["norms"] == pytest.approx((282.0 + 282.0, 350.0 + 350.0))  # both layer norms on both sides
+    assert table["rotary"] == (282.0, 0.0)  # aiconfigurator has no RoPE op
+    assert table["qkv GEMM"] == pytest.approx((846.0, 850.0)) and table["o GEMM"] == pytest.approx((564.0, 580.0))
+    assert table["router GEMM"] == pytest.approx((564.0, 560.0))
+    # the two TP all-reduces of a layer: graphsim's by place, aiconfigurator's moe pre/post dispatch
+    assert table["TP all-reduce"] == pytest.approx((2256.0, 2256.0))
+    assert table["MoE"] == pytest.approx((22560.0 - 100.0, 22560.0))  # the overlap's hidden time booked under MoE
+    assert table["logits GEMM"] == pytest.approx((64.0, 64.0)) and table["logits all-gather"] == (76.0, 0.0)
+    assert table["other"] == (0.0, 0.0)  # aiconfigurator's p2p (0 µs without pipeline stages)
