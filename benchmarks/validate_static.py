@@ -109,6 +109,10 @@ DELIBERATE = {
     "moe": "graphsim prices the router's top-k launch vLLM makes before the experts (vllm/model_executor/layers/"
            "fused_moe/router/fused_topk_router.py fused_topk → _moe_C.topk_softmax; grouped_topk_router.py for "
            "DeepSeek); aiconfigurator has no separate op for it",
+    "communication": "graphsim prices the logits all-gather vLLM runs at TP > 1 (vllm/model_executor/layers/"
+                     "logits_processor.py LogitsProcessor._gather_logits → tensor_model_parallel_all_gather; "
+                     "platforms/interface.py Platform.use_all_gather returns True, vLLM 0.19.0); aiconfigurator has "
+                     "no op for it",
 }
 # Ops the reference prices that vLLM does not run in the deployment compared: printed when the reference's op
 # (by name) carries time.
