@@ -114,11 +114,12 @@ def test_fuse_to_vllm_kda_kernels_with_no_placeholders(graph):
         for name in ("fused_kda_gate", "sigmoid", "causal_conv1d", "chunk_kda", "rms_norm_gated"):
             assert names.count(name) == 1, (tag, name, names)
         assert "cat" not in names  # vLLM convolves q, k and v apart: no concatenation kernel
-        # q, k, v and b are one GEMM (vLLM 0.33.0 kimi_k3 in_proj_qkvgfab, which also packs f_a_proj as a replicated
-        # part: graphsim keeps f_a_proj apart): 3 x 4 heads x 8 + 4 = 100 wide over hidden 32
-        qkvb = [k for k in ks if k.name == "qkvb_proj"]
-        assert [k.geometry_as(GemmGeometry) for k in qkvb] == [GemmGeometry(n=100, k=32)], names
-        assert not {"q_proj", "k_proj", "v_proj", "b_proj", "qkv_proj"} & set(names) and "f_a_proj" in names
+        # q, k, v, b and the forget gate's f_a are one GEMM (vLLM 0.33.0 kimi_gdn_linear_attn.py in_proj_qkvgfab,
+        # output sizes [proj, proj, proj, num_heads, head_dim]): 3 x (4 heads x 8) + 4 + 8 = 108 wide over hidden 32
+        packed = [k for k in ks if k.name == "in_proj_qkvgfab"]
+        assert [k.geometry_as(GemmGeometry) for k in packed] == [GemmGeometry(n=108, k=32)], names
+        assert not {"q_proj", "k_proj", "v_proj", "b_proj", "f_a_proj", "qkv_proj", "qkvb_proj"} & set(names)
+        assert "f_b_proj" in names and "g_a_proj" in names  # f_b and the output gate's g_a / g_b stay apart
     geo = next(k for k in _kernels(fused, "linear.dense") if k.name == "chunk_kda").geometry_as(LinearAttentionGeometry)
     assert (geo.kind, geo.num_v_heads, geo.k_head_dim, geo.v_head_dim, geo.chunk_size, geo.state_dtype) == (
         "kda", 4, 8, 8, 64, "f32")
@@ -130,12 +131,35 @@ def test_tp2_splits_heads_and_keeps_the_low_rank_halves_whole(graph):
     ks = {k.name: k for k in _kernels(fused, "linear.dense")}
     geo = ks["chunk_kda"].geometry_as(LinearAttentionGeometry)
     assert (geo.num_k_heads, geo.num_v_heads, geo.k_head_dim, geo.v_head_dim) == (2, 2, 8, 8)
-    # vLLM kda.py: f_a_proj / g_a_proj ReplicatedLinear (n = head_dim 8 whole), f_b_proj / g_b_proj column-parallel
-    # (4·8 / 2 = 16), o_proj row-parallel: the layer's only all-reduces are after o_proj and the MLP
-    assert ks["f_a_proj"].geometry_as(GemmGeometry).n == 8 and ks["g_a_proj"].geometry_as(GemmGeometry).n == 8
+    # vLLM 0.33.0 kimi_gdn_linear_attn.py: in_proj_qkvgfab splits q, k, v (32 / 2 = 16 each) and b (4 / 2 = 2) and
+    # keeps f_a whole (replicated_shard_id=4: head_dim 8): 3 x 16 + 2 + 8 = 58 a rank; g_a_proj ReplicatedLinear
+    # (n = head_dim 8 whole), f_b_proj / g_b_proj column-parallel (4·8 / 2 = 16), o_proj row-parallel: the layer's
+    # only all-reduces are after o_proj and the MLP
+    assert ks["in_proj_qkvgfab"].geometry_as(GemmGeometry) == GemmGeometry(n=58, k=32)
+    assert ks["g_a_proj"].geometry_as(GemmGeometry).n == 8
     assert ks["f_b_proj"].geometry_as(GemmGeometry).n == 16 and ks["g_b_proj"].geometry_as(GemmGeometry).n == 16
     reduces = [k for k in _kernels(fused, "linear.dense") if k.kind is KernelKind.ALL_REDUCE]
     assert len(reduces) == 2
+
+
+def test_tp4_packed_projection_keeps_f_a_whole_and_states_it(graph):
+    g, _ = graph
+    res = run_pipeline(copy.deepcopy(g), "fold,fuse{target=vllm},tp{size=4}")
+    out = res.graph
+    packed = next(n for n in out.nodes if n.op is Op.KERNEL and n.layer == 0 and n.attrs_as(KernelAttrs).name ==
+                  "in_proj_qkvgfab")
+    # 4 heads over 4 ranks: q, k, v 32 / 4 = 8 each, b 4 / 4 = 1, f_a whole 8: n = 3 x 8 + 1 + 8 = 33
+    assert packed.attrs_as(KernelAttrs).geometry_as(GemmGeometry) == GemmGeometry(n=33, k=32)
+    sa = "model.layers.0.self_attn"
+    shapes = {v.removeprefix(sa + "."): out.params[v].shape for v in packed.inputs if v in out.params}
+    assert shapes == {"q_proj.weight": (8, 32), "k_proj.weight": (8, 32), "v_proj.weight": (8, 32),
+                      "b_proj.weight": (1, 32), "forget_gate.f_a_proj.weight": (8, 32)}
+    # f_b_proj reads the whole f_a vector on every rank and expands it column-parallel: 4·8 / 4 = 8, k = 8 whole
+    f_b = next(n for n in out.nodes if n.op is Op.KERNEL and n.layer == 0 and n.attrs_as(KernelAttrs).name == "f_b_proj")
+    assert f_b.attrs_as(KernelAttrs).geometry_as(GemmGeometry) == GemmGeometry(n=8, k=8)
+    # the conservation check held the packed GEMM to (33 x 4) / 108 and lists its excess as stated replication
+    notes = res.results[-1][1].notes
+    assert any("packed GEMM's part kept whole" in line for line in notes), notes
 
 
 # --- pricing (hand-derived; costing/kda.py's formulas) ------------------------------------------------------------

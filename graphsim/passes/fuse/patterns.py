@@ -176,29 +176,32 @@ def linear_nodes(ctx: FuseContext) -> list[Node]:
 def packed_linears(ctx: FuseContext, groups: dict[str, tuple[str, ...]],
                    input_of: Callable[[Node], str] | None = None,
                    applies: Callable[[str, Node], bool] | None = None) -> list[Candidate]:
-    """Sibling linears of one module that read the same input (`input_of`: the value a linear reads, by default its
-    first input) and are named in a packed group → one candidate per group. `applies(group, linear)`: whether the
-    group packs in that linear's module (default: everywhere). Where groups overlap (q/k/v in both a
-    `qkv_proj` and a `qkvb_proj`), the group with the most siblings present claims them first, and of two with as many,
-    the one whose every member is present (q/k/v alone are a `qkv_proj`); a group needs two."""
-    siblings: dict[tuple[str, str], list[Node]] = {}
-    members = {m for ms in groups.values() for m in ms}
+    """Linears of one module that read the same input (`input_of`: the value a linear reads, by default its
+    first input) and are named in a packed group → one candidate per group. A member is named by its path under
+    the packing module: a leaf name for a direct child (`q_proj`), a dotted path for a linear transformers keeps in
+    a submodule (`forget_gate.f_a_proj`). `applies(group, linear)`: whether the group packs in that linear's
+    module (default: everywhere). Where groups overlap (q/k/v in both a `qkv_proj` and a `qkvb_proj`), the group
+    with the most members present claims them first, and of two with as many, the one whose every member is
+    present (q/k/v alone are a `qkv_proj`); a group needs two."""
+    siblings: dict[tuple[str, str], dict[str, Node]] = {}
+    members = sorted({m for ms in groups.values() for m in ms}, key=len, reverse=True)  # the longest path names it
     for n in linear_nodes(ctx):
-        if leaf(n.scope) in members:
-            siblings.setdefault((parent(n.scope), input_of(n) if input_of else n.inputs[0]), []).append(n)
+        m = next((m for m in members if n.scope == m or n.scope.endswith("." + m)), None)
+        if m is not None:
+            owner = n.scope[:-len(m)].rstrip(".")
+            siblings.setdefault((owner, input_of(n) if input_of else n.inputs[0]), {})[m] = n
     out = []
-    for nodes in siblings.values():
-        left = {leaf(n.scope): n for n in nodes}
-        here = {packed: ms for packed, ms in groups.items() if applies is None or applies(packed, nodes[0])}
+    for named in siblings.values():
+        left = dict(named)
+        first = min(named.values(), key=lambda n: ctx.pos[n.name])
+        here = {packed: ms for packed, ms in groups.items() if applies is None or applies(packed, first)}
         while here:
             present = [(sum(m in left for m in ms), all(m in left for m in ms), -i, packed)
                        for i, (packed, ms) in enumerate(here.items())]
             count, _, _, packed = max(present)
             if count < 2:
                 break
-            picked = [n for n in nodes if leaf(n.scope) in here[packed] and leaf(n.scope) in left]
-            for n in picked:
-                left.pop(leaf(n.scope), None)
+            picked = sorted((left.pop(m) for m in here[packed] if m in left), key=lambda n: ctx.pos[n.name])
             out.append(Candidate(picked, {"packed": packed}))
     return out
 

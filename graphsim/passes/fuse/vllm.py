@@ -76,10 +76,13 @@ A = TypeVar("A")
 #   packed_modules_mapping "wk_weights_proj": ["wk", "weights_proj"], vLLM 0.33.0; 0.19.0 kept two ReplicatedLinear);
 # - qkvb_proj, in a Kimi Delta Attention module only: its q, k, v and beta projections, one
 #   MergedColumnParallelLinear(hidden, [proj, proj, proj, num_heads]) split part by part (models/bailing_moe_v3.py
-#   BailingMoeV3KDAAttention.__init__ and packed_modules_mapping "qkvb_proj"; models/kimi_k3/nvidia/model.py packs
-#   the same four with f_a_proj into `in_proj_qkvgfab`, whose f_a part every rank keeps whole (layers/mamba/gdn/
-#   kimi_gdn_linear_attn.py _KimiGDNMergedColumnParallelLinear): graphsim keeps that replicated part a GEMM of its
-#   own, vLLM 0.33.0);
+#   BailingMoeV3KDAAttention.__init__ and packed_modules_mapping "qkvb_proj", vLLM 0.33.0);
+# - in_proj_qkvgfab, in a Kimi Delta Attention module only: the same four with the forget gate's low-rank f_a_proj
+#   (transformers keeps it in a `forget_gate` submodule), one _KimiGDNMergedColumnParallelLinear(hidden,
+#   [proj, proj, proj, num_heads, head_dim], replicated_shard_id=4) whose f_a part every rank keeps whole
+#   (layers/mamba/gdn/kimi_gdn_linear_attn.py KimiGatedDeltaNetAttention.__init__ without use_full_rank_gate;
+#   models/kimi_k3/nvidia/model.py KimiLinearModel.packed_modules_mapping "in_proj_qkvgfab", vLLM 0.33.0): the tp
+#   pass keeps that part whole and splits the others (partition/packed_parts.py);
 # - in_proj_qkvg, in a gated-delta-rule module only: OLMo-Hybrid's q, k, v and output-gate projections, one
 #   MergedColumnParallelLinear split part by part, b_proj and a_proj apart (layers/mamba/gdn/olmo_gdn_linear_attn.py
 #   OlmoHybridGatedDeltaNetAttention.__init__; models/olmo_hybrid.py packed_modules_mapping "in_proj_qkvg").
@@ -89,6 +92,7 @@ A = TypeVar("A")
 # The same leaf names pack differently by the module's recurrence (q/k/v with beta in KDA, with the output gate in
 # OLMo's gated delta net, q/k/v alone beside softmax attention): PACKED_IN names the recurrence a group needs.
 PACKED = {
+    "in_proj_qkvgfab": ("q_proj", "k_proj", "v_proj", "b_proj", "forget_gate.f_a_proj"),
     "qkvb_proj": ("q_proj", "k_proj", "v_proj", "b_proj"),
     "in_proj_qkvg": ("q_proj", "k_proj", "v_proj", "g_proj"),
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
@@ -99,7 +103,7 @@ PACKED = {
     "wk_weights_proj": ("wk", "weights_proj"),
     "w13": ("w1", "w3"),
 }
-PACKED_IN = {"qkvb_proj": "kda", "in_proj_qkvg": "gated_delta_rule"}
+PACKED_IN = {"in_proj_qkvgfab": "kda", "qkvb_proj": "kda", "in_proj_qkvg": "gated_delta_rule"}
 
 
 def _absorb(_ctx, _cand):

@@ -30,7 +30,7 @@ from graphsim.ir.geometry import (
 )
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.base import PassError, PassResult, register_pass
-from graphsim.passes.partition import gather, mamba_groups, replicated
+from graphsim.passes.partition import gather, mamba_groups, packed_parts, replicated
 from graphsim.passes.partition.conservation import Declared, check_conservation
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
 
@@ -79,7 +79,8 @@ class TensorParallel(PartitionPass):
                 users.setdefault(v, []).append(n)
         sharded: set[str] = set()
         origins: dict[str, frozenset[str]] = {}  # a sharded value -> the column-parallel GEMMs it comes from
-        kv_whole: set[str] = set()  # k / v outputs of a QKV GEMM that keeps whole KV heads (num_kv_heads < tp)
+        # k / v outputs of a QKV GEMM that keeps whole KV heads (num_kv_heads < tp), a packed GEMM's whole parts
+        kv_whole: set[str] = set()
         mixed: frozenset[str] = frozenset()
         producers = {n.name for n in graph.nodes}
         rename: dict[str, str] = {}
@@ -134,6 +135,18 @@ class TensorParallel(PartitionPass):
                 n = mamba_groups.grow(n, graph, params, groups, t, where)
                 declared.grown[n.name] = (groups.factor(n.name), mamba_groups.REASON)
                 bump("mamba_groups_replicated")
+                out_sharded = True
+            elif (a.kind is KernelKind.GEMM and not in_sharded and not in_partial and n.name not in gathered
+                  and (parts := packed_parts.whole_parts(n, _values(n), lambda p: _stays_replicated(p, users)
+                                                         or _kda_low_rank_down(p, users, graph)))):
+                # a packed GEMM with a part every rank keeps whole beside split ones (vLLM's Kimi in_proj_qkvgfab:
+                # graphsim/passes/partition/packed_parts.py): one GEMM of the split parts' slices and the whole parts
+                n, factor = packed_parts.split_parts(n, parts, graph, params, t, where)
+                declared.grown[n.name] = (factor, packed_parts.REASON)
+                kv_whole.update(v for v, _ in parts)  # those outputs are whole on every rank, not a slice
+                origins.update((v, frozenset({n.name})) for v in _values(n) if v not in kv_whole)
+                bump("column_parallel")
+                bump("packed_whole_part")
                 out_sharded = True
             elif a.kind is KernelKind.GEMM:
                 n, after, out_sharded = self._gemm(n, a, in_sharded, users, graph, params, where, used, bump)
@@ -531,7 +544,7 @@ def _kda_low_rank_down(n: Node, users: dict[str, list[Node]], graph: Graph) -> b
                          and u.attrs.geometry_as(GemmGeometry).k == width for u in us):
         return False
     return any(isinstance(m.attrs, KernelAttrs) and isinstance(m.attrs.geometry, LinearAttentionGeometry)
-               and m.attrs.geometry.kind == "kda" and n.scope.startswith(m.scope + ".") for m in graph.nodes)
+               and m.attrs.geometry.kind == "kda" and (n.scope + ".").startswith(m.scope + ".") for m in graph.nodes)
 
 
 def _feeds_indexer(n: Node, users: dict[str, list[Node]]) -> bool:

@@ -26,7 +26,8 @@ with the reason):
    dense MLP, the shared expert), in order. A kernel may take a whole run of rows vLLM packs into one
    GEMM — q/k/v (`QKVParallelLinear`, vllm/model_executor/layers/linear.py), gate/up
    (`MergedColumnParallelLinear`, same file), MLA's q_a/kv_a (`fused_qkv_a_proj`,
-   vllm/model_executor/models/deepseek_v2.py), a KDA layer's q/k/v/b (`qkvb_proj`), LFM2's w1/w3 (`w13`) — or each
+   vllm/model_executor/models/deepseek_v2.py), a KDA layer's q/k/v/b (`qkvb_proj`, with Kimi's f_a `in_proj_qkvgfab`),
+   LFM2's w1/w3 (`w13`) — or each
    row alone; the one packing whose kernel count
    matches is used, and none or several matching is unsupported.
 3. The attention core rows (`attn.core`: the scores and values or the recurrence with its KV/state
@@ -88,11 +89,12 @@ _LINEAR_PARTS = frozenset({"attn.qkv", "attn.q", "attn.kv", "attn.in", "attn.gat
 # DeepseekV2MLAAttention: fused_qkv_a_proj, a MergedColumnParallelLinear of q_lora_rank and kv_lora_rank +
 # qk_rope_head_dim, where q_lora_rank is set).
 _MLA_A = frozenset({"q_a_proj", "kv_a_proj_with_mqa"})
-# A KDA layer's q/k/v and beta (vLLM 0.33.0 bailing_moe_v3.py qkvb_proj, kimi_k3 in_proj_qkvgfab; the fuse rule's
-# `qkvb_proj`), tried before q/k/v alone.
+# A KDA layer's q/k/v and beta (vLLM 0.33.0 bailing_moe_v3.py qkvb_proj; the fuse rule's `qkvb_proj`), with Kimi's
+# forget-gate f_a (kimi_gdn_linear_attn.py in_proj_qkvgfab; the fuse rule's `in_proj_qkvgfab`), tried before q/k/v alone.
 _QKVB = frozenset({"q_proj", "k_proj", "v_proj", "b_proj"})
-_PACKS = (_QKVB, frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"gate_proj", "up_proj"}), frozenset({"w1", "w3"}),
-          _MLA_A)
+_QKVBFA = _QKVB | {"f_a_proj"}
+_PACKS = (_QKVBFA, _QKVB, frozenset({"q_proj", "k_proj", "v_proj"}), frozenset({"gate_proj", "up_proj"}),
+          frozenset({"w1", "w3"}), _MLA_A)
 
 
 def _leaf(row: Row) -> str:
