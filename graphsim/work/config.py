@@ -76,6 +76,18 @@ class ConfigView:
             raise ConfigError(f"{self._where()} field '{key}' is {value}, must be at least {minimum}; fix the config")
         return int(value)
 
+    def req_int_at(self, key: str, layer: int, layers: int, minimum: int = 1) -> int:
+        """Layer `layer`'s value of a field the config may state per layer: an integer for every layer, or a list
+        of one integer a layer (transformers' `int | list[int]` fields, e.g. HunYuanMoEV1Config.moe_topk, read
+        as `config.moe_topk[layer_idx]` by HunYuanMoEV1Gate)."""
+        value = self._get(key)
+        if isinstance(value, (list, tuple)):
+            if len(value) != layers:
+                raise ConfigError(f"{self._where()} field '{key}' lists {len(value)} values for {layers} layers; "
+                                  "give one a layer or a single integer")
+            return self._check_int(key, value[layer], minimum)
+        return self.req_int(key, minimum)
+
     def opt_int_or_null(self, key: str, default: int | None, minimum: int = 1) -> int | None:
         """Like `opt_int`, but an explicit JSON null means None (the default applies only when absent)."""
         if key in self.cfg and self.cfg[key] is None:

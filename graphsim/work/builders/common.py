@@ -106,6 +106,9 @@ class MoeFields:
     # <= moe_layer_end_index (−1: the last layer) (Ernie4_5_MoeDecoderLayer, Ernie4_5_MoeConfig.__post_init__)
     interval_schedule: bool = False
     shared_bias: Flag | None = None  # the shared expert's biases (ERNIE-4.5-MoE: use_bias)
+    # top-k may be a per-layer list (transformers' `moe_topk: int | list[int]`, HunYuanMoEV1Config, indexed by
+    # layer in HunYuanMoEV1Gate; vLLM hunyuan_v1.py HunYuanSparseMoeBlock reads moe_topk[layer_id] likewise)
+    per_layer_top_k: bool = False
 
 
 def dense_ffn(
@@ -114,9 +117,13 @@ def dense_ffn(
     return DenseFfn(hidden=hidden, intermediate=view.req_int(key), gated=gated, bias=bias.read(view), block_norms=norms)
 
 
-def moe_ffn(view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1) -> MoeFfn:
+def moe_ffn(
+    view: ConfigView, hidden: int, fields: MoeFields, norms: int = 1, layer: int = 0, layers: int = 1
+) -> MoeFfn:
+    """The MoE block of layer `layer` of `layers` (the layer matters only with `fields.per_layer_top_k`)."""
     experts = view.req_int(fields.experts_key)
-    top_k = view.req_int(fields.top_k_key)
+    top_k = (view.req_int_at(fields.top_k_key, layer, layers) if fields.per_layer_top_k
+             else view.req_int(fields.top_k_key))
     if top_k > experts:
         raise ConfigError(
             f"config.json ({view.arch}): {fields.top_k_key} {top_k} exceeds {fields.experts_key} {experts}; fix the config"
@@ -153,7 +160,9 @@ def ffn_schedule(
     if fields is None:
         dense = dense_ffn(view, hidden, norms=norms, bias=bias, gated=gated)
         return [dense] * layers
-    moe = moe_ffn(view, hidden, fields, norms)
+    moe = moe_ffn(view, hidden, fields, norms, 0, layers)
+    if fields.per_layer_top_k:  # every layer of such a class is MoE (HunYuanMoEV1DecoderLayer)
+        return [moe_ffn(view, hidden, fields, norms, i, layers) for i in range(layers)]
     kinds = view.opt_str_list("mlp_layer_types") if fields.layer_types else None
     if kinds is not None:  # transformers 5's per-layer "dense" / "sparse" list, when the class has one
         if len(kinds) != layers or any(k not in ("dense", "sparse") for k in kinds):

@@ -280,12 +280,13 @@ EXAONE_MOE = GqaProfile(
 )
 # HunYuan-MoE-V1: HunYuan dense attention (per-head q/k norms, biases from attention_bias); every layer
 # a MoE of num_experts gated experts of intermediate_size, top moe_topk, a router `gate.wg` without
-# bias, and an unbiased shared MLP of intermediate_size (HunYuanMoEV1Moe.shared_mlp). Per-layer lists
-# for num_experts / moe_topk are refused (one line: not an integer) (models/hunyuan_v1_moe).
+# bias, and an unbiased shared MLP of intermediate_size (HunYuanMoEV1Moe.shared_mlp). moe_topk may be a
+# per-layer list, as Hunyuan-A13B's config.json states it (HunYuanMoEV1Gate reads [layer_idx]); a num_experts
+# list is refused, as HunYuanMoEV1Config refuses it (models/hunyuan_v1_moe).
 HUNYUAN_MOE = GqaProfile(
     qkv_bias=ATTN_BIAS, o_bias=ATTN_BIAS, qk_norm=QK_NORM,
     moe=MoeFields("num_experts", "intermediate_size", top_k_key="moe_topk", shared_key="intermediate_size",
-                  shared_module="shared_mlp", router_module="gate.wg"),
+                  shared_module="shared_mlp", router_module="gate.wg", per_layer_top_k=True),
 )
 # dots.llm1 (Dots1): Qwen3's attention (per-head q/k norms, biases from attention_bias; sliding from
 # max_window_layers on when sliding_window is set), unbiased MLPs, DeepSeekMoE after
