@@ -161,3 +161,24 @@ def test_per_op_sets_both_sides_side_by_side(benchmark_script):
     assert table["MoE"] == pytest.approx((22560.0 - 100.0, 22560.0))  # the overlap's hidden time booked under MoE
     assert table["logits GEMM"] == pytest.approx((64.0, 64.0)) and table["logits all-gather"] == (76.0, 0.0)
     assert table["other"] == (0.0, 0.0)  # aiconfigurator's p2p (0 µs without pipeline stages)
+
+
+@pytest.mark.slow
+def test_tp8_moe_decode_reads_aiconfigurators_rows_op_by_op(tmp_path, benchmark_script):
+    """Qwen3-30B-A3B at TP 8 (4 KV heads over 8 ranks: one a rank, replicated), decode 64×4096 on H200: every op both
+    sides have is priced from the same row (the MoE experts, attention, the GEMMs, both TP all-reduces); what graphsim
+    adds is the launches aiconfigurator has no op for (docs/cost-model.md, MoE decode op by op)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("aiconfigurator_core")
+    pytest.importorskip("pyarrow")
+    V = benchmark_script("validate_static")
+    args = argparse.Namespace(systems="h200_sxm", quick=False, models="qwen3-30b-a3b:8", steps="decode:64x4096",
+                              per_op=True, db=None, db_dir=str(tmp_path), detail=0.10, json=True)
+    (case,) = V.run(args)["cases"]
+    ops = {r["op"]: r for r in case["per_op"]}
+    for op in ("embedding all-reduce", "qkv GEMM", "attention", "o GEMM", "TP all-reduce", "router GEMM", "MoE",
+               "logits GEMM"):
+        g, a = ops[op]["graphsim_us"], ops[op]["aiconfigurator_us"]
+        assert a > 0 and abs(g / a - 1) < 0.02, (op, g, a)
+    assert ops["rotary"]["aiconfigurator_us"] == 0 < ops["rotary"]["graphsim_us"]
+    assert ops["logits all-gather"]["aiconfigurator_us"] == 0 < ops["logits all-gather"]["graphsim_us"]
