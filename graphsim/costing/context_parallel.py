@@ -135,7 +135,7 @@ def with_prefill_context_parallel(cm: CostModel, pcp: int) -> CostModel:
             return pcp_attention(lf, pcp, kv)
         return replace(lf, view=ChunkView(pcp))
 
-    tree = _map_leaves(build_tree(cm.graph, cm.dtypes, None, _streams(cm)), each)
+    tree = _map_leaves(build_tree(cm.graph, cm.dtypes, None, _streams(cm), _row_labels(cm)), each)
     note = f"prefill context parallel {pcp}: ring attention over {pcp} ranks (the last rank priced)"
     return replace(cm, tree=compile_tree(tree), data_note=f"{cm.data_note}; {note}" if cm.data_note else note)
 
@@ -189,11 +189,19 @@ def with_decode_context_parallel(cm: CostModel, dcp: int) -> CostModel:
         return cm
     from graphsim.costing.cost_tree import build_tree, compile_tree
 
-    tree = build_tree(cm.graph, cm.dtypes, None, _streams(cm))
+    tree = build_tree(cm.graph, cm.dtypes, None, _streams(cm), _row_labels(cm))
     tree = _map_leaves(tree, lambda lf: dcp_attention(lf, dcp, cm.tp, cm.graph.name)
                        if lf.attrs.kind is KernelKind.ATTENTION else lf)
     note = f"decode context parallel {dcp}: KV sharded over {dcp} ranks of the TP group"
     return replace(cm, tree=compile_tree(tree), data_note=f"{cm.data_note}; {note}" if cm.data_note else note)
+
+
+def _row_labels(cm: CostModel):
+    """The collector labels of a key's own rows, as the unsplit tree reads them: a router top-k inside its experts'
+    measured rows is no leaf here either (costing/routing_in_rows.py)."""
+    from graphsim.costing.routing_in_rows import pricer_row_labels
+
+    return pricer_row_labels(cm.pricer)
 
 
 def _streams(cm: CostModel):
