@@ -29,9 +29,14 @@ run the harness
    and GPU;
 3. simulates vLLM bench serve's workload for that run: the random dataset at the run's lengths and
    seed, its --request-rate (inf: every request at t = 0; the dennislee22 runs give none, vLLM's default
-   inf), and the prompts an earlier run on the same server sent already in the prefix cache (same seed: the
-   same first prompts, up to the shorter input length; the server is the engine's APIServer pid in the log
-   lines, or a named server, the order their times).
+   inf), starting from the prefix cache the earlier runs on the same server left (the server is the engine's
+   APIServer pid in the log lines, or a named server, the order their times): those runs are simulated as they
+   were sent (their own lengths, rate and concurrency, each with the client's test request before it), one after
+   another on the same engine, and each hands its block pool to the next (`graphsim.serving.simulate_after`,
+   `SimulationSetup.prefix_cache`). Prompt i of a seed is one key over its whole length (`bench_random(...,
+   prompt_keys=True)`): vLLM's RandomDataset builds it from (offsets[i] + i + arange(input_len)) % vocab_size, the
+   lengths consuming nothing of its generator at range ratio 0, so a run with the same seed sends the same
+   prompts, a longer input length extending them, and hits them as far as they are still cached.
    Output length per request: the run's measured total output tokens / completed requests (the runs
    did not pass --ignore-eos, so a few requests stopped early; this is a workload fact, not a fitted
    number);
@@ -59,9 +64,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:  # run from a checkout: import this tree's graphsim
@@ -126,81 +134,30 @@ def excluded(run: dict[str, Any], test: dict[str, Any]) -> str | None:
     return None
 
 
-def server(run: dict[str, Any]) -> tuple[str, Any]:
-    """Which server process a run went to: a named server, else the engine's APIServer pid in its log lines."""
+def server(run: dict[str, Any]) -> tuple[Any, ...]:
+    """Which server process a run went to: a named server, else the engine's APIServer pid in its log lines, at the
+    host the client's command named, serving the run's test (one deployment: its KV cache is fixed when it starts).
+    A pid alone is not a server: a restarted container logs the same one (dennislee22's pid 144 served test 2 at
+    23:11, test 3 at 23:30 and test 2 again at 23:39 on 09-03; pid 114 answered at 10.254.5.35 for t1-08 and at
+    10.254.5.39 for t1-09)."""
     log = run["server_log"]
-    return run["file"], log.get("server", log.get("api_server_pid"))
+    return run["file"], run["test"], log.get("host"), log.get("server", log.get("api_server_pid"))
 
 
-def warm_prompts(run: dict[str, Any], runs: list[dict[str, Any]], capacity_tokens: int) -> dict[int, int]:
-    """Prompt tokens of this run in the server's prefix cache when it starts, by prompt index. Earlier runs on the
-    same server (`server`, earlier log time) with the same seed sent the same prompts up to the shorter input
-    length: vLLM's RandomDataset (benchmark_dataset.py `RandomDataset.sample`) draws the input and output lengths
-    (which consume nothing of its generator at range_ratio 0) and then the offsets, and builds prompt i from
-    (offsets[i] + i + arange(input_len)) % vocab_size, so a longer prompt i extends the shorter one.
-
-    The cache is replayed as vLLM's block pool keeps it: a request re-uses (touches) the cached prefix of its
-    prompt, computes the rest and its output, and is freed tail first (`SingleTypeKVCacheManager.free` frees its
-    blocks reversed), so its output goes before its prompt and its prompt's first tokens last; freed blocks are
-    evicted oldest first (`FreeKVCacheBlockQueue`) once `capacity_tokens` are held. A cached prompt range a
-    shorter prompt did not touch keeps its age (taken as the oldest). The client's test request (the first
-    prompt, sent once before each run) keeps prompt 0 warm."""
+def earlier_runs(run: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs the same server (`server`) took before this one, in the order of their log times."""
     log = run["server_log"]
-    history = sorted((r for r in runs if r is not run and server(r) == server(run)
-                      and r["server_log"].get("time", "") < log.get("time", "")),
-                     key=lambda r: r["server_log"]["time"])
-    # (seed, prompt, start) → tokens of the cached prompt range [start, start + tokens); start < 0: an output
-    lru: OrderedDict[tuple[int, int, int], int] = OrderedDict()
-    starts: defaultdict[tuple[int, int], set[int]] = defaultdict(set)  # (seed, prompt) → its ranges' starts
-    total = outputs = 0
+    return sorted((r for r in runs if r is not run and server(r) == server(run)
+                   and r["server_log"].get("time", "") < log.get("time", "")), key=lambda r: r["server_log"]["time"])
 
-    def drop(key: tuple[int, int, int]) -> int:
-        if key[2] >= 0:
-            starts[key[:2]].discard(key[2])
-        return lru.pop(key)
 
-    for r in history:
-        in_len, m, seed = r["bench"]["random_input_len"], r["measured"], r["bench"]["seed"]
-        out = max(1, round(m["total_output_tokens"] / max(1, m["completed"])))
-        for i in range(r["bench"]["num_prompts"]):
-            touched, covered = [], 0
-            for st in sorted(starts[(seed, i)]):
-                if st != covered or st >= in_len:  # past a gap, or past this prompt: not re-used
-                    break
-                end = st + lru[(seed, i, st)]
-                total -= drop((seed, i, st))
-                if end > in_len:  # the untouched rest keeps its age: the oldest
-                    lru[(seed, i, in_len)] = end - in_len
-                    lru.move_to_end((seed, i, in_len), last=False)
-                    starts[(seed, i)].add(in_len)
-                    total += end - in_len
-                    end = in_len
-                touched.append((st, end - st))
-                covered = end
-            if covered < in_len:  # ranges past the first miss are not re-used: recomputed
-                for st in [x for x in starts[(seed, i)] if x >= covered]:
-                    total -= drop((seed, i, st))
-                touched.append((covered, in_len - covered))
-            outputs += 1
-            lru[(seed, i, -outputs)] = out
-            for st, n in sorted(touched, reverse=True):  # freed tail first: the prompt's head is the newest
-                lru[(seed, i, st)] = n
-                starts[(seed, i)].add(st)
-            total += out + sum(n for _, n in touched)
-            while total > capacity_tokens:
-                key = next(iter(lru))
-                total -= drop(key)
-    n, in_len, seed = run["bench"]["num_prompts"], run["bench"]["random_input_len"], run["bench"]["seed"]
-    warm = {0: in_len}
-    for i in range(1, n):
-        covered = 0
-        for st in sorted(starts.get((seed, i), ())):
-            if st != covered:
-                break
-            covered = st + lru[(seed, i, st)]
-        if covered:
-            warm[i] = min(covered, in_len)
-    return warm
+def test_request(in_len: int, out_len: int, seed: int):
+    """The client's test request before a run: its first prompt, once, with its output length (vllm 0.10.1
+    benchmarks/serve.py `benchmark`: "Starting initial single prompt test run", `input_requests[0]`'s prompt,
+    prompt_len and expected_output_len), keyed as the run's prompt 0."""
+    from graphsim.serving.requests import RequestSpec
+
+    return [RequestSpec(0.0, in_len, out_len, f"prompt-{seed}-0", in_len)]
 
 
 def network_overrides(network: dict[str, Any] | None) -> dict[str, float]:
@@ -234,8 +191,11 @@ def ensure_profile(directory: str | None, system: str) -> str:
 class Predictor:
     """Deployments per test, cost trees per (model, TP): each model traced once per TP size."""
 
-    def __init__(self, profile_dir: str | None) -> None:
+    def __init__(self, profile_dir: str | None, tests: dict[str, dict[str, Any]] | None = None) -> None:
         self.profile_dir = profile_dir
+        self.tests = tests if tests is not None else load_runs()[1]
+        # each run's prediction by id (with the prefix cache it left: the next run on its server starts from it)
+        self.done: dict[str, dict[str, Any]] = {}
         self.profiles: dict[str, str] = {}
         self.costs: dict[tuple[Any, ...], Any] = {}
         # tests whose KV cache is the start-up floor: (graphsim's estimate, the floor), bytes a rank; see deployment()
@@ -279,6 +239,9 @@ class Predictor:
         engine = {k: v for k, v in data["engine"].items() if k != "gpu_memory_utilization"}
         data = dict(data, engine={**engine, "kv_cache_memory_bytes": floor})
         return plan_deployment(DeploymentConfig.parse(data)), "interconnect" in extra
+
+    def test_of(self, run: dict[str, Any]) -> dict[str, Any]:
+        return self.tests[run["test_key"]]
 
     def profile(self, system: str) -> str:
         if system not in self.profiles:
@@ -326,9 +289,10 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     n = b["num_prompts"] if max_prompts is None else min(b["num_prompts"], max_prompts)
     in_len = round(m["total_input_tokens"] / m["completed"])
     out_len = max(1, round(m["total_output_tokens"] / m["completed"]))
+    if run["id"] in pred.done:  # simulated already, as an earlier run of a later one's server
+        return pred.done[run["id"]]
     dep, network = pred.deployment(test)
     lens = per_request_lengths(b, n)
-    warm = {} if lens else {i: t for i, t in warm_prompts(run, runs, dep.capacity.tokens).items() if i < n}
     # the cost tree depends on the deployment's engine limits too (max_num_batched_tokens follows --max-model-len
     # in V0, the CUDA-graph bound follows --max-num-seqs): one per model, TP, GPU, network and those limits
     key = (test["model"], test["tp"], test["gpu"], network, test["max_model_len"], test.get("max_num_seqs"))
@@ -348,21 +312,31 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
         in_len, out_len = round(sum(lens[0]) / n), max(1, round(sum(lens[1]) / n))
     else:
         workload = bench_random(n, in_len, out_len, 0.0, 0, rate, 1.0, b.get("max_concurrency"), b["seed"],
-                                warm_prompts=warm)
+                                prompt_keys=True)
     t0 = time.perf_counter()
+    earlier = [] if lens else earlier_runs(run, runs)
+    if earlier:  # the cache the server's earlier runs left, then the client's test request
+        prev = earlier[-1]
+        left = predict(prev, pred.test_of(prev), runs, pred, max_prompts)["prefix_cache"]
+        setup = replace(setup, prefix_cache=left)
+    if not lens:
+        setup = replace(setup, prefix_cache=simulate(setup, test_request(in_len, out_len, b["seed"])).prefix_cache)
     res = simulate(setup, workload)
+    warm = int(np.count_nonzero(res.requests.column("hit_tokens") > 0))
     summary = summarize(res)
     doc = bench_result(res, BenchSettings(model_id=test["model"], num_prompts=n, request_rate=rate,
                                           max_concurrency=b.get("max_concurrency"), save_detailed=bool(lens)),
                        bench_arrivals(n, rate, 1.0, b["seed"]),
                        {"predicted": True, "deployment": dep.to_json(), "data": note, "run": run["id"],
-                        "prompts_in_prefix_cache": len(warm), "time_source": summary.source,
+                        "prompts_in_prefix_cache": warm, "time_source": summary.source,
                         "source_shares": getattr(summary, "source_shares", {})})
     if lens:
         score_empty_text_as_client(doc, lens[1])
-    return {"predicted": {k: doc[k] for k, _ in METRICS}, "document": doc, "warm_prompts": len(warm), "prompts": n,
-            "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
-            "network": network}
+    pred.done[run["id"]] = out = {
+        "predicted": {k: doc[k] for k, _ in METRICS}, "document": doc, "warm_prompts": warm, "prompts": n,
+        "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
+        "network": network, "prefix_cache": res.prefix_cache, "earlier": [r["id"] for r in earlier]}
+    return out
 
 
 def save_pair(directory: Path, run: dict[str, Any], test: dict[str, Any], predicted: dict[str, Any]) -> None:
@@ -411,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs, tests = load_runs()
     chosen = select(runs, tests, args.subset)
-    pred = Predictor(args.profiles)
+    pred = Predictor(args.profiles, tests)
     rows, skipped = [], []
     for r in chosen:
         t = tests[r["test_key"]]

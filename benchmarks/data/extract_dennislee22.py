@@ -87,6 +87,7 @@ RESULT_KEYS = {
 }
 _TEST = re.compile(r"^#{3,4} .*Test (\d+):")
 _ARG = re.compile(r"--(num-prompts|random-input-len|random-output-len|model|request-rate|max-concurrency)[ =]([^\s\\]+)")
+_HOST = re.compile(r"--host[ =]([^\s\\]+)")
 _LOG = re.compile(r"\(APIServer pid=(\d+)\) INFO (\d\d-\d\d \d\d:\d\d:\d\d).*Prefix cache hit rate: ([\d.]+)%")
 
 
@@ -103,6 +104,9 @@ def extract(text: str, commit: str) -> dict:
             runs.append(cur)
         if cur is None:
             continue
+        h = _HOST.search(line)
+        if h:  # the client's --host: a restarted server can log the same APIServer pid (server() in validate_serving)
+            cur["host"] = h.group(1)
         for k, v in _ARG.findall(line):
             cur["settings"][k.replace("-", "_")] = v if k == "model" else float(v) if "rate" in k else int(v)
         if ":" in line and not line.startswith("("):
@@ -119,6 +123,8 @@ def extract(text: str, commit: str) -> dict:
         s = r["settings"]
         if "random_output_len" not in s:  # the README's command lost its value (one gpt-oss-120b run)
             s["random_output_len"] = None
+        if "host" in r:
+            r["server_log"]["host"] = r.pop("host")
         run = {"id": f"dl22-t{r['test']}-{i:02d}", **{k: v for k, v in r.items() if k != "settings"},
                "bench": {"dataset_name": "random", "num_prompts": s["num_prompts"], "random_input_len": s["random_input_len"],
                          "random_output_len": s["random_output_len"], "request_rate": s.get("request_rate", "inf"),

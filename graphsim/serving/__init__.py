@@ -35,12 +35,12 @@ from graphsim.serving.metrics import SLO, Stats, Summary, summarize
 from graphsim.serving.pricing import IterationCost, MemoCost, TreeCost, iteration_cost
 from graphsim.serving.requests import ClosedLoop, Lengths, RequestSpec, load_trace, parse_lengths, synthetic
 from graphsim.serving.router import Router, RouterPolicy
-from graphsim.serving.simulator import SimulationResult, SimulationSetup, simulate
+from graphsim.serving.simulator import SimulationResult, SimulationSetup, simulate, simulate_after
 
 __all__ = [
     "SLO", "ClosedLoop", "DeploymentConfig", "DeploymentConfigError", "EngineArgs", "EngineConfig", "IterationCost",
     "KvCapacity", "KvKind", "KvLayout", "Lengths", "MemoCost", "MemoryBudget", "MemoryOverrides", "ParallelConfig",
     "RequestSpec", "Router", "RouterPolicy", "SimulationResult", "SimulationSetup", "Stats", "Summary", "TreeCost",
     "batch_defaults", "iteration_cost", "kv_capacity", "kv_layout", "load_trace", "memory_budget", "parse_bytes",
-    "parse_lengths", "simulate", "summarize", "synthetic", "weight_bytes_per_rank",
+    "parse_lengths", "simulate", "simulate_after", "summarize", "synthetic", "weight_bytes_per_rank",
 ]

@@ -13,12 +13,62 @@ Cached content has two forms:
 - a run `("run", request id)`: the full blocks a preempted request had computed beyond its shared
   prefix, kept so its recompute can hit them (vLLM frees a request's blocks in reverse order, so a
   run is evicted from its end).
+
+A finished request's blocks past its shared prefix (its output, or a prompt without a prefix key) are
+content no later request of the workload names, yet in vLLM they queue for eviction like any other
+freed block: `BlockPool.free_blocks` appends every freed block, hashed or not, at the free queue's tail,
+and `SingleTypeKVCacheManager.free` frees a request's blocks in reverse order (vllm 0.10.1
+v1/core/block_pool.py, v1/core/single_type_kv_cache_manager.py), so they go before its prefix blocks and
+after every block freed earlier. `queue_freed` keeps them there (an entry that nothing hits), so a later
+allocation evicts the least recently freed content, not those blocks first.
+
+`snapshot()` / `restore()` hand the cached content over to an engine that starts later on the same server
+(`PrefixCache`): the shared blocks keep their keys, the other entries become anonymous ones that keep their
+place in the queue.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+
+class _Entry:
+    """The tag of a queue entry that no request's prefix key can equal (prefix ids are strings)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+FREED = _Entry("freed")  # (FREED, request id): a finished request's own blocks, queued (queue_freed)
+STALE = _Entry("stale")  # (STALE, k): an entry of an earlier workload on the same engine (restore)
+
+PoolEntries = tuple[tuple[Hashable, int], ...]  # (key, blocks), least recently freed first
+
+
+@dataclass(frozen=True)
+class PrefixCache:
+    """The free, cached content of each engine's block pool when a workload ended (`BlockPool.snapshot`, one
+    per engine in index order), for the next workload on the same engines (`SimulationSetup.prefix_cache`)."""
+
+    engines: tuple[PoolEntries, ...]
+
+    def shared_keys(self, engine: int = 0) -> list[Hashable]:
+        """The shared-prefix block keys an engine holds, least recently freed first."""
+        return [k for k, _ in self.engines[engine] if not _opaque(k)]
+
+    def blocks(self, engine: int = 0) -> int:
+        return sum(n for _, n in self.engines[engine])
+
+
+def _opaque(key: Hashable) -> bool:
+    return isinstance(key, tuple) and len(key) == 2 and (key[0] in (FREED, STALE) or key[0] == "run")
 
 
 class BlockPool:
@@ -117,6 +167,42 @@ class BlockPool:
                 self._evictable_total -= 1
             self._evictable[key] = 1
             self._evictable_total += 1
+
+    def queue_freed(self, rid: int, count: int) -> None:
+        """A finished request's own `count` blocks (already released) queue for eviction as content nothing
+        hits: behind every block freed before them (vLLM's free queue; see the module's docstring)."""
+        if not self.caching or count <= 0:
+            return
+        self._evictable[(FREED, rid)] = count
+        self._evictable_total += count
+
+    def snapshot(self) -> PoolEntries:
+        """The free, cached content in eviction order (the first goes first); the entries no later workload can
+        hit (runs of preempted requests, finished requests' own blocks) become anonymous ones that keep their
+        place. Held blocks are not in it: take it when no request holds blocks."""
+        out: list[tuple[Hashable, int]] = []
+        for key, count in self._evictable.items():
+            out.append(((STALE, len(out)), count) if _opaque(key) else (key, count))
+        return tuple(out)
+
+    def restore(self, entries: PoolEntries) -> None:
+        """Start from an earlier workload's `snapshot()` (an empty pool only). A snapshot from a larger pool
+        keeps its most recently freed blocks (the oldest are the ones evicted)."""
+        if self.used or self._evictable:
+            raise AssertionError("restore() needs an empty pool")
+        if not self.caching:
+            return
+        room = self.num_blocks
+        kept: list[tuple[Hashable, int]] = []
+        for key, count in reversed(entries):
+            if room <= 0:
+                break
+            take = min(count, room)
+            kept.append((key, take))
+            room -= take
+        for key, count in reversed(kept):
+            self._evictable[key] = count
+            self._evictable_total += count
 
     # --- runs of a preempted request ---------------------------------------------------------------
     def cache_run(self, rid: int, start: int, count: int) -> None:

@@ -301,7 +301,8 @@ def bench_lengths(mean: int, range_ratio: float, floor_one: bool = False) -> Len
 def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
                  prefix_len: int = 0, request_rate: float = math.inf, burstiness: float = 1.0,
                  max_concurrency: int | None = None, seed: int = 0,
-                 warm_prompts: int | Collection[int] | Mapping[int, int] = 0) -> list[RequestSpec] | ClosedLoop:
+                 warm_prompts: int | Collection[int] | Mapping[int, int] = 0,
+                 prompt_keys: bool = False) -> list[RequestSpec] | ClosedLoop:
     """The requests `vllm bench serve --dataset-name random` sends (defaults: vLLM's, 1024 in / 128 out, rate inf).
     `warm_prompts`: prompts the server already saw (an earlier run with the same seed), by index, or a count k for
     the first k; they start in its prefix cache. A mapping index → tokens gives how many of the prompt's first
@@ -309,11 +310,16 @@ def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128,
     shorter length: vLLM's RandomDataset draws the offsets after lengths that do not consume its generator when
     range_ratio is 0, and builds prompt i from offsets[i] + i + arange(input_len)). Without --max-concurrency:
     arrivals at the due times; with it: at most that many in flight, each sent at the later of its due time and a
-    free slot."""
+    free slot. `prompt_keys`: every prompt not warm is keyed by its seed and index over its whole length (prefix id
+    `prompt-{seed}-{i}`), so a later workload on the same engines (`simulate_after`, `SimulationSetup.prefix_cache`)
+    hits what this one left cached; not with --random-prefix-len (a request has one prefix key)."""
     if num_prompts < 1:
         raise WorkloadSpecError(f"--num-prompts {num_prompts}; give >= 1")
     if prefix_len < 0:
         raise WorkloadSpecError(f"--random-prefix-len {prefix_len}; give >= 0")
+    if prompt_keys and prefix_len:
+        raise WorkloadSpecError("prompts keyed for a later workload take no --random-prefix-len (a request has one "
+                                "prefix key); give --random-prefix-len 0")
     rng = np.random.default_rng(seed)
     ins = bench_lengths(input_len, range_ratio).sample(rng, num_prompts) + prefix_len
     outs = bench_lengths(output_len, range_ratio, floor_one=True).sample(rng, num_prompts)
@@ -329,6 +335,8 @@ def bench_random(num_prompts: int, input_len: int = 1024, output_len: int = 128,
         if i in cached:  # its prompt (or its first tokens) was computed before: one key per prompt covers it
             held = cached[i]
             pid, plen, warm = f"prompt-{seed}-{i}", int(ins[i]) if held is None else min(held, int(ins[i])), True
+        elif prompt_keys:  # its whole prompt, by the same key as a warm one
+            pid, plen, warm = f"prompt-{seed}-{i}", int(ins[i]), False
         else:
             pid, plen, warm = (BENCH_PREFIX_ID, prefix_len, False) if prefix_len else (None, 0, False)
         specs.append(RequestSpec(float(due[i]), int(ins[i]), int(outs[i]), pid, plen, warm))

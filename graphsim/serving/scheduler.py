@@ -162,14 +162,18 @@ class Engine:
         self.waiting.append(r)
 
     def _free_blocks(self, r: Request, preempt: bool) -> None:
+        # vLLM frees a request's blocks tail first (SingleTypeKVCacheManager.free), each to the free queue's tail:
+        # its own blocks queue ahead of its shared prefix's, whose head is freed last (blocks.py)
         pool = self.pool
-        for i in reversed(range(r.num_shared_blocks)):
-            pool.release_shared((r.prefix_id, i))
         private = r.num_held_blocks - r.num_shared_blocks
         pool.release(private)
         if preempt and self.prefix_caching:
             full = r.num_computed_tokens // self.block_size - r.num_shared_blocks
             pool.cache_run(r.id, r.num_shared_blocks, min(full, private))
+        elif self.prefix_caching:
+            pool.queue_freed(r.id, private)
+        for i in reversed(range(r.num_shared_blocks)):
+            pool.release_shared((r.prefix_id, i))
         r.num_shared_blocks = 0
         r.num_held_blocks = 0
         self.registering.pop(r.id, None)

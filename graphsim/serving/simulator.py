@@ -19,13 +19,14 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from graphsim.errors import GraphsimError
 from graphsim.serving.api_server import ApiServers
+from graphsim.serving.blocks import PrefixCache
 from graphsim.serving.config import ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.frontend import FrontEnd, FrontEndQueue
@@ -64,6 +65,9 @@ class SimulationSetup:
     source_shares: bool = True  # meter per-source shares of the iteration times (pricing.new_meter)
     host: EngineHost | None = None  # engine host time per iteration (host.py); None: GPU kernels only
     speculative: SpecSimulation | None = None  # speculative decoding (speculative.py); None: off
+    # the engines' prefix cache as an earlier workload on the same server left it (SimulationResult.prefix_cache;
+    # None: empty); see simulate_after
+    prefix_cache: PrefixCache | None = None
 
     @property
     def replicas(self) -> int:
@@ -91,6 +95,7 @@ class SimulationResult:
     per_replica: list[dict[str, int | str]] = field(default_factory=list)
     source_us: dict[int, float] = field(default_factory=dict)  # predicted µs per SOURCES code, all engines
     source_basis: str | None = None  # "kernel" (leaf sources) or "iteration worst source"; None: not metered
+    prefix_cache: PrefixCache | None = None  # the entry engines' cached content when the run ended (aggregated runs)
 
     @property
     def completed(self) -> list[RequestRecord]:
@@ -301,6 +306,12 @@ class EventLoop:
             self.engines = self.entry
             self.roles = ["replica"] * setup.replicas
             self.entry_router = Router(setup.router)
+            if setup.prefix_cache is not None:  # the cache an earlier workload on these engines left
+                if len(setup.prefix_cache.engines) != setup.replicas:
+                    raise SimulationError(f"a prefix cache of {len(setup.prefix_cache.engines)} engines for "
+                                          f"{setup.replicas} replicas; hand over the state of the same deployment")
+                for e, entries in zip(self.entry, setup.prefix_cache.engines, strict=True):
+                    e.pool.restore(entries)
             warm = warm_prefixes(workload)
             for e in self.entry if warm else ():  # prompts the server saw before (vllm bench serve reruns)
                 e.pool.warm((pid, i) for pid, tokens in warm for i in range(tokens // e.block_size))
@@ -566,7 +577,19 @@ def simulate(setup: SimulationSetup, workload: list[RequestSpec] | ClosedLoop,
     memory for long runs: `result.iterations` is then empty and summaries use `iteration_totals`)."""
     if setup.replicas < 1:
         raise SimulationError(f"{setup.replicas} replicas; give --replicas >= 1")
-    _, common = run_result(setup, workload, progress, lambda e: {
+    loop, common = run_result(setup, workload, progress, lambda e: {
         "replica": e.index, "iterations": e.iterations, "preemptions": e.preemptions, "evicted_blocks": e.pool.evicted},
         log)
-    return SimulationResult(**common)
+    return SimulationResult(**common, prefix_cache=PrefixCache(tuple(e.pool.snapshot() for e in loop.entry)))
+
+
+def simulate_after(setup: SimulationSetup, earlier: Sequence[list[RequestSpec] | ClosedLoop],
+                   workload: list[RequestSpec] | ClosedLoop, **kwargs: Any) -> SimulationResult:
+    """Run `earlier` workloads back to back on the same engines (each from the prefix cache the one before left;
+    their own arrivals, concurrency and lengths; the clock restarts with each, and only the cache carries over),
+    then `workload`; its result. A prompt is hit across workloads by its prefix key (`bench_random(...,
+    prompt_keys=True)` keys every prompt)."""
+    cache = setup.prefix_cache
+    for w in earlier:
+        cache = simulate(replace(setup, prefix_cache=cache), w).prefix_cache
+    return simulate(replace(setup, prefix_cache=cache), workload, **kwargs)

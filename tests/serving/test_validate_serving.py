@@ -1,5 +1,6 @@
-"""benchmarks/validate_serving.py: which prompts a run finds in the prefix cache (hand-derived), which runs are left
-out, the stored data, and (slow) one run end to end."""
+"""benchmarks/validate_serving.py: which earlier runs share a run's server (their prefix cache is carried over by
+simulating them: tests/serving/test_prefix_handover.py), which runs are left out, the stored data, and (slow) one run
+end to end."""
 
 from __future__ import annotations
 
@@ -9,37 +10,34 @@ import pytest
 
 
 def _run(rid: str, n: int, in_len: int, out: int, time: str, seed: int = 0, pid: int = 1) -> dict:
-    return {"id": rid, "file": "f.json", "bench": {"num_prompts": n, "random_input_len": in_len, "seed": seed},
+    return {"id": rid, "file": "f.json", "test": 1,
+            "bench": {"num_prompts": n, "random_input_len": in_len, "seed": seed},
             "measured": {"completed": n, "total_output_tokens": n * out}, "server_log": {"api_server_pid": pid, "time": time}}
 
 
-def test_warm_prompts_replays_the_servers_lru(benchmark_script):
+def test_earlier_runs_are_the_same_servers(benchmark_script):
     h = benchmark_script("validate_serving")
-    a = _run("a", 3, 100, 28, "01")  # 3 prompts of 100 in + 28 out
-    b = _run("b", 2, 300, 84, "02")  # prompts 0 and 1 again, extended to 300 tokens (the same seed), 84 out
-    c = _run("c", 4, 100, 28, "03")
-    runs = [a, b, c]
-    # Eviction order, oldest first (each request freed tail first: output, then its prompt, head last).
-    # After a: o1 28, a0 100, o2 28, a1 100, o3 28, a2 100 = 384.
-    # b's prompt 0 touches a0 (its first 100 tokens), computes 100-300 and 84 out:
-    #   o1, o2, a1, o3, a2, o4 84, b0[100:300] 200, a0 100 = 384 + 284 = 668; prompt 1 likewise: + 284 = 952,
-    #   order o1, o2, o3, a2, o4, b0[100:300], a0, o5, b1[100:300], a1.
-    # Capacity 1,000: nothing evicted; c (100 in) finds all three prompts, each up to its own 100 tokens.
-    assert h.warm_prompts(c, runs, 1000) == {0: 100, 1: 100, 2: 100}
-    # Capacity 900: 952 − o1 − o2 = 896: the outputs go first, every prompt stays.
-    assert h.warm_prompts(c, runs, 900) == {0: 100, 1: 100, 2: 100}
-    # Capacity 800: 952 − 28 − 28 − 28 − a2 100 = 768: prompt 2 is gone.
-    assert h.warm_prompts(c, runs, 800) == {0: 100, 1: 100}
-    # A longer prompt finds the shorter ones' tokens: 400 in after a and b: prompt 1 has 300, prompt 2 100; prompt 0
-    # is the client's test request, sent whole just before the run.
-    assert h.warm_prompts(_run("d", 4, 400, 28, "03"), runs, 10_000) == {0: 400, 1: 300, 2: 100}
-    # A shorter prompt after a longer one: c's 100 tokens, then e (300 in) finds prompt 1's 300 still cached
-    # (c touched only its first 100; the rest keeps its place)
-    e = _run("e", 2, 300, 10, "04")
-    assert h.warm_prompts(e, [*runs, e], 10_000) == {0: 300, 1: 300}
-    # Another seed or another server: nothing but the test request's prompt
-    assert h.warm_prompts(_run("f", 4, 100, 28, "03", seed=1), runs, 10_000) == {0: 100}
-    assert h.warm_prompts(_run("g", 4, 100, 28, "03", pid=2), runs, 10_000) == {0: 100}
+    a, b, c = _run("a", 3, 100, 28, "01"), _run("b", 2, 300, 84, "02"), _run("c", 4, 100, 28, "03")
+    other_pid, other_test = _run("d", 4, 100, 28, "00", pid=2), {**_run("e", 4, 100, 28, "00"), "test": 2}
+    runs = [c, other_pid, a, other_test, b]
+    assert [r["id"] for r in h.earlier_runs(c, runs)] == ["a", "b"]  # in log-time order, not the list's
+    assert h.earlier_runs(a, runs) == []
+    # the stored runs: a pid a restarted container logged again is another server (another host or another test)
+    stored, _ = h.load_runs()
+    by_id = {r["id"]: r for r in stored}
+    assert [r["id"] for r in h.earlier_runs(by_id["dl22-t1-09"], stored)] == []  # pid 114, at .39, not t1-08's .35
+    assert [r["id"] for r in h.earlier_runs(by_id["dl22-t1-08"], stored)] == []  # pid 114 at .35: a fresh server
+    # pid 144 on 09-03: test 2 at 23:11 and 23:39, test 3 at 23:30 (another KV size: another server)
+    assert [r["id"] for r in h.earlier_runs(by_id["dl22-t2-31"], stored)] == ["dl22-t2-29"]
+    assert [r["id"] for r in h.earlier_runs(by_id["dl22-t3-33"], stored)] == []
+    assert by_id["dl22-t1-08"]["server_log"]["host"] == "10.254.5.35"
+    assert by_id["dl22-t1-09"]["server_log"]["host"] == "10.254.5.39"
+
+
+def test_the_clients_test_request_is_the_runs_prompt_0(benchmark_script):
+    h = benchmark_script("validate_serving")
+    (spec,) = h.test_request(1021, 6986, 0)
+    assert (spec.input_tokens, spec.output_tokens, spec.prefix_id, spec.prefix_tokens) == (1021, 6986, "prompt-0-0", 1021)
 
 
 def test_left_out_runs_say_why(benchmark_script):
