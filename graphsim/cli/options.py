@@ -268,7 +268,9 @@ NetworkLatency = Annotated[float | None, typer.Option(
     "--network-latency-us", min=0, help="Latency between nodes in µs, paid at each network step of a collective "
                                         "(default: the spec's).")]
 EnforceEager = Annotated[bool, typer.Option(
-    "--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs, so collectives are priced from eager rows.")]
+    "--enforce-eager", help="vLLM's --enforce-eager: no CUDA graphs, so collectives are priced from eager rows, and "
+                            "no torch.compile, so vLLM's custom-op kernels run where Inductor would merge norms and "
+                            "elementwise ops.")]
 DisableCustomAllReduce = Annotated[bool, typer.Option(
     "--disable-custom-all-reduce", help="vLLM's --disable-custom-all-reduce: all-reduces run symmetric memory or "
                                         "NCCL.")]

@@ -107,7 +107,8 @@ def predict_cmd(
                           profile=profile, default_profile=default_profile, target=target,
                           moe_routing=parse_routing(moe_routing),
                           collectives=CollectiveSettings(not disable_custom_all_reduce,
-                                                         0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE))
+                                                         0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE),
+                          compiled=not enforce_eager)  # eager: vLLM's custom-op kernels (passes/fuse/vllm_inductor.py)
     if cp is not None:  # decode context parallel reshapes the tree's attention (costing/context_parallel.py)
         from graphsim.costing.context_parallel import with_context_parallel
 

@@ -53,6 +53,7 @@ class GraphMeta:
     tp: int = 1  # tensor-parallel ranks the graph is one of
     ep: int = 1  # expert-parallel ranks
     moe_tp: int | None = None  # TP of the expert weights when EP splits them (1 under EP)
+    compiled: bool = False  # the `inductor` pass ran: vLLM's compiled-mode kernels (partition passes run before it)
     # keys this version does not know, kept as read
     extra: dict[str, Any] = field(default_factory=dict)
 

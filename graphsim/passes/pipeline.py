@@ -95,4 +95,5 @@ def _load_builtin_passes() -> None:
     # importing the modules registers their passes
     from graphsim.passes import fold  # noqa: F401
     from graphsim.passes.fuse import fuse_pass  # noqa: F401
+    from graphsim.passes.fuse import vllm_inductor  # noqa: F401
     from graphsim.passes.partition import ep, tp  # noqa: F401

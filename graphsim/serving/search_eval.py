@@ -81,7 +81,7 @@ def make_context(spec: SearchSpec, model: ResolvedModel, hw: HardwareSpec, candi
         profile, default = engine_profile(hw.id, engine.engine), False
     cm = build_cost_model(graph if graph is not None else model, hw, dtype=base.dtype, kv_dtype=base.kv_cache_dtype,
                           profile=profile, default_profile=default, target=target or engine.fuse_target,
-                          moe_routing=routing)
+                          moe_routing=routing, compiled=False)  # compiled per candidate, after its partition
     graph, profile, note = cm.graph, cm.profile, cm.data_note
     note = f"{note}; MoE routing: {cm.moe_routing}" if cm.moe_routing else note
     max_tokens = max(p.max_num_batched_tokens for c in candidates for p in c.pools)

@@ -42,11 +42,11 @@ def test_model_to_cost_model_matches_the_recipe_it_replaces(hf_import):
     graph, _ = hf_import("llama-3.1-8b")
     cm = build_cost_model(graph, "h200", tp=2, kv_dtype="fp8")
     h200 = load_hardware("h200")
-    assert cm.pipeline == "fold,fuse{target=vllm},tp{size=2}"
+    assert cm.pipeline == "fold,fuse{target=vllm},tp{size=2},inductor"  # vLLM's default compiled mode
     assert (cm.tp, cm.ep, cm.target, cm.kv_dtype, cm.hardware) == (2, 1, "vllm", "fp8", h200)
     assert cm.profile is None and cm.db is None and "roofline estimate" in cm.data_note
     assert cm.kernels == len(cm.tree.leaves) > 0
-    expected = _old_recipe(graph, "fold,fuse{target=vllm},tp{size=2}", h200, "fp8")
+    expected = _old_recipe(graph, "fold,fuse{target=vllm},tp{size=2},inductor", h200, "fp8")
     np.testing.assert_array_equal(cm.evaluate(STEPS).total_us(), expected)
 
 
@@ -54,16 +54,19 @@ def test_a_fused_graph_gets_only_the_partition_passes_it_lacks(hf_import):
     from graphsim.cost_model import build_cost_model
 
     graph, _ = hf_import("qwen3-30b-a3b")
-    fused = build_cost_model(graph, "h200")  # fold, fuse; not partitioned
+    fused = build_cost_model(graph, "h200", compiled=False)  # fold, fuse; not partitioned, not compiled
     assert fused.pipeline == "fold,fuse{target=vllm}" and (fused.tp, fused.ep) == (1, 1)
     split = build_cost_model(fused.graph, "h200", tp=2, ep=2)  # what search does per candidate
-    assert split.pipeline == "tp{size=2},ep{size=2}" and (split.tp, split.ep) == (2, 2)
+    assert split.pipeline == "tp{size=2},ep{size=2},inductor" and (split.tp, split.ep) == (2, 2)
     direct = build_cost_model(graph, "h200", tp=2, ep=2)
     np.testing.assert_array_equal(split.evaluate(STEPS).total_us(), direct.evaluate(STEPS).total_us())
     again = build_cost_model(split.graph, "h200")  # sizes of 1: the graph's own partition is kept
     assert again.pipeline == "" and (again.tp, again.ep) == (2, 2)
     with pytest.raises(GraphsimError, match="already partitioned with tp=2"):
         build_cost_model(split.graph, "h200", tp=4)
+    # a compiled graph's merged kernels have no per-rank split: partitioning one is refused
+    with pytest.raises(GraphsimError, match="compiled-mode kernels"):
+        build_cost_model(build_cost_model(graph, "h200").graph, "h200", tp=2)
 
 
 def test_explicit_pipeline_runs_verbatim(hf_import):

@@ -1,0 +1,319 @@
+"""The `inductor` pass: vLLM's default compiled mode, where Inductor generates the kernels between the opaque ones.
+
+The `vllm` fuse target gives vLLM's custom-op path (`--enforce-eager`): one `_C` kernel per norm, rotary and gated
+activation, and one PyTorch kernel per other elementwise op of the port. vLLM's default is compiled (`-O2`,
+VLLM_COMPILE, backend inductor): `custom_ops` gets "none" (vLLM 0.19 config/vllm.py VllmConfig.__post_init__), every
+CustomOp runs its `forward_native` (model_executor/custom_op.py CustomOp.dispatch_forward), and Inductor generates
+Triton kernels for everything between the opaque ops — GEMMs (extern kernels), attention / Mamba / linear-attention
+(config/compilation.py CompilationConfig._attention_ops, the piecewise splitting ops), the MoE and collectives
+(custom ops, Inductor fallback kernels). vLLM turns on Inductor's combo kernels on GPUs with torch >= 2.9
+(config/compilation.py CompilationConfig.__post_init__: `combo_kernels` and `benchmark_combo_kernel`, "useful for
+fusing qk-norm and qk-rope when query and key have different shapes").
+
+Inductor's rules (torch 2.13, torch/_inductor):
+- scheduler.py Scheduler._can_fuse: an extern / fallback kernel fuses with nothing ("node1 is extern but not a triton
+  kernel", "node2 is extern or nop"); codegen/simd.py SIMDScheduling.can_fuse: two reductions fuse when their numel
+  and rnumel are equal (a norm over the hidden size after another, as softmax's max and sum), pointwise nodes when
+  their sizes match, a pointwise consumer into a reduction of its size;
+- scheduler.py ForeachKernelSchedulerNode._default_group_nodes_for_combo_kernels: nodes at one topological level,
+  independent of each other, become one combo kernel (at most `combo_kernel_max_num_nodes`, 8).
+
+What that gives, counted with the installed torch (benchmarks/inductor_regions.py, the scheduler's Triton fusion
+decisions with combo kernels as vLLM sets them; CPU device, codegen stopped since triton is not installed here):
+- Llama-style layer: 4 generated kernels (add + RMSNorm, rotary of q and k, add + RMSNorm, SiLU·mul), as many as the
+  custom-op path;
+- Gemma-4 after the qkv GEMM: q/k/v norms in one combo kernel, then the q and k rotary (it reads the normalized
+  head at the rotated index, which no reduction epilogue can) in one: 2 for the custom-op path's 4;
+- Gemma-4 between the o_proj all-reduce and the next GEMMs (post-attention norm, residual add, pre-FFN norm, the
+  router's norm and scales, the experts' input norm), and after the MoE's and the MLP's all-reduces (two post-FFN
+  norms, their sum, the post-FFN norm, residual add, layer scalar): 1 kernel each for 6 + 5;
+- Nemotron-H's residual add + RMSNorm + the router input's float32 cast: 1 for 2.
+
+The pass applies those rules to a fused kernel graph: the kernels Inductor generates (norms, rotary, activations and
+the port's plain elementwise ops, per token) connected to each other form a region, regions fed by the same opaque
+kernels are one (combo kernels), and a region runs as many kernels as its longest chain of edges that cannot fuse
+(a reduction into a rotary, or a change of per-token size). Each of those kernels is an elementwise kernel priced by
+the region's external bytes (inputs read once, outputs read outside it), `derived` from the profile's launch floor and
+achieved bandwidth like any row-less memory-bound kernel. A region Inductor runs as the custom-op path's kernels
+(as many) is left as it is, so a dense Llama / Qwen2 layer keeps its kernels and their rows. Kernels that stay custom
+ops or Triton / CUDA kernels in compiled mode (gated RMSNorm, fused gating kernels, scans, MoE, attention) are not
+touched.
+
+Not modelled: a region across a layer boundary (the next layer's input norm after a layer's trailing adds: Inductor
+fuses them, the pass keeps them apart, one kernel more a layer where a layer ends in such ops); vLLM's own fusion
+passes on top (AllReduce + RMSNorm at TP > 1 on Hopper, quant fusions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphsim.ir import Graph, Node, Op
+from graphsim.ir.geometry import ElementwiseGeometry, NormGeometry, RotaryGeometry
+from graphsim.ir.graph import split_value, value_name
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.passes.base import Pass, PassError, PassResult, register_pass
+
+RULE = ("inductor_region: vLLM compiled mode (config/vllm.py custom_ops 'none', config/compilation.py combo_kernels) "
+        "+ torch/_inductor scheduler.py Scheduler._can_fuse, codegen/simd.py SIMDScheduling.can_fuse")
+NAME = "triton_fused"
+
+# the custom-op kernels that run `forward_native` under Inductor (model_executor/layers/layernorm.py RMSNorm,
+# rotary_embedding/base.py RotaryEmbedding, activation.py SiluAndMul / GeluAndMul / ReLUSquaredActivation …)
+_NATIVE = {KernelKind.RMS_NORM: {"rms_norm"}, KernelKind.FUSED_ADD_RMS_NORM: {"fused_add_rms_norm"},
+           KernelKind.LAYER_NORM: {"layer_norm"}, KernelKind.ROTARY: {"rotary_embedding"},
+           KernelKind.ACT_AND_MUL: {"silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"}}
+# the port's plain PyTorch elementwise ops (each its own kernel on the custom-op path)
+_POINTWISE = {"add", "sub", "mul", "div", "neg", "cast", "sigmoid", "tanh", "exp", "pow", "rsqrt", "sqrt", "relu",
+              "silu", "gelu", "softplus", "clamp", "abs", "where", "maximum", "minimum"}
+_ACTIVATIONS = {"relu2", "relu", "silu", "gelu", "gelu_tanh", "gelu_new", "gelu_pytorch_tanh", "quick_gelu"}
+
+
+def generated(a: KernelAttrs) -> bool:
+    """Whether Inductor generates this kernel in compiled mode (else it stays an opaque kernel)."""
+    if a.rows is not Rows.TOKENS:
+        return False
+    if a.kind in _NATIVE:
+        return a.name in _NATIVE[a.kind]
+    if a.kind is KernelKind.ACTIVATION:
+        return a.name in _ACTIVATIONS
+    return a.kind is KernelKind.ELEMENTWISE and a.name in _POINTWISE
+
+
+def _space(a: KernelAttrs) -> tuple[int, int | None]:
+    """(elements a token, reduced vector length or None for pointwise): Inductor's numel / rnumel per token."""
+    g = a.geometry
+    if isinstance(g, NormGeometry):
+        return g.width, g.dim
+    if isinstance(g, RotaryGeometry):
+        return (g.num_heads + g.num_kv_heads) * g.rot_dim, None
+    if isinstance(g, ElementwiseGeometry):
+        return (g.in_width or g.width) if a.kind is KernelKind.ACT_AND_MUL else g.width, None
+    return 0, None
+
+
+def fuses(producer: KernelAttrs, consumer: KernelAttrs) -> bool:
+    """Whether Inductor puts `consumer` in `producer`'s kernel (codegen/simd.py SIMDScheduling.can_fuse): a rotary
+    reads the normalized head at the rotated index, so it never joins a reduction; otherwise the per-token size
+    must be the same (reductions also over the same vector), a gated activation's output being half its input."""
+    (pw, pd), (cw, cd) = _space(producer), _space(consumer)
+    if consumer.kind is KernelKind.ROTARY and pd is not None:
+        return False
+    if producer.kind is KernelKind.ACT_AND_MUL:
+        pw //= 2
+    if pd is not None and cd is not None:
+        return pw == cw and pd == cd
+    return pw == cw
+
+
+@dataclass
+class _Region:
+    nodes: list[Node]
+    level: dict[str, int]
+
+
+def _regions(graph: Graph, users: dict[str, list[str]]) -> list[_Region]:
+    """The generated kernels grouped as Inductor's scheduler would: in graph order each joins the group of a
+    generated producer of its layer unless that makes a cycle through an opaque kernel
+    (scheduler.py Scheduler.will_fusion_create_cycle); then groups fed by the same opaque kernels are one (combo
+    kernels), again without a cycle; within a group, each kernel's level counts the edges on its way that cannot
+    fuse (`fuses`): the group runs one kernel per level."""
+    by_name = {n.name: n for n in graph.nodes}
+    gen = {n.name for n in graph.nodes if n.op is Op.KERNEL and generated(n.kernel)}
+
+    def producers(n: Node) -> list[Node]:
+        out = []
+        for v in n.inputs:
+            src = by_name.get(split_value(v)[0]) if v not in graph.inputs and v not in graph.params else None
+            if src is not None:
+                out.append(src)
+        return out
+
+    group_of: dict[str, int] = {}
+    groups: dict[int, set[str]] = {}
+
+    def cyclic(names: set[str]) -> bool:
+        return _reaches(by_name, names, users)
+
+    def join(a: int, b: int) -> int:
+        for x in groups.pop(b):
+            group_of[x] = a
+            groups[a].add(x)
+        return a
+
+    for n in graph.nodes:
+        if n.name not in gen:
+            continue
+        mine: int | None = None
+        for p in producers(n):
+            g = group_of.get(p.name)
+            if g is None or p.layer != n.layer or g == mine:
+                continue
+            if mine is None and not cyclic(groups[g] | {n.name}):
+                groups[g].add(n.name)
+                group_of[n.name] = mine = g
+            elif mine is not None and not cyclic(groups[g] | groups[mine]):
+                mine = join(mine, g)
+        if mine is None:
+            mine = len(group_of) + len(groups) + 1
+            while mine in groups:
+                mine += 1
+            groups[mine] = {n.name}
+            group_of[n.name] = mine
+    # combo kernels: groups fed by the same opaque kernels (or graph inputs) are one
+    first: dict[tuple[int | None, frozenset[str]], int] = {}
+    for g in sorted(groups):
+        if g not in groups:
+            continue
+        names = groups[g]
+        src = frozenset(v for x in names for v in by_name[x].inputs
+                        if split_value(v)[0] not in gen and v not in graph.params)
+        key = (by_name[next(iter(names))].layer, src)
+        if key in first and first[key] in groups and not cyclic(groups[first[key]] | names):
+            join(first[key], g)
+        elif key not in first:
+            first[key] = g
+    out = []
+    for names in groups.values():
+        nodes = [n for n in graph.nodes if n.name in names]
+        level: dict[str, int] = {}
+        for n in nodes:  # topological order
+            level[n.name] = max((level[p.name] + (0 if fuses(p.kernel, n.kernel) else 1)
+                                 for p in producers(n) if p.name in names), default=0)
+        out.append(_Region(nodes, level))
+    return out
+
+
+def _external_elements(graph: Graph, members: set[str], users: dict[str, list[str]]) -> tuple[int, list[str]]:
+    """Per token: elements the kernel reads from outside `members` (each value once) and writes for readers outside
+    them; and the values it must still produce (read outside, or graph outputs)."""
+    from graphsim.passes.fuse.patterns import per_token
+
+    reads: set[str] = set()
+    outs: list[str] = []
+    for n in graph.nodes:
+        if n.name not in members:
+            continue
+        for v in n.inputs:
+            if split_value(v)[0] not in members and v not in graph.params:
+                reads.add(v)
+        for i in range(len(n.outputs)):
+            v = value_name(n.name, i)
+            if v in graph.outputs or any(u not in members for u in users.get(v, [])):
+                outs.append(v)
+    elems = 0
+    for v in [*sorted(reads), *outs]:
+        w, rows = per_token(graph.spec_of(v))
+        if rows is Rows.TOKENS:
+            elems += w
+    return elems, outs
+
+
+def _reaches(by_name: dict[str, Node], names: set[str], users: dict[str, list[str]]) -> bool:
+    """Whether a path leaves `names` through a node outside them and comes back (a merge would then make a cycle:
+    Inductor's Scheduler.will_fusion_create_cycle refuses such a fusion). Paths stay in the members' layer."""
+    layer = by_name[next(iter(names))].layer
+
+    def after(x: str) -> list[str]:
+        return [u for i in range(len(by_name[x].outputs)) for u in users.get(value_name(x, i), [])
+                if by_name[u].layer == layer]
+
+    frontier = [u for s in names for u in after(s) if u not in names]
+    seen: set[str] = set()
+    while frontier:
+        x = frontier.pop()
+        if x in names:
+            return True
+        if x in seen:
+            continue
+        seen.add(x)
+        frontier.extend(after(x))
+    return False
+
+
+def compile_regions(graph: Graph) -> tuple[Graph, dict[str, int]]:
+    """The graph with each region that Inductor runs as fewer kernels than the custom-op path replaced by those
+    kernels (module docstring); stats: regions merged, kernels before and after."""
+    users = graph.users()
+    rename: dict[str, str] = {}
+    replaced: dict[str, Node] = {}  # first member's name → the merged node
+    dropped: set[str] = set()
+    stats = {"regions": 0, "kernels_before": 0, "kernels_after": 0}
+    for region in _regions(graph, users):
+        levels = sorted(set(region.level.values()))
+        if len(levels) >= len(region.nodes):
+            continue
+        parts = [[n for n in region.nodes if region.level[n.name] == lv] for lv in levels]
+        stats["regions"] += 1
+        stats["kernels_before"] += len(region.nodes)
+        stats["kernels_after"] += len(parts)
+        for part in parts:
+            if len(part) == 1:
+                continue
+            members = {n.name for n in part}
+            elems, outs = _external_elements(graph, members, users)
+            head = part[0]
+            reads = sorted({v for n in part for v in n.inputs if split_value(v)[0] not in members})
+            dtype = head.kernel.dtype
+            attrs = KernelAttrs(KernelKind.ELEMENTWISE, NAME, ElementwiseGeometry(width=max(elems, 1), reads=0), dtype,
+                                Rows.TOKENS, tuple(c for n in part for c in n.kernel.covers),
+                                f"{RULE}; {len(part)} custom-op kernels ({', '.join(n.kernel.name for n in part)}) in "
+                                "one generated kernel, priced by the region's external bytes")
+            specs = tuple(graph.spec_of(v) for v in outs)
+            merged = Node(head.name, Op.KERNEL, tuple(reads), specs, attrs, head.scope, head.module_type, head.layer,
+                          head.target, "inductor")
+            for i, v in enumerate(outs):
+                rename[v] = value_name(head.name, i)
+            replaced[head.name] = merged
+            dropped.update(members - {head.name})
+    if not replaced:
+        return graph, stats
+    nodes = []
+    for n in graph.nodes:
+        if n.name in dropped:
+            continue
+        n = replaced.get(n.name, n)
+        nodes.append(n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs)))
+    out = Graph(graph.name, dict(graph.inputs), dict(graph.params), _topological(nodes, graph),
+                [rename.get(v, v) for v in graph.outputs], graph.schedule, graph.meta.copy())
+    return out, stats
+
+
+def _topological(nodes: list[Node], graph: Graph) -> list[Node]:
+    """`nodes` in an order where each is after its producers, as close to the given order as possible."""
+    pos = {n.name: i for i, n in enumerate(nodes)}
+    deps = {n.name: {split_value(v)[0] for v in n.inputs if split_value(v)[0] in pos and v not in graph.inputs
+                     and v not in graph.params} for n in nodes}
+    done: set[str] = set()
+    out: list[Node] = []
+    pending = list(nodes)
+    while pending:
+        rest = []
+        for n in pending:
+            if deps[n.name] <= done:
+                out.append(n)
+                done.add(n.name)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            raise ValueError(f"inductor pass: cycle through {rest[0].name}")
+        pending = rest
+    return out
+
+
+@register_pass("inductor")
+@dataclass(frozen=True)
+class Inductor(Pass):
+    """vLLM's compiled mode on a graph fused for `vllm` (and partitioned): see the module docstring."""
+
+    def run(self, graph: Graph) -> PassResult:
+        if graph.meta.fuse_target != "vllm":
+            raise PassError(f"inductor: vLLM's compiled mode needs a graph fused for vllm, not "
+                            f"'{graph.meta.fuse_target or 'unfused'}'; run fuse{{target=vllm}} first")
+        if graph.meta.compiled:
+            return PassResult(graph, False, {})
+        out, stats = compile_regions(graph)
+        if out is graph:
+            out = Graph(graph.name, graph.inputs, graph.params, graph.nodes, graph.outputs, graph.schedule, graph.meta)
+        out.meta = graph.meta.copy()
+        out.meta.compiled = True
+        return PassResult(out, True, stats)

@@ -1,0 +1,117 @@
+"""vLLM's default compiled mode (graphsim/passes/fuse/vllm_inductor.py, the `inductor` pass): the kernels Inductor
+generates between the opaque ones, against the custom-op path `--enforce-eager` keeps.
+
+The expected counts are Inductor's own (torch 2.13's scheduler with vLLM's combo kernels, counted by
+benchmarks/inductor_regions.py on the same regions): a Llama layer 4 generated kernels (as many as the custom-op
+path), Qwen3's q/k norms one combo kernel and its rotary one, Gemma-4's q/k/v norms one and its rotary one, the
+region after Gemma-4's o_proj all-reduce one (6 custom-op kernels), after its MoE / MLP all-reduces one (5)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from graphsim.catalog import ResolvedModel
+from graphsim.cost_model import pipeline_for
+from graphsim.importers.hf import import_hf
+from graphsim.ir import Op
+from graphsim.ir.geometry import ElementwiseGeometry, NormGeometry, RotaryGeometry
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.passes import run_pipeline
+from graphsim.passes.fuse.vllm_inductor import NAME, fuses, generated
+from tests.passes.passes_helpers import tiny_config
+from tests.passes.test_fuse_elementwise_rules import TINY_DSV3, TINY_GEMMA4
+
+
+def _graphs(name: str, cfg: dict, tp: int = 1):
+    g, _ = import_hf(ResolvedModel(name, copy.deepcopy(cfg), "path", "test"), cache=False)
+    eager = run_pipeline(g, pipeline_for("vllm", tp, compiled=False)).graph
+    return eager, run_pipeline(g, pipeline_for("vllm", tp)).graph
+
+
+def _kernels(g, layer=None):
+    return [n for n in g.nodes if n.op is Op.KERNEL and (layer is None or n.layer == layer)]
+
+
+def _sig(g):
+    return [(n.name, n.kernel.kind, n.kernel.name, n.kernel.geometry, n.inputs) for n in _kernels(g)]
+
+
+def test_pipeline_runs_inductor_in_compiled_mode_only():
+    assert pipeline_for("vllm", 8, 8) == "fold,fuse{target=vllm},tp{size=8},ep{size=8},inductor"
+    assert pipeline_for("vllm", 8, compiled=False) == "fold,fuse{target=vllm},tp{size=8}"
+    assert pipeline_for("sglang", 2) == "fold,fuse{target=sglang},tp{size=2}"  # vLLM's compile config only
+
+
+def test_llama_layer_is_unchanged():
+    """Each of a Llama layer's regions is one kernel either way: the compiled graph is the custom-op one."""
+    eager, compiled = _graphs("tiny-llama", tiny_config("llama-3.1-8b", num_hidden_layers=2), tp=2)
+    assert _sig(compiled) == _sig(eager)
+
+
+def test_qwen3_qk_norms_become_one_kernel_before_the_rotary():
+    cfg = tiny_config("qwen3-8b", num_hidden_layers=2, head_dim=16)
+    eager, compiled = _graphs("tiny-qwen3", cfg)
+    layer = _kernels(eager)[2].layer
+    before = [n.kernel.name for n in _kernels(eager, layer)]
+    after = [n.kernel.name for n in _kernels(compiled, layer)]
+    assert before.count("rms_norm") == 3 and "rotary_embedding" in before  # the input norm, q_norm, k_norm
+    assert after.count(NAME) == 1 and after.count("rms_norm") == 1 and "rotary_embedding" in after
+    assert len(after) == len(before) - 1
+    merged = next(n for n in _kernels(compiled, layer) if n.kernel.name == NAME)
+    # reads the packed GEMM's q and k outputs once (4 heads x 16 = 64 and 2 x 16 = 32 elements a token; v, its
+    # third output, goes to the attention) and writes the normalized q and k (64 + 32): 96 + 96 = 192 a token
+    assert merged.kernel.geometry == ElementwiseGeometry(width=192, reads=0)
+    assert "2 custom-op kernels (rms_norm, rms_norm)" in merged.kernel.rule
+
+
+def test_gemma4_regions():
+    eager, compiled = _graphs("tiny-gemma4", TINY_GEMMA4)
+    for layer in (0, 1):
+        merged = [n.kernel.rule.split("; ")[1].split(" in one")[0] for n in _kernels(compiled, layer)
+                  if n.kernel.name == NAME]
+        assert merged == ["3 custom-op kernels (rms_norm, rms_norm, rms_norm)",
+                          "6 custom-op kernels (rms_norm, fused_add_rms_norm, rms_norm, mul, mul, rms_norm)",
+                          "5 custom-op kernels (rms_norm, rms_norm, fused_add_rms_norm, add, mul)"]
+        # 14 custom-op kernels become 3: 11 fewer a layer; the rotary, the input norm, the gated activation stay
+        assert len(_kernels(eager, layer)) - len(_kernels(compiled, layer)) == 11
+        kinds = [n.kernel.kind for n in _kernels(compiled, layer)]
+        assert KernelKind.ROTARY in kinds and KernelKind.ACT_AND_MUL in kinds and KernelKind.RMS_NORM in kinds
+    # the first layer's post-MoE region: reads the MLP's and the MoE's all-reduced outputs... (tp 1: their outputs)
+    # and the residual (32 each), writes the layer's output (32): 4 x 32 = 128 elements a token
+    tail = [n for n in _kernels(compiled, 0) if n.kernel.name == NAME][2]
+    assert tail.kernel.geometry == ElementwiseGeometry(width=128, reads=0)
+
+
+@pytest.mark.slow
+def test_mla_blocks_keep_their_kernels():
+    """DeepSeek's MLA norms stay as they are (only the MoE layer's add + norm and router cast merge)."""
+    eager, compiled = _graphs("tiny-dsv3", TINY_DSV3)
+    gone = {n.name for n in _kernels(eager)} - {n.name for n in _kernels(compiled)}
+    assert len(gone) == 1
+    merged = [n for n in _kernels(compiled) if n.kernel.name == NAME]
+    assert len(merged) == 1 and "(fused_add_rms_norm, cast)" in merged[0].kernel.rule
+
+
+def test_fusion_rule():
+    norm = KernelAttrs(KernelKind.RMS_NORM, "rms_norm", NormGeometry(width=512, dim=512), "bf16")
+    head_norm = KernelAttrs(KernelKind.RMS_NORM, "rms_norm", NormGeometry(width=512, dim=128), "bf16")
+    rotary = KernelAttrs(KernelKind.ROTARY, "rotary_embedding",
+                         RotaryGeometry(num_heads=3, num_kv_heads=1, head_dim=128, rot_dim=128), "bf16")
+    add = KernelAttrs(KernelKind.ELEMENTWISE, "add", ElementwiseGeometry(width=512), "bf16")
+    act = KernelAttrs(KernelKind.ACT_AND_MUL, "silu_and_mul", ElementwiseGeometry(width=512, in_width=1024), "bf16")
+    assert fuses(norm, norm) and fuses(add, norm) and fuses(norm, add)
+    assert not fuses(head_norm, norm)  # another reduction length (rnumel)
+    assert not fuses(head_norm, rotary)  # the rotary reads the normalized head at the rotated index
+    assert fuses(act, KernelAttrs(KernelKind.ELEMENTWISE, "mul", ElementwiseGeometry(width=512), "bf16"))
+    assert not fuses(add, KernelAttrs(KernelKind.ELEMENTWISE, "mul", ElementwiseGeometry(width=256), "bf16"))
+    # kernels that stay custom ops / Triton kernels in compiled mode, and per-sequence work, are not generated
+    assert not generated(KernelAttrs(KernelKind.RMS_NORM, "rms_norm_gated", NormGeometry(width=512, dim=512), "bf16"))
+    assert not generated(KernelAttrs(KernelKind.ELEMENTWISE, "fused_gdn_gating", ElementwiseGeometry(width=8), "f32"))
+    assert not generated(KernelAttrs(KernelKind.ELEMENTWISE, "mul", ElementwiseGeometry(width=8), "bf16",
+                                     Rows.SEQUENCES))
+    assert generated(add) and generated(norm) and generated(rotary)
