@@ -5,7 +5,7 @@ graphsim's budget and at the least KV cache its server could have started with.
 
 A run whose page published no vLLM startup log ("Available KV cache memory") is simulated by
 `validate_serving.py` at graphsim's memory budget for the run's `--gpu-memory-utilization` (weights, activation peak,
-an assumed non-torch overhead: serving/memory.py). That budget is an estimate; the run itself bounds it from below:
+a non-torch overhead taken from public start-up logs: serving/memory.py, serving/non_torch.py). That budget is an estimate; the run itself bounds it from below:
 vLLM refuses to start when the KV cache cannot hold one request of `--max-model-len` tokens
 (vLLM 0.10.1 vllm/v1/core/kv_cache_utils.py `check_enough_kv_cache_memory`: "To serve at least one request with
 the models's max seq len ..."), and these servers started at vLLM's default `--max-model-len` (the model's
