@@ -227,13 +227,14 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     from graphsim.serving.dp_attention import expert_ranks
     from graphsim.serving.non_torch import non_torch_estimate
 
+    experts_over = expert_ranks(config.parallel, acc.spec)
     budget = memory_budget(acc.spec, cfg, acc.precision, tp, hw.engine_memory_bytes, e.gpu_memory_utilization,
-                           eng.max_num_batched_tokens, eng.max_num_seqs, expert_ranks=expert_ranks(config.parallel, acc.spec),
+                           eng.max_num_batched_tokens, eng.max_num_seqs, expert_ranks=experts_over,
                            activation_gib=mem.activation_gib,
                            overhead_gib=mem.overhead_gib, cudagraph_gib=mem.cudagraph_gib,
                            available_bytes=e.kv_cache_memory_bytes,
                            cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory,
-                           non_torch=non_torch_estimate(tp, hw.topology().link))
+                           non_torch=non_torch_estimate(max(tp, experts_over or 1), hw.topology().link))
     cap = kv_capacity(layout, budget.available_bytes, eng.max_model_len, eng.max_in_flight_tokens, eng.profile)
     if config.parallel.decode_context_parallel_size * config.parallel.prefill_context_parallel_size > 1:
         from graphsim.serving.context_parallel import kv_copies, sharded_capacity  # the KV over CP ranks

@@ -23,8 +23,11 @@ start-up logs below for the deployment's case, and states the spread:
 
 Not separated, for want of logs: the vLLM version (V0 and V1 logs are mixed in each group), the GPU within a group,
 the TP size beyond "1 or more" (the NVLink logs are TP 2, 4, 8 and 8 or 16, no trend visible in five), and
-`--disable-custom-all-reduce` (no log with it). Pipeline and data parallelism and expert-parallel all-to-all buffers
-(DeepEP and the like, which allocate their own buffers) are not modelled; the TP-size group is used.
+`--disable-custom-all-reduce` (no log with it). The group is chosen by the largest set of GPUs a rank runs collectives
+with during the profile run: the TP group, or a MoE's expert group under data-parallel attention (dp × tp, whose
+experts all-gather / reduce-scatter over NCCL as a TP group all-reduces; no log of it). Pipeline parallelism's
+send/recv between stages is not counted (no log), nor are the buffers expert-parallel all-to-all backends such as
+DeepEP allocate for themselves.
 
 Each log is cited by where it was read. Most were found through this project's code-search index over public GitHub
 files: that index names a file by a numeric id and not its URL, so the id and the logged line are given.
@@ -113,6 +116,7 @@ class NonTorchEstimate:
     gib: float
     group: str  # which logs
     logs: tuple[NonTorchLog, ...]
+    ranks: int = 1  # GPUs of the rank's largest collective group
 
     @property
     def bytes(self) -> int:
@@ -122,20 +126,22 @@ class NonTorchEstimate:
         lo, hi = min(g.gib for g in self.logs), max(g.gib for g in self.logs)
         n = len(self.logs)
         spread = f"spread {lo:.2f}–{hi:.2f} GiB" if n > 1 else "one log only"
-        return (f"median of {n} public vLLM start-up log{'s' if n > 1 else ''} at {self.group} ({spread}; "
+        group = f"; collectives over {self.ranks} GPUs here" if self.ranks > 1 else ""
+        return (f"median of {n} public vLLM start-up log{'s' if n > 1 else ''} at {self.group} ({spread}{group}; "
                 "graphsim/serving/non_torch.py, docs/serving.md); not derivable from the config")
 
 
-def _group(tp: int, link: LinkKind | None) -> tuple[str, tuple[NonTorchLog, ...]]:
-    if tp <= 1:
+def _group(ranks: int, link: LinkKind | None) -> tuple[str, tuple[NonTorchLog, ...]]:
+    if ranks <= 1:
         return "TP 1", _TP1
     nvlink = link is not None and link.fully_connected
     logs = tuple(g for g in _TP_MANY if g.nvlink is nvlink)
     return ("TP > 1 over NVLink" if nvlink else "TP > 1 over PCIe"), logs
 
 
-def non_torch_estimate(tp: int, link: LinkKind | None) -> NonTorchEstimate:
-    """The non-torch memory of one rank of a vLLM engine with `tp` ranks whose GPUs are linked by `link` (the
-    hardware spec's `topology().link`): the median of the logs of that group (module docstring)."""
-    group, logs = _group(tp, link)
-    return NonTorchEstimate(round(statistics.median(g.gib for g in logs), 4), group, logs)
+def non_torch_estimate(ranks: int, link: LinkKind | None) -> NonTorchEstimate:
+    """The non-torch memory of one rank of a vLLM engine whose largest collective group has `ranks` GPUs (the TP size,
+    or dp × tp for a MoE's experts under data-parallel attention) linked by `link` (the hardware spec's
+    `topology().link`): the median of the logs of that group (module docstring)."""
+    group, logs = _group(ranks, link)
+    return NonTorchEstimate(round(statistics.median(g.gib for g in logs), 4), group, logs, ranks)

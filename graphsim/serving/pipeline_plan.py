@@ -139,7 +139,7 @@ def plan_stages(dep: Deployment) -> Deployment:
                                activation_gib=mem.activation_gib, overhead_gib=mem.overhead_gib,
                                cudagraph_gib=mem.cudagraph_gib, available_bytes=e.kv_cache_memory_bytes,
                                cudagraph_subtracted=eng.profile.subtracts_cudagraph_memory,
-                               non_torch=non_torch_estimate(tp, dep.hardware.topology().link))
+                               non_torch=non_torch_estimate(max(tp, ranks or 1), dep.hardware.topology().link))
         terms = tuple(BudgetTerm("weights", weights[s], t.origin, f"{t.how}; pipeline stage {s} of {pp}: layers "
                                  f"{a}–{b - 1}" + (", embedding" if s == 0 else "")
                                  + (", final norm and LM head" if s == pp - 1 else ""))

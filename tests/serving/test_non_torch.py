@@ -58,6 +58,18 @@ def test_budget_subtracts_the_group_median(gpu, tp, expected):
     assert dep.budget.available_bytes - old.budget.available_bytes == 536_870_912 - expected
 
 
+def test_data_parallel_attention_takes_the_expert_groups_size():
+    # a MoE at -dp 2 -tp 1: its experts spread over dp × tp = 2 GPUs that all-gather / reduce-scatter over NCCL, so
+    # the rank is in a 2-GPU collective group (H200: NVLink group, 1,481,763,717 B as above); a dense model at -dp 2
+    # is two separate TP-1 engines (75,161,927 B)
+    moe = plan_deployment(DeploymentConfig(model="Qwen/Qwen3-30B-A3B", hardware="h200", engine=EngineArgs(),
+                                           parallel=ParallelConfig(tensor_parallel_size=1, data_parallel_size=2)))
+    assert moe.budget.term(OVER).bytes == 1_481_763_717 and "collectives over 2 GPUs" in moe.budget.term(OVER).how
+    dense = plan_deployment(DeploymentConfig(model="Qwen/Qwen3-8B", hardware="h200", engine=EngineArgs(),
+                                             parallel=ParallelConfig(tensor_parallel_size=1, data_parallel_size=2)))
+    assert dense.budget.term(OVER).bytes == 75_161_927
+
+
 def test_interconnect_override_moves_the_group():
     # the same H200s deployed over PCIe (--interconnect pcie) take the PCIe log's 0.21 GiB
     from graphsim.costing.hardware import InterconnectOverrides
