@@ -45,8 +45,11 @@ them as one chunk when the turn ends. A turn over jobs of c₁ … c_k requests 
 iterations of one engine carry mostly the same requests: max cᵢ of them). One job alone costs per_chunk_us × c.
 
 A stream chunk's cost is measured, not fitted: host.py `API_SERVER_PER_CHUNK_US`, from benchmarks/host_streaming.py.
-Closed-loop clients send their next request when the ENGINE finishes the previous one (the client-side finish is
-only known later); open-loop arrivals (`vllm bench serve`'s request rates) are exact.
+Closed-loop clients send their next request when THEY get the previous one's last chunk: `vllm bench serve
+--max-concurrency` holds a slot (an asyncio.Semaphore) for the whole of `request_func`, which returns when the
+stream has ended (vllm/benchmarks/serve.py 0.10.1 `limited_request_func`). The turn that streams the finishing
+iteration's chunk is known once it has started (`seen_s`; every job it merges is ready by then); the simulator
+waits for that (simulator.EventLoop `_resends`). Open-loop arrivals (`vllm bench serve`'s request rates) are exact.
 """
 
 from __future__ import annotations
@@ -138,6 +141,20 @@ class ApiServers:
         """No more requests: serve every output job left."""
         for s in self.servers:
             self._run(s, INF)
+
+    def seen_s(self, server: int, t: float, now: float) -> float | None:
+        """When the client gets the chunk engine `server` emitted at `t` (an iteration's end), once the output turn
+        that serves it has started by `now` (every job it merges is known then: call when the engine's iterations up
+        to `now` are emitted); None while it has not (it starts at `turn_s` at the earliest)."""
+        s = self.servers[server]
+        self._run(s, now)
+        i = bisect.bisect_left(s.covers, t)
+        return s.dones[i] if i < len(s.dones) else None
+
+    def turn_s(self, server: int) -> float:
+        """When the server's next output turn starts, as far as its jobs so far say (inf when none waits)."""
+        s = self.servers[server]
+        return max(s.free_s, s.ready[s.head]) if s.head < len(s.ready) else INF
 
     # --- what the client sees ---------------------------------------------------------------------------
     def delivered_array(self, server: int, times: np.ndarray) -> np.ndarray:

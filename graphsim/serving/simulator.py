@@ -298,6 +298,10 @@ class EventLoop:
         self.finished = self.rejected = 0
         self.ready: dict[int, float] = {}  # idle engines with work, by index → time they may start
         self.transfers: list[tuple[float, int, int, Request]] = []  # (end, seq, decode instance, request)
+        # closed-loop clients behind API servers send their next request when they get the last chunk (api_server.py):
+        # finishes whose chunk's output turn has not started (engine index, engine time), and the clients' send times
+        self._unseen: list[tuple[int, float]] = []
+        self._due: list[float] = []
         if isinstance(setup, SimulationSetup):
             self.disaggregated = None
             self.max_model_len = setup.engine.max_model_len
@@ -370,7 +374,10 @@ class EventLoop:
     def _on_done(self, r: Request) -> None:
         self.table.record(r)
         self.finished += 1
-        self.arrivals.on_finish(r.finish_t)
+        if self.api is not None and self.arrivals.closed:  # sent when the client gets the last chunk (_see)
+            self._unseen.append((r.replica, r.finish_t))
+        else:
+            self.arrivals.on_finish(r.finish_t)
         total = self.finished + self.rejected
         if self.progress is not None and (self.finished % PROGRESS_EVERY == 0 or total == self.arrivals.total):
             self.progress(total, self.arrivals.total)
@@ -436,6 +443,8 @@ class EventLoop:
                 for o in self.exit:
                     if o is not e and o.busy_until is not None:
                         h = min(h, o.busy_until)
+                if self._unseen or self._due:  # and the clients' sends to come
+                    h = min(h, self._resend_s())
             return h
         assert self.disaggregated is not None
         if self.transfers:
@@ -483,6 +492,38 @@ class EventLoop:
             e.finish()
             self.api.emit(e.index, plan.end_t, e.chunks)
 
+    def _see(self, now: float) -> None:
+        """Finishes whose last chunk's output turn has started by `now` (every engine's iterations up to `now`
+        applied): their clients send their next request when that turn ends."""
+        api = self.api
+        assert api is not None
+        unseen = []
+        for server, t in self._unseen:
+            busy = self.engines[server].busy_until
+            if busy is not None and busy <= now:  # its engine has chunks of up to `now` still to emit: not yet
+                unseen.append((server, t))
+                continue
+            seen = api.seen_s(server, t, now)
+            if seen is None:
+                unseen.append((server, t))
+            else:
+                heapq.heappush(self._due, seen)
+        self._unseen = unseen
+
+    def _resend_s(self) -> float:
+        """The next instant a closed-loop client sends, or a turn starts that says when one will."""
+        api = self.api
+        assert api is not None
+        t = self._due[0] if self._due else math.inf
+        for server, _ in self._unseen:
+            t = min(t, api.turn_s(server))
+        return t
+
+    def _resend(self, now: float) -> None:
+        self._see(now)
+        while self._due and self._due[0] <= now:
+            self.arrivals.on_finish(heapq.heappop(self._due))
+
     def run(self) -> None:
         ready = self.ready
         engines = self.engines
@@ -498,12 +539,17 @@ class EventLoop:
             t_end = ending.busy_until if ending is not None and ending.busy_until is not None else math.inf
             t_transfer = transfers[0][0] if transfers else math.inf
             t_ready = min(ready.values()) if ready else math.inf
-            if min(t_arrival, t_end, t_transfer, t_ready) == math.inf:
+            t_resend = self._resend_s() if self._unseen or self._due else math.inf
+            if min(t_arrival, t_end, t_transfer, t_ready, t_resend) == math.inf:
                 break
-            if ending is not None and t_end <= t_arrival and t_end <= t_transfer and t_end <= t_ready:
+            if ending is not None and t_end <= min(t_arrival, t_transfer, t_ready, t_resend):
                 self._finished(ending)  # an iteration ends first: it frees blocks before arrivals are routed
                 if ending.has_work():
                     ready[ending.index] = t_end
+                if self._unseen:
+                    self._see(t_end)
+            elif t_resend <= min(t_transfer, t_arrival, t_ready):
+                self._resend(t_resend)
             elif t_transfer <= t_arrival and t_transfer <= t_ready:
                 self._transferred(t_transfer)
             elif t_arrival <= t_ready:

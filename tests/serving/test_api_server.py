@@ -131,3 +131,25 @@ def test_the_search_fast_path_caps_throughput_at_the_api_server():
     r = aggregated_point(cost, 100, 10, 64, 8192, host=_host(0.0, 10.0, 10.0))
     assert r.bound == "decode"
     assert r.requests_per_s == pytest.approx(6400.0)
+
+
+def test_a_closed_loop_client_sends_when_it_gets_the_last_chunk():
+    # vllm bench serve --max-concurrency 1: the next request waits for request_func to return, i.e. for the stream's
+    # last chunk (benchmarks/serve.py limited_request_func). Two requests of 100 prompt tokens and 2 output tokens;
+    # 1 ms iterations, 3 ms a chunk (all per output), no front end. r0 reaches the engine at 0: prefill 0–1 ms (token
+    # 1), a decode 1–2 ms (token 2: the engine is done at 2 ms). The server: a turn at 1 ms for token 1, 1–4 ms; at
+    # 4 ms the 2 ms token, 4–7 ms. The client gets r0's last chunk at 7 ms and sends r1 then: prefill 7–8 ms, its
+    # first token sent 8–11 ms; its decode 8–9 ms, that token's turn at 11 ms, 11–14 ms.
+    from graphsim.serving import ClosedLoop, Lengths
+
+    loop = ClosedLoop(1, 2, Lengths(100, 100), Lengths(2, 2))
+    res = simulate(_setup(0.0, 3000.0, 3000.0), loop)
+    r0, r1 = res.requests[0], res.requests[1]
+    assert r0.finish_t / MS == pytest.approx(7.0)
+    assert r1.arrival / MS == pytest.approx(7.0)
+    assert (r1.first_token_t / MS, r1.finish_t / MS) == pytest.approx((11.0, 14.0))
+    # Had the client sent r1 when the ENGINE finished r0 (2 ms), r1 would run 2–3 and 3–4 ms and its tokens would
+    # wait for the server: at 4 ms the 2, 3 and 4 ms tokens merge into one 9 ms turn, 4–13 ms.
+    # Without a stream cost the client sees the engine's finish: r1 is sent at 2 ms
+    fast = simulate(_setup(0.0, 0.0), ClosedLoop(1, 2, Lengths(100, 100), Lengths(2, 2)))
+    assert fast.requests[1].arrival / MS == pytest.approx(2.0)
