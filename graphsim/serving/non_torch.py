@@ -9,10 +9,11 @@ it with the weights and the activation peak (`non_kv_cache_memory`).
 
 Where the snapshot is taken moved: up to 0.10.1 it is taken before `init_worker_distributed_environment`, so the
 communicators created there count; vLLM PR 25359 (2025-09) moved it after (0.19.0 and 0.33.0 read so). The logs
-below do not show that move: a vLLM 0.11-era H200 TP2 server (its log has the reordered worker's
-`gpu_worker.py:391` line) still logs 1.38 GiB, and a recent B200 TP4 server 0.95 GiB. Most of the memory at TP > 1
-is taken during the profile run itself, after the snapshot in either order. The value cannot be derived from a
-config: it is NCCL's choice of channels and protocols on the machine. So graphsim takes the median of the public
+below do not show a drop with that move: a recent B200 TP4 server (its worker logs from `gpu_worker.py:857`, a
+layout later than 0.19's) still logs 0.95 GiB, within the V0 logs' 1.07–2.10 GiB, and an H200 TP2 server of
+October 2025 (`gpu_worker.py:391`; whether its release has the move is not checked) 1.38 GiB. So most of the memory
+at TP > 1 appears to be taken during the profile run itself, after the snapshot in either order. The value cannot be
+derived from a config: it depends on NCCL's channels and protocols on the machine. So graphsim takes the median of the public
 start-up logs below for the deployment's case, and states the spread:
 
 - TP 1: 15 logs, median 0.07 GiB (0.02–0.35);
@@ -77,13 +78,13 @@ _TP1 = (
                 "code index id 60663571995: Qwen2.5-Math-1.5B, 'non_torch_memory takes 0.05GiB'"),
     NonTorchLog(0.06, 1, None, "24 GB GPU (23.68 GiB)", "V0 (worker.py:295), Unsloth",
                 "code index id 33404547317: 'non_torch_memory takes 0.06GiB'"),
-    NonTorchLog(0.02, 1, None, "24 GB GPU (23.53 GiB)", "V1 0.11-era (gpu_worker.py:391), --tensor-parallel-size 1",
+    NonTorchLog(0.02, 1, None, "24 GB GPU (23.53 GiB)", "V1, Sept.–Oct. 2025 (gpu_worker.py:391), --tensor-parallel-size 1",
                 "code index id 34681159919: '0.02 GiB for non-torch memory'"),
-    NonTorchLog(0.02, 1, None, "A100 40GB (39.49 GiB)", "V1 0.11-era (gpu_worker.py:391), EngineCore_DP0",
+    NonTorchLog(0.02, 1, None, "A100 40GB (39.49 GiB)", "V1, Sept.–Oct. 2025 (gpu_worker.py:391), EngineCore_DP0",
                 "code index id 57034141296: '0.02 GiB for non-torch memory'"),
     NonTorchLog(0.26, 1, None, "RTX PRO 6000 Blackwell (96 GB)", "V1, TP1 stated",
                 "code index id 60828809390: '0.26 GiB for non-torch memory'"),
-    NonTorchLog(0.07, 1, None, "H100 80GB (79.19 GiB)", "V1 0.11-era (gpu_worker.py:391), EngineCore_DP0",
+    NonTorchLog(0.07, 1, None, "H100 80GB (79.19 GiB)", "V1, Sept.–Oct. 2025 (gpu_worker.py:391), EngineCore_DP0",
                 "code index id 34680831065: '0.07 GiB for non-torch memory'"),
     NonTorchLog(0.03, 1, None, "L40S (47.37 GiB)", "V1 (gpu_worker.py:598), EngineCore_DP0",
                 "code index id 66080606939: '0.03 GiB for non-torch memory'"),
@@ -93,7 +94,7 @@ _TP1 = (
 
 # TP > 1: worker processes per rank (Worker_TPn / VllmWorkerProcess / Ray workers)
 _TP_MANY = (
-    NonTorchLog(1.38, 2, True, "H200 (139.81 GiB)", "V1 0.11-era (gpu_worker.py:391), custom all-reduce on",
+    NonTorchLog(1.38, 2, True, "H200 (139.81 GiB)", "V1, Sept.–Oct. 2025 (gpu_worker.py:391), custom all-reduce on",
                 "code index id 7292846353: Worker_TP0/TP1, '1.38 GiB for non-torch memory'", tp_at_least=True),
     NonTorchLog(0.95, 4, True, "B200 (184.31 GiB)", "V1 (gpu_worker.py:857), TP with EP, custom all-reduce on",
                 "code index id 61511710941: Worker_TP3_EP3, '0.95 GiB for non-torch memory'", tp_at_least=True),
@@ -104,7 +105,7 @@ _TP_MANY = (
     NonTorchLog(1.07, 8, True, "A100 40GB (39.49 GiB)", "V0 (worker.py:267), Ray over two nodes",
                 "code index id 17822999525: DeepSeek-V2.5, P2P/IPC channels, 'non_torch_memory takes 1.07GiB'",
                 tp_at_least=True),
-    NonTorchLog(0.21, 4, False, "L40S (44.42 GiB)", "V1 0.11-era (gpu_worker.py:391), TP with EP, PCIe",
+    NonTorchLog(0.21, 4, False, "L40S (44.42 GiB)", "V1, Sept.–Oct. 2025 (gpu_worker.py:391), TP with EP, PCIe",
                 "code index id 38962983769: Worker_TP2_EP2, '0.21 GiB for non-torch memory'", tp_at_least=True),
 )
 
