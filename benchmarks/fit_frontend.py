@@ -32,14 +32,15 @@ COARSE_MS = [i * 2.0 for i in range(16)]  # 0 … 30 ms, then 0.5 ms steps withi
 
 def training(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]], pred: vs.Predictor) -> bool:
     """One GPU, and either one request or a burst whose every prompt is in the prefix cache (as the harness
-    replays it: prompts an earlier run on the server sent that the KV cache still holds)."""
+    simulates it: every request hits the cache the server's earlier runs left, at the constants in the tree)."""
     if test["tp"] != 1 or test.get("nodes", 1) != 1:
         return False
     n = run["bench"]["num_prompts"]
     if n == 1:
         return True
-    warm = vs.warm_prompts(run, runs, pred.deployment(test)[0].capacity.tokens)
-    return run["bench"]["request_rate"] in ("inf", None) and len({i for i in warm if i < n}) == n
+    if run["bench"]["request_rate"] not in ("inf", None):
+        return False
+    return vs.predict(run, test, runs, pred, None)["warm_prompts"] == n
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,11 +191,12 @@ def ensure_profile(directory: str | None, system: str) -> str:
 class Predictor:
     """Deployments per test, cost trees per (model, TP): each model traced once per TP size."""
 
-    def __init__(self, profile_dir: str | None, tests: dict[str, dict[str, Any]] | None = None) -> None:
+    def __init__(self, profile_dir: str | None) -> None:
         self.profile_dir = profile_dir
-        self.tests = tests if tests is not None else load_runs()[1]
-        # each run's prediction by id (with the prefix cache it left: the next run on its server starts from it)
-        self.done: dict[str, dict[str, Any]] = {}
+        # each run's prediction by id, with the prefix cache it left (the next run on its server starts from it), when
+        # the caller keeps them (main: each run simulated once); None: every predict() simulates its server's earlier
+        # runs again (the fits patch constants between calls, kv_band changes a test's KV cache)
+        self.memo: dict[str, dict[str, Any]] | None = None
         self.profiles: dict[str, str] = {}
         self.costs: dict[tuple[Any, ...], Any] = {}
         # tests whose KV cache is the start-up floor: (graphsim's estimate, the floor), bytes a rank; see deployment()
@@ -239,9 +240,6 @@ class Predictor:
         engine = {k: v for k, v in data["engine"].items() if k != "gpu_memory_utilization"}
         data = dict(data, engine={**engine, "kv_cache_memory_bytes": floor})
         return plan_deployment(DeploymentConfig.parse(data)), "interconnect" in extra
-
-    def test_of(self, run: dict[str, Any]) -> dict[str, Any]:
-        return self.tests[run["test_key"]]
 
     def profile(self, system: str) -> str:
         if system not in self.profiles:
@@ -289,8 +287,8 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
     n = b["num_prompts"] if max_prompts is None else min(b["num_prompts"], max_prompts)
     in_len = round(m["total_input_tokens"] / m["completed"])
     out_len = max(1, round(m["total_output_tokens"] / m["completed"]))
-    if run["id"] in pred.done:  # simulated already, as an earlier run of a later one's server
-        return pred.done[run["id"]]
+    if pred.memo is not None and run["id"] in pred.memo:  # simulated already, as an earlier run of a later one's server
+        return pred.memo[run["id"]]
     dep, network = pred.deployment(test)
     lens = per_request_lengths(b, n)
     # the cost tree depends on the deployment's engine limits too (max_num_batched_tokens follows --max-model-len
@@ -315,10 +313,8 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
                                 prompt_keys=True)
     t0 = time.perf_counter()
     earlier = [] if lens else earlier_runs(run, runs)
-    if earlier:  # the cache the server's earlier runs left, then the client's test request
-        prev = earlier[-1]
-        left = predict(prev, pred.test_of(prev), runs, pred, max_prompts)["prefix_cache"]
-        setup = replace(setup, prefix_cache=left)
+    if earlier:  # the cache the server's earlier runs left (one server: one test), then the client's test request
+        setup = replace(setup, prefix_cache=predict(earlier[-1], test, runs, pred, max_prompts)["prefix_cache"])
     if not lens:
         setup = replace(setup, prefix_cache=simulate(setup, test_request(in_len, out_len, b["seed"])).prefix_cache)
     res = simulate(setup, workload)
@@ -332,10 +328,12 @@ def predict(run: dict[str, Any], test: dict[str, Any], runs: list[dict[str, Any]
                         "source_shares": getattr(summary, "source_shares", {})})
     if lens:
         score_empty_text_as_client(doc, lens[1])
-    pred.done[run["id"]] = out = {
+    out = {
         "predicted": {k: doc[k] for k, _ in METRICS}, "document": doc, "warm_prompts": warm, "prompts": n,
         "input_len": in_len, "output_len": out_len, "sim_s": time.perf_counter() - t0, "data": note,
         "network": network, "prefix_cache": res.prefix_cache, "earlier": [r["id"] for r in earlier]}
+    if pred.memo is not None:
+        pred.memo[run["id"]] = out
     return out
 
 
@@ -385,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     runs, tests = load_runs()
     chosen = select(runs, tests, args.subset)
-    pred = Predictor(args.profiles, tests)
+    pred = Predictor(args.profiles)
+    pred.memo = {}
     rows, skipped = [], []
     for r in chosen:
         t = tests[r["test_key"]]
