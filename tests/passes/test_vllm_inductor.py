@@ -115,3 +115,29 @@ def test_fusion_rule():
     assert not generated(KernelAttrs(KernelKind.ELEMENTWISE, "mul", ElementwiseGeometry(width=8), "bf16",
                                      Rows.SEQUENCES))
     assert generated(add) and generated(norm) and generated(rotary)
+
+
+@pytest.mark.slow
+def test_predict_prices_compiled_mode_unless_enforce_eager(tmp_path):
+    """`predict` prices the compiled graph; `--enforce-eager` the custom-op one: 11 kernels a layer more on the tiny
+    Gemma-4 (its two layers: 22), each merged kernel an elementwise row of its external bytes."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from graphsim.cli.app import _register, app
+
+    _register()
+    (tmp_path / "config.json").write_text(json.dumps(TINY_GEMMA4))
+    out = {}
+    for flags in ((), ("--enforce-eager",)):
+        res = CliRunner().invoke(app, ["predict", str(tmp_path), "--batch", "decode:8x128", "--json", *flags])
+        assert res.exit_code == 0, res.output
+        out[flags] = json.loads(res.stdout)["batches"][0]["kernels"]
+    compiled, eager = out[()], out[("--enforce-eager",)]
+    assert len(eager) - len(compiled) == 22
+    assert not any(k["kernel"] == NAME for k in eager)
+    merged = [k for k in compiled if k["kernel"] == NAME]
+    assert len(merged) == 6 and all(k["kind"] == "elementwise" for k in merged)
+    # the first layer's post-FFN region: 128 elements a token (test_gemma4_regions) x 2 bytes (bf16) x 8 tokens
+    assert next(k for k in merged if k["node"] == "L0.rms_norm_6")["bytes"] == 128 * 2 * 8
