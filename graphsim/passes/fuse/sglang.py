@@ -1,7 +1,8 @@
 """Fuse target `sglang`: the kernels SGLang (0.5.14, CUDA, bf16, Hopper defaults) launches per decoder layer.
 
 Each rule cites the SGLang source (`python/sglang/srt/`, the `sglang==0.5.14` wheel) that decides the launch. The
-matching is vLLM's (passes/fuse/vllm.py): both engines pack q/k/v and gate/up into one GEMM, fuse the residual add
+matching is vLLM's (passes/fuse/vllm.py): both engines pack q/k/v and gate/up into one GEMM (other packings by SGLang's
+own table, SGLANG_PACKED), fuse the residual add
 into the norm, run one rotary kernel on q and k in place and one gated-activation kernel; the names and the
 attention backend differ (SGLang picks FlashAttention-3 for MHA and MLA on Hopper, server_args.py
 `_get_default_attn_backend`). Kernel names are SGLang's, so a profile.db's elementwise rows are keyed by them.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from graphsim.ir import AttentionAttrs
+from graphsim.ir import AttentionAttrs, Node
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse import vllm as V
@@ -28,8 +29,43 @@ FUSED_ADD_RMS_NORM = Rule(
     V._match_fused_add_norm, V._build_norm(KernelKind.FUSED_ADD_RMS_NORM, "fused_add_rmsnorm", "fused_add_rms_norm"))
 RMS_NORM = Rule("rms_norm", "layers/layernorm.py:RMSNorm.forward_cuda (sgl_kernel rmsnorm)",
                 P.norm_units, V._build_norm(KernelKind.RMS_NORM, "rmsnorm", "rms_norm"))
+# The projections SGLang loads into one GEMM (its model files' stacked_params_mapping), read in the sglang==0.5.14
+# wheel against vLLM's table (vllm.py PACKED). Where SGLang has the model file and packs otherwise:
+# - Kimi-Linear's KDA (models/kimi_linear.py KimiDeltaAttention.__init__): unquantized (`do_fuse_qkvbfg = quant_config
+#   is None`), one MergedColumnParallelRepeatedLinear `fused_qkvbfg_a_proj` of q, k, v, b split by rank and the forget
+#   and output gates' low-rank f_a and g_a whole on every rank (partition/packed_parts.py keeps those parts whole);
+#   quantized, a QKVParallelLinear `qkv_proj` of q, k, v with b, f_a, g_a apart. (The f_b / g_b up-projections then run
+#   as one batched matmul, ColumnParallelBatchedLinear `fused_fg_b_proj`; graphsim keeps them two GEMMs.)
+# - a DSA indexer (layers/attention/dsa/dsa_indexer.py Indexer.__init__): wk and weights_proj two ReplicatedLinear,
+#   not vLLM 0.33's wk_weights_proj, in the classes SGLang serves with it (models/deepseek_v2.py EntryClass
+#   DeepseekV32ForCausalLM, glm4_moe.py GlmMoeDsaForCausalLM);
+# - LFM2's dense MLP (models/lfm2.py Lfm2MLP: w1 and w3 two ColumnParallelLinear, stacked_params_mapping only q/k/v):
+#   not packed; LFM2-MoE's (models/lfm2_moe.py: ("gate_up_proj", "w1", 0), ("gate_up_proj", "w3", 1)) packed. LFM3 has
+#   no SGLang file and is priced as LFM2's port, as the vllm target does.
+# - MLA's q_a / kv_a pack as in vLLM, under SGLang's name (models/deepseek_v2.py fused_qkv_a_proj_with_mqa).
+# SGLang 0.5.14 has no model file for the KDA Bailing hybrid, OLMo-Hybrid, HunYuan-V4 or A.X-K2: vLLM's packing is
+# kept there.
+SGLANG_PACKED = {
+    "fused_qkvbfg_a_proj": ("q_proj", "k_proj", "v_proj", "b_proj", "forget_gate.f_a_proj", "g_a_proj"),
+    **{("fused_qkv_a_proj_with_mqa" if k == "fused_qkv_a_proj" else k): ms for k, ms in V.PACKED.items()
+       if k != "in_proj_qkvgfab"},
+}
+SGLANG_PACKED_IN = {"fused_qkvbfg_a_proj": "kda", "qkvb_proj": "kda", "in_proj_qkvg": "gated_delta_rule"}
+SGLANG_UNPACKED_ARCHS = {"w13": frozenset({"Lfm2ForCausalLM", "Lfm3ForCausalLM"}),
+                         "wk_weights_proj": frozenset({"DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"})}
+
+
+def _sglang_packs(ctx: FuseContext, packed: str, linear: Node) -> bool:
+    if packed == "fused_qkvbfg_a_proj":
+        return V._quantization(ctx) is None
+    if packed == "qkvb_proj":  # Kimi's KDA packs q, k, v alone when quantized (qkv_proj)
+        return not V.kimi_kda(ctx, linear)
+    return ctx.graph.meta.architecture not in SGLANG_UNPACKED_ARCHS.get(packed, frozenset())
+
+
 PACKED_GEMM = Rule("packed_gemm", "layers/linear.py:QKVParallelLinear / MergedColumnParallelLinear; "
-                   "models/llama.py:LlamaForCausalLM.stacked_params_mapping", V._match_packed, V._build_packed)
+                   "models/*.py stacked_params_mapping (SGLANG_PACKED)",
+                   V.packed_matcher(SGLANG_PACKED, SGLANG_PACKED_IN, _sglang_packs), V._build_packed)
 LM_HEAD = Rule("lm_head", "layers/logits_processor.py:LogitsProcessor (last token of each request)",
                V._match_lm_head, V.LM_HEAD.build)
 GEMM = Rule("gemm", "layers/linear.py:UnquantizedLinearMethod.apply (F.linear → cuBLAS); a quantized "

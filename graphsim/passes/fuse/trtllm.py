@@ -1,7 +1,7 @@
 """Fuse target `trtllm`: the kernels TensorRT-LLM's PyTorch backend (1.3, CUDA, bf16) launches per decoder layer.
 
 Each rule cites `tensorrt_llm/_torch/` (NVIDIA/TensorRT-LLM main at 0004396, the stored snapshot). The matching is
-vLLM's (passes/fuse/vllm.py) with one real difference: the TRTLLM attention backend applies RoPE inside its
+vLLM's (passes/fuse/vllm.py; its packed projections by TensorRT-LLM's own table, TRTLLM_PACKED) with one real difference: the TRTLLM attention backend applies RoPE inside its
 attention op (modules/attention.py `Attention.__init__`: "If rope_fusion is not specified, enable if the attention
 backend supports it"; `TrtllmAttention.support_fused_rope()` is true), so rotary launches no kernel of its own and
 its time is inside the attention rows (aiconfigurator's trtllm attention tables were measured through that op).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from graphsim.ir import AttentionAttrs
+from graphsim.ir import AttentionAttrs, Node
 from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
 from graphsim.passes.fuse import patterns as P
 from graphsim.passes.fuse import vllm as V
@@ -32,8 +32,26 @@ FUSED_ADD_RMS_NORM = Rule(
     V._build_norm(KernelKind.FUSED_ADD_RMS_NORM, "flashinfer_fused_add_rmsnorm", "fused_add_rms_norm"))
 RMS_NORM = Rule("rms_norm", "modules/rms_norm.py:RMSNorm.forward (flashinfer_rmsnorm)", P.norm_units,
                 V._build_norm(KernelKind.RMS_NORM, "flashinfer_rmsnorm", "rms_norm"))
+# The projections TensorRT-LLM loads into one GEMM, against vLLM's table (vllm.py PACKED). Where TensorRT-LLM has the
+# model file and packs otherwise:
+# - Kimi-Linear's KDA (models/modeling_kimi_linear.py KimiKDARuntime, NVIDIA/TensorRT-LLM 000a860): prefill runs
+#   q_proj, k_proj, v_proj, f_a_proj -> f_b_proj and b_proj as GEMMs of their own (_forward_prefill); decode fuses
+#   [q | k | v | g | f_a | b] into one GEMV only with K3's full-rank gate (finalize_decode_weights returns early
+#   `if ... not mixer.use_full_rank_gate`), so Kimi-Linear's low-rank gates leave every projection apart.
+# Not checked against TensorRT-LLM's sources (vLLM's packing kept): MLA's q_a / kv_a (modules/attention.py MLA
+# builds one kv_a_proj_with_mqa of q_lora_rank + kv_lora_rank + rope, as vLLM's fused_qkv_a_proj), the DSA indexer's
+# wk / weights_proj, Qwen3-Next / Qwen3.5's in_proj_qkvz / in_proj_ba; LFM2, OLMo-Hybrid, the KDA Bailing hybrid and
+# HunYuan-V4 have no TensorRT-LLM model file.
+TRTLLM_PACKED = {k: ms for k, ms in V.PACKED.items() if k != "in_proj_qkvgfab"}
+
+
+def _trtllm_packs(ctx: FuseContext, packed: str, linear: Node) -> bool:
+    return not (packed in ("qkvb_proj", "qkv_proj") and V.kimi_kda(ctx, linear))
+
+
 PACKED_GEMM = Rule("packed_gemm", "modules/attention.py:Attention.qkv_proj (fused q/k/v Linear); "
-                   "modules/gated_mlp.py:GatedMLP.gate_up_proj", V._match_packed, V._build_packed)
+                   "modules/gated_mlp.py:GatedMLP.gate_up_proj (TRTLLM_PACKED)",
+                   V.packed_matcher(TRTLLM_PACKED, V.PACKED_IN, _trtllm_packs), V._build_packed)
 LM_HEAD = Rule("lm_head", "modules/embedding.py:LMHead (last token of each request, "
                "models/modeling_utils.py DecoderModelForCausalLM.forward)", V._match_lm_head, V.LM_HEAD.build)
 GEMM = Rule("gemm", "modules/linear.py:Linear.forward (UnquantizedLinearMethod: F.linear → cuBLAS; quantized "

@@ -161,19 +161,36 @@ def _packed_input(ctx: FuseContext, linear: Node) -> str:
     return cast.inputs[0] if cast is not None else linear.inputs[0]
 
 
-def _match_packed(ctx: FuseContext):
-    # a group with a PACKED_IN recurrence packs only inside a linear-attention module of that kind (their scopes,
-    # read once); the others everywhere
-    scopes: dict[str, list[str]] = {}
-    for la in ctx.graph.nodes:
-        if la.op is Op.LINEAR_ATTENTION:
-            scopes.setdefault(la.attrs_as(LinearAttentionAttrs).kind, []).append(la.scope + ".")
+def packed_matcher(groups: dict[str, tuple[str, ...]], packed_in: dict[str, str],
+                   also: Callable[[FuseContext, str, Node], bool] | None = None) -> Callable[[FuseContext], list[Candidate]]:
+    """The packed-GEMM match over an engine's table (`groups`, `packed_in`; vLLM's PACKED / PACKED_IN, the sglang and
+    trtllm targets' own): a group with a `packed_in` recurrence packs only inside a linear-attention module of that
+    kind (their scopes, read once), the others everywhere; `also(ctx, group, first member)` a further condition the
+    engine's model file sets (a checkpoint's quantization, the model file)."""
+    def match(ctx: FuseContext) -> list[Candidate]:
+        scopes: dict[str, list[str]] = {}
+        for la in ctx.graph.nodes:
+            if la.op is Op.LINEAR_ATTENTION:
+                scopes.setdefault(la.attrs_as(LinearAttentionAttrs).kind, []).append(la.scope + ".")
 
-    def packs_in(packed: str, linear: Node) -> bool:
-        kind = PACKED_IN.get(packed)
-        return kind is None or any(linear.scope.startswith(s) for s in scopes.get(kind, ()))
+        def packs_in(packed: str, linear: Node) -> bool:
+            kind = packed_in.get(packed)
+            return ((kind is None or any(linear.scope.startswith(s) for s in scopes.get(kind, ())))
+                    and (also is None or also(ctx, packed, linear)))
 
-    return P.packed_linears(ctx, PACKED, lambda n: _packed_input(ctx, n), packs_in)
+        return P.packed_linears(ctx, groups, lambda n: _packed_input(ctx, n), packs_in)
+
+    return match
+
+
+_match_packed = packed_matcher(PACKED, PACKED_IN)
+
+
+def kimi_kda(ctx: FuseContext, linear: Node) -> bool:
+    """Whether a KDA projection sits in Kimi's KDA module: a low-rank forget gate (`forget_gate.f_a_proj`) beside
+    q/k/v/b, where the Bailing hybrid's has a full-rank f_proj; the engines pack the two differently."""
+    owner = P.parent(linear.scope)
+    return any(n.scope == owner + ".forget_gate.f_a_proj" for n in P.linear_nodes(ctx))
 
 
 

@@ -12,7 +12,8 @@ vllm/model_executor/layers/kda.py (KimiDeltaAttention.forward / _forward) and th
   the casts to float32 conv weights and back, Bailing-hybrid's, inside it: vLLM's bailing_moe_v3.py builds
   q/k/v_conv1d with params_dtype=torch.float32 and calls causal_conv1d_fn on the bf16 projections);
 - the projections: q, k, v and beta are one packed GEMM (vllm.py PACKED `qkvb_proj`: vLLM 0.33.0's
-  bailing_moe_v3.py qkvb_proj and kimi_k3's in_proj_qkvgfab; the 0.19-era kda.py above built them apart);
+  bailing_moe_v3.py qkvb_proj; Kimi's adds the forget gate's f_a, kept whole by tp: `in_proj_qkvgfab`,
+  kimi_gdn_linear_attn.py; the 0.19-era kda.py above built them apart);
 - the recurrence: vllm.py's LINEAR_ATTENTION rule names it `chunk_kda` (kind "kda"), priced per decode
   token, prefill token and sequence in costing/kda.py.
 
