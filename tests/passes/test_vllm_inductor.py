@@ -141,3 +141,15 @@ def test_predict_prices_compiled_mode_unless_enforce_eager(tmp_path):
     assert len(merged) == 6 and all(k["kind"] == "elementwise" for k in merged)
     # the first layer's post-FFN region: 128 elements a token (test_gemma4_regions) x 2 bytes (bf16) x 8 tokens
     assert next(k for k in merged if k["node"] == "L0.rms_norm_6")["bytes"] == 128 * 2 * 8
+
+
+def test_without_combo_kernels_independent_kernels_stay_apart():
+    """vLLM 0.11 (torch < 2.9) has no combo kernels: Gemma-4's q, k and v norms stay three kernels (Inductor's count
+    for that region without them, benchmarks/inductor_regions.py --backend triton: 6 with the q / k rotary split
+    in two, which the pass does not model); the connected norm chains after the all-reduces are still one each."""
+    g, _ = import_hf(ResolvedModel("tiny-gemma4", copy.deepcopy(TINY_GEMMA4), "path", "test"), cache=False)
+    graph = run_pipeline(g, "fold,fuse{target=vllm},inductor{combo=0}").graph
+    merged = [n.kernel.rule.split("; ")[1].split(" in one")[0] for n in _kernels(graph, 0) if n.kernel.name == NAME]
+    assert merged == ["6 custom-op kernels (rms_norm, fused_add_rms_norm, rms_norm, mul, mul, rms_norm)",
+                      "5 custom-op kernels (rms_norm, rms_norm, fused_add_rms_norm, add, mul)"]
+    assert [n.kernel.name for n in _kernels(graph, 0)].count("rms_norm") == 4  # the input norm, q, k, v

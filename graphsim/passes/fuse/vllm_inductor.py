@@ -39,6 +39,12 @@ achieved bandwidth like any row-less memory-bound kernel. A region Inductor runs
 ops or Triton / CUDA kernels in compiled mode (gated RMSNorm, fused gating kernels, scans, MoE, attention) are not
 touched.
 
+Combo kernels are vLLM >= 0.12's (torch >= 2.9; vLLM 0.11.0's config/compilation.py has no `combo_kernels`):
+`inductor{combo=0}` leaves independent kernels of a region apart, as there (Gemma-4's q, k and v norms three
+kernels). Not modelled without them: Inductor's rotary is then one kernel for q and one for k (the custom op does
+both in one: a Llama layer runs 5 generated kernels, not 4), and the default pipeline does not pick `combo` from
+the engine's version (every version is priced with combo kernels).
+
 Not modelled: a region across a layer boundary (the next layer's input norm after a layer's trailing adds: Inductor
 fuses them, the pass keeps them apart, one kernel more a layer where a layer ends in such ops); vLLM's own fusion
 passes on top (AllReduce + RMSNorm at TP > 1 on Hopper, quant fusions)."""
@@ -111,7 +117,7 @@ class _Region:
     level: dict[str, int]
 
 
-def _regions(graph: Graph, users: dict[str, list[str]]) -> list[_Region]:
+def _regions(graph: Graph, users: dict[str, list[str]], combo: bool) -> list[_Region]:
     """The generated kernels grouped as Inductor's scheduler would: in graph order each joins the group of a
     generated producer of its layer unless that makes a cycle through an opaque kernel
     (scheduler.py Scheduler.will_fusion_create_cycle); then groups fed by the same opaque kernels are one (combo
@@ -161,7 +167,7 @@ def _regions(graph: Graph, users: dict[str, list[str]]) -> list[_Region]:
             group_of[n.name] = mine
     # combo kernels: groups fed by the same opaque kernels (or graph inputs) are one
     first: dict[tuple[int | None, frozenset[str]], int] = {}
-    for g in sorted(groups):
+    for g in sorted(groups) if combo else ():
         if g not in groups:
             continue
         names = groups[g]
@@ -230,19 +236,45 @@ def _reaches(by_name: dict[str, Node], names: set[str], users: dict[str, list[st
     return False
 
 
-def compile_regions(graph: Graph) -> tuple[Graph, dict[str, int]]:
+def _connected(graph: Graph, part: list[Node]) -> list[list[Node]]:
+    """`part` split where its kernels read nothing of each other (without combo kernels, independent kernels of
+    one level stay apart)."""
+    names = {n.name for n in part}
+    root = {n: n for n in names}
+
+    def find(x: str) -> str:
+        while root[x] != x:
+            x = root[x]
+        return x
+
+    for n in part:
+        for v in n.inputs:
+            src = split_value(v)[0]
+            if src in names and v not in graph.inputs and v not in graph.params:
+                root[find(src)] = find(n.name)
+    out: dict[str, list[Node]] = {}
+    for n in part:
+        out.setdefault(find(n.name), []).append(n)
+    return list(out.values())
+
+
+def compile_regions(graph: Graph, combo: bool = True) -> tuple[Graph, dict[str, int]]:
     """The graph with each region that Inductor runs as fewer kernels than the custom-op path replaced by those
-    kernels (module docstring); stats: regions merged, kernels before and after."""
+    kernels (module docstring); stats: regions merged, kernels before and after. `combo`: Inductor's combo
+    kernels, as vLLM >= 0.12 sets them (False: vLLM 0.10 / 0.11 on torch < 2.9, where independent kernels of a
+    region stay apart)."""
     users = graph.users()
     rename: dict[str, str] = {}
     replaced: dict[str, Node] = {}  # first member's name → the merged node
     dropped: set[str] = set()
     stats = {"regions": 0, "kernels_before": 0, "kernels_after": 0}
-    for region in _regions(graph, users):
+    for region in _regions(graph, users, combo):
         levels = sorted(set(region.level.values()))
-        if len(levels) >= len(region.nodes):
-            continue
         parts = [[n for n in region.nodes if region.level[n.name] == lv] for lv in levels]
+        if not combo:
+            parts = [c for part in parts for c in _connected(graph, part)]
+        if len(parts) >= len(region.nodes):
+            continue
         stats["regions"] += 1
         stats["kernels_before"] += len(region.nodes)
         stats["kernels_after"] += len(parts)
@@ -303,7 +335,10 @@ def _topological(nodes: list[Node], graph: Graph) -> list[Node]:
 @register_pass("inductor")
 @dataclass(frozen=True)
 class Inductor(Pass):
-    """vLLM's compiled mode on a graph fused for `vllm` (and partitioned): see the module docstring."""
+    """vLLM's compiled mode on a graph fused for `vllm` (and partitioned): see the module docstring. `combo`:
+    Inductor's combo kernels (vLLM >= 0.12 on torch >= 2.9, config/compilation.py; vLLM 0.11.0's has none)."""
+
+    combo: bool = True
 
     def run(self, graph: Graph) -> PassResult:
         if graph.meta.fuse_target != "vllm":
@@ -311,7 +346,7 @@ class Inductor(Pass):
                             f"'{graph.meta.fuse_target or 'unfused'}'; run fuse{{target=vllm}} first")
         if graph.meta.compiled:
             return PassResult(graph, False, {})
-        out, stats = compile_regions(graph)
+        out, stats = compile_regions(graph, self.combo)
         if out is graph:
             out = Graph(graph.name, graph.inputs, graph.params, graph.nodes, graph.outputs, graph.schedule, graph.meta)
         out.meta = graph.meta.copy()
