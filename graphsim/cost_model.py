@@ -31,19 +31,23 @@ from graphsim.ir import Graph, Op
 __all__ = ["CostModel", "build_cost_model", "partition_pipeline", "pipeline_for", "profile_data"]
 
 
-def pipeline_for(target: str = "vllm", tp: int = 1, ep: int = 1, compiled: bool = True) -> str:
+def pipeline_for(target: str = "vllm", tp: int = 1, ep: int = 1, compiled: bool = True, combo: bool = True) -> str:
     """The pipeline from a traced graph: `fold,fuse{target=…}`, then `tp{size=…}` / `ep{size=…}` where > 1, then for
     vLLM's default compiled mode (`compiled`; False: `--enforce-eager`, the custom-op kernels) `inductor`: the
-    kernels Inductor generates between the opaque ones (passes/fuse/vllm_inductor.py)."""
-    return (f"fold,fuse{{target={target}}}" + _partition_suffix(tp, ep)
-            + (",inductor" if compiled and target == "vllm" else ""))
+    kernels Inductor generates between the opaque ones (passes/fuse/vllm_inductor.py; `combo` False: without
+    Inductor's combo kernels, as vLLM before 0.12)."""
+    return f"fold,fuse{{target={target}}}" + _partition_suffix(tp, ep) + _inductor(target, compiled, combo)
+
+
+def _inductor(target: str, compiled: bool, combo: bool) -> str:
+    return ("," + ("inductor" if combo else "inductor{combo=0}")) if compiled and target == "vllm" else ""
 
 
 def _partition_suffix(tp: int, ep: int) -> str:
     return (f",tp{{size={tp}}}" if tp > 1 else "") + (f",ep{{size={ep}}}" if ep > 1 else "")
 
 
-def partition_pipeline(graph: Graph, tp: int = 1, ep: int = 1, compiled: bool = False) -> str:
+def partition_pipeline(graph: Graph, tp: int = 1, ep: int = 1, compiled: bool = False, combo: bool = True) -> str:
     """The partition passes a fused kernel graph still needs for `tp` / `ep` ('' when none), then `inductor` for
     vLLM's compiled mode (`compiled`) on a vllm graph that has not had it. A graph that is already partitioned keeps
     its sizes when 1 is asked for; asking for another size is an error, as is partitioning a compiled graph (its
@@ -60,7 +64,7 @@ def partition_pipeline(graph: Graph, tp: int = 1, ep: int = 1, compiled: bool = 
         raise GraphsimError("the kernel graph already has vLLM's compiled-mode kernels (the inductor pass); partition "
                             "the custom-op graph (build it with compiled=False) and compile after")
     if compiled and graph.meta.fuse_target == "vllm" and not graph.meta.compiled:
-        passes.append("inductor")
+        passes.append(_inductor("vllm", compiled, combo).lstrip(","))
     return ",".join(passes)
 
 
@@ -111,7 +115,7 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
                      target: str = "vllm", pipeline: str | None = None,
                      on_stage: Callable[[str], None] | None = None, moe_routing: RoutingModel | None = None,
                      collectives: CollectiveSettings | None = None, streams: StreamSettings | None = None,
-                     compiled: bool = True) -> CostModel:
+                     compiled: bool = True, combo: bool = True) -> CostModel:
     """Import (when not handed a graph), run the passes, compile the cost tree and pair it with its pricer.
 
     model: a catalog name, HF id, config.json or model dir (traced on the meta device, with `dtype`), a
@@ -127,7 +131,8 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
     moe_routing: the MoE routing model (`costing.moe_routing`; None: its DEFAULT).
     collectives: vLLM's settings that pick a collective's implementation (`costing.collectives`; None: defaults).
     streams: vLLM's shared-expert stream settings (`costing.streams`; None: vLLM's defaults).
-    compiled: vLLM's default compiled mode in the default pipeline (False: `--enforce-eager`, `pipeline_for`)."""
+    compiled, combo: vLLM's default compiled mode in the default pipeline (False: `--enforce-eager`), with Inductor's
+        combo kernels (False: vLLM before 0.12; `pipeline_for`)."""
     if tp < 1 or ep < 1:
         raise GraphsimError(f"tensor- and expert-parallel sizes must be >= 1 (got tp={tp}, ep={ep})")
     hw = load_hardware(hardware) if isinstance(hardware, str) else hardware
@@ -144,7 +149,8 @@ def build_cost_model(model: str | ResolvedModel | Graph | Callable[[], Graph],
         graph, _ = import_hf(model, dtype=dtype)
     if pipeline is None:
         fused = any(n.op is Op.KERNEL for n in graph.nodes)
-        pipeline = partition_pipeline(graph, tp, ep, compiled) if fused else pipeline_for(target, tp, ep, compiled)
+        pipeline = (partition_pipeline(graph, tp, ep, compiled, combo) if fused
+                    else pipeline_for(target, tp, ep, compiled, combo))
     if pipeline:
         from graphsim.passes import run_pipeline
 

@@ -108,7 +108,9 @@ def predict_cmd(
                           moe_routing=parse_routing(moe_routing),
                           collectives=CollectiveSettings(not disable_custom_all_reduce,
                                                          0 if enforce_eager else MAX_CUDAGRAPH_CAPTURE_SIZE),
-                          compiled=not enforce_eager)  # eager: vLLM's custom-op kernels (passes/fuse/vllm_inductor.py)
+                          # eager: vLLM's custom-op kernels (passes/fuse/vllm_inductor.py); V0 compiled nothing
+                          compiled=not enforce_eager and parse_engine(engine).compiled,
+                          combo=parse_engine(engine).combo_kernels)
     if cp is not None:  # decode context parallel reshapes the tree's attention (costing/context_parallel.py)
         from graphsim.costing.context_parallel import with_context_parallel
 

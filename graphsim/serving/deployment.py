@@ -159,7 +159,8 @@ class Deployment:
             default = False
         return build_cost_model(model, self.hardware, tp=self.tp, dtype=self.dtype, kv_dtype=self.kv_dtype,
                                 collectives=coll, profile=profile, default_profile=default,
-                                target=target or self.engine.profile.fuse_target, moe_routing=moe_routing)
+                                target=target or self.engine.profile.fuse_target, moe_routing=moe_routing,
+                                compiled=self.engine.profile.compiled, combo=self.engine.profile.combo_kernels)
 
     def to_json(self) -> dict[str, Any]:
         e = self.engine

@@ -90,6 +90,19 @@ class EngineProfile:
         return self.engine
 
     @property
+    def compiled(self) -> bool:
+        """vLLM compiles the model with Inductor by default: V1 (compilation level PIECEWISE unless enforce_eager;
+        custom ops then off, vllm/model_executor/custom_op.py CustomOp.default_on, 0.10.1); V0 compiled nothing
+        (config/__init__.py VllmConfig.__post_init__: NO_COMPILATION for V0, 0.10.1). Other engines: not asked."""
+        return self.is_vllm and self.family != "v0"
+
+    @property
+    def combo_kernels(self) -> bool:
+        """Inductor's combo kernels, which vLLM turns on from 0.12.0 (config/compilation.py
+        CompilationConfig.__post_init__, torch >= 2.9; absent in 0.10.1's and 0.11.0's)."""
+        return self.is_vllm and self.version >= (0, 12, 0)
+
+    @property
     def async_scheduling(self) -> bool:
         # SGLang's overlap scheduler (disable_overlap_schedule = False) and TensorRT-LLM's
         # (disable_overlap_scheduler = False) prepare step n+1 while n runs, as vLLM's async scheduling does

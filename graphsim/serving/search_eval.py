@@ -146,7 +146,8 @@ def partition_cost(ctx: SearchContext, tp: int, ep: int, pp: int = 1, pcp: int |
             _DBS[ctx.profile] = ProfileDB.open(ctx.profile) if ctx.profile else None
         # the fused graph gets only its partition passes; the profile is the one make_context chose (no default)
         cm = build_cost_model(ctx.graph, ctx.hardware, tp=tp, ep=ep, dtype=ctx.base.dtype, kv_dtype=ctx.base.kv_cache_dtype,
-                              profile=_DBS[ctx.profile], default_profile=False, moe_routing=ctx.routing)
+                              profile=_DBS[ctx.profile], default_profile=False, moe_routing=ctx.routing,
+                              compiled=ctx.base.engine.profile.compiled, combo=ctx.base.engine.profile.combo_kernels)
         if pcp * dcp > 1:  # ring prefill over PCP ranks / the KV sharded over DCP ranks of the TP group
             from graphsim.costing.context_parallel import ContextParallel, with_context_parallel
 

@@ -153,3 +153,14 @@ def test_without_combo_kernels_independent_kernels_stay_apart():
     assert merged == ["6 custom-op kernels (rms_norm, fused_add_rms_norm, rms_norm, mul, mul, rms_norm)",
                       "5 custom-op kernels (rms_norm, rms_norm, fused_add_rms_norm, add, mul)"]
     assert [n.kernel.name for n in _kernels(graph, 0)].count("rms_norm") == 4  # the input norm, q, k, v
+
+
+def test_engine_version_picks_the_mode():
+    """V0 compiled nothing (custom-op kernels), V1 before 0.12 compiles without combo kernels, 0.12 on with them."""
+    from graphsim.serving.engine_versions import parse_engine
+
+    modes = {v: (parse_engine(v).compiled, parse_engine(v).combo_kernels)
+             for v in ("vllm==0.6.3", "vllm==0.10.1", "vllm==0.11.0", "vllm==0.12.0", "vllm==0.19.0", "sglang")}
+    assert modes == {"vllm==0.6.3": (False, False), "vllm==0.10.1": (True, False), "vllm==0.11.0": (True, False),
+                     "vllm==0.12.0": (True, True), "vllm==0.19.0": (True, True), "sglang": (False, False)}
+    assert pipeline_for("vllm", 2, combo=False) == "fold,fuse{target=vllm},tp{size=2},inductor{combo=0}"
