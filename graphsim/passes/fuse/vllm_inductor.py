@@ -42,8 +42,10 @@ touched.
 Combo kernels are vLLM >= 0.12's (torch >= 2.9; vLLM 0.11.0's config/compilation.py has no `combo_kernels`):
 `inductor{combo=0}` leaves independent kernels of a region apart, as there (Gemma-4's q, k and v norms three
 kernels). Not modelled without them: Inductor's rotary is then one kernel for q and one for k (the custom op does
-both in one: a Llama layer runs 5 generated kernels, not 4), and the default pipeline does not pick `combo` from
-the engine's version (every version is priced with combo kernels).
+both in one: a Llama layer runs 5 generated kernels, not 4). The engine's version picks the mode
+(serving/engine_versions.py EngineProfile.compiled / .combo_kernels: V0 eager, V1 before 0.12 without combo
+kernels) for the simulator's deployments, search's candidates and `predict --engine`; `pipeline_for`'s default is
+the newest vLLM's.
 
 Not modelled: a region across a layer boundary (the next layer's input norm after a layer's trailing adds: Inductor
 fuses them, the pass keeps them apart, one kernel more a layer where a layer ends in such ops); vLLM's own fusion
