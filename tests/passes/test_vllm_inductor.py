@@ -144,15 +144,59 @@ def test_predict_prices_compiled_mode_unless_enforce_eager(tmp_path):
 
 
 def test_without_combo_kernels_independent_kernels_stay_apart():
-    """vLLM 0.11 (torch < 2.9) has no combo kernels: Gemma-4's q, k and v norms stay three kernels (Inductor's count
-    for that region without them, benchmarks/inductor_regions.py --backend triton: 6 with the q / k rotary split
-    in two, which the pass does not model); the connected norm chains after the all-reduces are still one each."""
+    """vLLM 0.11 (torch < 2.9) has no combo kernels: Gemma-4's q, k and v norms stay three kernels and the rotary
+    is two (Inductor's count for the input norm to the attention without them, benchmarks/inductor_regions.py
+    --backend triton: 6 = input norm 1 + q/k/v norms 3 + q/k rotary 2); the connected norm chains after the
+    all-reduces are still one each."""
     g, _ = import_hf(ResolvedModel("tiny-gemma4", copy.deepcopy(TINY_GEMMA4), "path", "test"), cache=False)
     graph = run_pipeline(g, "fold,fuse{target=vllm},inductor{combo=0}").graph
     merged = [n.kernel.rule.split("; ")[1].split(" in one")[0] for n in _kernels(graph, 0) if n.kernel.name == NAME]
-    assert merged == ["6 custom-op kernels (rms_norm, fused_add_rms_norm, rms_norm, mul, mul, rms_norm)",
+    assert merged == ["no combo kernels: rotary_embedding q half", "no combo kernels: rotary_embedding k half",
+                      "6 custom-op kernels (rms_norm, fused_add_rms_norm, rms_norm, mul, mul, rms_norm)",
                       "5 custom-op kernels (rms_norm, rms_norm, fused_add_rms_norm, add, mul)"]
-    assert [n.kernel.name for n in _kernels(graph, 0)].count("rms_norm") == 4  # the input norm, q, k, v
+    names = [n.kernel.name for n in _kernels(graph, 0)]
+    assert names.count("rms_norm") == 4 and "rotary_embedding" not in names  # the input norm, q, k, v
+    attn_in = names[:names.index("flash_attn_varlen")]
+    assert attn_in == ["rms_norm", "qkv_proj", "rms_norm", "rms_norm", "rms_norm", NAME, NAME]  # 6 generated
+    # TINY_GEMMA4's first layer: 4 q heads and 2 KV heads of 8, rot_dim 16 (its geometry): the q half reads the
+    # normalized q (4 x 8 = 32 a token) and cos / sin (16), writes q (32): 80; the k half 2 x 8 = 16: 16 + 16 + 16
+    halves = [n.kernel.geometry for n in _kernels(graph, 0) if "half" in n.kernel.rule]
+    assert halves == [ElementwiseGeometry(width=80, reads=0), ElementwiseGeometry(width=48, reads=0)]
+
+
+def test_without_combo_kernels_the_rotary_is_two_kernels():
+    """Inductor's Llama layer without combo kernels: 5 generated kernels (benchmarks/inductor_regions.py --backend
+    triton, torch 2.13: llama_layer 5; with --combo 4): the rotary of q and of k apart, each priced by its own
+    bytes; the attention reads the halves' outputs and v straight from the qkv GEMM."""
+    g, _ = import_hf(ResolvedModel("tiny-llama", tiny_config("llama-3.1-8b", num_hidden_layers=2), "path", "test"),
+                     cache=False)
+    graph = run_pipeline(g, "fold,fuse{target=vllm},tp{size=2},inductor{combo=0}").graph
+    layer = 0  # the folded layer
+    kernels = _kernels(graph, layer)
+    assert [n.kernel.name for n in kernels] == ["rms_norm", "qkv_proj", NAME, NAME, "flash_attn_varlen", "o_proj",
+                                                "all_reduce", "fused_add_rms_norm", "gate_up_proj", "silu_and_mul",
+                                                "down_proj", "all_reduce"]
+    q, k, attn = kernels[2], kernels[3], kernels[4]
+    # tiny Llama (4 q heads, 2 KV heads of 16, rot_dim 16) at TP 2: 2 q heads and 1 KV head a rank: q reads
+    # 2 x 16 = 32 and cos / sin (16), writes 32: 80 a token; k: 16 + 16 + 16 = 48
+    assert q.kernel.geometry == ElementwiseGeometry(width=80, reads=0)
+    assert k.kernel.geometry == ElementwiseGeometry(width=48, reads=0)
+    assert q.inputs == ("L0.qkv_proj",) and k.inputs == ("L0.qkv_proj#1",)
+    assert attn.inputs == (q.name, f"{k.name}", "L0.qkv_proj#2")
+    # with combo kernels (vLLM >= 0.12) the layer keeps its custom-op rotary
+    combo = run_pipeline(g, "fold,fuse{target=vllm},tp{size=2},inductor").graph
+    assert [n.kernel.name for n in _kernels(combo, layer)].count("rotary_embedding") == 1
+
+
+def test_qwen3_without_combo_kernels():
+    """Qwen3's q/k norms and rotary without combo kernels: 4 generated kernels (benchmarks/inductor_regions.py
+    --backend triton: qwen3_attn_in 4; 2 with --combo), the custom-op path's 3 (two norms, one rotary)."""
+    cfg = tiny_config("qwen3-8b", num_hidden_layers=2, head_dim=16)
+    g, _ = import_hf(ResolvedModel("tiny-qwen3", cfg, "path", "test"), cache=False)
+    graph = run_pipeline(g, "fold,fuse{target=vllm},inductor{combo=0}").graph
+    layer = _kernels(graph)[2].layer
+    names = [n.kernel.name for n in _kernels(graph, layer)]
+    assert names[:names.index("flash_attn_varlen")] == ["rms_norm", "qkv_proj", "rms_norm", "rms_norm", NAME, NAME]
 
 
 def test_engine_version_picks_the_mode():

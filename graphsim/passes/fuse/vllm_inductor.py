@@ -41,8 +41,11 @@ touched.
 
 Combo kernels are vLLM >= 0.12's (torch >= 2.9; vLLM 0.11.0's config/compilation.py has no `combo_kernels`):
 `inductor{combo=0}` leaves independent kernels of a region apart, as there (Gemma-4's q, k and v norms three
-kernels). Not modelled without them: Inductor's rotary is then one kernel for q and one for k (the custom op does
-both in one: a Llama layer runs 5 generated kernels, not 4). The engine's version picks the mode
+kernels), and runs a rotary as one kernel for q and one for k (`split_rotary`: the custom op does both in one; a
+Llama layer runs 5 generated kernels, not 4, Qwen3's q/k norms and rotary 4, Gemma-4's input norm to attention 6,
+as benchmarks/inductor_regions.py --backend triton counts), each half priced by its own bytes (its heads read and
+written, cos / sin read). MLA's rotary (q_pe / k_pe slices of its inputs) stays one kernel. The engine's version
+picks the mode
 (serving/engine_versions.py EngineProfile.compiled / .combo_kernels: V0 eager, V1 before 0.12 without combo
 kernels) for the simulator's deployments, search's candidates and `predict --engine`; `pipeline_for`'s default is
 the newest vLLM's.
@@ -53,7 +56,7 @@ passes on top (AllReduce + RMSNorm at TP > 1 on Hopper, quant fusions)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphsim.ir import Graph, Node, Op
 from graphsim.ir.geometry import ElementwiseGeometry, NormGeometry, RotaryGeometry
@@ -260,11 +263,58 @@ def _connected(graph: Graph, part: list[Node]) -> list[list[Node]]:
     return list(out.values())
 
 
+KEY_SUFFIX = "_k"  # the key half of a rotary split without combo kernels (`split_rotary`)
+
+
+def split_rotary(graph: Graph) -> tuple[Graph, set[str]]:
+    """Without combo kernels Inductor runs the rotary of q and the rotary of k as two kernels: vLLM's
+    `RotaryEmbedding.forward_native` (model_executor/layers/rotary_embedding/base.py, vLLM 0.10.1) rotates `query`
+    and `key` in two independent computations of different sizes, which `SIMDScheduling.can_fuse` does not put in
+    one kernel and only combo kernels group (benchmarks/inductor_regions.py --backend triton: a Llama layer 5
+    kernels, 4 with --combo). Each generated rotary whose outputs are its inputs rotated one for one (q, k, then
+    pass-through values such as v) becomes a q node and a k node (`<name>_k`), the pass-through outputs read their
+    inputs; other rotaries (MLA's, whose q_pe / k_pe are slices of its inputs) stay one. Returns the graph and the
+    split nodes' names."""
+    rename: dict[str, str] = {}
+    nodes: list[Node] = []
+    split: set[str] = set()
+    for n in graph.nodes:
+        g = n.kernel.geometry if n.op is Op.KERNEL else None
+        if (not isinstance(g, RotaryGeometry) or not generated(n.kernel) or len(n.inputs) != len(n.outputs)
+                or len(n.inputs) < 2 or not g.num_heads or not g.num_kv_heads):
+            nodes.append(n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs)))
+            continue
+        k_name = f"{n.name}{KEY_SUFFIX}"
+        if any(m.name == k_name for m in graph.nodes):
+            raise PassError(f"inductor: node name {k_name} is taken; cannot split the rotary {n.name}")
+        q_attrs = replace(n.kernel, geometry=replace(g, num_kv_heads=0),
+                          rule=f"{n.kernel.rule}; q half (no combo kernels: forward_native's q and k apart)")
+        k_attrs = replace(n.kernel, geometry=replace(g, num_heads=0), covers=(),
+                          rule=f"{n.kernel.rule}; k half (no combo kernels: forward_native's q and k apart)")
+        nodes.append(n.with_(inputs=(rename.get(n.inputs[0], n.inputs[0]),), outputs=n.outputs[:1], attrs=q_attrs))
+        nodes.append(n.with_(name=k_name, inputs=(rename.get(n.inputs[1], n.inputs[1]),), outputs=n.outputs[1:2],
+                             attrs=k_attrs))
+        rename[value_name(n.name, 1)] = value_name(k_name, 0)
+        for i in range(2, len(n.outputs)):
+            rename[value_name(n.name, i)] = rename.get(n.inputs[i], n.inputs[i])
+        split.update((n.name, k_name))
+    if not split:
+        return graph, split
+    out = Graph(graph.name, dict(graph.inputs), dict(graph.params), nodes,
+                [rename.get(v, v) for v in graph.outputs], graph.schedule, graph.meta.copy())
+    return out, split
+
+
 def compile_regions(graph: Graph, combo: bool = True) -> tuple[Graph, dict[str, int]]:
     """The graph with each region that Inductor runs as fewer kernels than the custom-op path replaced by those
     kernels (module docstring); stats: regions merged, kernels before and after. `combo`: Inductor's combo
     kernels, as vLLM >= 0.12 sets them (False: vLLM 0.10 / 0.11 on torch < 2.9, where independent kernels of a
-    region stay apart)."""
+    region stay apart and a rotary is a q kernel and a k kernel, `split_rotary`). A region with a split rotary is
+    always rewritten: each of its kernels is priced by its own external bytes, the rotary halves also reading
+    their cos / sin (`rot_dim` elements a token: forward_native's `cos_sin_cache.index_select(0, positions)`)."""
+    split: set[str] = set()
+    if not combo:
+        graph, split = split_rotary(graph)
     users = graph.users()
     rename: dict[str, str] = {}
     replaced: dict[str, Node] = {}  # first member's name → the merged node
@@ -275,23 +325,32 @@ def compile_regions(graph: Graph, combo: bool = True) -> tuple[Graph, dict[str, 
         parts = [[n for n in region.nodes if region.level[n.name] == lv] for lv in levels]
         if not combo:
             parts = [c for part in parts for c in _connected(graph, part)]
-        if len(parts) >= len(region.nodes):
+        halves = sum(n.name in split for n in region.nodes)
+        before = len(region.nodes) - sum(n.name.endswith(KEY_SUFFIX) and n.name in split for n in region.nodes)
+        if not halves and len(parts) >= before:  # the custom-op path's kernels (a split rotary counts once)
             continue
         stats["regions"] += 1
-        stats["kernels_before"] += len(region.nodes)
+        stats["kernels_before"] += before
         stats["kernels_after"] += len(parts)
         for part in parts:
-            if len(part) == 1:
+            if len(part) == 1 and part[0].name not in split:
                 continue
             members = {n.name for n in part}
             elems, outs = _external_elements(graph, members, users)
+            g = part[0].kernel.geometry
+            if len(part) == 1 and isinstance(g, RotaryGeometry):
+                # a rotary half alone: its rank's heads from the geometry (the tp pass shards it, not the value
+                # specs), read and written whole (forward_native cats the rotated and the passed-through dims)
+                elems = 2 * (g.num_heads + g.num_kv_heads) * g.head_dim
+            elems += sum(n.kernel.geometry.rot_dim for n in part if n.name in split
+                         and isinstance(n.kernel.geometry, RotaryGeometry))
             head = part[0]
             reads = sorted({v for n in part for v in n.inputs if split_value(v)[0] not in members})
             dtype = head.kernel.dtype
             attrs = KernelAttrs(KernelKind.ELEMENTWISE, NAME, ElementwiseGeometry(width=max(elems, 1), reads=0), dtype,
                                 Rows.TOKENS, tuple(c for n in part for c in n.kernel.covers),
-                                f"{RULE}; {len(part)} custom-op kernels ({', '.join(n.kernel.name for n in part)}) in "
-                                "one generated kernel, priced by the region's external bytes")
+                                f"{RULE}; {_what(part, split)} in one generated kernel, priced by the region's "
+                                "external bytes")
             specs = tuple(graph.spec_of(v) for v in outs)
             merged = Node(head.name, Op.KERNEL, tuple(reads), specs, attrs, head.scope, head.module_type, head.layer,
                           head.target, "inductor")
@@ -310,6 +369,15 @@ def compile_regions(graph: Graph, combo: bool = True) -> tuple[Graph, dict[str, 
     out = Graph(graph.name, dict(graph.inputs), dict(graph.params), _topological(nodes, graph),
                 [rename.get(v, v) for v in graph.outputs], graph.schedule, graph.meta.copy())
     return out, stats
+
+
+def _what(part: list[Node], split: set[str]) -> str:
+    """What a generated kernel replaces: the custom-op kernels, a split rotary's half named as such."""
+    if not any(n.name in split for n in part):
+        return f"{len(part)} custom-op kernels ({', '.join(n.kernel.name for n in part)})"
+    names = [f"{n.kernel.name} {'k' if n.name.endswith(KEY_SUFFIX) else 'q'} half" if n.name in split
+             else n.kernel.name for n in part]
+    return f"no combo kernels: {', '.join(names)}"
 
 
 def _topological(nodes: list[Node], graph: Graph) -> list[Node]:
