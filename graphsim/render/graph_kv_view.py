@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 
-from graphsim.render.kv_view import fmt_bytes, layout_parts_table
+from graphsim.render.kv_view import fmt_bytes, layout_parts_table, max_model_len_note
 from graphsim.serving.graph_kv import GraphKv
 
 
@@ -31,5 +31,6 @@ def render_graph_kv(g: GraphKv) -> Group:
                      f"blocks[/] of {fmt_bytes(cap.bytes_per_block)}; one request of max_model_len "
                      f"{cap.max_model_len:,} needs {cap.blocks_per_request:,} blocks")
         lines.append(f"as {cap.profile.name} logs it: " + "; ".join(f"[bold]{x}[/]" for x in cap.vllm_log_verbatim()))
+    lines += max_model_len_note(g.engine)
     lines += [f"[dim]note: {n}[/]" for n in lay.notes]
     return Group(head, t, groups, *lines)

@@ -6,6 +6,7 @@ from rich.console import Group
 from rich.table import Table
 
 from graphsim.serving.deployment import Deployment
+from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.kv_layout import KvLayout
 
 GiB = 1 << 30
@@ -25,6 +26,12 @@ def fmt_bytes(n: float) -> str:
 
 def _origin(o: str) -> str:
     return f"[{ORIGIN_STYLE.get(o, '')}]{o}[/]"
+
+
+def max_model_len_note(e: EngineConfig) -> list[str]:
+    """The line saying max_model_len is the engine's fallback (the config states no context length), or none."""
+    return ([f"[yellow]max_model_len {e.max_model_len:,}: {e.max_model_len_source}[/]; give --max-model-len for "
+             "another"] if e.max_model_len_fallback else [])
 
 
 def layout_table(dep: Deployment) -> Table:
@@ -108,6 +115,7 @@ def capacity_lines(dep: Deployment) -> list[str]:
     lines.append(f"capacity: [bold]{cap.num_blocks:,} blocks[/] of {fmt_bytes(cap.bytes_per_block)} "
                  f"= {max(cap.available_bytes, 0) // max(cap.bytes_per_block, 1):,} × {cap.bytes_per_block:,} B; one request of "
                  f"max_model_len {cap.max_model_len:,} needs {cap.blocks_per_request:,} blocks")
+    lines += max_model_len_note(e)
     if lay.single_block_size:
         lines.append(f"tokens in the cache: {cap.num_blocks:,} × {lay.block_size} = {cap.num_blocks * lay.block_size:,}")
     lines.append(f"as {cap.profile.name} ({cap.profile.family}) logs it: "

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from graphsim.render.cost_view import SOURCE_STYLE
+from graphsim.render.kv_view import max_model_len_note
 from graphsim.serving.deployment import Deployment
 from graphsim.serving.metrics import SLO, Stats, Summary
 
@@ -80,6 +81,7 @@ def render_summary(dep: Deployment, s: Summary, note: str, replicas: int, router
             f"{'on' if e.enable_chunked_prefill else 'off'}[/]",
             f"[dim]{_engine_line(dep, host_time)}[/]",
             f"[dim]data:[/] {note}"]
+    head += max_model_len_note(e)
     if e.enable_prefix_caching and not dep.layout.prefix_cacheable:
         head.append("[dim]prefix caching is not simulated for hybrid KV layouts (sliding windows, state)[/]")
     if dep.budget.given_available is None and dep.budget.source != "derived":

@@ -76,16 +76,15 @@ class EngineArgs(Strict):
         return parse_engine(self.engine)
 
     def resolve(self, hardware: HardwareSpec, cfg: dict) -> EngineConfig:
-        """The settings with vLLM serve's defaults for this GPU and model filled in (EngineConfigError when
-        the model has no context length and none was given, or the settings contradict each other)."""
+        """The settings with vLLM serve's defaults for this GPU and model filled in (EngineConfigError when the
+        settings contradict each other); a config without a context length takes the engine's fallback, as the
+        engine does (`max_model_len_and_source`)."""
         p = self.profile
         for name, engine in (("mem_fraction_static", "sglang"), ("free_gpu_memory_fraction", "trtllm")):
             if getattr(self, name) is not None and p.engine != engine:
                 raise EngineConfigError(f"{name} is {engine}'s setting, not {p.name}'s; drop it or give "
                                         f"--engine {engine}")
-        mml = self.max_model_len or default_max_model_len(cfg)
-        if mml is None:
-            raise EngineConfigError("the config has no max_position_embeddings; give --max-model-len")
+        mml, mml_source = max_model_len_and_source(self.max_model_len, cfg, p)
         # vLLM's ModelConfig.get_hf_config_sliding_window (0.6.3): none when the config says use_sliding_window: false
         sliding = ((bool(cfg.get("sliding_window")) and cfg.get("use_sliding_window", True) is not False)
                    or "sliding_attention" in (cfg.get("layer_types") or ()))
@@ -97,7 +96,8 @@ class EngineArgs(Strict):
         batches = self.max_concurrent_batches or p.concurrent_batches(async_)
         return EngineConfig(self.max_num_batched_tokens or mnbt, self.max_num_seqs or seqs, mml, self.block_size,
                             caching, chunked, batches, self.gpu_memory_utilization, p, async_,
-                            api_server_count=self.api_server_count, frontend_us=self.frontend_us).check()
+                            api_server_count=self.api_server_count, frontend_us=self.frontend_us,
+                            max_model_len_source=mml_source).check()
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,13 @@ class EngineConfig:
     executor_step_us: float = 0.0  # per step, the executor's own (a Ray compiled graph across nodes: executor.py)
     api_server_count: int | None = None  # `--api-server-count` as given; None: the version's default for the dp size
     frontend_us: float | None = None  # `--frontend-us` as given; None: the host model's fitted front end
+    # where max_model_len came from (max_model_len_and_source): given, a config key, or the engine's fallback
+    max_model_len_source: str = "given (--max-model-len)"
+
+    @property
+    def max_model_len_fallback(self) -> bool:
+        """max_model_len is the engine's fallback (the config states no context length, none was given)."""
+        return "fallback" in self.max_model_len_source
 
     def api_servers(self, data_parallel_size: int) -> int:
         """API server processes in front of `data_parallel_size` engines (`vllm serve --api-server-count`)."""
@@ -180,13 +187,53 @@ def default_max_model_len(cfg: dict) -> int | None:
     _get_and_verify_max_len the same keys and rule), read from `hf_text_config` (transformers_utils/config.py
     get_hf_text_config: a multimodal wrapper's `text_config` first, e.g. MiniMax-M3-NVFP4's wrapper states its
     1,048,576 only there; Kimi-Linear states only `model_max_length`)."""
+    found = _context_length(cfg)
+    return found[0] if found else None
+
+
+def _context_length(cfg: dict) -> tuple[int, str] | None:
+    """(length, the key it came from) by `default_max_model_len`'s rule; None when no context key is stated."""
     inner = cfg.get("text_config")
     for c in ((inner, cfg) if isinstance(inner, dict) else (cfg,)):
         found = {k: c[k] for k in _CONTEXT_KEYS if isinstance(c.get(k), int) and not isinstance(c[k], bool)
                  and c[k] > 0}
+        if "model_max_length" in found:
+            return found["model_max_length"], "model_max_length"
         if found:
-            return found.get("model_max_length") or min(found.values())
+            key = min(found, key=lambda k: (found[k], _CONTEXT_KEYS.index(k)))
+            return found[key], key
     return None
+
+
+# The context length each engine assumes when the config states none of its keys: 2048 in all three.
+# vLLM: `_get_and_verify_max_len`, `default_max_len = 2048` with a warning ("Assuming the model's maximum length is
+# 2048"), unless --max-model-len is given (0.10.1 vllm/config/__init__.py; 0.19.0 and 0.33.0 vllm/config/model.py).
+# SGLang 0.5.14: srt/utils/hf_transformers/common.py `get_context_length` returns 2048, silently.
+# TensorRT-LLM (PyTorch backend): tensorrt_llm/_torch/models/modeling_utils.py
+# `DecoderModelForCausalLM.infer_max_seq_len`, `inferred_max_seq_len = 2048` without max_position_embeddings.
+# vLLM's V0 releases before 0.10 are taken to do the same (not inspected).
+FALLBACK_MAX_MODEL_LEN = {"vllm": 2048, "sglang": 2048, "trtllm": 2048}
+_FALLBACK_SOURCE = {
+    "vllm": "vllm/config _get_and_verify_max_len",
+    "sglang": "sglang/srt/utils/hf_transformers/common.py get_context_length",
+    "trtllm": "tensorrt_llm/_torch/models/modeling_utils.py infer_max_seq_len",
+}
+
+
+def max_model_len_and_source(given: int | None, cfg: dict, profile: EngineProfile = NEWEST_PROFILE
+                             ) -> tuple[int, str]:
+    """The context length the engine runs with and where it comes from: `--max-model-len` as given, else the
+    config's (`default_max_model_len`), else the engine's fallback when the config states no context length (the
+    real Falcon-Mamba-7B and Mamba-Codestral-7B configs: vLLM serves them at 2048 tokens, `FALLBACK_MAX_MODEL_LEN`).
+    """
+    if given is not None:
+        return given, "given (--max-model-len)"
+    found = _context_length(cfg)
+    if found is not None:
+        return found[0], f"the config's {found[1]}"
+    n = FALLBACK_MAX_MODEL_LEN[profile.engine]
+    return n, (f"{profile.name}'s fallback: the config states no context length, so the engine assumes {n:,} "
+               f"({_FALLBACK_SOURCE[profile.engine]})")
 
 
 # vLLM's context keys (derive_max_model_len_and_key's possible_keys, vllm 0.33.0, 0.19.0 and 0.10.1): OPT, GPT-2, MPT,

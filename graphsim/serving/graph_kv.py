@@ -260,7 +260,8 @@ class GraphKv:
             "model": self.model.name, "architecture": self.model.architecture, "hardware": self.hardware_id,
             "tp": lay.tp, "precision": {"kv": lay.kv_dtype.label, "state": lay.state_dtype.label},
             "engine": {"max_num_batched_tokens": e.max_num_batched_tokens, "max_num_seqs": e.max_num_seqs,
-                       "max_model_len": e.max_model_len, "block_size": lay.block_size,
+                       "max_model_len": e.max_model_len, "max_model_len_source": e.max_model_len_source,
+                       "block_size": lay.block_size,
                        "max_in_flight_tokens": e.max_in_flight_tokens},
             "layout": {
                 "source": lay.source, "why": self.reason,

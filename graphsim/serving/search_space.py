@@ -304,11 +304,11 @@ def _check_request_fits(spec: SearchSpec, model: ResolvedModel) -> None:
     """The longest request (isl + osl) within max_model_len: vLLM's OpenAI server refuses a request whose prompt
     plus max_tokens exceeds it (vllm 0.10.1 entrypoints/openai/serving_engine.py `_validate_input`), so a search
     over such requests would have no completed request to measure."""
-    from graphsim.serving.engine_config import default_max_model_len
+    from graphsim.serving.engine_config import max_model_len_and_source
 
-    mml = spec.base.engine.max_model_len or default_max_model_len(model.config)
+    mml, _ = max_model_len_and_source(spec.base.engine.max_model_len, model.config, spec.base.engine.profile)
     longest = spec.isl.hi + spec.osl.hi
-    if mml is not None and longest > mml:
+    if longest > mml:
         raise SearchSpecError(f"requests of up to {longest:,} tokens (--isl {spec.isl.hi:,} + --osl {spec.osl.hi:,}) "
                               f"exceed max_model_len {mml:,} of {model.name}; lower --isl/--osl or raise "
                               "--max-model-len")

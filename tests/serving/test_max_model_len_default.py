@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from graphsim.costing.hardware import load_hardware
-from graphsim.serving.engine_config import EngineArgs, EngineConfigError, default_max_model_len
+from graphsim.serving.engine_config import EngineArgs, default_max_model_len
 
 
 def test_the_text_models_length_first():
@@ -20,9 +20,27 @@ def test_the_text_models_length_first():
     assert default_max_model_len({"text_config": {}}) is None
 
 
-def test_no_length_anywhere_is_one_line():
-    with pytest.raises(EngineConfigError, match="no max_position_embeddings; give --max-model-len"):
-        EngineArgs().resolve(load_hardware("h200"), {"text_config": {"hidden_size": 8}})
+@pytest.mark.parametrize("engine, where", [
+    # vLLM: _get_and_verify_max_len's default_max_len = 2048 (0.10.1 vllm/config/__init__.py; 0.19.0 / 0.33.0
+    # vllm/config/model.py); SGLang 0.5.14 get_context_length's `return 2048`; TensorRT-LLM infer_max_seq_len's
+    # inferred_max_seq_len = 2048
+    ("vllm", "_get_and_verify_max_len"), ("vllm==0.10.1", "_get_and_verify_max_len"),
+    ("sglang", "get_context_length"), ("trtllm", "infer_max_seq_len")])
+def test_no_length_anywhere_takes_the_engines_fallback(engine, where):
+    e = EngineArgs(engine=engine).resolve(load_hardware("h200"), {"text_config": {"hidden_size": 8}})
+    assert e.max_model_len == 2048 and e.max_model_len_fallback
+    assert "fallback" in e.max_model_len_source and where in e.max_model_len_source
+
+
+def test_given_or_stated_length_is_no_fallback():
+    h200 = load_hardware("h200")
+    e = EngineArgs(max_model_len=8192).resolve(h200, {})  # vLLM returns the given length when no key is found
+    assert (e.max_model_len, e.max_model_len_source, e.max_model_len_fallback) == (8192, "given (--max-model-len)",
+                                                                                   False)
+    e = EngineArgs().resolve(h200, {"n_positions": 1024, "max_position_embeddings": 1024})
+    # a tie goes to the first of vLLM's possible_keys (its `max_len < derived_max_model_len` is strict)
+    assert (e.max_model_len, e.max_model_len_source) == (1024, "the config's max_position_embeddings")
+    assert not e.max_model_len_fallback
 
 
 def test_vllms_context_keys_smallest_and_model_max_length_over_them():

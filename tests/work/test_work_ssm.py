@@ -174,7 +174,7 @@ def test_kv_cli_gives_a_state_layout(tmp_path, capsys, monkeypatch):
     d = json.loads(capsys.readouterr().out)
     assert d["layout"]["state_bytes_per_request_per_rank"] == 81_920
     assert d["layout"]["bytes_per_token_per_rank"] == 12_288
-    # Mamba's config states no max_position_embeddings: the length comes from --max-model-len
+    # Mamba's config states no context length: --max-model-len replaces vLLM's fallback of 2048
     (tmp_path / "mamba").mkdir()
     (tmp_path / "mamba" / "config.json").write_text(json.dumps(MAMBA))
     args = ["kv", str(tmp_path / "mamba" / "config.json"), "--gpu", "h100", "--max-model-len", "8192", "--json"]
