@@ -87,6 +87,17 @@ def test_gemma4_regions():
     assert tail.kernel.geometry == ElementwiseGeometry(width=128, reads=0)
 
 
+def test_merged_kernel_bytes_are_the_ranks():
+    """The tp pass shards the kernels' geometries, not the value specs: at TP 2 the tiny Gemma-4's q/k/v norm kernel
+    moves the rank's heads. Its first layer (4 q heads, 2 KV heads of 8): 2 q heads and 1 KV head a rank, reads
+    q, k, v (16 + 8 + 8) and writes them: 64 elements a token (128 at TP 1, test_gemma4_regions' 32 x 4 region
+    of the hidden size stays 128: the hidden size is whole on every rank)."""
+    _, compiled = _graphs("tiny-gemma4", TINY_GEMMA4, tp=2)
+    merged = [n.kernel.geometry for n in _kernels(compiled, 0) if n.kernel.name == NAME]
+    assert merged == [ElementwiseGeometry(width=64, reads=0), ElementwiseGeometry(width=192, reads=0),
+                      ElementwiseGeometry(width=128, reads=0)]
+
+
 @pytest.mark.slow
 def test_mla_blocks_keep_their_kernels():
     """DeepSeek's MLA norms stay as they are (only the MoE layer's add + norm and router cast merge)."""

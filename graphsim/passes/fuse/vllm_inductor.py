@@ -33,8 +33,9 @@ The pass applies those rules to a fused kernel graph: the kernels Inductor gener
 the port's plain elementwise ops, per token) connected to each other form a region, regions fed by the same opaque
 kernels are one (combo kernels), and a region runs as many kernels as its longest chain of edges that cannot fuse
 (a reduction into a rotary, or a change of per-token size). Each of those kernels is an elementwise kernel priced by
-the region's external bytes (inputs read once, outputs read outside it), `derived` from the profile's launch floor and
-achieved bandwidth like any row-less memory-bound kernel. A region Inductor runs as the custom-op path's kernels
+the region's external bytes (inputs read once, outputs read outside it, each at its rank's width: the kernels'
+geometries, which the tp pass shards, not the value specs, which it leaves whole), `derived` from the profile's
+launch floor and achieved bandwidth like any row-less memory-bound kernel. A region Inductor runs as the custom-op path's kernels
 (as many) is left as it is, so a dense Llama / Qwen2 layer keeps its kernels and their rows. Kernels that stay custom
 ops or Triton / CUDA kernels in compiled mode (gated RMSNorm, fused gating kernels, scans, MoE, attention) are not
 touched.
@@ -199,24 +200,39 @@ def _external_elements(graph: Graph, members: set[str], users: dict[str, list[st
     them; and the values it must still produce (read outside, or graph outputs)."""
     from graphsim.passes.fuse.patterns import per_token
 
-    reads: set[str] = set()
+    cap: dict[str, int] = {}  # a value's elements a token on this rank, from the kernels' geometries
     outs: list[str] = []
     for n in graph.nodes:
         if n.name not in members:
             continue
         for v in n.inputs:
             if split_value(v)[0] not in members and v not in graph.params:
-                reads.add(v)
+                cap[v] = max(cap.get(v, 0), _rank_width(n.kernel))
         for i in range(len(n.outputs)):
             v = value_name(n.name, i)
             if v in graph.outputs or any(u not in members for u in users.get(v, [])):
                 outs.append(v)
+                cap[v] = _rank_width(n.kernel)
     elems = 0
-    for v in [*sorted(reads), *outs]:
+    for v in [*sorted(v for v in cap if v not in outs), *outs]:
         w, rows = per_token(graph.spec_of(v))
         if rows is Rows.TOKENS:
-            elems += w
+            elems += min(w, cap[v] or w)
     return elems, outs
+
+
+def _rank_width(a: KernelAttrs) -> int:
+    """Elements a token of each tensor a kernel reads or writes on its rank (0: unknown). The tp pass shards the
+    kernels' geometries, not the value specs: a per-head q / k / v norm's value spec holds every head, its
+    geometry the rank's heads."""
+    g = a.geometry
+    if isinstance(g, NormGeometry):
+        return g.width
+    if isinstance(g, ElementwiseGeometry):
+        return max(g.width, g.in_width or 0)
+    if isinstance(g, RotaryGeometry):
+        return (g.num_heads + g.num_kv_heads) * g.head_dim
+    return 0
 
 
 def _reaches(by_name: dict[str, Node], names: set[str], users: dict[str, list[str]]) -> bool:
@@ -337,11 +353,6 @@ def compile_regions(graph: Graph, combo: bool = True) -> tuple[Graph, dict[str, 
                 continue
             members = {n.name for n in part}
             elems, outs = _external_elements(graph, members, users)
-            g = part[0].kernel.geometry
-            if len(part) == 1 and isinstance(g, RotaryGeometry):
-                # a rotary half alone: its rank's heads from the geometry (the tp pass shards it, not the value
-                # specs), read and written whole (forward_native cats the rotated and the passed-through dims)
-                elems = 2 * (g.num_heads + g.num_kv_heads) * g.head_dim
             elems += sum(n.kernel.geometry.rot_dim for n in part if n.name in split
                          and isinstance(n.kernel.geometry, RotaryGeometry))
             head = part[0]
