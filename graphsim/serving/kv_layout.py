@@ -39,6 +39,7 @@ from functools import cached_property
 import numpy as np
 
 from graphsim.errors import GraphsimError
+from graphsim.vllm_checks import attention_heads_refusal
 from graphsim.work.dtypes import DType, Precision
 from graphsim.work.specs import (
     CompressedAttention, GatedDeltaNet, GqaAttention, Mamba1Mixer, Mamba2Mixer, MlaAttention, ModelSpec, NoAttention,
@@ -267,14 +268,15 @@ class KvLayout:
 # --- construction --------------------------------------------------------------------------------
 def _gqa_layer(attn: GqaAttention, tp: int, kv: DType) -> LayerKv:
     kvh = attn.kv_heads
+    # vLLM refuses a tp that does not divide the query heads first, in ModelConfig (Falcon-7B's 71 heads take no
+    # tp > 1); the same one line as predict's (graphsim/vllm_checks.py)
+    if refusal := attention_heads_refusal(attn.heads, tp):
+        raise KvLayoutError(refusal)
     if tp <= kvh and kvh % tp:
         raise KvLayoutError(f"num_key_value_heads = {kvh} is not divisible by tp = {tp}; pick a tp that divides it")
     if tp > kvh and tp % kvh:
         raise KvLayoutError(f"tp = {tp} is not a multiple of num_key_value_heads = {kvh}; pick a tp that divides "
                             "or is a multiple of it")
-    if attn.heads % tp:  # vLLM shards query heads evenly (vllm/model_executor/models/llama.py LlamaAttention, falcon.py
-        # FalconAttention: assert total_num_heads % tp_size == 0); Falcon-7B's 71 heads take no tp > 1
-        raise KvLayoutError(f"num_attention_heads = {attn.heads} is not divisible by tp = {tp}; pick a tp that divides it")
     per_rank = max(1, kvh // tp)
     nbytes = per_rank * (attn.head_dim + attn.v_head_dim) * kv.bytes_per_element
     rep = f" (replicated: {kvh} kv heads over {tp} ranks)" if tp > kvh else ""

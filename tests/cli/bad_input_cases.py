@@ -399,6 +399,11 @@ def cases() -> list[Case]:
             slow = cmd in ("simulate", "sweep", "search", "predict") and not any(
                 x in v for x in ("0", "-1", "-4", "1.5", "2", "nope", "abc", "150"))
             add(f"{cmd} {' '.join(v)}", cmd, T, *v, slow=slow)
+    # a tp that does not divide the query heads (TINY's 4 at tp 3): kv, simulate and predict quote vLLM's own refusal
+    # in one line (graphsim/vllm_checks.py; ModelConfig.verify_with_parallel_config checks it before anything else)
+    for cmd, extra in (("kv", []), ("simulate", ["-n", "3", "--rate", "1"]), ("predict", [])):
+        add(f"{cmd} --tp 3 (heads) quotes vLLM", cmd, T, *extra, "--tp", "3",
+            says="'Total number of attention heads (4) must be divisible by tensor parallel size (3)'")
     for v in (["--kinds", "nosuchkind"], ["--device", "tpu"], ["--max-m", "0"], ["--max-kv", "-1"], ["--threads", "0"],
               ["--max-points", "-5"], ["--target", "chaos"]):
         add(f"profile {' '.join(v)}", "profile", "--model", T, "-o", "{d}/new_profile.db", "--quick", "--max-points", "1", *v)

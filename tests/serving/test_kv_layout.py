@@ -93,8 +93,14 @@ def test_window_on_every_layer_is_one_sliding_group():
 
 
 def test_heads_not_divisible_by_tp_is_an_error():
-    with pytest.raises(KvLayoutError, match="num_key_value_heads = 8 is not divisible by tp = 3"):
+    # 32 query heads at tp 3: vLLM's ModelConfig.verify_with_parallel_config refuses before the 8 kv heads matter,
+    # and kv quotes it as predict does
+    with pytest.raises(KvLayoutError, match=r"'Total number of attention heads \(32\) must be divisible by tensor "
+                                            r"parallel size \(3\)'"):
         layout("llama-3.1-8b", tp=3)
+    # Qwen2.5-7B at tp 7: 28 query heads divide, its 4 kv heads neither divide 7 nor does 7 divide them
+    with pytest.raises(KvLayoutError, match="tp = 7 is not a multiple of num_key_value_heads = 4"):
+        layout("qwen2.5-7b-instruct", tp=7)
 
 
 def test_held_blocks_follow_the_window():

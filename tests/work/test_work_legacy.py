@@ -140,13 +140,13 @@ def test_falcon_7b_multi_query_kv_and_parameters():
 
 
 def test_falcon_7b_query_heads_take_no_tensor_parallelism():
-    # 71 query heads: vLLM shards query heads evenly (FalconAttention asserts total_num_heads % tp_size == 0), so
-    # no tp > 1 lays out, though the single KV head would replicate
+    # 71 query heads: vLLM refuses any tp > 1 (ModelConfig.verify_with_parallel_config; FalconAttention also
+    # asserts total_num_heads % tp_size == 0), though the single KV head would replicate
     from graphsim.serving.kv_layout import KvLayoutError, kv_layout
 
     acc = accounting(FALCON_7B)
     assert kv_layout(acc.spec, acc.precision, tp=1).bytes_per_token == 8_192
-    with pytest.raises(KvLayoutError, match="num_attention_heads = 71 is not divisible by tp = 2"):
+    with pytest.raises(KvLayoutError, match=r"attention heads \(71\) must be divisible by tensor parallel size \(2\)"):
         kv_layout(acc.spec, acc.precision, tp=2)
 
 

@@ -33,6 +33,7 @@ from graphsim.passes.base import PassError, PassResult, register_pass
 from graphsim.passes.partition import gather, mamba_groups, packed_parts, replicated
 from graphsim.passes.partition.conservation import Declared, check_conservation
 from graphsim.passes.partition.sharding import PartitionPass, collective, split
+from graphsim.vllm_checks import attention_heads_refusal
 
 PER_TOKEN = {KernelKind.RMS_NORM, KernelKind.LAYER_NORM, KernelKind.ACT_AND_MUL, KernelKind.ACTIVATION,
              KernelKind.ELEMENTWISE, KernelKind.KV_CACHE_WRITE}
@@ -409,12 +410,9 @@ def _check_attention_heads(graph: Graph, t: int) -> None:
     parallel size (...)"): the same refusal, naming vLLM's check, rather than a split error at the first kernel."""
     for n in graph.nodes:
         if isinstance(n.attrs, KernelAttrs) and n.attrs.kind is KernelKind.ATTENTION:
-            heads = n.attrs.geometry_as(AttentionGeometry).num_heads
-            if heads % t:
-                raise PassError(f"tp{{size={t}}}: vLLM refuses this model at tensor parallel size {t}: 'Total number "
-                                f"of attention heads ({heads}) must be divisible by tensor parallel size ({t})' "
-                                "(ModelConfig.verify_with_parallel_config); choose a -tp that divides "
-                                f"{heads}")
+            refusal = attention_heads_refusal(n.attrs.geometry_as(AttentionGeometry).num_heads, t)
+            if refusal:  # kv and simulate say the same (kv_layout.py)
+                raise PassError(refusal)
 
 
 def _shared_expert_sums(graph: Graph, users: dict[str, list[Node]]) -> tuple[set[str], set[str]]:
