@@ -190,7 +190,8 @@ TargetOrAuto = Annotated[str | None, _target_option(" Default: eager on a CPU (c
 GpuMemoryUtilization = Annotated[float, typer.Option(
     "--gpu-memory-utilization", callback=_fraction, help="Fraction of GPU memory vLLM may use.")]
 MaxModelLen = Annotated[int | None, typer.Option(
-    "--max-model-len", min=1, help="Context length (default: the config's max_position_embeddings).")]
+    "--max-model-len", min=1,
+    help="Context length (default: the config's, as vLLM reads it; 2048, the engine's fallback, when it states none).")]
 MaxNumBatchedTokens = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", min=1, help="Token budget per iteration (default: vllm serve's for the GPU).")]
 MaxNumSeqs = Annotated[int | None, typer.Option(
