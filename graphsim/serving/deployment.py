@@ -20,12 +20,13 @@ from graphsim.serving.config import DeploymentConfig, ParallelConfig
 from graphsim.serving.engine_config import EngineConfig
 from graphsim.serving.executor import executor_json, with_executor
 from graphsim.serving.host import EngineHost
-from graphsim.serving.kv_layout import KvLayout, kv_layout, with_mamba_cache_mode
+from graphsim.serving.kv_layout import KvLayout, KvLayoutError, kv_layout, with_mamba_cache_mode
 from graphsim.serving.memory import MemoryBudget, memory_budget
 from graphsim.serving.mixed_attention import mixed_decode
 from graphsim.serving.pricing import IterationCost, TreeCost, iteration_cost
 from graphsim.serving.sampler import Sampling, check_engine, random_sampler
 from graphsim.serving.simulator import SimulationSetup
+from graphsim.vllm_checks import config_heads_refusal
 from graphsim.work import accounting
 from graphsim.work.api import Accounting
 from graphsim.work.registry import language_model_config
@@ -206,6 +207,8 @@ def plan_deployment(config: DeploymentConfig, *, model: ResolvedModel | None = N
     # a multimodal wrapper's context length, rotary cache etc. are its language model's (text_config)
     cfg = language_model_config(resolved.config)
     tp, mem, e = config.parallel.tensor_parallel_size, config.memory, config.engine
+    if refusal := config_heads_refusal(cfg, tp, e.profile.engine):  # vLLM checks it first (as predict says it)
+        raise KvLayoutError(refusal)
     from graphsim.serving.graph_kv import accountant_lacks
 
     reason = accountant_lacks(resolved.config)

@@ -303,6 +303,7 @@ def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -
     from graphsim.importers.hf import import_hf
     from graphsim.quantization import parse_quantization
     from graphsim.serving.capacity import kv_capacity
+    from graphsim.vllm_checks import config_heads_refusal
 
     par = config.parallel
     unsupported = [name for name, on in (
@@ -313,6 +314,9 @@ def plan_graph_kv(config: DeploymentConfig, model: ResolvedModel, reason: str) -
         raise KvLayoutError(f"{reason}; the traced-graph KV layout does not model {', '.join(unsupported)}: drop it")
     hw = config.interconnect.apply(load_hardware(config.hardware))
     text = model.config.get("text_config")  # a wrapper's context length etc. are its language model's
+    heads_cfg = text if isinstance(text, dict) else model.config
+    if refusal := config_heads_refusal(heads_cfg, par.tensor_parallel_size, config.engine.profile.engine):
+        raise KvLayoutError(refusal)  # vLLM's first check, before any layer's
     engine = config.engine.resolve(hw, {**model.config, **text} if isinstance(text, dict) else model.config)
     if not engine.profile.is_vllm:
         raise KvLayoutError(f"{reason}; the traced-graph KV layout follows vLLM's paging only: give --engine vllm")

@@ -39,3 +39,21 @@ def test_kv_and_simulate_quote_vllm(tmp_path, capsys, monkeypatch):
 @pytest.mark.slow  # predict traces the model first (~10 s on 2 cores)
 def test_predict_says_the_same(tmp_path, capsys, monkeypatch):
     assert _refusal(capsys, ["predict", _cfg(tmp_path, monkeypatch), "--gpu", "h200", "--tp", "8"]) == LINE
+
+
+def test_the_configs_heads_for_every_layout(tmp_path, capsys, monkeypatch):
+    # vLLM reads the heads off the config before any layer: DeepSeek-V2-Lite's 16 MLA heads and Qwen3-Next's 16
+    # attention heads at tp 3 are its refusal too (kv laid out MLA at tp 3 before, and named Qwen3-Next's linear heads)
+    _cfg(tmp_path, monkeypatch)
+    for name in ("deepseek-v2-lite", "qwen3-next-80b-a3b"):
+        assert _refusal(capsys, ["kv", name, "--tp", "3"]) == (
+            "error: vLLM refuses this model at tensor parallel size 3: 'Total number of attention heads (16) must be "
+            "divisible by tensor parallel size (3)' (ModelConfig.verify_with_parallel_config); choose a -tp that "
+            "divides 16")
+
+
+def test_other_engines_say_whose_split_it_is(tmp_path, capsys, monkeypatch):
+    cfg = _cfg(tmp_path, monkeypatch)
+    err = _refusal(capsys, ["kv", cfg, "--gpu", "h200", "--tp", "8", "--engine", "sglang"])
+    assert err.startswith("error: 20 attention heads do not split over tensor parallel size 8: SGLang's") and \
+        "vLLM refuses" not in err
