@@ -12,7 +12,7 @@ from enum import Enum
 from typing import Any
 
 from graphsim.ir.geometry import Geometry
-from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs, KernelKind, Rows
+from graphsim.ir.kernel import GEOMETRY_FOR_KIND, KernelAttrs, KernelKind, MergedKernel, Rows
 from graphsim.ir.ops import Op
 
 
@@ -193,6 +193,7 @@ def attrs_from_json(d: dict[str, Any]) -> Any:
             kind=kind, name=d["name"],
             geometry=GEOMETRY_FOR_KIND[kind].from_items(d["geometry"]), dtype=d["dtype"], rows=Rows(d["rows"]),
             covers=tuple(d.get("covers", ())), rule=d.get("rule", ""), approximate=bool(d.get("approximate")),
+            merged=tuple(MergedKernel(KernelKind(m["kind"]), m["name"], m["scope"]) for m in d.get("merged", ())),
         )
     kwargs = {}
     for f in fields(cls):
@@ -214,5 +215,7 @@ def attrs_to_text(a: Any) -> str:
             v = v.value
         elif isinstance(v, Geometry):
             v = v.items()
+        elif f.name == "merged":  # a generated kernel's replaced kernels, as scope/name
+            v = [f"{m.scope}/{m.name}" for m in v]
         parts.append(f"{f.name}={v}")
     return "{" + ", ".join(parts) + "}" if parts else ""

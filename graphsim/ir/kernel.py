@@ -18,7 +18,7 @@ from graphsim.ir.geometry import (
     NormGeometry, RotaryGeometry,
 )
 
-__all__ = ["GEOMETRY_FOR_KIND", "GeometryValue", "KernelAttrs", "KernelKind", "Rows"]
+__all__ = ["GEOMETRY_FOR_KIND", "GeometryValue", "KernelAttrs", "KernelKind", "MergedKernel", "Rows"]
 
 G = TypeVar("G", bound=Geometry)
 
@@ -88,6 +88,16 @@ GEOMETRY_FOR_KIND: dict[KernelKind, type[Geometry]] = {
 
 
 @dataclass(frozen=True)
+class MergedKernel:
+    """One kernel a generated kernel replaced (the `inductor` pass, passes/fuse/vllm_inductor.py): its kind, name and
+    module scope as the custom-op graph had them, so the analyzer can give the generated kernel that kernel's rows."""
+
+    kind: KernelKind
+    name: str
+    scope: str
+
+
+@dataclass(frozen=True)
 class KernelAttrs:
     kind: KernelKind
     name: str  # the engine's kernel / op name, e.g. "fused_add_rms_norm"
@@ -97,6 +107,7 @@ class KernelAttrs:
     covers: tuple[str, ...] = ()  # names of the aten-level nodes this kernel replaces
     rule: str = ""  # fuse rule that made it (with the engine source it follows)
     approximate: bool = False  # memory-bound placeholder, not a modelled engine kernel
+    merged: tuple[MergedKernel, ...] = ()  # a generated kernel's replaced kernels, in graph order (else empty)
 
     def __post_init__(self) -> None:
         want = GEOMETRY_FOR_KIND[self.kind]
@@ -113,3 +124,9 @@ class KernelAttrs:
 
     def with_geometry(self, geometry: Geometry) -> KernelAttrs:
         return replace(self, geometry=geometry)
+
+
+def merged_of(a: KernelAttrs, scope: str) -> tuple[MergedKernel, ...]:
+    """The kernels `a` stands for when a pass merges it into a generated kernel: those it already replaced, else
+    itself (its kind and name at `scope`, its node's module scope)."""
+    return a.merged or (MergedKernel(a.kind, a.name, scope),)

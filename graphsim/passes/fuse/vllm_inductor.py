@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 from graphsim.ir import Graph, Node, Op
 from graphsim.ir.geometry import ElementwiseGeometry, NormGeometry, RotaryGeometry
 from graphsim.ir.graph import split_value, value_name
-from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows
+from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows, merged_of
 from graphsim.passes.base import Pass, PassError, PassResult, register_pass
 
 RULE = ("inductor_region: vLLM compiled mode (config/vllm.py custom_ops 'none', config/compilation.py combo_kernels) "
@@ -361,7 +361,7 @@ def compile_regions(graph: Graph, combo: bool = True) -> tuple[Graph, dict[str, 
             attrs = KernelAttrs(KernelKind.ELEMENTWISE, NAME, ElementwiseGeometry(width=max(elems, 1), reads=0), dtype,
                                 Rows.TOKENS, tuple(c for n in part for c in n.kernel.covers),
                                 f"{RULE}; {_what(part, split)} in one generated kernel, priced by the region's "
-                                "external bytes")
+                                "external bytes", merged=tuple(m for n in part for m in merged_of(n.kernel, n.scope)))
             specs = tuple(graph.spec_of(v) for v in outs)
             merged = Node(head.name, Op.KERNEL, tuple(reads), specs, attrs, head.scope, head.module_type, head.layer,
                           head.target, "inductor")
