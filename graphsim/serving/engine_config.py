@@ -220,15 +220,40 @@ _FALLBACK_SOURCE = {
 }
 
 
+# SGLang 0.5.14 reads the first of its CONTEXT_LENGTH_KEYS the text config states, in this order
+# (srt/utils/hf_transformers/common.py; get_context_length(self.hf_text_config), configs/model_config.py)
+_SGLANG_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length", "max_position_embeddings")
+
+
+def _is_length(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _engine_context_length(cfg: dict, engine: str) -> tuple[int, str] | None:
+    """The config's context length and key as `engine` reads it (rope scaling's factor is applied by none of them
+    here: graphsim does not model it). vLLM: `_context_length`. SGLang: the first of `_SGLANG_KEYS` in the text
+    config. TensorRT-LLM: `max_position_embeddings` only, the config's, else its `text_config`'s
+    (DecoderModelForCausalLM.infer_max_seq_len, _torch/models/modeling_utils.py)."""
+    inner = cfg.get("text_config")
+    inner = inner if isinstance(inner, dict) else None
+    if engine == "sglang":
+        text = inner if inner is not None else cfg
+        return next(((text[k], k) for k in _SGLANG_KEYS if _is_length(text.get(k))), None)
+    if engine == "trtllm":
+        return next(((c["max_position_embeddings"], "max_position_embeddings") for c in (cfg, inner or {})
+                     if _is_length(c.get("max_position_embeddings"))), None)
+    return _context_length(cfg)
+
+
 def max_model_len_and_source(given: int | None, cfg: dict, profile: EngineProfile = NEWEST_PROFILE
                              ) -> tuple[int, str]:
     """The context length the engine runs with and where it comes from: `--max-model-len` as given, else the
-    config's (`default_max_model_len`), else the engine's fallback when the config states no context length (the
-    real Falcon-Mamba-7B and Mamba-Codestral-7B configs: vLLM serves them at 2048 tokens, `FALLBACK_MAX_MODEL_LEN`).
-    """
+    config's as the engine reads it (vLLM: `default_max_model_len`; SGLang / TensorRT-LLM: their own keys,
+    `_engine_context_length`), else the engine's fallback when the config states none of them (the real
+    Falcon-Mamba-7B and Mamba-Codestral-7B configs: vLLM serves them at 2048 tokens, `FALLBACK_MAX_MODEL_LEN`)."""
     if given is not None:
         return given, "given (--max-model-len)"
-    found = _context_length(cfg)
+    found = _engine_context_length(cfg, profile.engine)
     if found is not None:
         return found[0], f"the config's {found[1]}"
     n = FALLBACK_MAX_MODEL_LEN[profile.engine]

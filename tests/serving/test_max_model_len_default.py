@@ -55,3 +55,21 @@ def test_vllms_context_keys_smallest_and_model_max_length_over_them():
     assert default_max_model_len({"max_position_embeddings": 4096, "seq_length": 2048}) == 2048
     # a bool is no length
     assert default_max_model_len({"max_seq_len": True}) is None
+
+
+@pytest.mark.parametrize("cfg, vllm, sglang, trtllm", [
+    # GPT-2's n_positions: one of vLLM's keys, not SGLang's CONTEXT_LENGTH_KEYS nor TRT-LLM's (max_position_embeddings
+    # only): both fall back to 2048
+    ({"n_positions": 1024}, 1024, 2048, 2048),
+    # vLLM the smallest (seq_length 2048); SGLang the first of its order (seq_length before max_position_embeddings);
+    # TRT-LLM max_position_embeddings
+    ({"max_position_embeddings": 4096, "seq_length": 2048}, 2048, 2048, 4096),
+    # SGLang's order puts max_sequence_length first, so the larger 16384; vLLM the smaller 8192
+    ({"max_position_embeddings": 8192, "max_sequence_length": 16384}, 8192, 16384, 8192),
+    # Kimi-Linear's model_max_length only: vLLM and SGLang read it, TRT-LLM's rule does not
+    ({"model_max_length": 1048576}, 1048576, 1048576, 2048),
+])
+def test_each_engine_reads_its_own_keys(cfg, vllm, sglang, trtllm):
+    h200 = load_hardware("h200")
+    got = [EngineArgs(engine=e).resolve(h200, cfg).max_model_len for e in ("vllm", "sglang", "trtllm")]
+    assert got == [vllm, sglang, trtllm]
