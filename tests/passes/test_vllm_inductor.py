@@ -77,25 +77,34 @@ def test_gemma4_regions():
         assert merged == ["3 custom-op kernels (rms_norm, rms_norm, rms_norm)",
                           "6 custom-op kernels (rms_norm, fused_add_rms_norm, rms_norm, mul, mul, rms_norm)",
                           "5 custom-op kernels (rms_norm, rms_norm, fused_add_rms_norm, add, mul)"]
-        # 14 custom-op kernels become 3: 11 fewer a layer; the rotary, the input norm, the gated activation stay
-        assert len(_kernels(eager, layer)) - len(_kernels(compiled, layer)) == 11
+        # 14 custom-op kernels become 3, and the input norm goes into the layer's tail kernel (across_layers: the
+        # previous layer's tail and this norm are one Inductor region): 12 fewer a layer; the rotary and the gated
+        # activation stay
+        assert len(_kernels(eager, layer)) - len(_kernels(compiled, layer)) == 12
         kinds = [n.kernel.kind for n in _kernels(compiled, layer)]
-        assert KernelKind.ROTARY in kinds and KernelKind.ACT_AND_MUL in kinds and KernelKind.RMS_NORM in kinds
+        assert KernelKind.ROTARY in kinds and KernelKind.ACT_AND_MUL in kinds and KernelKind.RMS_NORM not in kinds
+        assert "with the next layer's input norm (rms_norm)" in _kernels(compiled, layer)[-1].kernel.rule
     # the first layer's post-MoE region: reads the MLP's and the MoE's all-reduced outputs... (tp 1: their outputs)
-    # and the residual (32 each), writes the layer's output (32): 4 x 32 = 128 elements a token
+    # and the residual (32 each), writes the layer's output (32): 4 x 32 = 128 elements a token; plus the next
+    # layer's input norm's output (32): 160
     tail = [n for n in _kernels(compiled, 0) if n.kernel.name == NAME][2]
-    assert tail.kernel.geometry == ElementwiseGeometry(width=128, reads=0)
+    assert tail.kernel.geometry == ElementwiseGeometry(width=160, reads=0)
+    # it stands for its 5 custom-op kernels and the next layer's input norm
+    assert [m.name for m in tail.kernel.merged] == ["rms_norm", "rms_norm", "fused_add_rms_norm", "add", "mul",
+                                                    "rms_norm"]
+    # the qkv GEMM reads the layer's input (the norm is counted in the tail kernel)
+    assert next(n for n in _kernels(compiled, 0) if n.kernel.name == "qkv_proj").inputs[0] == "mul"
 
 
 def test_merged_kernel_bytes_are_the_ranks():
     """The tp pass shards the kernels' geometries, not the value specs: at TP 2 the tiny Gemma-4's q/k/v norm kernel
     moves the rank's heads. Its first layer (4 q heads, 2 KV heads of 8): 2 q heads and 1 KV head a rank, reads
     q, k, v (16 + 8 + 8) and writes them: 64 elements a token (128 at TP 1, test_gemma4_regions' 32 x 4 region
-    of the hidden size stays 128: the hidden size is whole on every rank)."""
+    of the hidden size stays 160 with the next layer's input norm: the hidden size is whole on every rank)."""
     _, compiled = _graphs("tiny-gemma4", TINY_GEMMA4, tp=2)
     merged = [n.kernel.geometry for n in _kernels(compiled, 0) if n.kernel.name == NAME]
     assert merged == [ElementwiseGeometry(width=64, reads=0), ElementwiseGeometry(width=192, reads=0),
-                      ElementwiseGeometry(width=128, reads=0)]
+                      ElementwiseGeometry(width=160, reads=0)]
 
 
 @pytest.mark.slow
@@ -130,8 +139,8 @@ def test_fusion_rule():
 
 @pytest.mark.slow
 def test_predict_prices_compiled_mode_unless_enforce_eager(tmp_path):
-    """`predict` prices the compiled graph; `--enforce-eager` the custom-op one: 11 kernels a layer more on the tiny
-    Gemma-4 (its two layers: 22), each merged kernel an elementwise row of its external bytes."""
+    """`predict` prices the compiled graph; `--enforce-eager` the custom-op one: 12 kernels a layer more on the tiny
+    Gemma-4 (its two layers: 24; test_gemma4_regions), each merged kernel an elementwise row of its external bytes."""
     import json
 
     from typer.testing import CliRunner
@@ -146,19 +155,20 @@ def test_predict_prices_compiled_mode_unless_enforce_eager(tmp_path):
         assert res.exit_code == 0, res.output
         out[flags] = json.loads(res.stdout)["batches"][0]["kernels"]
     compiled, eager = out[()], out[("--enforce-eager",)]
-    assert len(eager) - len(compiled) == 22
+    assert len(eager) - len(compiled) == 24
     assert not any(k["kernel"] == NAME for k in eager)
     merged = [k for k in compiled if k["kernel"] == NAME]
     assert len(merged) == 6 and all(k["kind"] == "elementwise" for k in merged)
-    # the first layer's post-FFN region: 128 elements a token (test_gemma4_regions) x 2 bytes (bf16) x 8 tokens
-    assert next(k for k in merged if k["node"] == "L0.rms_norm_6")["bytes"] == 128 * 2 * 8
+    # the first layer's post-FFN region with the next input norm: 160 elements a token (test_gemma4_regions) x 2
+    # bytes (bf16) x 8 tokens
+    assert next(k for k in merged if k["node"] == "L0.rms_norm_6")["bytes"] == 160 * 2 * 8
 
 
 def test_without_combo_kernels_independent_kernels_stay_apart():
     """vLLM 0.11 (torch < 2.9) has no combo kernels: Gemma-4's q, k and v norms stay three kernels and the rotary
     is two (Inductor's count for the input norm to the attention without them, benchmarks/inductor_regions.py
-    --backend triton: 6 = input norm 1 + q/k/v norms 3 + q/k rotary 2); the connected norm chains after the
-    all-reduces are still one each."""
+    --backend triton: 6 = input norm 1 + q/k/v norms 3 + q/k rotary 2; the input norm is counted in the previous
+    layer's tail kernel, across_layers); the connected norm chains after the all-reduces are still one each."""
     g, _ = import_hf(ResolvedModel("tiny-gemma4", copy.deepcopy(TINY_GEMMA4), "path", "test"), cache=False)
     graph = run_pipeline(g, "fold,fuse{target=vllm},inductor{combo=0}").graph
     merged = [n.kernel.rule.split("; ")[1].split(" in one")[0] for n in _kernels(graph, 0) if n.kernel.name == NAME]
@@ -166,9 +176,9 @@ def test_without_combo_kernels_independent_kernels_stay_apart():
                       "6 custom-op kernels (rms_norm, fused_add_rms_norm, rms_norm, mul, mul, rms_norm)",
                       "5 custom-op kernels (rms_norm, rms_norm, fused_add_rms_norm, add, mul)"]
     names = [n.kernel.name for n in _kernels(graph, 0)]
-    assert names.count("rms_norm") == 4 and "rotary_embedding" not in names  # the input norm, q, k, v
+    assert names.count("rms_norm") == 3 and "rotary_embedding" not in names  # q, k, v
     attn_in = names[:names.index("flash_attn_varlen")]
-    assert attn_in == ["rms_norm", "qkv_proj", "rms_norm", "rms_norm", "rms_norm", NAME, NAME]  # 6 generated
+    assert attn_in == ["qkv_proj", "rms_norm", "rms_norm", "rms_norm", NAME, NAME]  # 5 generated + the input norm
     # TINY_GEMMA4's first layer: 4 q heads and 2 KV heads of 8, rot_dim 16 (its geometry): the q half reads the
     # normalized q (4 x 8 = 32 a token) and cos / sin (16), writes q (32): 80; the k half 2 x 8 = 16: 16 + 16 + 16
     halves = [n.kernel.geometry for n in _kernels(graph, 0) if "half" in n.kernel.rule]

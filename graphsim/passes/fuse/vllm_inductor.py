@@ -51,9 +51,17 @@ picks the mode
 kernels) for the simulator's deployments, search's candidates and `predict --engine`; `pipeline_for`'s default is
 the newest vLLM's.
 
-Not modelled: a region across a layer boundary (the next layer's input norm after a layer's trailing adds: Inductor
-fuses them, the pass keeps them apart, one kernel more a layer where a layer ends in such ops); vLLM's own fusion
-passes on top (AllReduce + RMSNorm at TP > 1 on Hopper, quant fusions)."""
+A region across a layer boundary: vLLM splits its piecewise graph only at the attention ops, so a layer that ends
+in generated kernels (Gemma-4's post-FFN norms, residual add and layer scalar) and the next layer's input norm are
+one Inductor kernel (benchmarks/inductor_regions.py gemma_tail). The folded graph prices one layer per type, so
+`across_layers` counts the merge a layer: the input norm leaves each representative (its readers read the layer's
+input, same shape) and the layer's tail kernel also writes the norm's output; N layers give N merged kernels and the
+final norm, vLLM's N + 1 (the first layer's lone input norm after the embedding's all-reduce, N - 1 merged
+boundaries, the last tail with the final norm, all in Gemma4Model's compiled forward). Only when every
+representative ends in one generated kernel and starts with a generated norm of its input alone (not Llama / Qwen,
+whose layers end in the down GEMM: their fused add + norm is already the one boundary kernel, nor a fused add + norm
+head reading the tail and a residual). Not modelled: the embedding's gather fusing with the first layer's scale and
+norm at TP 1; vLLM's own fusion passes on top (AllReduce + RMSNorm at TP > 1 on Hopper, quant fusions)."""
 
 from __future__ import annotations
 
@@ -382,6 +390,83 @@ def compile_regions(graph: Graph, combo: bool = True) -> tuple[Graph, dict[str, 
     return out, stats
 
 
+BOUNDARY = ("vLLM splits its piecewise graph only at the attention ops (config/compilation.py "
+            "CompilationConfig.splitting_ops / _attention_ops), so a layer's tail and the next layer's input norm are "
+            "one Inductor region (benchmarks/inductor_regions.py gemma_tail: 1 kernel)")
+
+
+def across_layers(graph: Graph) -> tuple[Graph, int]:
+    """A layer's trailing generated kernel and the next layer's input norm as one kernel (`BOUNDARY`). The folded
+    graph prices one layer per type and multiplies, and a layer's tail feeds the *next* layer's norm, so the merge
+    is counted a layer: each representative's input norm (a generated kernel reading only the layer's input, which
+    it keeps in shape) leaves the graph, its readers read that input, and the layer's tail (the one generated
+    kernel producing everything the layer hands on) also writes the norm's output. Over N layers that is N merged
+    kernels and the final norm, as vLLM's N + 1: the first layer's lone input norm, N - 1 merged boundaries and the
+    last tail with the final norm. Done only when every representative has such a head and tail and the final norm
+    after the layers is generated; else the graph is returned as it is. Returns the graph and the heads merged."""
+    sched = graph.schedule
+    if sched is None:
+        return graph, 0
+    by_name = {n.name: n for n in graph.nodes}
+    users = graph.users()
+
+    def gen(n: Node) -> bool:
+        return n.op is Op.KERNEL and (n.kernel.name == NAME or generated(n.kernel))
+
+    def outside(v: str, layer: int) -> bool:
+        return v in graph.outputs or any(by_name[u].layer != layer for u in users.get(v, []))
+
+    plan: dict[str, tuple[Node, str]] = {}  # tail name → (the head it takes in, the head's token input)
+    for r in sorted(set(sched.representative.values())):
+        nodes = [n for n in graph.nodes if n.layer == r]
+        names = {n.name for n in nodes}
+        handed = [value_name(n.name, i) for n in nodes for i in range(len(n.outputs)) if outside(value_name(n.name, i), r)]
+        tails = {split_value(v)[0] for v in handed}
+        if len(tails) != 1 or not gen(tail := by_name[next(iter(tails))]):
+            return graph, 0
+        if any(not gen(by_name[u]) for v in handed for u in users.get(v, []) if by_name[u].layer is None):
+            return graph, 0  # the final norm (or whatever reads the last layer) is not generated
+        heads = []
+        for n in nodes:
+            tok = [v for v in n.inputs if v not in graph.params]
+            if n is not tail and gen(n) and len(tok) == 1 and split_value(tok[0])[0] not in names:
+                heads.append((n, tok[0]))
+        if len(heads) != 1:
+            return graph, 0
+        head, x = heads[0]
+        if len(head.outputs) != 1 or head.outputs[0].numel != graph.spec_of(x).numel:
+            return graph, 0
+        plan[tail.name] = (head, x)
+    rename = {value_name(head.name, 0): x for head, x in plan.values()}
+    dropped = {head.name for head, _ in plan.values()}
+    nodes = []
+    for n in graph.nodes:
+        if n.name in dropped:
+            continue
+        if n.name in plan:
+            head, _ = plan[n.name]
+            elems = (n.kernel.geometry.width if n.kernel.name == NAME and isinstance(n.kernel.geometry, ElementwiseGeometry)
+                     else _external_elements(graph, {n.name}, users)[0])
+            w, _rows = _per_token(graph.spec_of(value_name(head.name, 0)))
+            elems += min(w, _rank_width(head.kernel) or w)  # the norm's output, written for the next layer's GEMMs
+            what = n.kernel.rule.split("; ", 1)[1] if n.kernel.name == NAME else f"1 custom-op kernel ({n.kernel.name})"
+            n = n.with_(attrs=KernelAttrs(KernelKind.ELEMENTWISE, NAME, ElementwiseGeometry(width=elems, reads=0),
+                                          n.kernel.dtype, Rows.TOKENS, n.kernel.covers + head.kernel.covers,
+                                          f"{RULE}; {what}; with the next layer's input norm ({head.kernel.name}): "
+                                          f"{BOUNDARY}", merged=merged_of(n.kernel, n.scope)
+                                          + merged_of(head.kernel, head.scope)))
+        nodes.append(n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs)))
+    out = Graph(graph.name, dict(graph.inputs), dict(graph.params), nodes, [rename.get(v, v) for v in graph.outputs],
+                graph.schedule, graph.meta.copy())
+    return out, len(plan)
+
+
+def _per_token(spec) -> tuple[int, Rows]:
+    from graphsim.passes.fuse.patterns import per_token
+
+    return per_token(spec)
+
+
 def _what(part: list[Node], split: set[str]) -> str:
     """What a generated kernel replaces: the custom-op kernels, a split rotary's half named as such."""
     if not any(n.name in split for n in part):
@@ -428,6 +513,7 @@ class Inductor(Pass):
         if graph.meta.compiled:
             return PassResult(graph, False, {})
         out, stats = compile_regions(graph, self.combo)
+        out, stats["layer_boundaries"] = across_layers(out)
         if out is graph:
             out = Graph(graph.name, graph.inputs, graph.params, graph.nodes, graph.outputs, graph.schedule, graph.meta)
         out.meta = graph.meta.copy()
