@@ -193,7 +193,8 @@ def attrs_from_json(d: dict[str, Any]) -> Any:
             kind=kind, name=d["name"],
             geometry=GEOMETRY_FOR_KIND[kind].from_items(d["geometry"]), dtype=d["dtype"], rows=Rows(d["rows"]),
             covers=tuple(d.get("covers", ())), rule=d.get("rule", ""), approximate=bool(d.get("approximate")),
-            merged=tuple(MergedKernel(KernelKind(m["kind"]), m["name"], m["scope"]) for m in d.get("merged", ())),
+            merged=tuple(MergedKernel(KernelKind(m["kind"]), m["name"], m["scope"], bool(m.get("leads")))
+                         for m in d.get("merged", ())),
         )
     kwargs = {}
     for f in fields(cls):

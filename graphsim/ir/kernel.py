@@ -95,6 +95,7 @@ class MergedKernel:
     kind: KernelKind
     name: str
     scope: str
+    leads: bool = False  # its layer's first kernel in the custom-op graph (a next layer's input norm in a layer's tail)
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,9 @@ class KernelAttrs:
         return replace(self, geometry=geometry)
 
 
-def merged_of(a: KernelAttrs, scope: str) -> tuple[MergedKernel, ...]:
+def merged_of(a: KernelAttrs, scope: str, leads: bool = False) -> tuple[MergedKernel, ...]:
     """The kernels `a` stands for when a pass merges it into a generated kernel: those it already replaced, else
-    itself (its kind and name at `scope`, its node's module scope)."""
-    return a.merged or (MergedKernel(a.kind, a.name, scope),)
+    itself (its kind and name at `scope`, its node's module scope); `leads`: they begin their layer in the custom-op
+    graph (the `inductor` pass's across_layers puts the next layer's input norm in a layer's trailing kernel)."""
+    return tuple(replace(m, leads=True) for m in a.merged) if leads and a.merged else \
+        a.merged or (MergedKernel(a.kind, a.name, scope, leads),)

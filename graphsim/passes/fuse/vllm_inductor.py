@@ -454,7 +454,7 @@ def across_layers(graph: Graph) -> tuple[Graph, int]:
                                           n.kernel.dtype, Rows.TOKENS, n.kernel.covers + head.kernel.covers,
                                           f"{RULE}; {what}; with the next layer's input norm ({head.kernel.name}): "
                                           f"{BOUNDARY}", merged=merged_of(n.kernel, n.scope)
-                                          + merged_of(head.kernel, head.scope)))
+                                          + merged_of(head.kernel, head.scope, leads=True)))
         nodes.append(n.with_(inputs=tuple(rename.get(v, v) for v in n.inputs)))
     out = Graph(graph.name, dict(graph.inputs), dict(graph.params), nodes, [rename.get(v, v) for v in graph.outputs],
                 graph.schedule, graph.meta.copy())
