@@ -15,6 +15,7 @@ from graphsim.ir import Graph, Node
 from graphsim.ir.geometry import AttentionGeometry
 from graphsim.ir.kernel import KernelAttrs
 from graphsim.work.analyzer import OUTSIDE, Performed, Site, location_ids, scope_role
+from graphsim.work.analyzer.locations import Member
 from graphsim.workload import Step
 
 
@@ -63,22 +64,52 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
         part_rows, shares = _composite_shares(leaf.block, ev.steps, dtypes, hardware, batch)
         for name, part, kr, share in zip(leaf.block.part_names, leaf.block.parts, part_rows, shares, strict=True):
             entries.append((i, nodes[name], part, kr, share))
-    keys = []
+    # A generated kernel (vLLM's compiled mode: the inductor pass's `triton_fused`) is located as itself, and each
+    # kernel it replaced as the custom-op graph locates it, numbered in one sequence with the rest so that the
+    # other kernels keep the custom-op graph's `#k`: location maps name those members, and the kernel takes their rows.
+    # A member that `leads` (a next layer's input norm in a layer's trailing kernel) is numbered first in its layer.
+    keys: list[tuple[str, str, str]] = []
+    layer_of: list[int | None] = []
+    own: list[int] = []  # per entry: its key's index
+    merged: list[list[tuple[int, str, str, bool]]] = []  # per entry: its members' (key index, kind, kernel, leads)
+    lead: list[int] = []
     for i, node, part, _, _ in entries:
         leaf = tree.leaves[i]
+        a = part or leaf.attrs
+        in_layer = leaf.layer is not None
         region = OUTSIDE if leaf.layer is None else tags[leaf.layer]
-        keys.append((region, scope_role(node.scope, stack, leaf.layer is not None), (part or leaf.attrs).name))
+        mine = []
+        for m in a.merged:
+            mine.append((len(keys), m.kind.value, m.name, m.leads))
+            lead += [len(keys)] if m.leads else []
+            keys.append((region, scope_role(m.scope, stack, in_layer), m.name))
+            layer_of.append(leaf.layer)
+        merged.append(mine)
+        own.append(len(keys))
+        keys.append((region, scope_role(node.scope, stack, in_layer), a.name))
+        layer_of.append(leaf.layer)
+    order = [k for k in range(len(keys)) if k not in set(lead)]
+    for k in lead:
+        order.insert(next(j for j, x in enumerate(order) if layer_of[x] == layer_of[k]), k)
+    ids = [""] * len(keys)
+    for k, location in zip(order, location_ids([keys[k] for k in order]), strict=True):
+        ids[k] = location
     sites = []
     n_steps = len(ev.steps)
-    for (i, _, part, rows, share), location in zip(entries, location_ids(keys), strict=False):
+    for (i, _, part, rows, share), k, mine in zip(entries, own, merged, strict=True):
         leaf = tree.leaves[i]
         a = part or leaf.attrs
+        location = ids[k]
+        members = tuple(Member(ids[j], kind, name, leads) for j, kind, name, leads in mine)
         count = int(tree.multiplicity[i])
         t = float(ev.leaf_time_us[i, batch]) * share
         notes: tuple[str, ...] = ()
         if part is not None:
             notes = (f"{share:.1%} of the {leaf.attrs.name} time (one measured row for the block), split over its "
                      "kernels by their rooflines",)
+        if members:
+            notes += (f"one generated kernel (vLLM's compiled mode) for the custom-op kernels "
+                      f"{', '.join(m.location.split('/', 1)[1] for m in members)}",)
         replicas = a.geometry.kv_replicas if isinstance(a.geometry, AttentionGeometry) else 1
         if replicas > 1:
             notes += (f"KV heads replicated ×{replicas} across ranks (more ranks than KV heads; kv_replicas={replicas})",)
@@ -90,5 +121,5 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
             location=location, kernel=a.name, kind=a.kind.value, communication=a.kind.is_collective, count=count,
             time_us=None if math.isnan(t) else t * count, source=SOURCES[int(ev.leaf_source[i, batch])].value,
             performed=performed, peak_flops_per_s=_peak(hardware, dtypes, a.dtype),
-            notes=notes))
+            notes=notes, members=members))
     return sites

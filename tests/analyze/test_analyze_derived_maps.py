@@ -251,6 +251,14 @@ def _by_location(a) -> dict:
     return {r.location: r for r in a.locations}
 
 
+def _running(locs: dict, kernel: str):
+    """The location that runs the custom-op kernel `kernel`: itself, or the generated kernel that replaced it in vLLM's
+    compiled mode (its `members`)."""
+    found = [r for r in locs.values() if r.location == kernel or kernel in r.members]
+    assert len(found) == 1, (kernel, [r.location for r in found])
+    return found[0]
+
+
 def _gemms_match(locs: dict) -> None:
     """At tp 1 every GEMM in the layers performs the FLOPs its rows need: the alignment found each module's kernel
     (a wrong one would give another shape; the cores' own cost models may count their work otherwise). Outside the layers a segment's extra
@@ -281,9 +289,14 @@ def test_gpt2_conv1d_layernorm_learned_positions(tmp_path):
     c_attn = locs["full.dense/attn.c_attn/c_attn"]
     assert c_attn.rows == ("attn.qkv:self_attn.q_proj", "attn.qkv:self_attn.k_proj", "attn.qkv:self_attn.v_proj")
     assert c_attn.necessary.flops == 2 * TOKENS * 192 * 64 * 2
-    # ln_1 / ln_2 are the pre-norms; the position table has no row of its own (it is in the embed segment)
-    assert locs["full.dense/ln_1/layer_norm"].rows == ("attn.norm:input_layernorm",)
-    assert locs["full.dense/ln_2/layer_norm"].rows == ("ffn.norm:post_attention_layernorm",)
+    # ln_1 / ln_2 are the pre-norms; the position table has no row of its own (it is in the embed segment).
+    # Compiled (the inductor pass): ln_2 runs in one generated kernel with the attention's residual add, ln_1 (the
+    # next layer's input norm) in the layer's trailing kernel with the MLP's residual add (across_layers)
+    assert _running(locs, "full.dense/ln_1/layer_norm").rows == ("attn.norm:input_layernorm",)
+    assert _running(locs, "full.dense/ln_2/layer_norm").rows == ("ffn.norm:post_attention_layernorm",)
+    assert locs["full.dense/[layer]/triton_fused"].members == ("full.dense/[layer]/add", "full.dense/ln_2/layer_norm")
+    assert locs["full.dense/[layer]/triton_fused#2"].members == ("full.dense/[layer]/add#2",
+                                                                 "full.dense/ln_1/layer_norm")
     assert locs["outside/model.wpe/embedding"].rows == ()
     # c_fc 64 -> 256 (n_inner None: 4 x n_embd), ungated
     assert locs["full.dense/mlp.c_fc/c_fc"].rows == ("ffn.mlp:mlp.up_proj",)
@@ -304,9 +317,12 @@ def test_bert_style_post_norm_decoder(tmp_path):
         r = locs[f"full.dense/attention.self.{name}/{name}"]
         assert r.rows == (f"attn.qkv:self_attn.{ref}",)
         assert r.necessary.flops == 2 * TOKENS * 64 * 64 * 2
-    # post-norm: the LayerNorm after the attention output is the accountant's first block norm
-    assert locs["full.dense/attention.output.LayerNorm/layer_norm"].rows == ("attn.norm:input_layernorm",)
-    assert locs["full.dense/output.LayerNorm/layer_norm"].rows == ("ffn.norm:post_attention_layernorm",)
+    # post-norm: the LayerNorm after the attention output is the accountant's first block norm; compiled, each
+    # LayerNorm runs in one generated kernel with the residual add before it
+    assert _running(locs, "full.dense/attention.output.LayerNorm/layer_norm").rows == ("attn.norm:input_layernorm",)
+    assert _running(locs, "full.dense/output.LayerNorm/layer_norm").rows == ("ffn.norm:post_attention_layernorm",)
+    assert locs["full.dense/output/triton_fused"].members == ("full.dense/output/add",
+                                                              "full.dense/output.LayerNorm/layer_norm")
 
 
 def test_encoder_decoder_decoder_keeps_its_idle_cross_attention_weights(tmp_path):

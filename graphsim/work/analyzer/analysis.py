@@ -90,6 +90,7 @@ class LocationResult:
     redundancy: Redundancy
     excess_roofline_us: float | None  # the excess work (positive parts) on all ranks' peak and bandwidth
     causes: tuple[str, ...] = ()
+    members: tuple[str, ...] = ()  # a generated kernel's custom-op kernels, as those are located (`Site.members`)
 
     @property
     def mapped(self) -> bool:
@@ -282,7 +283,7 @@ def _location(site: Site, assigned: tuple[Row, ...], gpus: int, bandwidth: float
         site.location, site.kernel, site.kind, site.count, tuple(r.ref for r in assigned),
         tuple(r.segment for r in assigned), n, p, site.time_us, site.source,
         _roofline_us(n.flops, n.bytes, site.peak_flops_per_s, gpus, bandwidth), red, excess_us,
-        _causes(site, n, p, red, gpus, bool(assigned)))
+        _causes(site, n, p, red, gpus, bool(assigned)), tuple(m.location for m in site.members))
 
 
 def _coverage(dep: Deployment, sites: list[Site], results: list[LocationResult]) -> Coverage:

@@ -56,6 +56,10 @@ with the reason):
 
 Rows of any other part (compressors, latent MoE projections, layer scalars) and regions with several attention
 kernels or several expert kernels are left to shipped maps.
+In vLLM's compiled mode a generated kernel (`triton_fused`, passes/fuse/vllm_inductor.py) replaces norms, rotary,
+activations and elementwise kernels; the rules run on the kernels it replaced (`Site.members`, at the custom-op
+graph's locations and kinds) and `maps.merged_view` gives it the rows of all of them (Qwen3's q and k norms in one
+kernel take both norm rows).
 The derived map is checked by the same exactly-once rules (`check_map`) and reconciled like any other;
 that the alignment found each module's kernel is checked in tests against the kernels' own shapes.
 """
@@ -64,7 +68,7 @@ from __future__ import annotations
 
 from itertools import product
 
-from graphsim.work.analyzer.locations import Site, split_location
+from graphsim.work.analyzer.locations import Site, member_sites, split_location
 from graphsim.work.analyzer.maps import LocationMap, MapChoice, MapEntry, check_map
 from graphsim.work.analyzer.rows import (
     CORE_MODULE, INDEXER_MODULE, OUTSIDE, PARALLEL_SSM_MODULE, Row, RowSet, UnsupportedDeployment,
@@ -325,7 +329,7 @@ def _outside_entries(sites: list[Site], layer_span: tuple[int, int], rows: tuple
 def derive_map(sites: list[Site], rows: RowSet, fuse_target: str) -> LocationMap:
     """A location map for this deployment by the rules above; raises `UnsupportedDeployment` naming the region
     and the rule that does not apply."""
-    own = [s for s in sites if not s.communication]
+    own = [s for s in member_sites(sites) if not s.communication]  # a generated kernel as the kernels it replaced
     in_layers = [i for i, s in enumerate(own) if s.region != OUTSIDE]
     if not in_layers:
         raise UnsupportedDeployment("no kernels inside the layers")

@@ -92,6 +92,18 @@ class Performed:
 
 
 @dataclass(frozen=True)
+class Member:
+    """One kernel a generated kernel replaced (vLLM's compiled mode: passes/fuse/vllm_inductor.py merges norms,
+    rotary, activations and elementwise ops into `triton_fused` kernels), located as the custom-op graph locates it
+    (`full.moe/self_attn.k_norm/rms_norm`): location maps name it there, and the generated kernel takes its rows."""
+
+    location: str
+    kind: str
+    kernel: str
+    leads: bool = False  # its region's first kernel in the custom-op graph (a next layer's input norm in a layer's tail)
+
+
+@dataclass(frozen=True)
 class Site:
     """One CostTree leaf of one rank, with everything the analyzer needs about it.
 
@@ -110,7 +122,25 @@ class Site:
     performed: Performed = Performed()
     peak_flops_per_s: float | None = None
     notes: tuple[str, ...] = field(default=())
+    members: tuple[Member, ...] = ()  # the kernels a generated kernel replaced, in order (else empty)
 
     @property
     def region(self) -> str:
         return split_location(self.location)[0]
+
+
+def member_sites(sites: list[Site]) -> list[Site]:
+    """`sites` with each generated kernel replaced by the kernels it stands for (its `members`, each a site of the
+    member's location and kind, with no time or work of its own): the custom-op graph's locations and kinds, which
+    the derived map's rules place rows on (`derived.derive_map`), in the custom-op graph's order: a member that
+    `leads` its region goes before the region's other kernels."""
+    out: list[Site] = []
+    lead: list[Site] = []
+    for s in sites:
+        mine = [(m.leads, Site(m.location, m.kernel, m.kind, False, s.count, None, s.source)) for m in s.members]
+        out += [x for leads, x in mine if not leads] if mine else [s]
+        lead += [x for leads, x in mine if leads]
+    for x in lead:
+        at = next(i for i, s in enumerate(out) if s.region == x.region)
+        out.insert(at, x)
+    return out

@@ -228,8 +228,48 @@ class MapCheck:
         return len(self.missing) + len(self.extra)
 
 
+def merged_view(m: LocationMap, sites: list[Site]) -> LocationMap:
+    """`m` as it reads on a deployment whose generated kernels replace some of the locations it names (vLLM's
+    compiled mode: a `triton_fused` kernel for a q norm and a k norm, `Site.members`): a generated kernel whose every
+    member the map lists, and which it does not list itself, takes one entry in place of its members' entries, with
+    all their rows. A member two generated kernels share (a rotary run as a q and a k kernel) gives its rows to the
+    first. A map that names the generated kernels, or the custom-op kernels of a deployment without them, reads as
+    it is; one that lists only some members of a kernel is left as it is (then its member locations do not exist)."""
+    have = {s.location for s in sites}
+    listed = {e.location: e for e in m.entries}
+    taken: dict[str, str] = {}  # member location -> the generated kernel taking its entry's rows
+    merged: dict[str, list[MapEntry]] = {}  # a generated kernel's location -> its members' entries
+    for s in sites:
+        locs = list(dict.fromkeys(x.location for x in s.members))
+        if not locs or s.location in listed or any(x not in listed or x in have for x in locs):
+            continue
+        merged[s.location] = [listed[x] for x in locs]
+        for x in locs:
+            taken.setdefault(x, s.location)
+    if not merged:
+        return m
+    index = {e.location: i for i, e in enumerate(m.entries)}
+    at_entry: dict[int, list[str]] = {}  # a map entry's index -> the generated kernels listed in its place
+    for loc, members in merged.items():
+        at_entry.setdefault(min(index[x.location] for x in members), []).append(loc)
+    entries: list[MapEntry] = []
+    for i, e in enumerate(m.entries):
+        for loc in at_entry.get(i, []):
+            members = merged[loc]
+            rows = tuple(r for x in members if taken[x.location] == loc for r in x.rows)
+            notes = "; ".join(dict.fromkeys(x.note for x in members if x.note))
+            entries.append(MapEntry(e.region, loc.split("/", 1)[1], rows,
+                                    f"one generated kernel for {', '.join(x.at for x in members)}"
+                                    + (f" ({notes})" if notes else "")))
+        if e.location not in taken:
+            entries.append(e)
+    return LocationMap(m.id, m.version, m.title, m.fuse_target, tuple(entries), m.notes, m.path)
+
+
 def check_map(m: LocationMap, sites: list[Site], rows: RowSet, fuse_target: str) -> MapCheck:
-    """Every non-communication location listed exactly once; every row consumed exactly once."""
+    """Every non-communication location listed exactly once; every row consumed exactly once. A map is read through
+    the deployment's generated kernels first (`merged_view`)."""
+    m = merged_view(m, sites)
     problems: list[str] = []
     if m.fuse_target != fuse_target:
         problems.append(f"map is for fuse target '{m.fuse_target}', the deployment was fused for '{fuse_target}'")

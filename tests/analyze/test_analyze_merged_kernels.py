@@ -1,0 +1,148 @@
+"""vLLM's compiled mode in the analyzer: a generated kernel (the inductor pass's `triton_fused`) takes the rows of every
+custom-op kernel it replaced (`Site.members`), through the derived map's rules and through a shipped map that names
+the custom-op kernels (`maps.merged_view`). Plain sites and rows (no torch), then Qwen3's q/k norms end to end."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphsim.work.analyzer import Row, Site, check_map, validate_map_data
+from graphsim.work.analyzer.derived import derive_map
+from graphsim.work.analyzer.locations import Member
+from graphsim.work.report import SegmentWork
+
+R = "full.dense"
+Q_NORM, K_NORM = f"{R}/self_attn.q_norm/rms_norm", f"{R}/self_attn.k_norm/rms_norm"
+MERGED = f"{R}/self_attn.q_norm/triton_fused"
+
+
+def _site(location: str, kind: str, members: tuple[Member, ...] = ()) -> Site:
+    return Site(location=location, kernel=location.rsplit("/", 1)[-1], kind=kind, communication=False, count=1,
+                time_us=1.0, source="roofline", members=members)
+
+
+def _row(region: str, ref: str) -> Row:
+    return Row(region, ref, ref.split(":", 1)[0], SegmentWork(ref, params=1))
+
+
+class _Rows:
+    """The part of a RowSet `derive_map` and `check_map` read."""
+
+    def __init__(self, rows: list[Row]):
+        self.rows = tuple(rows)
+
+    def of_region(self, region: str) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.region == region)
+
+
+LAYER_ROWS = ["attn.norm:input_layernorm", "attn.qkv:self_attn.q_proj", "attn.qkv:self_attn.k_proj",
+              "attn.qkv:self_attn.v_proj", "attn.norm:self_attn.q_norm", "attn.norm:self_attn.k_norm",
+              "attn.out:self_attn.o_proj", "ffn.norm:post_attention_layernorm", "ffn.mlp:mlp.gate_proj",
+              "ffn.mlp:mlp.up_proj", "ffn.mlp:mlp.down_proj", "attn.core:compute"]
+ROWS = _Rows([_row("outside", "embed"), _row("outside", "final_norm"), _row("outside", "head")]
+             + [_row(R, ref) for ref in LAYER_ROWS])
+
+
+def _sites(compiled: bool) -> list[Site]:
+    """A Qwen3 dense layer; compiled, its q and k norms are one generated kernel (located at the first's scope)."""
+    norms = ([_site(MERGED, "elementwise", (Member(Q_NORM, "rms_norm", "rms_norm"),
+                                            Member(K_NORM, "rms_norm", "rms_norm")))]
+             if compiled else [_site(Q_NORM, "rms_norm"), _site(K_NORM, "rms_norm")])
+    layer = [_site(f"{R}/input_layernorm/rms_norm", "rms_norm"), _site(f"{R}/self_attn/qkv_proj", "gemm"), *norms,
+             _site(f"{R}/self_attn/rotary_embedding", "rotary"), _site(f"{R}/self_attn/attn", "attention"),
+             _site(f"{R}/self_attn.o_proj/o_proj", "gemm"), _site(f"{R}/[layer]/fused_add_rms_norm", "fused_add_rms_norm"),
+             _site(f"{R}/mlp/gate_up_proj", "gemm"), _site(f"{R}/mlp/silu_and_mul", "act_and_mul"),
+             _site(f"{R}/mlp.down_proj/down_proj", "gemm")]
+    return [_site("outside/model.embed_tokens/embedding", "embedding"), *layer,
+            _site("outside/model/fused_add_rms_norm", "fused_add_rms_norm"), _site("outside/lm_head/lm_head", "gemm")]
+
+
+def _map(regions: dict) -> dict:
+    return {"schema": "graphsim.location-map", "schema_version": 1, "id": "t", "version": 1, "title": "t",
+            "fuse_target": "vllm", "regions": regions}
+
+
+def test_a_generated_kernel_carries_both_norm_rows_by_the_derived_rules():
+    sites = _sites(compiled=True)
+    m = derive_map(sites, ROWS, "vllm")  # type: ignore[arg-type]  # a RowSet's rows and of_region suffice
+    check = check_map(m, sites, ROWS, "vllm")  # type: ignore[arg-type]
+    assert check.ok, check.problems
+    got = {loc: tuple(r.ref for r in rows) for loc, rows in check.assignment.items()}
+    # the one generated kernel holds both per-head norms' rows; the norm rows' one-to-one rule saw two norm kernels
+    assert got[MERGED] == ("attn.norm:self_attn.q_norm", "attn.norm:self_attn.k_norm")
+    assert got[f"{R}/input_layernorm/rms_norm"] == ("attn.norm:input_layernorm",)
+    assert got[f"{R}/[layer]/fused_add_rms_norm"] == ("ffn.norm:post_attention_layernorm",)
+    assert Q_NORM not in got and K_NORM not in got
+    # the same rules on the custom-op graph (--enforce-eager) give each norm kernel its own row
+    eager = _sites(compiled=False)
+    e = check_map(derive_map(eager, ROWS, "vllm"), eager, ROWS, "vllm")  # type: ignore[arg-type]
+    assert e.ok and tuple(r.ref for r in e.assignment[K_NORM]) == ("attn.norm:self_attn.k_norm",)
+
+
+def test_a_shipped_map_naming_the_custom_op_kernels_fits_the_compiled_graph():
+    layer = [{"at": "input_layernorm/rms_norm", "rows": ["attn.norm:input_layernorm"]},
+             {"at": "self_attn/qkv_proj", "rows": ["attn.qkv"]},
+             {"at": "self_attn.q_norm/rms_norm", "rows": ["attn.norm:self_attn.q_norm"], "note": "q"},
+             {"at": "self_attn.k_norm/rms_norm", "rows": ["attn.norm:self_attn.k_norm"], "note": "k"},
+             {"at": "self_attn/rotary_embedding", "rows": []}, {"at": "self_attn/attn", "rows": ["attn.core"]},
+             {"at": "self_attn.o_proj/o_proj", "rows": ["attn.out"]},
+             {"at": "[layer]/fused_add_rms_norm", "rows": ["ffn.norm"]},
+             {"at": "mlp/gate_up_proj", "rows": ["ffn.mlp:mlp.gate_proj", "ffn.mlp:mlp.up_proj"]},
+             {"at": "mlp/silu_and_mul", "rows": []}, {"at": "mlp.down_proj/down_proj", "rows": ["ffn.mlp:mlp.down_proj"]}]
+    outside = [{"at": "model.embed_tokens/embedding", "rows": ["embed"]},
+               {"at": "model/fused_add_rms_norm", "rows": ["final_norm"]}, {"at": "lm_head/lm_head", "rows": ["head"]}]
+    m = validate_map_data(_map({"outside": outside, R: layer}))
+    for compiled in (False, True):  # one map serves the custom-op graph and the compiled one
+        check = check_map(m, _sites(compiled), ROWS, "vllm")  # type: ignore[arg-type]
+        assert check.ok, (compiled, check.problems)
+    entry = next(e for e in check.map.entries if e.location == MERGED)
+    assert entry.rows == ("attn.norm:self_attn.q_norm", "attn.norm:self_attn.k_norm")
+    assert entry.note == "one generated kernel for self_attn.q_norm/rms_norm, self_attn.k_norm/rms_norm (q; k)"
+    # a map that lists only one of the kernels a generated kernel replaced does not fit: nothing is half-placed
+    partial = validate_map_data(_map({"outside": outside, R: [e for e in layer if "k_norm" not in e["at"]]}))
+    bad = check_map(partial, _sites(True), ROWS, "vllm")  # type: ignore[arg-type]
+    assert not bad.ok and f"location {MERGED} is not listed" in bad.problems
+    assert f"location {Q_NORM} does not exist in this deployment" in bad.problems
+
+
+def test_a_member_two_generated_kernels_share_gives_its_rows_once():
+    # without combo kernels a rotary runs as a q kernel and a k kernel: both stand for the one custom-op rotary
+    rot = f"{R}/self_attn/rotary_embedding"
+    sites = [_site(f"{R}/self_attn/triton_fused", "elementwise", (Member(rot, "rotary", "rotary_embedding"),)),
+             _site(f"{R}/self_attn/triton_fused#2", "elementwise", (Member(rot, "rotary", "rotary_embedding"),))]
+    m = validate_map_data(_map({R: [{"at": "self_attn/rotary_embedding", "rows": ["attn.core"]}]}))
+    rows = _Rows([_row(R, "attn.core:compute")])
+    check = check_map(m, sites, rows, "vllm")  # type: ignore[arg-type]
+    assert check.ok, check.problems
+    assert [r.ref for r in check.assignment[f"{R}/self_attn/triton_fused"]] == ["attn.core:compute"]
+    assert check.assignment[f"{R}/self_attn/triton_fused#2"] == ()
+
+
+# --- end to end: the compiled graph of a tiny Qwen3 ---------------------------------------------------------------
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+
+def test_qwen3_compiled_q_and_k_norms_hold_both_rows(tmp_path):
+    import json
+
+    from graphsim.analysis import analyze_prepared, prepare_model
+
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "num_hidden_layers": 2, "intermediate_size": 128,
+           "vocab_size": 96, "max_position_embeddings": 512, "torch_dtype": "bfloat16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    a = analyze_prepared(prepare_model(str(path), gpu="h200", batch="decode:4x16"))
+    assert a.necessary_work_available, a.reason
+    assert a.map_id == "gqa-qknorm-dense v1"  # the shipped map, which names the custom-op q_norm and k_norm kernels
+    assert a.reconciliation is not None and a.reconciliation.ok
+    locs = {r.location: r for r in a.locations}
+    merged = locs["full.dense/self_attn.q_norm/triton_fused"]
+    assert merged.kind == "elementwise"
+    assert merged.members == ("full.dense/self_attn.q_norm/rms_norm", "full.dense/self_attn.k_norm/rms_norm")
+    assert merged.rows == ("attn.norm:self_attn.q_norm", "attn.norm:self_attn.k_norm")
+    # each norm's weights are head_dim = 16 bf16 values over 2 layers: 2 x 16 x 2 bytes = 64 necessary bytes each
+    assert merged.necessary.param_bytes == 2 * (16 * 2 * 2)
+    assert not any(r.location.endswith("k_norm/rms_norm") for r in a.locations)
