@@ -15,8 +15,9 @@ one after the other on the main stream, without the clone.
 In the cost tree (`cost_tree.build_tree`) that is `Parallel(routed, shared, max_tokens=threshold)` preceded by
 the clone as a leaf launched only at ≤ threshold tokens (`Leaf.max_tokens`). `shared_expert_overlaps` finds the
 two branches: the `add` that sums a routed-experts output with a shared MLP's (directly or through a per-token
-gate `mul`, the pattern `passes/partition/tp.py` defers the all-reduce on), then the kernels on the paths from
-the MoE block's input to each side.
+gate `mul`, the pattern `passes/partition/tp.py` defers the all-reduce on; in vLLM's compiled mode the one kernel
+Inductor generates for the gate's mul and the add), then the kernels on the paths from the MoE block's input to
+each side.
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ class SharedExpertOverlap:
     clone: KernelAttrs  # vLLM's copy of the block input on the main stream before the fork
 
 
+def _sums(n: Node) -> bool:
+    """Whether `n` adds two branches: an `add` kernel of two inputs, or, in vLLM's compiled mode, the kernel Inductor
+    generates for that add with the shared side's gate `mul` (passes/fuse/vllm_inductor.py: its `merged` members hold
+    the add; its inputs are then the routed output and the shared side's)."""
+    k = n.kernel
+    if k.kind is not KernelKind.ELEMENTWISE:
+        return False
+    if k.merged:
+        return any(m.kind is KernelKind.ELEMENTWISE and m.name == "add" for m in k.merged)
+    return k.name == "add" and len(n.inputs) == 2
+
+
 def _values(n: Node) -> list[str]:
     return [n.name if i == 0 else f"{n.name}#{i}" for i in range(len(n.outputs))]
 
@@ -95,18 +108,18 @@ def shared_expert_overlaps(nodes: list[Node]) -> list[SharedExpertOverlap]:
 
     out: list[SharedExpertOverlap] = []
     for add in nodes:
-        k = add.kernel
-        if not (k.kind is KernelKind.ELEMENTWISE and k.name == "add" and len(add.inputs) == 2):
+        if not _sums(add):
             continue
         srcs = [producer.get(v) for v in add.inputs]
         if any(s is None for s in srcs):
             continue
         experts = [s for s in srcs if s is not None and s.kernel.kind is KernelKind.MOE_EXPERTS]
-        others = [s for s in srcs if s is not None and s not in experts]
-        if len(experts) != 1 or len(others) != 1 or sole_user(experts[0]) is not add or sole_user(others[0]) is not add:
+        others = list(dict.fromkeys(s for s in srcs if s is not None and s not in experts))
+        if len(experts) != 1 or not others or any(sole_user(x) is not add for x in [*experts, *others]):
             continue
-        e, s = experts[0], others[0]
-        anc_e, anc_s = ancestors(e) | {e.name}, ancestors(s) | {s.name}
+        e = experts[0]
+        anc_e = ancestors(e) | {e.name}
+        anc_s = {x.name for x in others}.union(*(ancestors(x) for x in others))
         common = anc_e & anc_s
         routed = sorted(anc_e - common, key=index.__getitem__)
         shared = sorted(anc_s - common, key=index.__getitem__)
