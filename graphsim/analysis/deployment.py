@@ -101,9 +101,10 @@ def prepare_cost_model(cm: CostModel, config: dict[str, Any], batch: str, *, mod
 
 def prepare_model(model: str, *, gpu: str = "h200", tp: int = 1, ep: int = 1, batch: str = "decode:64x2048",
                   profile: str | None = None, kv_dtype: str | None = None, dtype: str | None = None,
-                  target: str = "vllm", graph: Graph | None = None) -> Prepared:
+                  target: str = "vllm", graph: Graph | None = None, compiled: bool = True) -> Prepared:
     """Trace `model` (catalog name, HF id, config.json or model dir), fuse and partition it, price `batch`.
-    `graph` reuses an already imported (unfused) graph of the same model."""
+    `graph` reuses an already imported (unfused) graph of the same model. `compiled`: vLLM's default compiled mode
+    (the inductor pass, as `graphsim predict` prices it); False: the custom-op kernels (`--enforce-eager`)."""
     from graphsim.catalog import resolve_model
     from graphsim.cost_model import build_cost_model
     from graphsim.costing.hardware import load_hardware
@@ -113,7 +114,7 @@ def prepare_model(model: str, *, gpu: str = "h200", tp: int = 1, ep: int = 1, ba
     hw = load_hardware(gpu)
     resolved = resolve_model(model)
     cm = build_cost_model(graph if graph is not None else resolved, hw, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
-                          profile=profile, target=target)
+                          profile=profile, target=target, compiled=compiled)
     return prepare_cost_model(cm, resolved.config, batch, model=model)
 
 

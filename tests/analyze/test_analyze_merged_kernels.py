@@ -124,6 +124,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
+@pytest.mark.slow  # a trace and two pricings: ~14 s on 2 shared cores
 def test_qwen3_compiled_q_and_k_norms_hold_both_rows(tmp_path):
     import json
 
@@ -134,7 +135,10 @@ def test_qwen3_compiled_q_and_k_norms_hold_both_rows(tmp_path):
            "vocab_size": 96, "max_position_embeddings": 512, "torch_dtype": "bfloat16"}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    a = analyze_prepared(prepare_model(str(path), gpu="h200", batch="decode:4x16"))
+    from graphsim.importers.hf import import_hf
+
+    graph, _ = import_hf(str(path))  # traced once, priced compiled and custom-op
+    a = analyze_prepared(prepare_model(str(path), gpu="h200", batch="decode:4x16", graph=graph))
     assert a.necessary_work_available, a.reason
     assert a.map_id == "gqa-qknorm-dense v1"  # the shipped map, which names the custom-op q_norm and k_norm kernels
     assert a.reconciliation is not None and a.reconciliation.ok
@@ -146,3 +150,12 @@ def test_qwen3_compiled_q_and_k_norms_hold_both_rows(tmp_path):
     # each norm's weights are head_dim = 16 bf16 values over 2 layers: 2 x 16 x 2 bytes = 64 necessary bytes each
     assert merged.necessary.param_bytes == 2 * (16 * 2 * 2)
     assert not any(r.location.endswith("k_norm/rms_norm") for r in a.locations)
+    # the custom-op graph (--enforce-eager) on the same map: each norm kernel holds its own row and weights
+    e = analyze_prepared(prepare_model(str(path), gpu="h200", batch="decode:4x16", graph=graph, compiled=False))
+    assert e.map_id == "gqa-qknorm-dense v1" and e.reconciliation is not None and e.reconciliation.ok
+    eager = {r.location: r for r in e.locations}
+    assert "full.dense/self_attn.q_norm/triton_fused" not in eager
+    for name in ("q_norm", "k_norm"):
+        r = eager[f"full.dense/self_attn.{name}/rms_norm"]
+        assert r.rows == (f"attn.norm:self_attn.{name}",) and r.members == ()
+        assert r.necessary.param_bytes == 16 * 2 * 2
