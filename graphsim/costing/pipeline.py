@@ -185,8 +185,10 @@ def intermediate_tensors(graph: Graph) -> IntermediateTensors:
             raise PipelineError(f"{graph.name}: no embedding or final norm gives the hidden width a pipeline stage "
                                 "sends; pipeline parallelism needs a decoder graph")
         width, dtype = norms[-1].geometry.width, norms[-1].dtype
-    residual = any(n.layer is not None and n.op is Op.KERNEL and n.kernel.kind is KernelKind.FUSED_ADD_RMS_NORM
-                   for n in graph.nodes)
+    # a fused add + norm in the layers, on its own or among the kernels a generated kernel replaced (vLLM's compiled
+    # mode, passes/fuse/vllm_inductor.py: the model's forward still hands the residual on)
+    residual = any(n.layer is not None and n.op is Op.KERNEL and KernelKind.FUSED_ADD_RMS_NORM in
+                   {n.kernel.kind, *(m.kind for m in n.kernel.merged)} for n in graph.nodes)
     return IntermediateTensors(("hidden_states", "residual") if residual else ("hidden_states",), width, dtype)
 
 
