@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphsim.work.analyzer import Row, Site, check_map, validate_map_data
+from graphsim.work.analyzer import Row, Site, check_map, draft_map, validate_map_data
 from graphsim.work.analyzer.derived import derive_map
 from graphsim.work.analyzer.locations import Member
 from graphsim.work.report import SegmentWork
@@ -116,6 +116,30 @@ def test_a_member_two_generated_kernels_share_gives_its_rows_once():
     assert check.ok, check.problems
     assert [r.ref for r in check.assignment[f"{R}/self_attn/triton_fused"]] == ["attn.core:compute"]
     assert check.assignment[f"{R}/self_attn/triton_fused#2"] == ()
+
+
+def test_a_draft_map_names_the_custom_op_kernels_and_fits_both_graphs():
+    draft = draft_map(_sites(compiled=True), ROWS, "vllm", "qk")  # type: ignore[arg-type]
+    layer = draft["regions"][R]
+    assert [e["at"] for e in layer[2:4]] == ["self_attn.q_norm/rms_norm", "self_attn.k_norm/rms_norm"]
+    assert layer[3]["note"] == f"rms_norm kernel (compiled: in {MERGED})"
+    assert not any(e["at"].endswith("triton_fused") for e in layer)
+    # placing the rows the draft asks for gives a map both graphs fit
+    refs = {"input_layernorm/rms_norm": ["attn.norm:input_layernorm"], "self_attn/qkv_proj": ["attn.qkv"],
+            "self_attn.q_norm/rms_norm": ["attn.norm:self_attn.q_norm"],
+            "self_attn.k_norm/rms_norm": ["attn.norm:self_attn.k_norm"], "self_attn/attn": ["attn.core"],
+            "self_attn.o_proj/o_proj": ["attn.out"], "[layer]/fused_add_rms_norm": ["ffn.norm"],
+            "mlp/gate_up_proj": ["ffn.mlp:mlp.gate_proj", "ffn.mlp:mlp.up_proj"],
+            "mlp.down_proj/down_proj": ["ffn.mlp:mlp.down_proj"], "model.embed_tokens/embedding": ["embed"],
+            "model/fused_add_rms_norm": ["final_norm"], "lm_head/lm_head": ["head"]}
+    for entries in draft["regions"].values():
+        for e in entries:
+            e["rows"] = refs.get(e["at"], [])
+    del draft["notes"]
+    m = validate_map_data(draft)
+    for compiled in (False, True):
+        check = check_map(m, _sites(compiled), ROWS, "vllm")  # type: ignore[arg-type]
+        assert check.ok, (compiled, check.problems)
 
 
 # --- end to end: the compiled graph of a tiny Qwen3 ---------------------------------------------------------------

@@ -32,7 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from graphsim.errors import GraphsimError
 from graphsim.validation import Strict, problems, read_text
-from graphsim.work.analyzer.locations import Site
+from graphsim.work.analyzer.locations import Site, member_sites
 from graphsim.work.analyzer.rows import OUTSIDE, OUTSIDE_SEGMENTS, Row, RowSet
 
 if TYPE_CHECKING:
@@ -343,13 +343,17 @@ def select_map(maps: list[LocationMap], sites: list[Site], rows: RowSet, fuse_ta
 
 def draft_map(sites: list[Site], rows: RowSet, fuse_target: str, map_id: str = "new-family") -> dict[str, Any]:
     """A skeleton map for a deployment no map fits: every non-communication location with an empty
-    row list, and the rows still to place in `notes`. It fails validation until every row is placed."""
+    row list, and the rows still to place in `notes`. It fails validation until every row is placed. A generated
+    kernel of vLLM's compiled mode is listed as the custom-op kernels it replaced (`member_sites`), so the map fits
+    the compiled graph and the custom-op one alike (`merged_view`)."""
     regions: dict[str, list[dict[str, Any]]] = {}
-    for s in sites:
+    runs_in = {m.location: s.location for s in sites for m in s.members}
+    for s in member_sites(sites):
         if s.communication:
             continue
         region, at = s.location.split("/", 1)
-        regions.setdefault(region, []).append({"at": at, "rows": [], "note": f"{s.kind} kernel"})
+        note = f"{s.kind} kernel" + (f" (compiled: in {runs_in[s.location]})" if s.location in runs_in else "")
+        regions.setdefault(region, []).append({"at": at, "rows": [], "note": note})
     todo = [f"place {r.region}:{r.ref} ({r.segment})" for r in rows.rows]
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "id": map_id, "version": 1,
             "title": "DRAFT: assign every row to the location whose kernel performs it, then delete these notes",
