@@ -11,9 +11,9 @@ from graphsim.costing.hardware import HardwareSpec
 from graphsim.costing.interpolate import SOURCES
 from graphsim.costing.kernel_map import Dtypes, KernelRows, StepArrays, kernel_rows
 from graphsim.costing.roofline import roofline_us
-from graphsim.ir import Graph, Node
+from graphsim.ir import Graph, Node, Op, split_value
 from graphsim.ir.geometry import AttentionGeometry
-from graphsim.ir.kernel import KernelAttrs
+from graphsim.ir.kernel import KernelAttrs, KernelKind, merged_of
 from graphsim.work.analyzer import OUTSIDE, Performed, Site, location_ids, scope_role
 from graphsim.work.analyzer.locations import Member
 from graphsim.workload import Step
@@ -64,6 +64,17 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
         part_rows, shares = _composite_shares(leaf.block, ev.steps, dtypes, hardware, batch)
         for name, part, kr, share in zip(leaf.block.part_names, leaf.block.parts, part_rows, shares, strict=True):
             entries.append((i, nodes[name], part, kr, share))
+    # A router whose top-k the cost tree prices inside its experts' measured rows (costing/routing_in_rows.py) is no
+    # leaf: the experts' site runs it too (a member before itself), so maps that name it still fit.
+    placed = {n for _, node, part, _, _ in entries for n in ((node.name,) if part is None else ())} | {
+        name for leaf in tree.leaves if leaf.block is not None for name in leaf.block.part_names}
+    absorbed: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        if n.op is Op.KERNEL and n.kernel.kind is KernelKind.MOE_ROUTER and n.name not in placed:
+            experts = [u for u in graph.nodes if u.op is Op.KERNEL and u.kernel.kind is KernelKind.MOE_EXPERTS
+                       and u.name in placed and any(split_value(v)[0] == n.name for v in u.inputs)]
+            if experts:
+                absorbed.setdefault(experts[0].name, []).append(n)
     # A generated kernel (vLLM's compiled mode: the inductor pass's `triton_fused`) is located as itself, and each
     # kernel it replaced as the custom-op graph locates it, numbered in one sequence with the rest so that the
     # other kernels keep the custom-op graph's `#k`: location maps name those members, and the kernel takes their rows.
@@ -78,14 +89,17 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
         a = part or leaf.attrs
         in_layer = leaf.layer is not None
         region = OUTSIDE if leaf.layer is None else tags[leaf.layer]
+        routers = absorbed.get(node.name, []) if part is None else []
         mine = []
-        for m in a.merged:
+        for m in a.merged or tuple(merged_of(r.kernel, r.scope)[0] for r in routers):
             mine.append((len(keys), m.kind.value, m.name, m.leads))
             lead += [len(keys)] if m.leads else []
             keys.append((region, scope_role(m.scope, stack, in_layer), m.name))
             layer_of.append(leaf.layer)
-        merged.append(mine)
         own.append(len(keys))
+        if routers:  # the experts kernel is a member of its own site, after the router it absorbed
+            mine.append((len(keys), a.kind.value, a.name, False))
+        merged.append(mine)
         keys.append((region, scope_role(node.scope, stack, in_layer), a.name))
         layer_of.append(leaf.layer)
     order = [k for k in range(len(keys)) if k not in set(lead)]
@@ -107,9 +121,12 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
         if part is not None:
             notes = (f"{share:.1%} of the {leaf.attrs.name} time (one measured row for the block), split over its "
                      "kernels by their rooflines",)
-        if members:
+        if a.merged:
             notes += (f"one generated kernel (vLLM's compiled mode) for the custom-op kernels "
                       f"{', '.join(m.location.split('/', 1)[1] for m in members)}",)
+        elif members:
+            notes += (f"with the top-k of {', '.join(m.location.split('/', 1)[1] for m in members[:-1])}: the "
+                      "profile's rows for these experts were timed from the router logits (costing/routing_in_rows.py)",)
         replicas = a.geometry.kv_replicas if isinstance(a.geometry, AttentionGeometry) else 1
         if replicas > 1:
             notes += (f"KV heads replicated ×{replicas} across ranks (more ranks than KV heads; kv_replicas={replicas})",)

@@ -122,7 +122,7 @@ def test_a_draft_map_names_the_custom_op_kernels_and_fits_both_graphs():
     draft = draft_map(_sites(compiled=True), ROWS, "vllm", "qk")  # type: ignore[arg-type]
     layer = draft["regions"][R]
     assert [e["at"] for e in layer[2:4]] == ["self_attn.q_norm/rms_norm", "self_attn.k_norm/rms_norm"]
-    assert layer[3]["note"] == f"rms_norm kernel (compiled: in {MERGED})"
+    assert layer[3]["note"] == f"rms_norm kernel (runs in {MERGED})"
     assert not any(e["at"].endswith("triton_fused") for e in layer)
     # placing the rows the draft asks for gives a map both graphs fit
     refs = {"input_layernorm/rms_norm": ["attn.norm:input_layernorm"], "self_attn/qkv_proj": ["attn.qkv"],
@@ -183,3 +183,74 @@ def test_qwen3_compiled_q_and_k_norms_hold_both_rows(tmp_path):
         r = eager[f"full.dense/self_attn.{name}/rms_norm"]
         assert r.rows == (f"attn.norm:self_attn.{name}",) and r.members == ()
         assert r.necessary.param_bytes == 16 * 2 * 2
+
+
+def test_experts_whose_rows_hold_the_routing_take_the_router_location_too():
+    # a profile whose MoE rows were timed from the router logits prices the top-k inside the experts' rows
+    # (costing/routing_in_rows.py): the top-k is no site; the experts' site runs it and itself
+    topk, experts = f"{R}/mlp.gate/topk_softmax", f"{R}/mlp.experts/fused_moe"
+    moe = [_site(f"{R}/input_layernorm/rms_norm", "rms_norm"), _site(f"{R}/self_attn/attn", "attention"),
+           _site(f"{R}/mlp.gate/gate", "gemm"),
+           _site(experts, "moe_experts", (Member(topk, "moe_router", "topk_softmax"),
+                                          Member(experts, "moe_experts", "fused_moe")))]
+    rows = _Rows([_row(R, ref) for ref in ("attn.norm:input_layernorm", "attn.core:compute", "ffn.router:mlp.gate",
+                                           "ffn.routed:mlp.experts.gate_proj", "ffn.routed:mlp.experts.down_proj")])
+    shipped = validate_map_data(_map({R: [
+        {"at": "input_layernorm/rms_norm", "rows": ["attn.norm"]}, {"at": "self_attn/attn", "rows": ["attn.core"]},
+        {"at": "mlp.gate/gate", "rows": ["ffn.router"]}, {"at": "mlp.gate/topk_softmax", "rows": []},
+        {"at": "mlp.experts/fused_moe", "rows": ["ffn.routed"]}]}))
+    for m in (shipped, derive_map(moe, rows, "vllm")):  # type: ignore[arg-type]
+        check = check_map(m, moe, rows, "vllm")  # type: ignore[arg-type]
+        assert check.ok, check.problems
+        assert [r.ref for r in check.assignment[experts]] == ["ffn.routed:mlp.experts.gate_proj",
+                                                              "ffn.routed:mlp.experts.down_proj"]
+        assert [r.ref for r in check.assignment[f"{R}/mlp.gate/gate"]] == ["ffn.router:mlp.gate"]
+        assert topk not in check.assignment
+    entry = next(e for e in check_map(shipped, moe, rows, "vllm").map.entries  # type: ignore[arg-type]
+                 if e.location == experts)
+    assert entry.note == "with mlp.gate/topk_softmax"
+
+
+def test_a_profile_timing_the_routing_inside_the_experts_keeps_the_map(tmp_path):
+    """vLLM 0.24.0's collector times FusedMoE from the router logits (label below, from aiconfigurator-core 0.12's
+    h200_sxm moe_perf table), so the cost tree prices the top-k inside the experts' row and has no top-k leaf
+    (costing/routing_in_rows.py); the analyzer still fits the map naming it, on the experts' site."""
+    from graphsim.analysis import analyze_prepared
+    from graphsim.analysis.deployment import prepare_cost_model
+    from graphsim.catalog import ResolvedModel
+    from graphsim.costing.cost_model import CostModel
+    from graphsim.costing.hardware import load_hardware
+    from graphsim.costing.kernel_map import Dtypes, key_for
+    from graphsim.costing.kernels import Measurement, TokensPoint
+    from graphsim.costing.profile_db import ProfileDB, ProfileMeta
+    from graphsim.importers.hf import import_hf
+    from graphsim.ir import Op
+    from graphsim.ir.kernel import KernelKind
+    from graphsim.passes import run_pipeline
+
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 64,
+           "intermediate_size": 128, "moe_intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "vocab_size": 128,
+           "max_position_embeddings": 256, "torch_dtype": "bfloat16", "decoder_sparse_step": 1, "mlp_only_layers": []}
+    graph, _ = import_hf(ResolvedModel("tiny-qwen3-moe", dict(cfg), "path", "test"), cache=False)
+    graph = run_pipeline(graph, "fold,fuse{target=vllm},inductor").graph
+    experts = next(n for n in graph.nodes if n.op is Op.KERNEL and n.kernel.kind is KernelKind.MOE_EXPERTS)
+    path = tmp_path / "moe.db"
+    with ProfileDB.create(path, ProfileMeta(device="cpu: test", hardware="h200_sxm", engine="vllm")) as db:
+        db.put_many([(key_for(experts.kernel, Dtypes.for_graph(graph.meta)), TokensPoint(t),
+                      Measurement(40.0, kernel="vllm_unquantizedfusedmoe_triton_tritonexperts")) for t in (1, 8, 64)])
+    db = ProfileDB.open(path)
+    try:
+        cm = CostModel.of_kernel_graph(graph, load_hardware("h200"), db)
+        assert KernelKind.MOE_ROUTER not in [leaf.attrs.kind for leaf in cm.tree.leaves]
+        p = prepare_cost_model(cm, cfg, "decode:8x128")
+    finally:
+        db.close()
+    site = next(s for s in p.sites if s.kind == "moe_experts")
+    assert [m.location for m in site.members] == ["full.moe/mlp.gate/topk_softmax", "full.moe/mlp.experts/fused_moe"]
+    a = analyze_prepared(p)
+    assert a.necessary_work_available and a.map_id == "gqa-qknorm-moe v1", a.reason
+    r = next(x for x in a.locations if x.kind == "moe_experts")
+    assert r.rows == ("ffn.routed:mlp.experts.gate_proj", "ffn.routed:mlp.experts.up_proj",
+                      "ffn.routed:mlp.experts.down_proj")
+    assert any("top-k of mlp.gate/topk_softmax" in c for c in r.causes)

@@ -234,14 +234,17 @@ def merged_view(m: LocationMap, sites: list[Site]) -> LocationMap:
     member the map lists, and which it does not list itself, takes one entry in place of its members' entries, with
     all their rows. A member two generated kernels share (a rotary run as a q and a k kernel) gives its rows to the
     first. A map that names the generated kernels, or the custom-op kernels of a deployment without them, reads as
-    it is; one that lists only some members of a kernel is left as it is (then its member locations do not exist)."""
+    it is; one that lists only some members of a kernel is left as it is (then its member locations do not exist).
+    A site may be a member of itself (MoE experts whose measured rows hold their router's top-k, which is then no
+    site of its own: `analysis.sites.read_sites`): its entry and the router's become one."""
     have = {s.location for s in sites}
     listed = {e.location: e for e in m.entries}
     taken: dict[str, str] = {}  # member location -> the generated kernel taking its entry's rows
     merged: dict[str, list[MapEntry]] = {}  # a generated kernel's location -> its members' entries
     for s in sites:
         locs = list(dict.fromkeys(x.location for x in s.members))
-        if not locs or s.location in listed or any(x not in listed or x in have for x in locs):
+        if (not locs or (s.location in listed and s.location not in locs)
+                or any(x not in listed or (x in have and x != s.location) for x in locs)):
             continue
         merged[s.location] = [listed[x] for x in locs]
         for x in locs:
@@ -258,9 +261,9 @@ def merged_view(m: LocationMap, sites: list[Site]) -> LocationMap:
             members = merged[loc]
             rows = tuple(r for x in members if taken[x.location] == loc for r in x.rows)
             notes = "; ".join(dict.fromkeys(x.note for x in members if x.note))
-            entries.append(MapEntry(e.region, loc.split("/", 1)[1], rows,
-                                    f"one generated kernel for {', '.join(x.at for x in members)}"
-                                    + (f" ({notes})" if notes else "")))
+            what = (f"one generated kernel for {', '.join(x.at for x in members)}" if loc not in index
+                    else f"with {', '.join(x.at for x in members if x.location != loc)}")
+            entries.append(MapEntry(e.region, loc.split("/", 1)[1], rows, what + (f" ({notes})" if notes else "")))
         if e.location not in taken:
             entries.append(e)
     return LocationMap(m.id, m.version, m.title, m.fuse_target, tuple(entries), m.notes, m.path)
@@ -347,12 +350,12 @@ def draft_map(sites: list[Site], rows: RowSet, fuse_target: str, map_id: str = "
     kernel of vLLM's compiled mode is listed as the custom-op kernels it replaced (`member_sites`), so the map fits
     the compiled graph and the custom-op one alike (`merged_view`)."""
     regions: dict[str, list[dict[str, Any]]] = {}
-    runs_in = {m.location: s.location for s in sites for m in s.members}
+    runs_in = {m.location: s.location for s in sites for m in s.members if m.location != s.location}
     for s in member_sites(sites):
         if s.communication:
             continue
         region, at = s.location.split("/", 1)
-        note = f"{s.kind} kernel" + (f" (compiled: in {runs_in[s.location]})" if s.location in runs_in else "")
+        note = f"{s.kind} kernel" + (f" (runs in {runs_in[s.location]})" if s.location in runs_in else "")
         regions.setdefault(region, []).append({"at": at, "rows": [], "note": note})
     todo = [f"place {r.region}:{r.ref} ({r.segment})" for r in rows.rows]
     return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "id": map_id, "version": 1,
