@@ -193,7 +193,7 @@ def attrs_from_json(d: dict[str, Any]) -> Any:
             kind=kind, name=d["name"],
             geometry=GEOMETRY_FOR_KIND[kind].from_items(d["geometry"]), dtype=d["dtype"], rows=Rows(d["rows"]),
             covers=tuple(d.get("covers", ())), rule=d.get("rule", ""), approximate=bool(d.get("approximate")),
-            merged=tuple(MergedKernel(KernelKind(m["kind"]), m["name"], m["scope"], bool(m.get("leads")))
+            merged=tuple(MergedKernel(KernelKind(m["kind"]), m["name"], m["scope"], bool(m.get("leads")), m.get("node", ""))
                          for m in d.get("merged", ())),
         )
     kwargs = {}

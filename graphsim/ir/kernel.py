@@ -96,6 +96,7 @@ class MergedKernel:
     name: str
     scope: str
     leads: bool = False  # its layer's first kernel in the custom-op graph (a next layer's input norm in a layer's tail)
+    node: str = ""  # its node in the custom-op graph where two generated kernels stand for it (a rotary's q and k halves)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ from dataclasses import dataclass, replace
 from graphsim.ir import Graph, Node, Op
 from graphsim.ir.geometry import ElementwiseGeometry, NormGeometry, RotaryGeometry
 from graphsim.ir.graph import split_value, value_name
-from graphsim.ir.kernel import KernelAttrs, KernelKind, Rows, merged_of
+from graphsim.ir.kernel import KernelAttrs, KernelKind, MergedKernel, Rows, merged_of
 from graphsim.passes.base import Pass, PassError, PassResult, register_pass
 
 RULE = ("inductor_region: vLLM compiled mode (config/vllm.py custom_ops 'none', config/compilation.py combo_kernels) "
@@ -311,9 +311,10 @@ def split_rotary(graph: Graph) -> tuple[Graph, set[str]]:
         k_name = f"{n.name}{KEY_SUFFIX}"
         if any(m.name == k_name for m in graph.nodes):
             raise PassError(f"inductor: node name {k_name} is taken; cannot split the rotary {n.name}")
-        q_attrs = replace(n.kernel, geometry=replace(g, num_kv_heads=0),
+        whole = (MergedKernel(n.kernel.kind, n.kernel.name, n.scope, node=n.name),)  # both halves stand for it
+        q_attrs = replace(n.kernel, geometry=replace(g, num_kv_heads=0), merged=whole,
                           rule=f"{n.kernel.rule}; q half (no combo kernels: forward_native's q and k apart)")
-        k_attrs = replace(n.kernel, geometry=replace(g, num_heads=0), covers=(),
+        k_attrs = replace(n.kernel, geometry=replace(g, num_heads=0), covers=(), merged=whole,
                           rule=f"{n.kernel.rule}; k half (no combo kernels: forward_native's q and k apart)")
         nodes.append(n.with_(inputs=(rename.get(n.inputs[0], n.inputs[0]),), outputs=n.outputs[:1], attrs=q_attrs))
         nodes.append(n.with_(name=k_name, inputs=(rename.get(n.inputs[1], n.inputs[1]),), outputs=n.outputs[1:2],
