@@ -13,7 +13,7 @@ from graphsim.costing.kernel_map import Dtypes, KernelRows, StepArrays, kernel_r
 from graphsim.costing.roofline import roofline_us
 from graphsim.ir import Graph, Node, Op, split_value
 from graphsim.ir.geometry import AttentionGeometry
-from graphsim.ir.kernel import KernelAttrs, KernelKind, merged_of
+from graphsim.ir.kernel import KernelAttrs, KernelKind, MergedKernel, merged_of
 from graphsim.work.analyzer import OUTSIDE, Performed, Site, location_ids, scope_role
 from graphsim.work.analyzer.locations import Member
 from graphsim.workload import Step
@@ -84,6 +84,7 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
     own: list[int] = []  # per entry: its key's index
     merged: list[list[tuple[int, str, str, bool]]] = []  # per entry: its members' (key index, kind, kernel, leads)
     lead: list[int] = []
+    one_node: dict[MergedKernel, int] = {}
     for i, node, part, _, _ in entries:
         leaf = tree.leaves[i]
         a = part or leaf.attrs
@@ -92,6 +93,10 @@ def read_sites(graph: Graph, tree: CompiledTree, ev: Evaluation, step: Step, dty
         routers = absorbed.get(node.name, []) if part is None else []
         mine = []
         for m in a.merged or tuple(merged_of(r.kernel, r.scope)[0] for r in routers):
+            if m.node and m in one_node:  # one custom-op kernel two generated kernels stand for: one location
+                mine.append((one_node[m], m.kind.value, m.name, m.leads))
+                continue
+            one_node.update({m: len(keys)} if m.node else {})
             mine.append((len(keys), m.kind.value, m.name, m.leads))
             lead += [len(keys)] if m.leads else []
             keys.append((region, scope_role(m.scope, stack, in_layer), m.name))

@@ -183,6 +183,17 @@ def test_qwen3_compiled_q_and_k_norms_hold_both_rows(tmp_path):
         r = eager[f"full.dense/self_attn.{name}/rms_norm"]
         assert r.rows == (f"attn.norm:self_attn.{name}",) and r.members == ()
         assert r.necessary.param_bytes == 16 * 2 * 2
+    # without combo kernels (vLLM < 0.12) the rotary runs as a q and a k kernel: both stand for the one custom-op
+    # rotary location, which the same map names (its rows, none, given once)
+    from graphsim.analysis.deployment import prepare_cost_model
+    from graphsim.cost_model import build_cost_model
+    from graphsim.costing.hardware import load_hardware
+
+    cm = build_cost_model(graph, load_hardware("h200"), combo=False)
+    c0 = analyze_prepared(prepare_cost_model(cm, cfg, "decode:4x16"))
+    assert c0.map_id == "gqa-qknorm-dense v1" and c0.reconciliation is not None and c0.reconciliation.ok
+    halves = [r for r in c0.locations if r.members == ("full.dense/self_attn/rotary_embedding",)]
+    assert [r.location for r in halves] == ["full.dense/self_attn/triton_fused", "full.dense/self_attn/triton_fused#2"]
 
 
 def test_experts_whose_rows_hold_the_routing_take_the_router_location_too():
