@@ -542,11 +542,16 @@ def build_afd_model(model: str | ResolvedModel | Graph | Callable[[], Graph], ha
         from graphsim.importers.hf import import_hf
 
         graph, _ = import_hf(model, dtype=dtype)
+    # Both pools are priced on vLLM's custom-op kernels (`compiled=False`, as --enforce-eager): in compiled mode a
+    # layer's residual add, FFN norm and router cast are one Inductor kernel (passes/fuse/vllm_inductor.py) that
+    # straddles the point where the pools split, and `layer_split` cannot cut a kernel in two; each pool compiles
+    # its own half in an AFD deployment, which is not modelled (docs/deployment-modes.md).
     att = build_cost_model(graph, hw, tp=config.tp, dtype=dtype, kv_dtype=kv_dtype, profile=profile,
-                           default_profile=default_profile, target=target, moe_routing=moe_routing, collectives=collectives)
+                           default_profile=default_profile, target=target, moe_routing=moe_routing, collectives=collectives,
+                           compiled=False)
     ffn = build_cost_model(graph, hw, tp=config.ffn_gpus, ep=config.ffn_gpus if config.expert_parallel else 1,
                            dtype=dtype, kv_dtype=kv_dtype, profile=profile, default_profile=default_profile, target=target,
-                           moe_routing=moe_routing, collectives=collectives)
+                           moe_routing=moe_routing, collectives=collectives, compiled=False)
     return AfdModel(config, att, ffn, link)
 
 

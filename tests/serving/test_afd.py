@@ -154,7 +154,7 @@ def test_split_conserves_flops_and_weights(traced, size):
     from graphsim.cost_model import build_cost_model
 
     afd = _models(traced, size, size)
-    unified = build_cost_model(traced, "h200", tp=size)
+    unified = build_cost_model(traced, "h200", tp=size, compiled=False)  # the pools price the custom-op graph (afd.build_afd_model)
     where = {n.name: (n, afd.attention.graph) for n in afd.attention.graph.nodes}
     where_f = {n.name: (n, afd.ffn.graph) for n in afd.ffn.graph.nodes}
     att = afd.split.attention_leaves()
@@ -186,7 +186,7 @@ def test_one_micro_batch_on_a_free_link_is_the_unified_iteration(traced):
     from graphsim.cost_model import build_cost_model
 
     afd = _models(traced, 1, 1, m=1, link_gbps=1e12, latency_us=0.0)
-    unified = build_cost_model(traced, "h200", tp=1)
+    unified = build_cost_model(traced, "h200", tp=1, compiled=False)  # as the pools (afd.build_afd_model)
     steps = [parse_batch_spec(s) for s in ("decode:16x1000", "prefill:1x300")]
     got = afd.times(steps).total_us
     ev = unified.evaluate(steps)  # every kernel's own price in the unified model, summed serially
