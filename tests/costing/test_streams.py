@@ -204,6 +204,13 @@ def test_deepseek_moe_layers_overlap_their_shared_experts_in_predict(hf_import):
     cm = build_cost_model(graph, "h200", tp=8, default_profile=False)
     (node,) = cm.tree.overlaps  # one MoE layer type (the dense first layer has no shared/routed pair)
     kinds = sorted(cm.tree.leaves[i].attrs.kind.value for i in cm.tree.under[node])
+    # compiled mode (the default): the router's fp32 cast is in the Inductor kernel of the residual add and the FFN
+    # norm before the streams split (passes/fuse/vllm_inductor.py), so the overlap holds the router GEMM, top-k and
+    # routed experts beside the shared expert's three kernels
+    assert kinds == sorted(["gemm", "moe_router", "moe_experts", "gemm", "act_and_mul", "gemm"])
+    eager = build_cost_model(graph, "h200", tp=8, default_profile=False, compiled=False)
+    (node,) = eager.tree.overlaps  # the custom-op graph (--enforce-eager): the cast is a kernel of the routed side
+    kinds = sorted(eager.tree.leaves[i].attrs.kind.value for i in eager.tree.under[node])
     assert kinds == sorted(["elementwise", "gemm", "moe_router", "moe_experts", "gemm", "act_and_mul", "gemm"])
     assert "VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD" in cm.streams
     p = predict(cm, [parse_batch_spec("decode:8x512"), parse_batch_spec("prefill:1x512")], ["d", "p"])
