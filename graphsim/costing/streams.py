@@ -117,6 +117,12 @@ def shared_expert_overlaps(nodes: list[Node]) -> list[SharedExpertOverlap]:
         others = list(dict.fromkeys(s for s in srcs if s is not None and s not in experts))
         if len(experts) != 1 or not others or any(sole_user(x) is not add for x in [*experts, *others]):
             continue
+        # a generated sum reads the shared side's gate for each `mul` it holds (Qwen3-Next: down_proj and the
+        # sigmoid); a mul without one scales the routed output (MiniMax's routed_scaling_factor), which the add
+        # rule does not take either: the experts do not feed the add directly there
+        muls = sum(m.name == "mul" for m in add.kernel.merged)
+        if add.kernel.merged and len(others) != 1 + muls:
+            continue
         e = experts[0]
         anc_e = ancestors(e) | {e.name}
         anc_s = {x.name for x in others}.union(*(ancestors(x) for x in others))
