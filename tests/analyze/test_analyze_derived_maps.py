@@ -8,31 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+from plain_sites import Rows as _Rows
+from plain_sites import row as _row
+from plain_sites import site as _site
 
-from graphsim.work.analyzer import Row, Site, UnsupportedDeployment
+from graphsim.work.analyzer import UnsupportedDeployment
 from graphsim.work.analyzer.derived import derive_map
-from graphsim.work.report import SegmentWork
 
 # --- the rules on plain data -----------------------------------------------------------------------
 
 
-def _site(location: str, kind: str) -> Site:
-    return Site(location=location, kernel=location.rsplit("/", 1)[-1], kind=kind, communication=False, count=1,
-                time_us=1.0, source="roofline")
-
-
-def _row(region: str, ref: str) -> Row:
-    return Row(region, ref, ref.split(":", 1)[0], SegmentWork(ref, params=1))
-
-
-class _Rows:
-    """The part of a RowSet `derive_map` reads."""
-
-    def __init__(self, rows: list[Row]):
-        self.rows = tuple(rows)
-
-    def of_region(self, region: str) -> tuple[Row, ...]:
-        return tuple(r for r in self.rows if r.region == region)
 
 
 OUTSIDE_SITES = [("outside/model.wte/embedding", "embedding"), ("outside/model.wpe/embedding", "embedding")]

@@ -5,34 +5,19 @@ the custom-op kernels (`maps.merged_view`). Plain sites and rows (no torch), the
 from __future__ import annotations
 
 import pytest
+from plain_sites import Rows as _Rows
+from plain_sites import row as _row
+from plain_sites import site as _site
 
-from graphsim.work.analyzer import Row, Site, check_map, draft_map, validate_map_data
+from graphsim.work.analyzer import Site, check_map, draft_map, validate_map_data
 from graphsim.work.analyzer.derived import derive_map
 from graphsim.work.analyzer.locations import Member
-from graphsim.work.report import SegmentWork
 
 R = "full.dense"
 Q_NORM, K_NORM = f"{R}/self_attn.q_norm/rms_norm", f"{R}/self_attn.k_norm/rms_norm"
 MERGED = f"{R}/self_attn.q_norm/triton_fused"
 
 
-def _site(location: str, kind: str, members: tuple[Member, ...] = ()) -> Site:
-    return Site(location=location, kernel=location.rsplit("/", 1)[-1], kind=kind, communication=False, count=1,
-                time_us=1.0, source="roofline", members=members)
-
-
-def _row(region: str, ref: str) -> Row:
-    return Row(region, ref, ref.split(":", 1)[0], SegmentWork(ref, params=1))
-
-
-class _Rows:
-    """The part of a RowSet `derive_map` and `check_map` read."""
-
-    def __init__(self, rows: list[Row]):
-        self.rows = tuple(rows)
-
-    def of_region(self, region: str) -> tuple[Row, ...]:
-        return tuple(r for r in self.rows if r.region == region)
 
 
 LAYER_ROWS = ["attn.norm:input_layernorm", "attn.qkv:self_attn.q_proj", "attn.qkv:self_attn.k_proj",
