@@ -319,9 +319,8 @@ def _line(points: list[dict], endpoint: str) -> tuple[float, float]:
     ys = [p["cpu_us"] for p in points if p["endpoint"] == endpoint]
     if len(xs) < 2:
         return ys[0], 0.0
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-    return my - b * mx, b
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return intercept, slope
 
 
 def main() -> None:
